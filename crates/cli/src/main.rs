@@ -1,0 +1,67 @@
+//! `scalpel`: the command line over the toolkit crates.
+//!
+//! This file only parses flags, sets up logging and dispatches; each subcommand
+//! lives in its own module, which turns its raw clap arguments into the library
+//! objects that do the work and maps the outcome to an exit code:
+//! 0 success, 1 the check failed (SLO broken, responses differ), 2 bad usage.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod load;
+mod report;
+mod serve;
+mod shadow;
+
+/// Move a service's hot paths to Rust, and prove it.
+#[derive(Debug, Parser)]
+#[command(name = "scalpel", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Open- or closed-model load, ramping to the breaking point, with the targets' CPU and memory.
+    Load(load::LoadArgs),
+    /// Work with result files: merge runs exactly, print tables, write HTML.
+    Report(report::ReportArgs),
+    /// Mirror or replay traffic to two services and compare every response.
+    Shadow(shadow::ShadowArgs),
+    /// Run a service's workers on per-worker ports behind a built-in balancer.
+    Serve(serve::ServeArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            // clap prints help/version to stdout (exit 0) and usage errors to stderr.
+            let code = if err.use_stderr() { 2 } else { 0 };
+            let _ = err.print();
+            return ExitCode::from(code);
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SCALPEL_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match cli.command {
+        Command::Load(args) => load::run(args),
+        Command::Report(args) => report::run(args),
+        Command::Shadow(args) => shadow::run(args),
+        Command::Serve(args) => serve::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("scalpel: {err:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! CPU% and RSS/PSS of a process tree, sampled from /proc over time.

@@ -1,0 +1,1 @@
+//! Load result files: JSON, exact histogram merge, terminal tables and self-contained HTML with SVG plots.

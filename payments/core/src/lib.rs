@@ -1,0 +1,1 @@
+//! The payments ledger model, read model, balance and stats, canonical JSON.
