@@ -1,1 +1,4 @@
-//! Load schedules (closed, open, ramp), request workers, per-step HdrHistograms, SLO evaluation and the result model.
+//! Load schedules (closed, open, ramp), request workers, per-step HdrHistograms, SLO
+//! evaluation and the result model.
+
+pub mod result;
