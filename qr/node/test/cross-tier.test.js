@@ -1,0 +1,78 @@
+'use strict';
+// Same answer from every tier: tiers 1-4 return byte-identical PNGs (one Rust function
+// behind every door); tier 0 (npm qrcode, matched) returns the same image geometry.
+
+const assert = require('node:assert/strict');
+const { it, before, after } = require('node:test');
+const h = require('./helpers');
+
+const RUST_TIERS = ['1', '2', '2-raw', '3', '3-async', '4'];
+const servers = new Map();
+
+before(async () => {
+  h.requireArtifacts('cli', 'wasmBindgen', 'wasmRaw', 'napi', 'server');
+  const started = await Promise.all(['0', '0-article', ...RUST_TIERS].map((t) => h.startServer(t)));
+  for (const s of started) servers.set(s.tier, s);
+});
+
+after(async () => {
+  for (const s of servers.values()) await h.stopServer(s).catch(() => {});
+});
+
+function crossTexts() {
+  return {
+    ...h.sampleTexts(),
+    oneChar: 'a',
+    space: ' ',
+    newlineTab: 'line1\nline2\tend',
+    mixedScripts: 'Ünïcödé Ελληνικά русский العربية',
+    nul: 'a\u0000b',
+    // A few lengths around version boundaries.
+    len14: 'abcdefghijklmn',
+    len15: 'abcdefghijklmno',
+    len100: 'p'.repeat(100),
+    len300: 'q'.repeat(300),
+  };
+}
+
+async function fetchAll(text) {
+  const out = {};
+  for (const [tier, s] of servers) {
+    const res = await h.request(s.base, h.qrcodePath(text));
+    assert.equal(res.status, 200, `tier ${tier}: ${res.body}`);
+    out[tier] = res.body;
+  }
+  return out;
+}
+
+it('tiers 1, 2, 2-raw, 3 (sync, async) and 4 return byte-identical PNGs', async () => {
+  for (const [name, text] of Object.entries(crossTexts())) {
+    const bodies = await fetchAll(text);
+    const reference = bodies['4'];
+    for (const tier of RUST_TIERS) {
+      assert.ok(bodies[tier].equals(reference), `${name}: tier ${tier} differs from tier 4 (${bodies[tier].length} vs ${reference.length} bytes)`);
+    }
+    assert.equal(h.decodeQr(reference), text, name);
+  }
+});
+
+it('tier 0 (matched) has the same width, height, bit depth and colour type as the Rust tiers', async () => {
+  for (const [name, text] of Object.entries(crossTexts())) {
+    const bodies = await fetchAll(text);
+    const rust = h.pngHeader(bodies['4']);
+    assert.deepEqual(h.pngHeader(bodies['0']), rust, name);
+    assert.equal(rust.bitDepth, 8, `${name}: 8-bit`);
+    assert.equal(rust.colorType, 0, `${name}: grayscale`);
+    assert.equal(h.decodeQr(bodies['0']), text, name);
+  }
+});
+
+it('tier 0-article keeps the published settings: 200 px wide, RGBA', async () => {
+  for (const [name, text] of Object.entries(crossTexts())) {
+    const res = await h.request(servers.get('0-article').base, h.qrcodePath(text));
+    const header = h.pngHeader(res.body);
+    assert.equal(header.width, 200, name);
+    assert.equal(header.colorType, 6, name);
+    assert.equal(h.decodeQr(res.body), text, name);
+  }
+});
