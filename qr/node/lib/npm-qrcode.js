@@ -23,8 +23,10 @@ const MATCHED = Object.freeze({
   scale: 4,
   margin: 4,
   // pngjs: filterType -1 = adaptive (all five tried per row), or one fixed filter 0..4.
-  filterType: 2, // Up, like the Rust encoder
-  deflateLevel: 6,
+  filterType: 2, // Up on every row, like the Rust encoder
+  // The Rust encoder uses fdeflate's fast mode; zlib's fastest level is the nearest
+  // counterpart pngjs offers (and still writes smaller files: docs/qr-node.md).
+  deflateLevel: 1,
   deflateStrategy: 0, // Z_DEFAULT_STRATEGY
 });
 

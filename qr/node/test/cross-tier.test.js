@@ -56,7 +56,7 @@ it('tiers 1, 2, 2-raw, 3 (sync, async) and 4 return byte-identical PNGs', async 
   }
 });
 
-it('tier 0 (matched) has the same width, height, bit depth and colour type as the Rust tiers', async () => {
+it('tier 0 (matched) has the same width, height, bit depth, colour type and pixels as the Rust tiers', async () => {
   for (const [name, text] of Object.entries(crossTexts())) {
     const bodies = await fetchAll(text);
     const rust = h.pngHeader(bodies['4']);
@@ -64,6 +64,9 @@ it('tier 0 (matched) has the same width, height, bit depth and colour type as th
     assert.equal(rust.bitDepth, 8, `${name}: 8-bit`);
     assert.equal(rust.colorType, 0, `${name}: grayscale`);
     assert.equal(h.decodeQr(bodies['0']), text, name);
+    // docs/qr.md: same modules (same mask rule), so the decoded pixels are identical;
+    // only the PNG bytes differ (another PNG writer).
+    assert.ok(h.grayPixels(bodies['0']).pixels.equals(h.grayPixels(bodies['4']).pixels), `${name}: pixels`);
   }
 });
 

@@ -1,0 +1,213 @@
+#!/usr/bin/env node
+'use strict';
+// Per-call cost of every tier of the QR ladder, as the Node process sees it, in ONE run.
+//
+//   node bench/percall.js [--quick] [--repeats N] [--ms-per-text MS] [--json FILE]
+//
+// Method (see docs/qr-node.md): outputs are checked first (Rust tiers byte-identical,
+// tier 0 matched = same pixels), then each repeat runs every variant once, in an order
+// rotated per repeat (alternating, so drift on a shared machine hits all variants), each
+// variant timing a fixed set of texts of several lengths for a fixed time per text.
+// A variant's figure for a repeat is the mean of its per-text µs/call (equal weight per
+// text); the table shows the median over repeats and the min-max spread.
+
+const fs = require('node:fs');
+const os = require('node:os');
+const { parseArgs } = require('node:util');
+const { execFileSync } = require('node:child_process');
+const npmQr = require('../lib/npm-qrcode');
+const { createCliTier } = require('../lib/cli-tier');
+const { loadRawQr } = require('../lib/raw-wasm');
+const { artifactPaths, requireArtifact } = require('../lib/artifacts');
+
+const { TEXTS } = require('./texts');
+
+function parseFlags() {
+  const { values } = parseArgs({
+    options: {
+      quick: { type: 'boolean', default: false },
+      repeats: { type: 'string' },
+      'ms-per-text': { type: 'string' },
+      json: { type: 'string' },
+    },
+  });
+  const quick = values.quick;
+  return {
+    quick,
+    repeats: Number(values.repeats ?? (quick ? 3 : 7)),
+    msPerText: Number(values['ms-per-text'] ?? (quick ? 12 : 150)),
+    json: values.json,
+  };
+}
+
+/** Every variant: name, the tier it stands for, and how one call is made. */
+function variants(quick) {
+  const paths = artifactPaths();
+  const cli = createCliTier({ cliPath: requireArtifact(paths.cli, 'qr-cli'), timeoutMs: 10_000 });
+  const wasm = require(requireArtifact(paths.wasmBindgen, 'wasm-bindgen module'));
+  const raw = loadRawQr(requireArtifact(paths.wasmRaw, 'qr_raw.wasm'));
+  const addon = require(requireArtifact(paths.napi, 'napi addon'));
+  const list = [
+    { key: '0', name: '0 npm qrcode, matched (sync)', kind: 'sync', call: npmQr.matchedPng },
+    { key: '0-toBuffer', name: '0 npm qrcode, matched (toBuffer)', kind: 'async', call: npmQr.matchedPngViaToBuffer, full: true },
+    { key: '0-article', name: '0-article (published settings)', kind: 'async', call: npmQr.articlePng },
+    { key: '1', name: '1 qr-cli spawn per call', kind: 'async', call: cli.render, slow: true },
+    { key: '2', name: '2 wasm-bindgen', kind: 'sync', call: (t) => wasm.qr_png(t) },
+    { key: '2-raw', name: '2-raw hand-written bindings', kind: 'sync', call: raw.qrPng },
+    { key: '3-sync', name: '3 napi qrPng (sync)', kind: 'sync', call: (t) => addon.qrPng(t) },
+    { key: '3-async', name: '3 napi qrPngAsync, 1 in flight', kind: 'async', call: (t) => addon.qrPngAsync(t) },
+    { key: '3-async-4', name: '3 napi qrPngAsync, 4 in flight', kind: 'batch', batch: 4, call: (t) => addon.qrPngAsync(t) },
+  ];
+  return { list: list.filter((v) => !(quick && v.full)), close: () => cli.close() };
+}
+
+/** Runs `variant` on `text` for about `ms`; returns µs per call. */
+async function timeOne(variant, text, ms) {
+  // Warm-up: JIT, allocator, first spawn.
+  for (let i = 0; i < 3; i++) await variant.call(text);
+  const budget = BigInt(Math.round(ms * 1e6));
+  let calls = 0;
+  const start = process.hrtime.bigint();
+  let now = start;
+  if (variant.kind === 'sync') {
+    // Check the clock every 8 calls: cheap relative to even the fastest call.
+    while (now - start < budget) {
+      for (let i = 0; i < 8; i++) variant.call(text);
+      calls += 8;
+      now = process.hrtime.bigint();
+    }
+  } else if (variant.kind === 'async') {
+    while (now - start < budget) {
+      await variant.call(text);
+      calls += 1;
+      now = process.hrtime.bigint();
+    }
+  } else {
+    const k = variant.batch;
+    while (now - start < budget) {
+      const batch = [];
+      for (let i = 0; i < k; i++) batch.push(variant.call(text));
+      await Promise.all(batch);
+      calls += k;
+      now = process.hrtime.bigint();
+    }
+  }
+  return Number(now - start) / 1e3 / calls;
+}
+
+const median = (xs) => {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+};
+
+/** Same output on every side before any speed figure (ground rule of the project). */
+async function checkOutputs(list) {
+  const { PNG } = require('pngjs');
+  const pixels = (png) => {
+    const img = PNG.sync.read(png);
+    const g = Buffer.alloc(img.width * img.height);
+    for (let i = 0; i < g.length; i++) g[i] = img.data[i * 4];
+    return `${img.width}x${img.height}:${g.toString('base64')}`;
+  };
+  const sizes = {};
+  for (const v of list) sizes[v.key] = [];
+  for (const { text } of TEXTS) {
+    const out = {};
+    for (const v of list) out[v.key] = Buffer.from(await (v.kind === 'batch' ? v.call(text) : v.call(text)));
+    const ref = out['3-sync'];
+    for (const key of ['1', '2', '2-raw', '3-async', '3-async-4']) {
+      if (!out[key].equals(ref)) throw new Error(`output check: tier ${key} differs from tier 3 for ${JSON.stringify(text.slice(0, 20))}`);
+    }
+    if (pixels(out['0']) !== pixels(ref)) throw new Error(`output check: tier 0 matched pixels differ for ${JSON.stringify(text.slice(0, 20))}`);
+    for (const v of list) sizes[v.key].push(out[v.key].length);
+  }
+  return sizes;
+}
+
+function machine() {
+  const cpu = (fs.readFileSync('/proc/cpuinfo', 'utf8').match(/^model name\s*:\s*(.*)$/m) || [])[1] || 'unknown';
+  let kernel = os.release();
+  try {
+    kernel = execFileSync('uname', ['-r'], { encoding: 'utf8' }).trim();
+  } catch {}
+  return {
+    date: new Date().toISOString(),
+    nproc: os.availableParallelism(),
+    cpu,
+    kernel,
+    node: process.version,
+    loadavg: os.loadavg().map((x) => x.toFixed(2)).join(' '),
+    uvThreadpool: process.env.UV_THREADPOOL_SIZE || '4 (default)',
+  };
+}
+
+const fmt = (us) => (us >= 1000 ? `${(us / 1000).toFixed(2)} ms` : `${us.toFixed(us < 10 ? 2 : 1)} µs`);
+const pad = (s, n) => String(s).padEnd(n);
+const lpad = (s, n) => String(s).padStart(n);
+
+async function main() {
+  const flags = parseFlags();
+  const { list, close } = variants(flags.quick);
+  const m = machine();
+  console.log(`qr per-call bench: ${flags.quick ? 'quick' : 'full'}, ${flags.repeats} repeats x ${TEXTS.length} texts x ${flags.msPerText} ms per variant (CLI spawn: 5x that)`);
+  console.log(`machine: ${m.nproc} cpus, ${m.cpu}, kernel ${m.kernel}, node ${m.node}, loadavg ${m.loadavg}, ${m.date}`);
+
+  const sizes = await checkOutputs(list);
+  console.log('outputs checked: tiers 1, 2, 2-raw, 3 byte-identical; tier 0 matched has the same pixels');
+
+  // results[key][repeat] = mean over texts; perText[key][text] = [µs per repeat]
+  const results = Object.fromEntries(list.map((v) => [v.key, []]));
+  const perText = Object.fromEntries(list.map((v) => [v.key, TEXTS.map(() => [])]));
+  for (let r = 0; r < flags.repeats; r++) {
+    const order = list.map((_, i) => list[(i + r) % list.length]); // rotate: alternate positions
+    for (const v of order) {
+      const ms = v.slow ? flags.msPerText * 5 : flags.msPerText;
+      const usPerText = [];
+      for (let t = 0; t < TEXTS.length; t++) {
+        const us = await timeOne(v, TEXTS[t].text, ms);
+        usPerText.push(us);
+        perText[v.key][t].push(us);
+      }
+      results[v.key].push(usPerText.reduce((a, b) => a + b, 0) / usPerText.length);
+    }
+  }
+  close();
+
+  const base = median(results['0']);
+  const rows = list.map((v) => {
+    const xs = results[v.key];
+    const med = median(xs);
+    const meanBytes = sizes[v.key].reduce((a, b) => a + b, 0) / sizes[v.key].length;
+    return { key: v.key, name: v.name, median: med, min: Math.min(...xs), max: Math.max(...xs), speedup: base / med, meanBytes };
+  });
+
+  console.log('\nper call, mean over the texts (median of repeats, min-max); speed-up = tier 0 matched / variant');
+  console.log(`${pad('variant', 34)} ${lpad('µs/call', 10)} ${lpad('min-max', 21)} ${lpad('speed-up', 9)} ${lpad('PNG bytes', 10)}`);
+  for (const r of rows) {
+    console.log(`${pad(r.name, 34)} ${lpad(fmt(r.median), 10)} ${lpad(`${fmt(r.min)} - ${fmt(r.max)}`, 21)} ${lpad(`${r.speedup.toFixed(2)}x`, 9)} ${lpad(Math.round(r.meanBytes), 10)}`);
+  }
+
+  console.log('\nper text, µs/call (median of repeats)');
+  console.log(`${pad('variant', 34)} ${TEXTS.map((t) => lpad(t.label, 11)).join(' ')}`);
+  for (const v of list) {
+    console.log(`${pad(v.name, 34)} ${perText[v.key].map((xs) => lpad(fmt(median(xs)), 11)).join(' ')}`);
+  }
+
+  console.log('\nPNG bytes per text');
+  console.log(`${pad('tier', 34)} ${TEXTS.map((t) => lpad(t.label, 11)).join(' ')}`);
+  for (const [key, name] of [['0', '0 matched (pngjs, Up, zlib)'], ['0-article', '0-article (200 px RGBA)'], ['3-sync', '1-4 Rust (png crate, Up, fdeflate)']]) {
+    console.log(`${pad(name, 34)} ${sizes[key].map((b) => lpad(b, 11)).join(' ')}`);
+  }
+
+  if (flags.json) {
+    const doc = { machine: m, flags, texts: TEXTS.map((t) => t.label), rows, perText, sizes };
+    fs.writeFileSync(flags.json, JSON.stringify(doc, null, 2));
+    console.log(`\nwrote ${flags.json}`);
+  }
+}
+
+main().catch((err) => {
+  console.error(`percall: ${err.message}`);
+  process.exit(1);
+});
