@@ -5,7 +5,7 @@
 
 const assert = require('node:assert/strict');
 const { describe, it, before } = require('node:test');
-const h = require('./helpers');
+const h = require('../testing/harness');
 const { loadRawQr } = require('../lib/raw-wasm');
 
 let paths;

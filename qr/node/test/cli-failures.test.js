@@ -8,7 +8,7 @@ const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
 const { it, before, after } = require('node:test');
-const h = require('./helpers');
+const h = require('../testing/harness');
 
 let dir;
 const started = [];

@@ -4,7 +4,7 @@
 
 const assert = require('node:assert/strict');
 const { describe, it, before, after } = require('node:test');
-const h = require('./helpers');
+const h = require('../testing/harness');
 
 const servers = new Map();
 

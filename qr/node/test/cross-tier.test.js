@@ -4,7 +4,7 @@
 
 const assert = require('node:assert/strict');
 const { it, before, after } = require('node:test');
-const h = require('./helpers');
+const h = require('../testing/harness');
 
 const RUST_TIERS = ['1', '2', '2-raw', '3', '3-async', '4'];
 const servers = new Map();
