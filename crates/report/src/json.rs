@@ -3,7 +3,7 @@
 use std::io::Write as _;
 use std::path::Path;
 
-use scalpel_load::result::{FORMAT_VERSION, RunResult};
+use scalpel_load::result::{FORMAT_VERSION, RunResult, decode_histogram};
 
 use crate::ReportError;
 
@@ -42,7 +42,18 @@ pub fn read_json(path: &Path) -> Result<RunResult, ReportError> {
         }
     }
     // Parse the text again (not the Value) so shape errors keep their line and column.
-    serde_json::from_str(&text).map_err(json_error)
+    let result: RunResult = serde_json::from_str(&text).map_err(json_error)?;
+    // A histogram that does not decode would only fail later, in a merge or a plot.
+    for target in &result.targets {
+        for step in &target.steps {
+            decode_histogram(&step.histogram).map_err(|source| ReportError::Histogram {
+                target: target.name.clone(),
+                step: step.index,
+                source,
+            })?;
+        }
+    }
+    Ok(result)
 }
 
 /// serde_json appends " at line L column C" to its messages; the error shows them already.

@@ -1,8 +1,202 @@
 //! The terminal summary table.
 
+use std::fmt::Write as _;
+
 use scalpel_load::result::RunResult;
 
-/// The summary table of a run, for a terminal.
+use crate::figures::{self, Verdict, step_indices};
+
+/// The summary table of a run, for a terminal: a header saying what was run, a ramp overview
+/// (one line per step) when there are several steps, then one block per step with a row per
+/// figure, a column per target and, from the second target on, its ratio to the first
+/// marked `better` or `worse` by the figure's direction; last the breaking points.
+///
+/// Plain ASCII; two targets fit in 100 columns.
 pub fn summary_table(result: &RunResult) -> String {
-    format!("{} targets\n", result.targets.len())
+    let mut out = String::new();
+    header(result, &mut out);
+    if step_indices(result).len() > 1 {
+        overview(result, &mut out);
+    }
+    for section in figures::sections(result) {
+        let _ = writeln!(out, "\n{}", section.title);
+        let mut grid = Grid::default();
+        let mut head = vec![String::new()];
+        for (i, target) in result.targets.iter().enumerate() {
+            head.push(target.name.clone());
+            if i > 0 {
+                head.push(format!("{}/{}", target.name, result.targets[0].name));
+            }
+        }
+        grid.rows.push(head);
+        grid.rule_after_first = true;
+        for row in &section.rows {
+            let label = if row.indent {
+                format!("  {}", row.label)
+            } else {
+                row.label.clone()
+            };
+            let mut line = vec![label];
+            for (i, cell) in row.cells.iter().enumerate() {
+                line.push(cell.clone());
+                if i > 0 {
+                    line.push(ratio_cell(&row.ratios[i - 1]));
+                }
+            }
+            grid.rows.push(line);
+        }
+        grid.render(&mut out);
+    }
+    breaking_points(result, &mut out);
+    out
+}
+
+fn header(result: &RunResult, out: &mut String) {
+    let c = &result.config;
+    let m = &result.machine;
+    let _ = writeln!(
+        out,
+        "{} run of {} on {} ({} cpus, {}, kernel {})",
+        result.tool,
+        result.started_at,
+        if m.hosts.is_empty() { "?".to_owned() } else { m.hosts.join(", ") },
+        m.cpus,
+        m.cpu_model,
+        m.kernel
+    );
+    let mut model = format!("{} model, {} connections", c.model, c.connections);
+    if let Some(n) = c.max_in_flight {
+        let _ = write!(model, ", at most {n} in flight");
+    }
+    if let Some(s) = c.step_duration_s {
+        let _ = write!(model, ", {s} s per step");
+    }
+    if let Some(n) = c.requests_per_step {
+        let _ = write!(model, ", {n} requests per step");
+    }
+    if let Some(slo) = &c.slo {
+        let _ = write!(model, ", SLO {slo}");
+    }
+    let _ = writeln!(out, "{model}");
+    let _ = writeln!(out, "request: {}", c.request);
+    for target in &result.targets {
+        let _ = writeln!(out, "target {}: {}", target.name, target.url);
+    }
+    if result.targets.len() > 1 {
+        let _ = writeln!(
+            out,
+            "ratios: target / {}; lower is better for latency, errors, CPU and memory, \
+             higher for rates",
+            result.targets[0].name
+        );
+    }
+}
+
+fn ratio_cell((text, verdict): &(String, Verdict)) -> String {
+    match verdict.word() {
+        "" => text.clone(),
+        word => format!("{text} {word}"),
+    }
+}
+
+/// One line per step: the few figures that show where each target gave in.
+fn overview(result: &RunResult, out: &mut String) {
+    let overview = figures::overview(result);
+    let mut grid = Grid::default();
+    let mut groups = vec![(String::new(), 2)];
+    let mut head = vec!["step".to_owned(), "offered".to_owned()];
+    for target in &result.targets {
+        groups.push((target.name.clone(), overview.per_target.len()));
+        head.extend(overview.per_target.iter().map(|h| (*h).to_owned()));
+    }
+    grid.groups = groups;
+    grid.rows.push(head);
+    grid.rule_after_first = true;
+    for row in overview.rows {
+        let mut line = vec![row.step, row.offered];
+        line.extend(row.per_target.into_iter().flatten());
+        grid.rows.push(line);
+    }
+    let _ = writeln!(out, "\nramp overview");
+    grid.render(out);
+}
+
+fn breaking_points(result: &RunResult, out: &mut String) {
+    let Some(slo) = &result.config.slo else {
+        return;
+    };
+    let _ = writeln!(out, "\nbreaking point (SLO {slo})");
+    let mut grid = Grid::default();
+    for row in figures::breaking_points(result) {
+        grid.rows.push(vec![row.target, row.rate, ratio_cell(&row.ratio), row.why]);
+    }
+    grid.left_columns = vec![0, 3];
+    grid.render(out);
+}
+
+/// Right-aligned columns (except the first and any listed), two spaces apart.
+#[derive(Debug, Default)]
+struct Grid {
+    /// Optional group titles above the header, each spanning some columns.
+    groups: Vec<(String, usize)>,
+    rows: Vec<Vec<String>>,
+    rule_after_first: bool,
+    left_columns: Vec<usize>,
+}
+
+const GAP: &str = "  ";
+
+impl Grid {
+    fn render(&self, out: &mut String) {
+        let columns = self.rows.iter().map(Vec::len).max().unwrap_or(0);
+        let mut widths = vec![0; columns];
+        for row in &self.rows {
+            for (i, cell) in row.iter().enumerate() {
+                widths[i] = widths[i].max(cell.chars().count());
+            }
+        }
+        // Widen the last column of a group whose title is longer than its columns.
+        let mut start = 0;
+        for (title, span) in &self.groups {
+            let end = (start + span).min(columns);
+            let inner: usize = widths[start..end].iter().sum::<usize>() + GAP.len() * span.saturating_sub(1);
+            if title.chars().count() > inner && end > start {
+                widths[end - 1] += title.chars().count() - inner;
+            }
+            start = end;
+        }
+        if !self.groups.is_empty() {
+            let mut line = String::new();
+            let mut start = 0;
+            for (title, span) in &self.groups {
+                let end = (start + span).min(columns);
+                let inner: usize = widths[start..end].iter().sum::<usize>() + GAP.len() * span.saturating_sub(1);
+                if start > 0 {
+                    line.push_str(GAP);
+                }
+                let _ = write!(line, "{title:^inner$}");
+                start = end;
+            }
+            let _ = writeln!(out, "{}", line.trim_end());
+        }
+        for (r, row) in self.rows.iter().enumerate() {
+            let mut line = String::new();
+            for (i, width) in widths.iter().enumerate() {
+                let cell = row.get(i).map_or("", String::as_str);
+                if i > 0 {
+                    line.push_str(GAP);
+                }
+                if i == 0 || self.left_columns.contains(&i) {
+                    let _ = write!(line, "{cell:<width$}");
+                } else {
+                    let _ = write!(line, "{cell:>width$}");
+                }
+            }
+            let _ = writeln!(out, "{}", line.trim_end());
+            if r == 0 && self.rule_after_first {
+                let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
+                let _ = writeln!(out, "{}", rule.join(GAP));
+            }
+        }
+    }
 }

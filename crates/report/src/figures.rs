@@ -1,0 +1,472 @@
+//! The figures of a run arranged for reading: sections (one per step), rows (one per figure),
+//! a value per target and a ratio to the first target. The terminal table and the HTML page
+//! both render this one model, so they always show the same numbers.
+
+use scalpel_load::result::{RunResult, StepResult, TargetResult};
+
+/// Which way a figure should move for the candidate to be better.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Better {
+    Lower,
+    Higher,
+    /// Neither way is better (requests, offered rate); the ratio is shown without a verdict.
+    Neither,
+    /// No ratio makes sense (yes/no figures, the offered rate everyone shares).
+    NoRatio,
+}
+
+/// How a target compares with the first target on one figure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    Better,
+    Worse,
+    Same,
+    Unknown,
+}
+
+impl Verdict {
+    pub(crate) fn word(self) -> &'static str {
+        match self {
+            Verdict::Better => "better",
+            Verdict::Worse => "worse",
+            Verdict::Same | Verdict::Unknown => "",
+        }
+    }
+}
+
+/// One figure of one section.
+#[derive(Debug, Clone)]
+pub(crate) struct Row {
+    pub(crate) label: String,
+    /// A sub-row (an error kind under `errors`).
+    pub(crate) indent: bool,
+    /// The figure per target, as text.
+    pub(crate) cells: Vec<String>,
+    /// From the second target on: the ratio to the first (`0.24x`) and its verdict.
+    pub(crate) ratios: Vec<(String, Verdict)>,
+}
+
+/// One step, or the closed model's single measurement.
+#[derive(Debug, Clone)]
+pub(crate) struct Section {
+    pub(crate) title: String,
+    pub(crate) rows: Vec<Row>,
+}
+
+/// The step indices any target ran, in order.
+pub(crate) fn step_indices(result: &RunResult) -> Vec<u32> {
+    let mut indices: Vec<u32> = result
+        .targets
+        .iter()
+        .flat_map(|t| t.steps.iter().map(|s| s.index))
+        .collect();
+    indices.sort_unstable();
+    indices.dedup();
+    indices
+}
+
+pub(crate) fn step_of(target: &TargetResult, index: u32) -> Option<&StepResult> {
+    target.steps.iter().find(|s| s.index == index)
+}
+
+/// A section per step.
+pub(crate) fn sections(result: &RunResult) -> Vec<Section> {
+    let indices = step_indices(result);
+    indices
+        .iter()
+        .map(|&index| {
+            let steps: Vec<Option<&StepResult>> = result
+                .targets
+                .iter()
+                .map(|t| step_of(t, index))
+                .collect();
+            Section {
+                title: section_title(result, &steps, index, indices.len()),
+                rows: rows(&steps),
+            }
+        })
+        .collect()
+}
+
+fn section_title(
+    result: &RunResult,
+    steps: &[Option<&StepResult>],
+    index: u32,
+    count: usize,
+) -> String {
+    let any = steps.iter().flatten().next();
+    let offered = any.and_then(|s| s.offered_rps);
+    let duration = steps
+        .iter()
+        .flatten()
+        .map(|s| s.duration_s)
+        .fold(0.0, f64::max);
+    let what = match offered {
+        Some(rps) => format!("offered {} rps", fmt_rate(rps)),
+        None => format!("{} model, {} connections", result.config.model, result.config.connections),
+    };
+    if count > 1 {
+        format!("step {} of {count}: {what}, {duration:.1} s", index + 1)
+    } else {
+        format!("{what}, {duration:.1} s")
+    }
+}
+
+fn rows(steps: &[Option<&StepResult>]) -> Vec<Row> {
+    let present = || steps.iter().flatten();
+    let mut rows = Vec::new();
+    let mut add = |label: &str, indent: bool, better: Better, get: &dyn Fn(&StepResult) -> Option<f64>, fmt: &dyn Fn(f64) -> String| {
+        let values: Vec<Option<f64>> = steps.iter().map(|s| s.and_then(get)).collect();
+        rows.push(Row {
+            label: label.to_owned(),
+            indent,
+            cells: values
+                .iter()
+                .map(|v| v.map_or_else(|| "-".to_owned(), fmt))
+                .collect(),
+            ratios: ratios(&values, better),
+        });
+    };
+    let open = present().any(|s| s.offered_rps.is_some());
+    if open {
+        add("offered rps", false, Better::NoRatio, &|s| s.offered_rps, &fmt_rate);
+    }
+    add("achieved rps", false, Better::Higher, &|s| Some(s.achieved_rps), &fmt_rate);
+    add("requests", false, Better::Neither, &|s| Some(s.requests as f64), &fmt_count);
+    let errors_row = {
+        let values: Vec<Option<f64>> = steps.iter().map(|s| s.map(|s| s.errors as f64)).collect();
+        Row {
+            label: "errors".to_owned(),
+            indent: false,
+            cells: steps
+                .iter()
+                .map(|s| match s {
+                    Some(s) if s.errors > 0 && s.requests > 0 => format!(
+                        "{} ({})",
+                        fmt_count(s.errors as f64),
+                        fmt_percent(s.errors as f64 * 100.0 / s.requests as f64)
+                    ),
+                    Some(s) => fmt_count(s.errors as f64),
+                    None => "-".to_owned(),
+                })
+                .collect(),
+            ratios: ratios(&values, Better::Lower),
+        }
+    };
+    rows.push(errors_row);
+    let mut kinds: Vec<&String> = present().flat_map(|s| s.error_kinds.keys()).collect();
+    kinds.sort();
+    kinds.dedup();
+    let mut add = |label: &str, indent: bool, better: Better, get: &dyn Fn(&StepResult) -> Option<f64>, fmt: &dyn Fn(f64) -> String| {
+        let values: Vec<Option<f64>> = steps.iter().map(|s| s.and_then(get)).collect();
+        rows.push(Row {
+            label: label.to_owned(),
+            indent,
+            cells: values
+                .iter()
+                .map(|v| v.map_or_else(|| "-".to_owned(), fmt))
+                .collect(),
+            ratios: ratios(&values, better),
+        });
+    };
+    for kind in kinds {
+        add(kind, true, Better::Lower, &|s| Some(s.error_kinds.get(kind).copied().unwrap_or(0) as f64), &fmt_count);
+    }
+    if open {
+        add("late", false, Better::Lower, &|s| Some(s.late as f64), &fmt_count);
+        add("not sent", false, Better::Lower, &|s| Some(s.not_sent as f64), &fmt_count);
+    }
+    add("latency mean ms", false, Better::Lower, &|s| Some(s.latency_ms.mean), &fmt_ms);
+    add("latency p50 ms", false, Better::Lower, &|s| Some(s.latency_ms.p50), &fmt_ms);
+    add("latency p90 ms", false, Better::Lower, &|s| Some(s.latency_ms.p90), &fmt_ms);
+    add("latency p99 ms", false, Better::Lower, &|s| Some(s.latency_ms.p99), &fmt_ms);
+    add("latency p99.9 ms", false, Better::Lower, &|s| Some(s.latency_ms.p999), &fmt_ms);
+    add("latency max ms", false, Better::Lower, &|s| Some(s.latency_ms.max), &fmt_ms);
+    if present().any(|s| s.cpu_percent.is_some()) {
+        add("CPU % mean", false, Better::Lower, &|s| s.cpu_percent, &fmt_amount);
+        add("CPU % peak", false, Better::Lower, &|s| s.cpu_percent_peak, &fmt_amount);
+        add("rps per CPU core", false, Better::Higher, &rps_per_core, &fmt_rate);
+    }
+    if present().any(|s| s.rss_mb.is_some()) {
+        add("RSS MiB mean", false, Better::Lower, &|s| s.rss_mb, &fmt_amount);
+        add("RSS MiB peak", false, Better::Lower, &|s| s.rss_mb_peak, &fmt_amount);
+    }
+    if present().any(|s| s.pss_mb.is_some()) {
+        add("PSS MiB mean", false, Better::Lower, &|s| s.pss_mb, &fmt_amount);
+        add("PSS MiB peak", false, Better::Lower, &|s| s.pss_mb_peak, &fmt_amount);
+    }
+    if present().any(|s| s.slo_held.is_some()) {
+        rows.push(Row {
+            label: "SLO held".to_owned(),
+            indent: false,
+            cells: steps
+                .iter()
+                .map(|s| held_text(s.and_then(|s| s.slo_held)).to_owned())
+                .collect(),
+            ratios: vec![(String::new(), Verdict::Unknown); steps.len().saturating_sub(1)],
+        });
+    }
+    rows
+}
+
+/// The ramp overview: a line per step with the few figures that show where each target
+/// gave in.
+#[derive(Debug)]
+pub(crate) struct Overview {
+    /// Column titles repeated for every target.
+    pub(crate) per_target: Vec<&'static str>,
+    pub(crate) rows: Vec<OverviewRow>,
+}
+
+#[derive(Debug)]
+pub(crate) struct OverviewRow {
+    pub(crate) step: String,
+    pub(crate) offered: String,
+    /// Per target, one cell per `per_target` column.
+    pub(crate) per_target: Vec<Vec<String>>,
+}
+
+pub(crate) fn overview(result: &RunResult) -> Overview {
+    let all = || result.targets.iter().flat_map(|t| &t.steps);
+    let has_cpu = all().any(|s| s.cpu_percent.is_some());
+    let has_slo = all().any(|s| s.slo_held.is_some());
+    let mut per_target = vec!["rps", "p99 ms", "errors"];
+    if has_cpu {
+        per_target.push("CPU %");
+    }
+    if has_slo {
+        per_target.push("SLO");
+    }
+    let rows = step_indices(result)
+        .into_iter()
+        .map(|index| {
+            let offered = result
+                .targets
+                .iter()
+                .find_map(|t| step_of(t, index))
+                .and_then(|s| s.offered_rps)
+                .map_or_else(|| "-".to_owned(), fmt_rate);
+            let per_target = result
+                .targets
+                .iter()
+                .map(|target| match step_of(target, index) {
+                    Some(s) => {
+                        let mut cells = vec![
+                            fmt_rate(s.achieved_rps),
+                            fmt_ms(s.latency_ms.p99),
+                            if s.requests == 0 {
+                                "-".to_owned()
+                            } else {
+                                fmt_percent(s.errors as f64 * 100.0 / s.requests as f64)
+                            },
+                        ];
+                        if has_cpu {
+                            cells.push(s.cpu_percent.map_or_else(|| "-".to_owned(), |c| format!("{c:.0}")));
+                        }
+                        if has_slo {
+                            cells.push(held_text(s.slo_held).to_owned());
+                        }
+                        cells
+                    }
+                    None => vec!["-".to_owned(); per_target.len()],
+                })
+                .collect();
+            OverviewRow {
+                step: (index + 1).to_string(),
+                offered,
+                per_target,
+            }
+        })
+        .collect();
+    Overview { per_target, rows }
+}
+
+pub(crate) fn held_text(held: Option<bool>) -> &'static str {
+    match held {
+        Some(true) => "ok",
+        Some(false) => "NO",
+        None => "-",
+    }
+}
+
+/// One target's breaking point, ready to print.
+#[derive(Debug)]
+pub(crate) struct BreakingRow {
+    pub(crate) target: String,
+    /// `4,000 rps`, or `>= 12,000 rps` when every step held.
+    pub(crate) rate: String,
+    pub(crate) ratio: (String, Verdict),
+    pub(crate) why: String,
+}
+
+pub(crate) fn breaking_points(result: &RunResult) -> Vec<BreakingRow> {
+    let rate_of = |t: &TargetResult| match &t.breaking_point {
+        Some(bp) => Some(bp.rps),
+        // Held everywhere: the breaking point is above the highest step tried.
+        None => t.steps.iter().filter_map(|s| s.offered_rps).reduce(f64::max),
+    };
+    let base = result.targets.first().and_then(rate_of);
+    result
+        .targets
+        .iter()
+        .enumerate()
+        .map(|(i, target)| {
+            let (rate, why) = match &target.breaking_point {
+                Some(bp) => (format!("{} rps", fmt_rate(bp.rps)), format!("broke: {}", bp.reason)),
+                None => (
+                    rate_of(target).map_or_else(|| "-".to_owned(), |r| format!(">= {} rps", fmt_rate(r))),
+                    "held at every step".to_owned(),
+                ),
+            };
+            let ratio = if i == 0 {
+                (String::new(), Verdict::Unknown)
+            } else {
+                ratios(&[base, rate_of(target)], Better::Higher).remove(0)
+            };
+            BreakingRow {
+                target: target.name.clone(),
+                rate,
+                ratio,
+                why,
+            }
+        })
+        .collect()
+}
+
+/// Requests per second per fully used core: what "2x QPS per vCPU" claims are made of.
+pub(crate) fn rps_per_core(step: &StepResult) -> Option<f64> {
+    step.cpu_percent
+        .filter(|cpu| *cpu > 0.0)
+        .map(|cpu| step.achieved_rps / (cpu / 100.0))
+}
+
+/// Ratio of each later target to the first, with a verdict by the figure's direction.
+pub(crate) fn ratios(values: &[Option<f64>], better: Better) -> Vec<(String, Verdict)> {
+    let base = values.first().copied().flatten();
+    values
+        .iter()
+        .skip(1)
+        .map(|value| match (better, base, value) {
+            (Better::NoRatio, _, _) => (String::new(), Verdict::Unknown),
+            (_, Some(base), Some(value)) => ratio(base, *value, better),
+            _ => ("-".to_owned(), Verdict::Unknown),
+        })
+        .collect()
+}
+
+fn ratio(base: f64, value: f64, better: Better) -> (String, Verdict) {
+    if base == 0.0 {
+        return if value == 0.0 {
+            ("=".to_owned(), Verdict::Same)
+        } else {
+            ("-".to_owned(), Verdict::Unknown)
+        };
+    }
+    let r = value / base;
+    let text = fmt_ratio(r);
+    let verdict = if text == "1.00x" {
+        Verdict::Same
+    } else {
+        match better {
+            Better::Lower if r < 1.0 => Verdict::Better,
+            Better::Lower => Verdict::Worse,
+            Better::Higher if r > 1.0 => Verdict::Better,
+            Better::Higher => Verdict::Worse,
+            Better::Neither | Better::NoRatio => Verdict::Unknown,
+        }
+    };
+    (text, verdict)
+}
+
+pub(crate) fn fmt_ratio(r: f64) -> String {
+    if r >= 100.0 {
+        format!("{r:.0}x")
+    } else if r >= 10.0 {
+        format!("{r:.1}x")
+    } else {
+        format!("{r:.2}x")
+    }
+}
+
+/// An integer with thousands separators: `1,234,567`.
+pub(crate) fn fmt_count(value: f64) -> String {
+    group(&format!("{value:.0}"))
+}
+
+/// A rate: whole numbers from 1000 up, one decimal below.
+pub(crate) fn fmt_rate(value: f64) -> String {
+    if value.abs() >= 1000.0 {
+        group(&format!("{value:.0}"))
+    } else {
+        format!("{value:.1}")
+    }
+}
+
+/// Milliseconds with the precision HdrHistogram's three significant digits support.
+pub(crate) fn fmt_ms(value: f64) -> String {
+    if value >= 100.0 {
+        group(&format!("{value:.1}"))
+    } else if value >= 1.0 {
+        format!("{value:.2}")
+    } else {
+        format!("{value:.3}")
+    }
+}
+
+/// CPU percent or MiB: one decimal.
+pub(crate) fn fmt_amount(value: f64) -> String {
+    group(&format!("{value:.1}"))
+}
+
+pub(crate) fn fmt_percent(value: f64) -> String {
+    if value >= 10.0 {
+        format!("{value:.1}%")
+    } else {
+        format!("{value:.2}%")
+    }
+}
+
+/// Inserts `,` every three digits of the integer part.
+fn group(number: &str) -> String {
+    let (sign, rest) = match number.strip_prefix('-') {
+        Some(rest) => ("-", rest),
+        None => ("", number),
+    };
+    let (int, frac) = match rest.split_once('.') {
+        Some((int, frac)) => (int, Some(frac)),
+        None => (rest, None),
+    };
+    let mut out = String::with_capacity(number.len() + int.len() / 3);
+    out.push_str(sign);
+    for (i, c) in int.chars().enumerate() {
+        if i > 0 && (int.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if let Some(frac) = frac {
+        out.push('.');
+        out.push_str(frac);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_are_grouped_and_ratios_judged_by_direction() {
+        assert_eq!(fmt_count(1234567.0), "1,234,567");
+        assert_eq!(fmt_rate(85012.4), "85,012");
+        assert_eq!(fmt_rate(999.94), "999.9");
+        assert_eq!(fmt_ms(19.87), "19.87");
+        assert_eq!(fmt_ms(0.0512), "0.051");
+        assert_eq!(ratio(19.87, 4.79, Better::Lower), ("0.24x".to_owned(), Verdict::Better));
+        assert_eq!(ratio(85_000.0, 150_000.0, Better::Higher), ("1.76x".to_owned(), Verdict::Better));
+        assert_eq!(ratio(52.0, 78.3, Better::Lower), ("1.51x".to_owned(), Verdict::Worse));
+        assert_eq!(ratio(100.0, 100.2, Better::Lower), ("1.00x".to_owned(), Verdict::Same));
+        assert_eq!(ratio(0.0, 0.0, Better::Lower).1, Verdict::Same);
+        assert_eq!(ratio(0.0, 3.0, Better::Lower).1, Verdict::Unknown);
+    }
+}
