@@ -1,0 +1,305 @@
+// Package readmodel keeps the whole ledger in memory and answers the read
+// endpoints (balance, stats, transactions, healthz) from it.
+//
+// The model is loaded once at start and then tails the transactions table by
+// seq (SPEC "The read model"). It never writes to the ledger: transfers are
+// written by package ledger and reach the model through the same tailing path
+// as every other row, so there is exactly one way data gets in.
+package readmodel
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+)
+
+// TailInterval is how often Run polls the ledger for new transactions.
+const TailInterval = 100 * time.Millisecond
+
+// tailBatch is the LIMIT of one tail query (SPEC).
+const tailBatch = 10000
+
+// Txn is one row of the transactions table as the model keeps it.
+type Txn struct {
+	Seq          int64
+	TS           int64
+	Currency     string
+	Amount       int64
+	Status       string // "settled" or "pending"
+	Category     string
+	Counterparty string
+}
+
+type account struct {
+	currency string
+	settled  int64
+	pending  int64
+	// pendingOut is the sum of the negative pending amounts: money already
+	// promised away and therefore not available.
+	pendingOut int64
+}
+
+type user struct {
+	accounts []*account // sorted by currency
+	txns     []Txn      // seq ascending; append-only
+}
+
+func (u *user) account(currency string) *account {
+	i, found := slices.BinarySearchFunc(u.accounts, currency, func(a *account, c string) int {
+		switch {
+		case a.currency < c:
+			return -1
+		case a.currency > c:
+			return 1
+		}
+		return 0
+	})
+	if found {
+		return u.accounts[i]
+	}
+	a := &account{currency: currency}
+	u.accounts = slices.Insert(u.accounts, i, a)
+	return a
+}
+
+// Model is the in-memory read model. It is safe for concurrent use: readers
+// take a read lock, the single tailer takes the write lock per batch.
+type Model struct {
+	db  *sql.DB
+	log *slog.Logger
+
+	mu    sync.RWMutex
+	users map[string]*user
+	seq   int64 // last applied transaction seq
+	clock int64 // ts of the newest applied transaction (the ledger clock)
+
+	// strs interns the few distinct strings (currencies, categories,
+	// statuses, counterparties) so a million rows do not hold a million
+	// copies. Only touched by the tailer.
+	strs map[string]string
+}
+
+// Load reads users, accounts and every transaction from db and returns a
+// model ready to serve. Call Run to keep it up to date.
+func Load(ctx context.Context, db *sql.DB, log *slog.Logger) (*Model, error) {
+	m := &Model{db: db, log: log, users: make(map[string]*user), strs: make(map[string]string)}
+	if err := m.loadUsers(ctx); err != nil {
+		return nil, err
+	}
+	if err := m.CatchUp(ctx); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func (m *Model) intern(s string) string {
+	if v, ok := m.strs[s]; ok {
+		return v
+	}
+	m.strs[s] = s
+	return s
+}
+
+func (m *Model) loadUsers(ctx context.Context) error {
+	rows, err := m.db.QueryContext(ctx, `SELECT id FROM users`)
+	if err != nil {
+		return fmt.Errorf("load users: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return fmt.Errorf("load users: %w", err)
+		}
+		m.users[id] = &user{}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("load users: %w", err)
+	}
+
+	// Accounts without any transaction still appear in the answers, so the
+	// set of accounts comes from the accounts table; their amounts come from
+	// the transactions (applied next), which the SPEC keeps equal.
+	rows, err = m.db.QueryContext(ctx, `SELECT user_id, currency FROM accounts`)
+	if err != nil {
+		return fmt.Errorf("load accounts: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, currency string
+		if err := rows.Scan(&id, &currency); err != nil {
+			return fmt.Errorf("load accounts: %w", err)
+		}
+		if u, ok := m.users[id]; ok {
+			u.account(m.intern(currency))
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("load accounts: %w", err)
+	}
+	return nil
+}
+
+// Run tails the ledger every TailInterval until ctx is done. Errors are
+// logged and retried on the next tick: a busy or briefly locked database
+// must not stop the service.
+func (m *Model) Run(ctx context.Context) {
+	ticker := time.NewTicker(TailInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+			tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			if err := m.CatchUp(tctx); err != nil && ctx.Err() == nil {
+				m.log.Warn("tailing the ledger failed", "err", err)
+			}
+			cancel()
+		}
+	}
+}
+
+// CatchUp applies every transaction newer than the model's seq, in batches.
+// Only one goroutine may call it at a time (Load, then Run).
+func (m *Model) CatchUp(ctx context.Context) error {
+	for {
+		batch, err := m.fetch(ctx, m.seq) // m.seq is only written by this goroutine
+		if err != nil {
+			return err
+		}
+		if len(batch) == 0 {
+			return nil
+		}
+		newUsers, err := m.resolveUnknownUsers(ctx, batch)
+		if err != nil {
+			return err
+		}
+		m.apply(batch, newUsers)
+		if len(batch) < tailBatch {
+			return nil
+		}
+	}
+}
+
+type row struct {
+	Txn
+	userID string
+}
+
+func (m *Model) fetch(ctx context.Context, after int64) ([]row, error) {
+	rows, err := m.db.QueryContext(ctx, `SELECT seq, ts, user_id, currency, amount, status, category, counterparty
+		FROM transactions WHERE seq > ? ORDER BY seq LIMIT ?`, after, tailBatch)
+	if err != nil {
+		return nil, fmt.Errorf("tail transactions: %w", err)
+	}
+	defer rows.Close()
+	var batch []row
+	for rows.Next() {
+		var r row
+		if err := rows.Scan(&r.Seq, &r.TS, &r.userID, &r.Currency, &r.Amount, &r.Status, &r.Category, &r.Counterparty); err != nil {
+			return nil, fmt.Errorf("tail transactions: %w", err)
+		}
+		batch = append(batch, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("tail transactions: %w", err)
+	}
+	return batch, nil
+}
+
+// resolveUnknownUsers looks up, in the users table, the users of the batch
+// that the model does not know yet (users written after start).
+func (m *Model) resolveUnknownUsers(ctx context.Context, batch []row) (map[string]bool, error) {
+	var unknown []string
+	m.mu.RLock()
+	for _, r := range batch {
+		if _, ok := m.users[r.userID]; !ok && !slices.Contains(unknown, r.userID) {
+			unknown = append(unknown, r.userID)
+		}
+	}
+	m.mu.RUnlock()
+	if len(unknown) == 0 {
+		return nil, nil
+	}
+	found := make(map[string]bool, len(unknown))
+	for _, id := range unknown {
+		var one int
+		err := m.db.QueryRowContext(ctx, `SELECT 1 FROM users WHERE id = ?`, id).Scan(&one)
+		switch {
+		case err == sql.ErrNoRows:
+			m.log.Warn("transaction of a user missing from the users table; skipped", "user_id", id)
+		case err != nil:
+			return nil, fmt.Errorf("look up user %s: %w", id, err)
+		default:
+			found[id] = true
+		}
+	}
+	return found, nil
+}
+
+func (m *Model) apply(batch []row, newUsers map[string]bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, r := range batch {
+		m.seq = r.Seq
+		m.clock = max(m.clock, r.TS)
+		u, ok := m.users[r.userID]
+		if !ok {
+			if !newUsers[r.userID] {
+				continue
+			}
+			u = &user{}
+			m.users[r.userID] = u
+		}
+		t := r.Txn
+		t.Currency = m.intern(t.Currency)
+		t.Status = m.intern(t.Status)
+		t.Category = m.intern(t.Category)
+		t.Counterparty = m.intern(t.Counterparty)
+		a := u.account(t.Currency)
+		if t.Status == "pending" {
+			a.pending += t.Amount
+			if t.Amount < 0 {
+				a.pendingOut += t.Amount
+			}
+		} else {
+			a.settled += t.Amount
+		}
+		u.txns = append(u.txns, t)
+	}
+}
+
+// Seq returns the last transaction seq applied to the model.
+func (m *Model) Seq() int64 {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.seq
+}
+
+// snapshot is what a request needs from the model, taken under the read lock.
+// txns may be read after unlocking: the tailer only appends beyond its length.
+type snapshot struct {
+	seq        int64
+	clock      int64
+	currencies []string
+	txns       []Txn
+}
+
+func (m *Model) snapshot(id string) (snapshot, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	u, ok := m.users[id]
+	if !ok {
+		return snapshot{}, false
+	}
+	s := snapshot{seq: m.seq, clock: m.clock, txns: u.txns, currencies: make([]string, len(u.accounts))}
+	for i, a := range u.accounts {
+		s.currencies[i] = a.currency
+	}
+	return s, true
+}
