@@ -1,0 +1,116 @@
+package api
+
+import (
+	"context"
+	"database/sql"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"scalpel.example/payments-go/internal/ledger"
+	"scalpel.example/payments-go/internal/readmodel"
+	"scalpel.example/payments-go/internal/testledger"
+)
+
+// env is a real service over a real SQLite ledger file, served by httptest.
+type env struct {
+	t      *testing.T
+	b      *testledger.Builder
+	model  *readmodel.Model
+	ledger *ledger.Ledger
+	srv    *httptest.Server
+}
+
+// start opens the ledger built by b, loads the read model, starts the tailer
+// and serves the API on a loopback port.
+func start(t *testing.T, b *testledger.Builder) *env {
+	t.Helper()
+	ctx := context.Background()
+	l, err := ledger.Open(ctx, b.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	m, err := readmodel.Load(ctx, l.Reader(), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tailCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { m.Run(tailCtx); close(done) }()
+	srv := httptest.NewServer(New(m, l, log).Handler())
+	t.Cleanup(func() {
+		srv.Close()
+		stop()
+		<-done
+		l.Close()
+	})
+	return &env{t: t, b: b, model: m, ledger: l, srv: srv}
+}
+
+type response struct {
+	status int
+	ctype  string
+	body   string
+}
+
+var client = &http.Client{Timeout: 30 * time.Second}
+
+func (e *env) do(method, path string, header map[string]string, body string) response {
+	e.t.Helper()
+	req, err := http.NewRequest(method, e.srv.URL+path, strings.NewReader(body))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return response{resp.StatusCode, resp.Header.Get("Content-Type"), string(b)}
+}
+
+func (e *env) get(path string) response {
+	e.t.Helper()
+	return e.do(http.MethodGet, path, nil, "")
+}
+
+// expect checks status, JSON content type and the exact body bytes.
+func expect(t *testing.T, what string, got response, status int, body string) {
+	t.Helper()
+	if got.status != status || got.body != body || got.ctype != "application/json" {
+		t.Errorf("%s\n got: %d %s %s\nwant: %d application/json %s", what, got.status, got.ctype, got.body, status, body)
+	}
+}
+
+// waitSeq polls until the read model has applied seq (deadline, not a sleep).
+func (e *env) waitSeq(seq int64) {
+	e.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for e.model.Seq() < seq {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("read model stuck at seq %d, want %d", e.model.Seq(), seq)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func count(t *testing.T, db *sql.DB, query string, args ...any) int64 {
+	t.Helper()
+	var n int64
+	if err := db.QueryRow(query, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return n
+}
