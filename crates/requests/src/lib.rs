@@ -11,8 +11,10 @@
 //!
 //! Design: all validation happens once, in [`RequestSet::new`], which renders every row;
 //! after that [`RequestSet::render_into`] cannot fail, takes no lock, and reuses the
-//! caller's buffers, so a load worker can call it per request. Header values that hold
-//! placeholders are rendered for every row up front (a clone is a reference-count bump).
+//! caller's buffers, so a load worker can call it per request without allocating. Header
+//! values and bodies that hold placeholders are rendered for every row up front (handing
+//! one out is a reference-count bump); bodies only up to 256 MiB in all, beyond which
+//! they are rendered per request.
 //! The shuffled order is a Fisher–Yates permutation over SplitMix64, written out here so
 //! that a seed gives the same order on every machine and version.
 //!

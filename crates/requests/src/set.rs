@@ -69,8 +69,19 @@ enum HeaderSlot {
 #[derive(Debug, Clone)]
 enum BodySlot {
     Fixed(Bytes),
+    /// Every row's body rendered at bind time into one buffer; row `r` is
+    /// `all[ends[r - 1]..ends[r]]`, handed out as a reference-counted slice.
+    PerRow {
+        all: Bytes,
+        ends: Vec<usize>,
+    },
+    /// Rendered per call, when pre-rendering would exceed [`PRERENDERED_BODIES_MAX`].
     Template(Vec<Bound>),
 }
+
+/// Upper bound on the memory spent on pre-rendered bodies. Above it, bodies are rendered
+/// per request at the cost of one small allocation each.
+const PRERENDERED_BODIES_MAX: usize = 256 << 20;
 
 impl RequestSet {
     /// Binds `template` to `data` and fixes the order of the requests.
@@ -174,7 +185,12 @@ impl RequestSet {
             Some(text) if !text.has_placeholders() => {
                 BodySlot::Fixed(Bytes::from(join_literals(&text.parts)))
             }
-            Some(text) => BodySlot::Template(bind(text, false)),
+            Some(text) => prerender_bodies(
+                bind(text, false),
+                data.as_ref(),
+                rows,
+                PRERENDERED_BODIES_MAX,
+            ),
         };
 
         // Render every row once: header values are kept, raw path values are checked.
@@ -284,6 +300,10 @@ impl RequestSet {
 
         match &self.body {
             BodySlot::Fixed(bytes) => out.body = bytes.clone(),
+            BodySlot::PerRow { all, ends } => {
+                let start = row.checked_sub(1).map_or(0, |previous| ends[previous]);
+                out.body = all.slice(start..ends[row]);
+            }
             BodySlot::Template(parts) => {
                 // Take the previous body back if nobody else holds it, else start anew.
                 let mut buf = match std::mem::take(&mut out.body).try_into_mut() {
@@ -298,6 +318,30 @@ impl RequestSet {
             }
         }
     }
+}
+
+/// Renders the body of every row into one buffer, or keeps the template when that would
+/// take more than `max` bytes.
+fn prerender_bodies(
+    parts: Vec<Bound>,
+    data: Option<&DataSet>,
+    rows: usize,
+    max: usize,
+) -> BodySlot {
+    let mut all = BytesMut::new();
+    let mut ends = Vec::with_capacity(rows);
+    for row in 0..rows {
+        render_body(&parts, data, row, &mut all);
+        if all.len() > max {
+            return BodySlot::Template(parts);
+        }
+        ends.push(all.len());
+    }
+    let all = all.freeze();
+    // The first clone of a `Bytes` made from a vector allocates its shared header; do it
+    // now rather than on the first request.
+    drop(all.clone());
+    BodySlot::PerRow { all, ends }
 }
 
 fn join_literals(parts: &[Part]) -> String {
@@ -355,5 +399,282 @@ pub(crate) fn percent_encode_into(value: &str, out: &mut String) {
             out.push(HEX[usize::from(b >> 4)] as char);
             out.push(HEX[usize::from(b & 0x0F)] as char);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn template(path: &str, headers: &[&str], body: Option<&str>) -> RequestTemplate {
+        let headers: Vec<String> = headers.iter().map(|h| (*h).to_owned()).collect();
+        RequestTemplate::parse("GET", path, &headers, body).unwrap()
+    }
+
+    fn lines(values: &[&str]) -> DataSet {
+        DataSet::from_lines("ids", values.iter().map(|v| (*v).to_owned()).collect())
+    }
+
+    /// An independent decoder: RFC 3986 percent-decoding.
+    fn percent_decode(s: &str) -> Vec<u8> {
+        let bytes = s.as_bytes();
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < bytes.len() {
+            if bytes[i] == b'%' {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap();
+                out.push(u8::from_str_radix(hex, 16).unwrap());
+                i += 3;
+            } else {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn percent_encoding_round_trips_and_keeps_unreserved() {
+        let values = [
+            "plain-._~09AZaz",
+            "a b/c?d&e=f#g%h+i",
+            "naïve ☃",
+            "\u{0}\u{7f}",
+        ];
+        for value in values {
+            let mut out = String::new();
+            percent_encode_into(value, &mut out);
+            assert_eq!(percent_decode(&out), value.as_bytes(), "{value:?} -> {out}");
+            assert!(
+                out.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-._~%".contains(&b)),
+                "{out}"
+            );
+            http::uri::PathAndQuery::try_from(format!("/{out}")).unwrap();
+        }
+        let mut out = String::new();
+        percent_encode_into("plain-._~09AZaz", &mut out);
+        assert_eq!(out, "plain-._~09AZaz");
+    }
+
+    #[test]
+    fn lines_bind_to_the_single_placeholder_whatever_its_name() {
+        let set = RequestSet::new(
+            template("/u/{user}?x={user:raw}", &[], None),
+            Some(lines(&["1", "a/b"])),
+            Order::Sequential,
+        )
+        .unwrap();
+        assert_eq!(set.render(0).path_and_query, "/u/1?x=1");
+        assert_eq!(set.render(1).path_and_query, "/u/a%2Fb?x=a/b");
+    }
+
+    #[test]
+    fn lines_with_two_placeholder_names_name_the_unbound_one() {
+        let err = RequestSet::new(
+            template("/u/{ids}/{other}", &[], None),
+            Some(lines(&["1"])),
+            Order::Sequential,
+        )
+        .unwrap_err();
+        match err {
+            RequestsError::UnboundPlaceholder {
+                placeholder,
+                columns,
+                ..
+            } => {
+                assert_eq!(placeholder, "other");
+                assert_eq!(columns, ["ids"]);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn placeholders_without_data_are_an_error_and_no_placeholders_need_none() {
+        let err =
+            RequestSet::new(template("/u/{id}", &[], None), None, Order::Sequential).unwrap_err();
+        assert!(
+            matches!(&err, RequestsError::NoData { placeholder, .. } if placeholder == "id"),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("{id}"), "{err}");
+
+        let set = RequestSet::new(
+            template("/health", &["A: b"], Some("hi")),
+            None,
+            Order::Sequential,
+        )
+        .unwrap();
+        assert_eq!(set.len(), 1);
+        let r = set.render(12345);
+        assert_eq!(r.path_and_query, "/health");
+        assert_eq!(r.body, "hi");
+        assert_eq!(
+            r.headers,
+            [(HeaderName::from_static("a"), HeaderValue::from_static("b"))]
+        );
+    }
+
+    #[test]
+    fn empty_in_memory_data_is_an_error() {
+        let err = RequestSet::new(
+            template("/{x}", &[], None),
+            Some(lines(&[])),
+            Order::Sequential,
+        )
+        .unwrap_err();
+        assert!(matches!(err, RequestsError::EmptyData { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn headers_and_body_take_values_as_they_are() {
+        let set = RequestSet::new(
+            template(
+                "/x",
+                &["X-Id: <{id}>", "Accept: */*"],
+                Some("{{\"id\": \"{id}\"}}"),
+            ),
+            Some(lines(&["a b/ü"])),
+            Order::Sequential,
+        )
+        .unwrap();
+        let r = set.render(0);
+        assert_eq!(r.headers[0].0, "x-id");
+        assert_eq!(r.headers[0].1.as_bytes(), "<a b/ü>".as_bytes());
+        assert_eq!(r.headers[1].1, "*/*");
+        assert_eq!(r.body, "{\"id\": \"a b/ü\"}".as_bytes());
+    }
+
+    #[test]
+    fn a_row_that_breaks_a_header_fails_at_new_naming_its_line() {
+        let err = RequestSet::new(
+            template("/x", &["X-Id: {id}"], None),
+            Some(lines(&["ok", "ok", "bad\r\ninjected: 1"])),
+            Order::Sequential,
+        )
+        .unwrap_err();
+        match &err {
+            RequestsError::InvalidRow { line, message, .. } => {
+                assert_eq!(*line, 3);
+                assert!(message.contains("X-Id"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_raw_value_that_breaks_the_path_fails_at_new() {
+        let err = RequestSet::new(
+            template("/x/{id:raw}", &[], None),
+            Some(lines(&["fine", "not fine"])),
+            Order::Sequential,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, RequestsError::InvalidRow { line: 2, .. }),
+            "{err:?}"
+        );
+        // Encoded, the same value is fine.
+        RequestSet::new(
+            template("/x/{id}", &[], None),
+            Some(lines(&["fine", "not fine"])),
+            Order::Sequential,
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn order_wraps_and_shuffle_is_a_seeded_permutation() {
+        let values: Vec<String> = (0..100).map(|i| i.to_string()).collect();
+        let data = DataSet::from_lines("n", values);
+        let seq = RequestSet::new(
+            template("/{n}", &[], None),
+            Some(data.clone()),
+            Order::Sequential,
+        )
+        .unwrap();
+        assert_eq!(seq.render(7).path_and_query, "/7");
+        assert_eq!(seq.render(107).path_and_query, "/7");
+        assert_eq!(
+            seq.render(u64::MAX).path_and_query,
+            format!("/{}", u64::MAX % 100)
+        );
+
+        let shuffled = |seed| {
+            let set = RequestSet::new(
+                template("/{n}", &[], None),
+                Some(data.clone()),
+                Order::Shuffled { seed },
+            )
+            .unwrap();
+            (0..100)
+                .map(|i| set.render(i).path_and_query)
+                .collect::<Vec<_>>()
+        };
+        let a = shuffled(9);
+        assert_eq!(a, shuffled(9));
+        assert_ne!(a, shuffled(10));
+        let mut sorted = a.clone();
+        sorted.sort();
+        let mut expected: Vec<String> = (0..100).map(|i| format!("/{i}")).collect();
+        expected.sort();
+        assert_eq!(sorted, expected, "every row once per round");
+    }
+
+    #[test]
+    fn render_into_matches_render_and_reuses_buffers() {
+        let set = RequestSet::new(
+            template("/u/{id}", &["X-Id: {id}", "A: b"], Some("id={id}")),
+            Some(lines(&["1", "22", "333"])),
+            Order::Shuffled { seed: 1 },
+        )
+        .unwrap();
+        let mut out = RenderedRequest::default();
+        for i in 0..10 {
+            set.render_into(i, &mut out);
+            let fresh = set.render(i);
+            assert_eq!(out.path_and_query, fresh.path_and_query);
+            assert_eq!(out.headers, fresh.headers);
+            assert_eq!(out.body, fresh.body);
+            assert_eq!(out.method, fresh.method);
+        }
+    }
+
+    #[test]
+    fn bodies_over_the_prerender_budget_are_rendered_per_call_alike() {
+        let set = RequestSet::new(
+            template("/x", &[], Some("id={id};")),
+            Some(lines(&["1", "22", "333"])),
+            Order::Sequential,
+        )
+        .unwrap();
+        assert!(matches!(set.body, BodySlot::PerRow { .. }));
+        let bound = match set.body.clone() {
+            BodySlot::PerRow { .. } => vec![
+                Bound::Literal("id=".to_owned()),
+                Bound::Value {
+                    column: 0,
+                    encode: false,
+                },
+                Bound::Literal(";".to_owned()),
+            ],
+            _ => unreachable!(),
+        };
+        let slot = prerender_bodies(bound, set.data.as_ref(), 3, 10);
+        assert!(matches!(slot, BodySlot::Template(_)), "{slot:?}");
+        let per_call = RequestSet { body: slot, ..set };
+        let mut out = RenderedRequest::default();
+        for (i, want) in ["id=1;", "id=22;", "id=333;", "id=1;"].iter().enumerate() {
+            per_call.render_into(i as u64, &mut out);
+            assert_eq!(out.body, want.as_bytes());
+        }
+    }
+
+    #[test]
+    fn request_set_is_send_and_sync() {
+        fn shareable<T: Send + Sync>() {}
+        shareable::<RequestSet>();
+        shareable::<std::sync::Arc<RequestSet>>();
     }
 }

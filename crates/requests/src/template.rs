@@ -266,3 +266,145 @@ fn parse_header(header: &str) -> Result<HeaderTemplate, RequestsError> {
         value,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lit(s: &str) -> Part {
+        Part::Literal(s.to_owned())
+    }
+
+    fn ph(name: &str, raw: bool) -> Part {
+        Part::Placeholder {
+            name: name.to_owned(),
+            raw,
+        }
+    }
+
+    fn column_of(result: Result<Text, RequestsError>) -> (usize, String) {
+        match result {
+            Err(RequestsError::Template {
+                column, message, ..
+            }) => (column, message),
+            other => panic!("expected a template error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn splits_literals_placeholders_and_escapes() {
+        let text = parse_text("path", "/u/{id}/x?{{a}}={q:raw}&z").unwrap();
+        assert_eq!(
+            text.parts,
+            [
+                lit("/u/"),
+                ph("id", false),
+                lit("/x?{a}="),
+                ph("q", true),
+                lit("&z")
+            ]
+        );
+        assert_eq!(parse_text("body", "").unwrap().parts, []);
+        assert_eq!(
+            parse_text("body", "{a}{b_2}").unwrap().parts,
+            [ph("a", false), ph("b_2", false)]
+        );
+    }
+
+    #[test]
+    fn errors_point_at_the_column() {
+        let (column, message) = column_of(parse_text("path", "/v1/{id"));
+        assert_eq!(column, 5);
+        assert!(message.contains("unclosed"), "{message}");
+
+        let (column, message) = column_of(parse_text("path", "/v1/{user id}"));
+        assert_eq!(column, 5);
+        assert!(message.contains("bad placeholder name"), "{message}");
+
+        let (column, _) = column_of(parse_text("path", "/é/{}"));
+        assert_eq!(column, 4, "columns count characters, not bytes");
+
+        let (column, message) = column_of(parse_text("body", "a}b"));
+        assert_eq!(column, 2);
+        assert!(message.contains("'}}'"), "{message}");
+
+        let (_, message) = column_of(parse_text("body", "{id:upper}"));
+        assert!(message.contains("upper"), "{message}");
+    }
+
+    #[test]
+    fn error_message_shows_the_template() {
+        let err = RequestTemplate::parse("GET", "/v1/{id", &[], None).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("\"/v1/{id\""), "{text}");
+        assert!(text.contains("column 5"), "{text}");
+    }
+
+    #[test]
+    fn path_must_be_a_valid_origin_form() {
+        for bad in ["v1/x", "", "/a b", "/a\"b", "/caf\u{e9}", "/a#frag"] {
+            let err = RequestTemplate::parse("GET", bad, &[], None);
+            assert!(
+                matches!(err, Err(RequestsError::Template { part: "path", .. })),
+                "{bad:?} -> {err:?}"
+            );
+        }
+        for good in [
+            "/",
+            "/a/{x}?q={y}&r=%20",
+            "/{{literal}}",
+            "/a;b=c,d@e:f!$'()*+",
+        ] {
+            RequestTemplate::parse("GET", good, &[], None)
+                .unwrap_or_else(|e| panic!("{good:?}: {e}"));
+        }
+    }
+
+    #[test]
+    fn headers_and_methods() {
+        let t = RequestTemplate::parse(
+            "POST",
+            "/x",
+            &[
+                "X-Id:{id}".to_owned(),
+                "  Accept :  text/plain  ".to_owned(),
+            ],
+            Some(
+                "{\"a\": \"{name}\"}"
+                    .replace('{', "{{")
+                    .replace('}', "}}")
+                    .as_str(),
+            ),
+        )
+        .unwrap();
+        assert_eq!(t.headers[0].name, "x-id");
+        assert_eq!(t.headers[1].name, "accept");
+        assert_eq!(t.headers[1].value.parts, [lit("text/plain")]);
+        assert_eq!(t.placeholders(), ["id"]);
+
+        for bad in ["no colon", "Bad Name: x", ": empty name", "X: a\u{7}b"] {
+            let err = RequestTemplate::parse("GET", "/", &[bad.to_owned()], None);
+            assert!(
+                matches!(err, Err(RequestsError::Header { .. })),
+                "{bad:?} -> {err:?}"
+            );
+        }
+        assert!(matches!(
+            RequestTemplate::parse("GE T", "/", &[], None),
+            Err(RequestsError::Method { .. })
+        ));
+        assert!(RequestTemplate::parse("PURGE", "/", &[], None).is_ok());
+    }
+
+    #[test]
+    fn placeholders_are_distinct_in_first_use_order() {
+        let t = RequestTemplate::parse(
+            "GET",
+            "/{b}/{a}/{b:raw}",
+            &["X: {c}{a}".to_owned()],
+            Some("{d}{b}"),
+        )
+        .unwrap();
+        assert_eq!(t.placeholders(), ["b", "a", "c", "d"]);
+    }
+}
