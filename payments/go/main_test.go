@@ -1,0 +1,427 @@
+package main
+
+// Process-level tests: the real binary, started as a process on a free
+// loopback port over a real ledger file, killed with SIGKILL in the middle of
+// a stream of transfers and restarted.
+
+import (
+	"bufio"
+	"bytes"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"scalpel.example/payments-go/internal/testledger"
+)
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+	binDir  string
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// binary builds the service once per test run (PAYMENTS_GO_BIN overrides,
+// e.g. with the binary scripts/build-go.sh made).
+func binary(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		if p := os.Getenv("PAYMENTS_GO_BIN"); p != "" {
+			binPath = p
+			return
+		}
+		binDir, binErr = os.MkdirTemp("", "payments-go-test-")
+		if binErr != nil {
+			return
+		}
+		binPath = filepath.Join(binDir, "payments-go")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+// syncBuffer collects a child's stderr safely.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+type service struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	url    string
+	stderr *syncBuffer
+	exited chan struct{}
+	err    error // cmd.Wait's result, once exited is closed
+}
+
+var listeningLine = regexp.MustCompile(`^payments-go listening on (http://127\.0\.0\.1:\d+) \(seq \d+\)$`)
+
+// startService runs the binary on port 0 and waits (with a deadline) for its
+// "listening" line.
+func startService(t *testing.T, db string) *service {
+	t.Helper()
+	s := &service{t: t, stderr: &syncBuffer{}, exited: make(chan struct{})}
+	s.cmd = exec.Command(binary(t), "--db", db, "--port", "0")
+	s.cmd.Stderr = s.stderr
+	stdout, err := s.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		if sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	go func() { s.err = s.cmd.Wait(); close(s.exited) }()
+	t.Cleanup(func() {
+		_ = s.cmd.Process.Kill()
+		<-s.exited
+	})
+	select {
+	case line, ok := <-lines:
+		m := listeningLine.FindStringSubmatch(line)
+		if !ok || m == nil {
+			t.Fatalf("unexpected first line %q; stderr: %s", line, s.stderr)
+		}
+		s.url = m[1]
+	case <-time.After(90 * time.Second):
+		t.Fatalf("service not ready after 90 s; stderr: %s", s.stderr)
+	}
+	return s
+}
+
+// stop sends sig and returns the exit code.
+func (s *service) stop(sig syscall.Signal) int {
+	s.t.Helper()
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		s.t.Fatal(err)
+	}
+	select {
+	case <-s.exited:
+	case <-time.After(60 * time.Second):
+		s.t.Fatalf("no exit 60 s after %v", sig)
+	}
+	return s.cmd.ProcessState.ExitCode()
+}
+
+func kill(s *service) {
+	_ = s.cmd.Process.Signal(syscall.SIGKILL)
+	<-s.exited
+}
+
+var client = &http.Client{Timeout: 60 * time.Second}
+
+type attempt struct {
+	key, body string
+	answered  bool // a complete HTTP answer was received
+	status    int
+	reply     string
+}
+
+func post(url, key, body string) (int, string, error) {
+	req, err := http.NewRequest(http.MethodPost, url+"/v1/transfers", strings.NewReader(body))
+	if err != nil {
+		return 0, "", err
+	}
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, "", err
+	}
+	return resp.StatusCode, string(b), nil
+}
+
+func TestKillDuringTransfersLosesNothingAndAppliesOnce(t *testing.T) {
+	b := testledger.New(t)
+	users := make([]string, 6)
+	for i := range users {
+		users[i] = fmt.Sprintf("u%012x", 0xabc000+i)
+		b.User(users[i], "EUR")
+		b.Txn(1782777600, users[i], "EUR", 10_000_000, "settled", "topup", "ext:topup")
+	}
+
+	first := startService(t, b.Path)
+	const workers = 4
+	const ackedBeforeKill = 200
+	var acked atomic.Int64
+	var stopping atomic.Bool
+	results := make([][]attempt, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			for i := 0; !stopping.Load() && i < 100_000; i++ {
+				from := rng.IntN(len(users))
+				to := (from + 1 + rng.IntN(len(users)-1)) % len(users)
+				a := attempt{
+					key:  fmt.Sprintf("kill-%d-%d", w, i),
+					body: fmt.Sprintf(`{"from":%q,"to":%q,"currency":"EUR","amount":%d}`, users[from], users[to], 1+rng.IntN(1000)),
+				}
+				status, reply, err := post(first.url, a.key, a.body)
+				if err == nil {
+					a.answered, a.status, a.reply = true, status, reply
+					if status == http.StatusCreated {
+						acked.Add(1)
+					}
+				}
+				results[w] = append(results[w], a)
+				if err != nil {
+					return // the service is gone
+				}
+			}
+		})
+	}
+
+	deadline := time.Now().Add(120 * time.Second)
+	for acked.Load() < ackedBeforeKill && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if acked.Load() < ackedBeforeKill {
+		stopping.Store(true)
+		wg.Wait()
+		t.Fatalf("only %d transfers acknowledged in 120 s; stderr: %s", acked.Load(), first.stderr)
+	}
+	kill(first) // SIGKILL while the workers are still sending
+	stopping.Store(true)
+	wg.Wait()
+
+	var all []*attempt
+	for w := range results {
+		for i := range results[w] {
+			all = append(all, &results[w][i])
+		}
+	}
+	var unanswered []*attempt
+	for _, a := range all {
+		switch {
+		case !a.answered:
+			unanswered = append(unanswered, a)
+		case a.status != http.StatusCreated:
+			t.Fatalf("%s: answered %d %s before the kill", a.key, a.status, a.reply)
+		}
+	}
+
+	db, err := sql.Open("sqlite3", "file:"+b.Path+"?_busy_timeout=5000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	storedBefore := map[string]bool{}
+	for _, a := range unanswered {
+		var n int
+		if err := db.QueryRow(`SELECT count(*) FROM transfers WHERE idempotency_key = ?`, a.key).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		storedBefore[a.key] = n == 1
+	}
+
+	second := startService(t, b.Path)
+	// Retry every transfer whose answer was lost (same key, same body), and
+	// every acknowledged one: the latter must replay the same bytes.
+	for _, a := range all {
+		status, reply, err := post(second.url, a.key, a.body)
+		if err != nil {
+			t.Fatalf("retry %s: %v", a.key, err)
+		}
+		if status != http.StatusCreated {
+			t.Fatalf("retry %s: %d %s", a.key, status, reply)
+		}
+		if a.answered && reply != a.reply {
+			t.Errorf("retry of acknowledged %s\n got: %s\nwant: %s", a.key, reply, a.reply)
+		}
+		a.answered, a.status, a.reply = true, status, reply
+	}
+	t.Logf("%d transfers sent, %d acknowledged before SIGKILL, %d unanswered (%d of them committed before the kill)",
+		len(all), len(all)-len(unanswered), len(unanswered), countTrue(storedBefore))
+
+	// The restarted read model converges on the ledger.
+	var maxSeq int64
+	if err := db.QueryRow(`SELECT COALESCE(MAX(seq), 0) FROM transactions`).Scan(&maxSeq); err != nil {
+		t.Fatal(err)
+	}
+	waitHealthSeq(t, second.url, maxSeq)
+	for _, u := range users {
+		var settled, pending int64
+		if err := db.QueryRow(`SELECT settled, pending FROM accounts WHERE user_id = ? AND currency = 'EUR'`, u).Scan(&settled, &pending); err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf(`{"user_id":%q,"seq":%d,"balances":[{"currency":"EUR","settled":%d,"pending":%d,"available":%d}]}`, u, maxSeq, settled, pending, settled)
+		if got := getBody(t, second.url+"/v1/users/"+u+"/balance"); got != want {
+			t.Errorf("balance after restart\n got: %s\nwant: %s", got, want)
+		}
+	}
+	if code := second.stop(syscall.SIGTERM); code != 0 {
+		t.Errorf("exit code %d after SIGTERM; stderr: %s", code, second.stderr)
+	}
+
+	// Every transfer exactly once: one stored key each, two legs each.
+	var transfers, legs, badLegs int
+	must(t, db.QueryRow(`SELECT count(*) FROM transfers`).Scan(&transfers))
+	must(t, db.QueryRow(`SELECT count(*) FROM transactions WHERE category = 'transfer'`).Scan(&legs))
+	must(t, db.QueryRow(`SELECT count(*) FROM (SELECT transfer_id FROM transactions WHERE category = 'transfer'
+		GROUP BY transfer_id HAVING count(*) != 2 OR sum(amount) != 0)`).Scan(&badLegs))
+	if transfers != len(all) || legs != 2*len(all) || badLegs != 0 {
+		t.Errorf("%d attempts: %d stored transfers, %d legs, %d transfer ids without exactly two balanced legs",
+			len(all), transfers, legs, badLegs)
+	}
+	for _, a := range all {
+		var answer struct {
+			TransferID string `json:"transfer_id"`
+			Seq        int64  `json:"seq"`
+		}
+		must(t, json.Unmarshal([]byte(a.reply), &answer))
+		var n int
+		must(t, db.QueryRow(`SELECT count(*) FROM transactions WHERE transfer_id = ? AND seq IN (?, ?)`,
+			answer.TransferID, answer.Seq-1, answer.Seq).Scan(&n))
+		if n != 2 {
+			t.Errorf("%s: transfer %s (seq %d) has %d legs in the ledger", a.key, answer.TransferID, answer.Seq, n)
+		}
+	}
+	if err := testledger.CheckInvariant(db); err != nil {
+		t.Error(err)
+	}
+}
+
+func countTrue(m map[string]bool) int {
+	n := 0
+	for _, v := range m {
+		if v {
+			n++
+		}
+	}
+	return n
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func getBody(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := client.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func waitHealthSeq(t *testing.T, url string, seq int64) {
+	t.Helper()
+	want := fmt.Sprintf(`{"status":"ok","seq":%d}`, seq)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		got := getBody(t, url+"/healthz")
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("healthz %s, want %s", got, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestSIGINTExitsZero(t *testing.T) {
+	b := testledger.New(t)
+	s := startService(t, b.Path)
+	if got := getBody(t, s.url+"/healthz"); got != `{"status":"ok","seq":0}` {
+		t.Errorf("healthz on an empty ledger: %s", got)
+	}
+	if code := s.stop(syscall.SIGINT); code != 0 {
+		t.Errorf("exit code %d after SIGINT; stderr: %s", code, s.stderr)
+	}
+}
+
+func TestBadStartsPrintOneLineAndExit2(t *testing.T) {
+	dir := t.TempDir()
+	notLedger := filepath.Join(dir, "empty.db")
+	must(t, os.WriteFile(notLedger, nil, 0o644))
+	cases := [][]string{
+		{"--db", filepath.Join(dir, "missing.db"), "--port", "0"},
+		{"--db", notLedger, "--port", "0"},
+		{"--db", dir, "--port", "0"},
+		{"--port", "0"},
+		{"--db", notLedger},
+		{"--db", notLedger, "--port", "70000"},
+		{"--db", notLedger, "--port", "x"},
+		{"--nope"},
+		{"--db", notLedger, "--port", "0", "extra"},
+	}
+	for _, args := range cases {
+		cmd := exec.Command(binary(t), args...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		code := -1
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		}
+		lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
+		if code != 2 || len(lines) != 1 || !strings.HasPrefix(lines[0], "payments-go: ") {
+			t.Errorf("%v: exit %d, stderr %q", args, code, stderr.String())
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "missing.db")); !os.IsNotExist(err) {
+		t.Errorf("a missing ledger was created: %v", err)
+	}
+}
