@@ -70,7 +70,10 @@ pub(crate) fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
 /// Writes to stdout; a closed pipe (`| head`) ends quietly, as ripgrep does.
 fn print_stdout(text: &str) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout().lock();
-    match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
         Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         other => other.context("cannot write to stdout"),
     }

@@ -6,7 +6,9 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use scalpel_load::result::{LatencySummary, RunResult, TargetResult, decode_histogram, new_histogram};
+use scalpel_load::result::{
+    LatencySummary, RunResult, TargetResult, decode_histogram, new_histogram,
+};
 
 fn scalpel(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_scalpel"))
@@ -17,7 +19,8 @@ fn scalpel(args: &[&str]) -> Output {
 
 /// A fresh directory per test under cargo's scratch space for integration tests.
 fn scratch(test: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("report_cli-{test}-{}", std::process::id()));
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("report_cli-{test}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
@@ -31,9 +34,16 @@ fn write(dir: &Path, name: &str, run: &RunResult) -> String {
 
 fn host_run(host: &str, seed: u64, median_us: f64) -> (RunResult, Vec<u64>) {
     let mut rng = common::Rng::new(seed);
-    let values: Vec<u64> = (0..5000).map(|_| rng.log_normal(median_us, 0.5).max(1.0) as u64).collect();
+    let values: Vec<u64> = (0..5000)
+        .map(|_| rng.log_normal(median_us, 0.5).max(1.0) as u64)
+        .collect();
     let step = common::step_with_values(0, Some(500.0), 10.0, &values);
-    let target = TargetResult { name: "svc".into(), url: "http://127.0.0.1:9".into(), steps: vec![step], breaking_point: None };
+    let target = TargetResult {
+        name: "svc".into(),
+        url: "http://127.0.0.1:9".into(),
+        steps: vec![step],
+        breaking_point: None,
+    };
     (common::run(host, "open", None, vec![target]), values)
 }
 
@@ -51,7 +61,11 @@ fn merge_prints_the_exact_merge_as_json() {
     let (pa, pb) = (write(&dir, "a.json", &a), write(&dir, "b.json", &b));
 
     let out = scalpel(&["report", "merge", &pa, &pb]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let merged: RunResult = serde_json::from_slice(&out.stdout).unwrap();
     let mut all = new_histogram();
     for v in a_values.iter().chain(&b_values) {
@@ -64,7 +78,14 @@ fn merge_prints_the_exact_merge_as_json() {
 
     // -o writes the same document to a file.
     let out_path = dir.join("merged.json");
-    let out2 = scalpel(&["report", "merge", &pa, &pb, "-o", out_path.to_str().unwrap()]);
+    let out2 = scalpel(&[
+        "report",
+        "merge",
+        &pa,
+        &pb,
+        "-o",
+        out_path.to_str().unwrap(),
+    ]);
     assert!(out2.status.success());
     assert!(out2.stdout.is_empty());
     assert_eq!(std::fs::read(&out_path).unwrap(), out.stdout);
@@ -73,7 +94,13 @@ fn merge_prints_the_exact_merge_as_json() {
 #[test]
 fn show_prints_the_table_and_html_writes_a_page() {
     let dir = scratch("show");
-    let run = scalpel_report::merge(&[common::go_vs_rust_ramp("bench", &[2000.0, 4000.0, 8000.0], 1.0, 5)]).unwrap();
+    let run = scalpel_report::merge(&[common::go_vs_rust_ramp(
+        "bench",
+        &[2000.0, 4000.0, 8000.0],
+        1.0,
+        5,
+    )])
+    .unwrap();
     let path = write(&dir, "run.json", &run);
 
     let out = scalpel(&["report", "show", &path]);
@@ -84,7 +111,11 @@ fn show_prints_the_table_and_html_writes_a_page() {
 
     let page = dir.join("run.html");
     let out = scalpel(&["report", "html", &path, "-o", page.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let html = std::fs::read_to_string(&page).unwrap();
     assert_eq!(html, scalpel_report::html(&run));
     assert!(html.starts_with("<!DOCTYPE html>") && html.trim_end().ends_with("</html>"));
@@ -100,7 +131,13 @@ fn bad_input_is_one_line_on_stderr_and_exit_2() {
 
     let broken = dir.join("broken.json");
     std::fs::write(&broken, "{\"format_version\": 1,\n  oops").unwrap();
-    let out = scalpel(&["report", "html", broken.to_str().unwrap(), "-o", dir.join("x.html").to_str().unwrap()]);
+    let out = scalpel(&[
+        "report",
+        "html",
+        broken.to_str().unwrap(),
+        "-o",
+        dir.join("x.html").to_str().unwrap(),
+    ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr_line(&out).contains("broken.json:2:"));
     assert!(!dir.join("x.html").exists());
@@ -111,7 +148,9 @@ fn bad_input_is_one_line_on_stderr_and_exit_2() {
     let (pa, pb) = (write(&dir, "a.json", &a), write(&dir, "b.json", &b));
     let out = scalpel(&["report", "merge", &pa, &pb]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr_line(&out).starts_with("scalpel: cannot merge: run 1 and run 2 differ in targets"));
+    assert!(
+        stderr_line(&out).starts_with("scalpel: cannot merge: run 1 and run 2 differ in targets")
+    );
     assert!(out.stdout.is_empty());
 
     // One file is not a merge: a usage error from clap, also exit 2.

@@ -35,7 +35,9 @@ pub enum ReportError {
         message: String,
     },
     /// The file was written by an incompatible version of the format.
-    #[error("{path}: result format version {found} is not supported (this scalpel reads version {expected})")]
+    #[error(
+        "{path}: result format version {found} is not supported (this scalpel reads version {expected})"
+    )]
     FormatVersion {
         /// The file.
         path: PathBuf,

@@ -75,11 +75,8 @@ pub(crate) fn sections(result: &RunResult) -> Vec<Section> {
     indices
         .iter()
         .map(|&index| {
-            let steps: Vec<Option<&StepResult>> = result
-                .targets
-                .iter()
-                .map(|t| step_of(t, index))
-                .collect();
+            let steps: Vec<Option<&StepResult>> =
+                result.targets.iter().map(|t| step_of(t, index)).collect();
             Section {
                 title: section_title(result, &steps, index, indices.len()),
                 rows: rows(&steps),
@@ -103,7 +100,10 @@ fn section_title(
         .fold(0.0, f64::max);
     let what = match offered {
         Some(rps) => format!("offered {} rps", fmt_rate(rps)),
-        None => format!("{} model, {} connections", result.config.model, result.config.connections),
+        None => format!(
+            "{} model, {} connections",
+            result.config.model, result.config.connections
+        ),
     };
     if count > 1 {
         format!("step {} of {count}: {what}, {duration:.1} s", index + 1)
@@ -115,7 +115,11 @@ fn section_title(
 fn rows(steps: &[Option<&StepResult>]) -> Vec<Row> {
     let present = || steps.iter().flatten();
     let mut rows = Vec::new();
-    let mut add = |label: &str, indent: bool, better: Better, get: &dyn Fn(&StepResult) -> Option<f64>, fmt: &dyn Fn(f64) -> String| {
+    let mut add = |label: &str,
+                   indent: bool,
+                   better: Better,
+                   get: &dyn Fn(&StepResult) -> Option<f64>,
+                   fmt: &dyn Fn(f64) -> String| {
         let values: Vec<Option<f64>> = steps.iter().map(|s| s.and_then(get)).collect();
         rows.push(Row {
             label: label.to_owned(),
@@ -129,10 +133,28 @@ fn rows(steps: &[Option<&StepResult>]) -> Vec<Row> {
     };
     let open = present().any(|s| s.offered_rps.is_some());
     if open {
-        add("offered rps", false, Better::NoRatio, &|s| s.offered_rps, &fmt_rate);
+        add(
+            "offered rps",
+            false,
+            Better::NoRatio,
+            &|s| s.offered_rps,
+            &fmt_rate,
+        );
     }
-    add("achieved rps", false, Better::Higher, &|s| Some(s.achieved_rps), &fmt_rate);
-    add("requests", false, Better::Neither, &|s| Some(s.requests as f64), &fmt_count);
+    add(
+        "achieved rps",
+        false,
+        Better::Higher,
+        &|s| Some(s.achieved_rps),
+        &fmt_rate,
+    );
+    add(
+        "requests",
+        false,
+        Better::Neither,
+        &|s| Some(s.requests as f64),
+        &fmt_count,
+    );
     let errors_row = {
         let values: Vec<Option<f64>> = steps.iter().map(|s| s.map(|s| s.errors as f64)).collect();
         Row {
@@ -157,7 +179,11 @@ fn rows(steps: &[Option<&StepResult>]) -> Vec<Row> {
     let mut kinds: Vec<&String> = present().flat_map(|s| s.error_kinds.keys()).collect();
     kinds.sort();
     kinds.dedup();
-    let mut add = |label: &str, indent: bool, better: Better, get: &dyn Fn(&StepResult) -> Option<f64>, fmt: &dyn Fn(f64) -> String| {
+    let mut add = |label: &str,
+                   indent: bool,
+                   better: Better,
+                   get: &dyn Fn(&StepResult) -> Option<f64>,
+                   fmt: &dyn Fn(f64) -> String| {
         let values: Vec<Option<f64>> = steps.iter().map(|s| s.and_then(get)).collect();
         rows.push(Row {
             label: label.to_owned(),
@@ -170,30 +196,126 @@ fn rows(steps: &[Option<&StepResult>]) -> Vec<Row> {
         });
     };
     for kind in kinds {
-        add(kind, true, Better::Lower, &|s| Some(s.error_kinds.get(kind).copied().unwrap_or(0) as f64), &fmt_count);
+        add(
+            kind,
+            true,
+            Better::Lower,
+            &|s| Some(s.error_kinds.get(kind).copied().unwrap_or(0) as f64),
+            &fmt_count,
+        );
     }
     if open {
-        add("late", false, Better::Lower, &|s| Some(s.late as f64), &fmt_count);
-        add("not sent", false, Better::Lower, &|s| Some(s.not_sent as f64), &fmt_count);
+        add(
+            "late",
+            false,
+            Better::Lower,
+            &|s| Some(s.late as f64),
+            &fmt_count,
+        );
+        add(
+            "not sent",
+            false,
+            Better::Lower,
+            &|s| Some(s.not_sent as f64),
+            &fmt_count,
+        );
     }
-    add("latency mean ms", false, Better::Lower, &|s| Some(s.latency_ms.mean), &fmt_ms);
-    add("latency p50 ms", false, Better::Lower, &|s| Some(s.latency_ms.p50), &fmt_ms);
-    add("latency p90 ms", false, Better::Lower, &|s| Some(s.latency_ms.p90), &fmt_ms);
-    add("latency p99 ms", false, Better::Lower, &|s| Some(s.latency_ms.p99), &fmt_ms);
-    add("latency p99.9 ms", false, Better::Lower, &|s| Some(s.latency_ms.p999), &fmt_ms);
-    add("latency max ms", false, Better::Lower, &|s| Some(s.latency_ms.max), &fmt_ms);
+    add(
+        "latency mean ms",
+        false,
+        Better::Lower,
+        &|s| Some(s.latency_ms.mean),
+        &fmt_ms,
+    );
+    add(
+        "latency p50 ms",
+        false,
+        Better::Lower,
+        &|s| Some(s.latency_ms.p50),
+        &fmt_ms,
+    );
+    add(
+        "latency p90 ms",
+        false,
+        Better::Lower,
+        &|s| Some(s.latency_ms.p90),
+        &fmt_ms,
+    );
+    add(
+        "latency p99 ms",
+        false,
+        Better::Lower,
+        &|s| Some(s.latency_ms.p99),
+        &fmt_ms,
+    );
+    add(
+        "latency p99.9 ms",
+        false,
+        Better::Lower,
+        &|s| Some(s.latency_ms.p999),
+        &fmt_ms,
+    );
+    add(
+        "latency max ms",
+        false,
+        Better::Lower,
+        &|s| Some(s.latency_ms.max),
+        &fmt_ms,
+    );
     if present().any(|s| s.cpu_percent.is_some()) {
-        add("CPU % mean", false, Better::Lower, &|s| s.cpu_percent, &fmt_amount);
-        add("CPU % peak", false, Better::Lower, &|s| s.cpu_percent_peak, &fmt_amount);
-        add("rps per CPU core", false, Better::Higher, &rps_per_core, &fmt_rate);
+        add(
+            "CPU % mean",
+            false,
+            Better::Lower,
+            &|s| s.cpu_percent,
+            &fmt_amount,
+        );
+        add(
+            "CPU % peak",
+            false,
+            Better::Lower,
+            &|s| s.cpu_percent_peak,
+            &fmt_amount,
+        );
+        add(
+            "rps per CPU core",
+            false,
+            Better::Higher,
+            &rps_per_core,
+            &fmt_rate,
+        );
     }
     if present().any(|s| s.rss_mb.is_some()) {
-        add("RSS MiB mean", false, Better::Lower, &|s| s.rss_mb, &fmt_amount);
-        add("RSS MiB peak", false, Better::Lower, &|s| s.rss_mb_peak, &fmt_amount);
+        add(
+            "RSS MiB mean",
+            false,
+            Better::Lower,
+            &|s| s.rss_mb,
+            &fmt_amount,
+        );
+        add(
+            "RSS MiB peak",
+            false,
+            Better::Lower,
+            &|s| s.rss_mb_peak,
+            &fmt_amount,
+        );
     }
     if present().any(|s| s.pss_mb.is_some()) {
-        add("PSS MiB mean", false, Better::Lower, &|s| s.pss_mb, &fmt_amount);
-        add("PSS MiB peak", false, Better::Lower, &|s| s.pss_mb_peak, &fmt_amount);
+        add(
+            "PSS MiB mean",
+            false,
+            Better::Lower,
+            &|s| s.pss_mb,
+            &fmt_amount,
+        );
+        add(
+            "PSS MiB peak",
+            false,
+            Better::Lower,
+            &|s| s.pss_mb_peak,
+            &fmt_amount,
+        );
     }
     if present().any(|s| s.slo_held.is_some()) {
         rows.push(Row {
@@ -261,7 +383,10 @@ pub(crate) fn overview(result: &RunResult) -> Overview {
                             },
                         ];
                         if has_cpu {
-                            cells.push(s.cpu_percent.map_or_else(|| "-".to_owned(), |c| format!("{c:.0}")));
+                            cells.push(
+                                s.cpu_percent
+                                    .map_or_else(|| "-".to_owned(), |c| format!("{c:.0}")),
+                            );
                         }
                         if has_slo {
                             cells.push(held_text(s.slo_held).to_owned());
@@ -303,7 +428,11 @@ pub(crate) fn breaking_points(result: &RunResult) -> Vec<BreakingRow> {
     let rate_of = |t: &TargetResult| match &t.breaking_point {
         Some(bp) => Some(bp.rps),
         // Held everywhere: the breaking point is above the highest step tried.
-        None => t.steps.iter().filter_map(|s| s.offered_rps).reduce(f64::max),
+        None => t
+            .steps
+            .iter()
+            .filter_map(|s| s.offered_rps)
+            .reduce(f64::max),
     };
     let base = result.targets.first().and_then(rate_of);
     result
@@ -312,9 +441,13 @@ pub(crate) fn breaking_points(result: &RunResult) -> Vec<BreakingRow> {
         .enumerate()
         .map(|(i, target)| {
             let (rate, why) = match &target.breaking_point {
-                Some(bp) => (format!("{} rps", fmt_rate(bp.rps)), format!("broke: {}", bp.reason)),
+                Some(bp) => (
+                    format!("{} rps", fmt_rate(bp.rps)),
+                    format!("broke: {}", bp.reason),
+                ),
                 None => (
-                    rate_of(target).map_or_else(|| "-".to_owned(), |r| format!(">= {} rps", fmt_rate(r))),
+                    rate_of(target)
+                        .map_or_else(|| "-".to_owned(), |r| format!(">= {} rps", fmt_rate(r))),
                     "held at every step".to_owned(),
                 ),
             };
@@ -462,10 +595,22 @@ mod tests {
         assert_eq!(fmt_rate(999.94), "999.9");
         assert_eq!(fmt_ms(19.87), "19.87");
         assert_eq!(fmt_ms(0.0512), "0.051");
-        assert_eq!(ratio(19.87, 4.79, Better::Lower), ("0.24x".to_owned(), Verdict::Better));
-        assert_eq!(ratio(85_000.0, 150_000.0, Better::Higher), ("1.76x".to_owned(), Verdict::Better));
-        assert_eq!(ratio(52.0, 78.3, Better::Lower), ("1.51x".to_owned(), Verdict::Worse));
-        assert_eq!(ratio(100.0, 100.2, Better::Lower), ("1.00x".to_owned(), Verdict::Same));
+        assert_eq!(
+            ratio(19.87, 4.79, Better::Lower),
+            ("0.24x".to_owned(), Verdict::Better)
+        );
+        assert_eq!(
+            ratio(85_000.0, 150_000.0, Better::Higher),
+            ("1.76x".to_owned(), Verdict::Better)
+        );
+        assert_eq!(
+            ratio(52.0, 78.3, Better::Lower),
+            ("1.51x".to_owned(), Verdict::Worse)
+        );
+        assert_eq!(
+            ratio(100.0, 100.2, Better::Lower),
+            ("1.00x".to_owned(), Verdict::Same)
+        );
         assert_eq!(ratio(0.0, 0.0, Better::Lower).1, Verdict::Same);
         assert_eq!(ratio(0.0, 3.0, Better::Lower).1, Verdict::Unknown);
     }

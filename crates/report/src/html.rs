@@ -8,7 +8,8 @@ use crate::escape::escape;
 use crate::figures::{
     self, Row, Section, Verdict, fmt_amount, fmt_ms, fmt_rate, held_text, step_indices, step_of,
 };
-use crate::svg::{BarChart, LineChart, Scale, Series, color};
+use crate::slo::Slo;
+use crate::svg::{BarChart, LineChart, NARROW, Scale, Series, WIDE, color};
 
 const STYLE: &str = include_str!("report.css");
 
@@ -53,8 +54,14 @@ fn meta(result: &RunResult) -> String {
     let mut items = vec![
         ("started", result.started_at.clone()),
         ("hosts", m.hosts.join(", ")),
-        ("machine", format!("{} cpus, {}, kernel {}", m.cpus, m.cpu_model, m.kernel)),
-        ("model", format!("{}, {} connections", c.model, c.connections)),
+        (
+            "machine",
+            format!("{} cpus, {}, kernel {}", m.cpus, m.cpu_model, m.kernel),
+        ),
+        (
+            "model",
+            format!("{}, {} connections", c.model, c.connections),
+        ),
         ("request", c.request.clone()),
     ];
     if let Some(n) = c.max_in_flight {
@@ -74,7 +81,12 @@ fn meta(result: &RunResult) -> String {
     }
     let mut out = String::from(r#"<dl class="meta">"#);
     for (key, value) in items {
-        let _ = write!(out, "<div><dt>{}</dt><dd>{}</dd></div>", escape(key), escape(&value));
+        let _ = write!(
+            out,
+            "<div><dt>{}</dt><dd>{}</dd></div>",
+            escape(key),
+            escape(&value)
+        );
     }
     out.push_str("</dl>");
     out
@@ -173,8 +185,16 @@ fn summary(result: &RunResult, out: &mut String) {
     let indices = step_indices(result);
     for (section, index) in sections.iter().zip(&indices) {
         if sections.len() > 1 {
-            let open = if Some(*index) == at { " open=\"open\"" } else { "" };
-            let _ = write!(out, "<details{open}><summary>{}</summary>", escape(&section.title));
+            let open = if Some(*index) == at {
+                " open=\"open\""
+            } else {
+                ""
+            };
+            let _ = write!(
+                out,
+                "<details{open}><summary>{}</summary>",
+                escape(&section.title)
+            );
             section_table(result, section, out);
             out.push_str("</details>");
         } else {
@@ -188,7 +208,9 @@ fn summary(result: &RunResult, out: &mut String) {
 fn overview(result: &RunResult, out: &mut String) {
     let overview = figures::overview(result);
     let span = overview.per_target.len();
-    out.push_str(r#"<h3>Ramp overview</h3><table class="overview"><thead><tr><th colspan="2"></th>"#);
+    out.push_str(
+        r#"<h3>Ramp overview</h3><table class="overview"><thead><tr><th colspan="2"></th>"#,
+    );
     for (i, target) in result.targets.iter().enumerate() {
         let _ = write!(
             out,
@@ -205,10 +227,21 @@ fn overview(result: &RunResult, out: &mut String) {
     }
     out.push_str("</tr></thead><tbody>");
     for row in &overview.rows {
-        let _ = write!(out, "<tr><td>{}</td><td>{}</td>", escape(&row.step), escape(&row.offered));
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{}</td>",
+            escape(&row.step),
+            escape(&row.offered)
+        );
         for cells in &row.per_target {
             for (j, cell) in cells.iter().enumerate() {
-                let class = if j == 0 { " class=\"first\"" } else if cell == held_text(Some(false)) { " class=\"worse\"" } else { "" };
+                let class = if j == 0 {
+                    " class=\"first\""
+                } else if cell == held_text(Some(false)) {
+                    " class=\"worse\""
+                } else {
+                    ""
+                };
                 let _ = write!(out, "<td{class}>{}</td>", escape(cell));
             }
         }
@@ -221,13 +254,24 @@ fn section_table(result: &RunResult, section: &Section, out: &mut String) {
     out.push_str(r#"<table class="figures"><thead><tr><th>figure</th>"#);
     let first = result.targets.first().map_or("", |t| t.name.as_str());
     for (i, target) in result.targets.iter().enumerate() {
-        let _ = write!(out, r#"<th style="color:{}">{}</th>"#, color(i), escape(&target.name));
+        let _ = write!(
+            out,
+            r#"<th style="color:{}">{}</th>"#,
+            color(i),
+            escape(&target.name)
+        );
         if i > 0 {
             let _ = write!(out, "<th>{} / {}</th>", escape(&target.name), escape(first));
         }
     }
     out.push_str("</tr></thead><tbody>");
-    for Row { label, indent, cells, ratios } in &section.rows {
+    for Row {
+        label,
+        indent,
+        cells,
+        ratios,
+    } in &section.rows
+    {
         let class = if *indent { r#" class="sub""# } else { "" };
         let _ = write!(out, "<tr{class}><th>{}</th>", escape(label));
         for (i, cell) in cells.iter().enumerate() {
@@ -244,7 +288,11 @@ fn section_table(result: &RunResult, section: &Section, out: &mut String) {
                     out,
                     r#"<td class="{class}">{}{}</td>"#,
                     escape(text),
-                    if word.is_empty() { String::new() } else { format!(" {word}") }
+                    if word.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" {word}")
+                    }
                 );
             }
         }
@@ -276,8 +324,11 @@ fn line_series(
         .iter()
         .enumerate()
         .map(|(i, target)| {
-            let steps: Vec<(&StepResult, f64)> =
-                target.steps.iter().filter_map(|s| get(s).map(|v| (s, v))).collect();
+            let steps: Vec<(&StepResult, f64)> = target
+                .steps
+                .iter()
+                .filter_map(|s| get(s).map(|v| (s, v)))
+                .collect();
             Series {
                 name: format!("{}{suffix}", target.name),
                 color: color(i),
@@ -300,6 +351,9 @@ fn line_series(
         .collect()
 }
 
+/// Reads one figure of a step.
+type Figure = fn(&StepResult) -> f64;
+
 fn plots(result: &RunResult, out: &mut String) {
     let indices = step_indices(result);
     if indices.is_empty() {
@@ -313,9 +367,23 @@ fn plots(result: &RunResult, out: &mut String) {
         return;
     }
     let by_rate = all().all(|s| s.offered_rps.is_some());
-    let x_label = if by_rate { "offered rate (requests/s)" } else { "step" };
-    let x_ticks = (!by_rate).then(|| indices.iter().map(|i| (f64::from(i + 1), (i + 1).to_string())).collect::<Vec<_>>());
-    let chart = |title: &str, y_label: &str, y_scale: Scale, series: Vec<Series>, diagonal: bool| {
+    let x_label = if by_rate {
+        "offered rate (requests/s)"
+    } else {
+        "step"
+    };
+    let x_ticks = (!by_rate).then(|| {
+        indices
+            .iter()
+            .map(|i| (f64::from(i + 1), (i + 1).to_string()))
+            .collect::<Vec<_>>()
+    });
+    let chart = |title: &str,
+                 y_label: &str,
+                 y_scale: Scale,
+                 series: Vec<Series>,
+                 diagonal: bool,
+                 thresholds: Vec<(f64, String)>| {
         LineChart {
             title: title.to_owned(),
             x_label: x_label.to_owned(),
@@ -326,40 +394,138 @@ fn plots(result: &RunResult, out: &mut String) {
             y_from_zero: y_scale == Scale::Linear,
             series,
             diagonal,
+            thresholds,
+            width: NARROW,
         }
         .render()
     };
     out.push_str(r#"<section><h2>Latency per step</h2><p class="note">Log scale. Latency counts from each request's intended send time, so queueing in an overloaded target shows here.</p><div class="grid">"#);
-    let percentiles: [(&str, fn(&StepResult) -> f64); 4] = [
+    let percentiles: [(&str, Figure); 4] = [
         ("p50", |s| s.latency_ms.p50),
         ("p90", |s| s.latency_ms.p90),
         ("p99", |s| s.latency_ms.p99),
         ("p99.9", |s| s.latency_ms.p999),
     ];
+    let slo = result
+        .config
+        .slo
+        .as_deref()
+        .and_then(|text| Slo::parse(text).ok());
     for (name, get) in percentiles {
         let series = line_series(result, by_rate, "", None, "ms", &|s| Some(get(s)), fmt_ms);
-        out.push_str(&chart(&format!("{name} latency"), "milliseconds", Scale::Log, series, false));
+        let limit = slo.as_ref().and_then(|slo| slo.latency_bound_ms(name));
+        let thresholds = limit
+            .map(|ms| vec![(ms, format!("SLO {name} < {} ms", fmt_ms(ms)))])
+            .unwrap_or_default();
+        out.push_str(&chart(
+            &format!("{name} latency"),
+            "milliseconds",
+            Scale::Log,
+            series,
+            false,
+            thresholds,
+        ));
     }
     out.push_str("</div></section>\n");
 
     out.push_str(r#"<section><h2>Throughput, CPU and memory</h2><div class="grid">"#);
-    let mut series = line_series(result, by_rate, "", None, "rps", &|s| Some(s.achieved_rps), fmt_rate);
-    let title = if by_rate { "Achieved vs offered rate (dashed: achieved = offered)" } else { "Achieved rate" };
+    let mut series = line_series(
+        result,
+        by_rate,
+        "",
+        None,
+        "rps",
+        &|s| Some(s.achieved_rps),
+        fmt_rate,
+    );
+    let title = if by_rate {
+        "Achieved vs offered rate (dashed: achieved = offered)"
+    } else {
+        "Achieved rate"
+    };
     for s in &mut series {
         s.name = format!("{} achieved", s.name);
     }
-    out.push_str(&chart(title, "requests/s", Scale::Linear, series, by_rate));
+    out.push_str(&chart(
+        title,
+        "requests/s",
+        Scale::Linear,
+        series,
+        by_rate,
+        Vec::new(),
+    ));
     if has_cpu {
-        let mut series = line_series(result, by_rate, " mean", None, "%", &|s| s.cpu_percent, fmt_amount);
-        series.extend(line_series(result, by_rate, " peak", Some("2 3"), "%", &|s| s.cpu_percent_peak, fmt_amount));
-        out.push_str(&chart("CPU of the target's process tree (100% = one core)", "CPU %", Scale::Linear, series, false));
-        let series = line_series(result, by_rate, "", None, "rps per core", &figures::rps_per_core, fmt_rate);
-        out.push_str(&chart("Efficiency: requests/s per fully used core", "requests/s per core", Scale::Linear, series, false));
+        let mut series = line_series(
+            result,
+            by_rate,
+            " mean",
+            None,
+            "%",
+            &|s| s.cpu_percent,
+            fmt_amount,
+        );
+        series.extend(line_series(
+            result,
+            by_rate,
+            " peak",
+            Some("2 3"),
+            "%",
+            &|s| s.cpu_percent_peak,
+            fmt_amount,
+        ));
+        out.push_str(&chart(
+            "CPU of the target's process tree (100% = one core)",
+            "CPU %",
+            Scale::Linear,
+            series,
+            false,
+            Vec::new(),
+        ));
+        let series = line_series(
+            result,
+            by_rate,
+            "",
+            None,
+            "rps per core",
+            &figures::rps_per_core,
+            fmt_rate,
+        );
+        out.push_str(&chart(
+            "Efficiency: requests/s per fully used core",
+            "requests/s per core",
+            Scale::Linear,
+            series,
+            false,
+            Vec::new(),
+        ));
     }
     if has_mem {
-        let mut series = line_series(result, by_rate, " RSS", None, "MiB", &|s| s.rss_mb, fmt_amount);
-        series.extend(line_series(result, by_rate, " PSS", Some("6 3"), "MiB", &|s| s.pss_mb, fmt_amount));
-        out.push_str(&chart("Memory of the target's process tree (mean per step)", "MiB", Scale::Linear, series, false));
+        let mut series = line_series(
+            result,
+            by_rate,
+            " RSS",
+            None,
+            "MiB",
+            &|s| s.rss_mb,
+            fmt_amount,
+        );
+        series.extend(line_series(
+            result,
+            by_rate,
+            " PSS",
+            Some("6 3"),
+            "MiB",
+            &|s| s.pss_mb,
+            fmt_amount,
+        ));
+        out.push_str(&chart(
+            "Memory of the target's process tree (mean per step)",
+            "MiB",
+            Scale::Linear,
+            series,
+            false,
+            Vec::new(),
+        ));
     }
     out.push_str("</div></section>\n");
 }
@@ -382,7 +548,9 @@ fn bar_plots(result: &RunResult, has_cpu: bool, has_mem: bool, out: &mut String)
             categories: strings(&["mean", "p50", "p90", "p99", "p99.9", "max"]),
             groups: group(&|s| {
                 let l = s.latency_ms;
-                [l.mean, l.p50, l.p90, l.p99, l.p999, l.max].map(Some).to_vec()
+                [l.mean, l.p50, l.p90, l.p99, l.p999, l.max]
+                    .map(Some)
+                    .to_vec()
             }),
             value_label: fmt_ms,
         }
@@ -461,10 +629,15 @@ fn distribution(result: &RunResult, out: &mut String) {
     }
     let decades = widest.log10().ceil().clamp(1.0, 6.0) as i32;
     let labels = ["0%", "90%", "99%", "99.9%", "99.99%", "99.999%", "99.9999%"];
-    let x_ticks = (0..=decades).map(|e| (10f64.powi(e), labels[e as usize].to_owned())).collect();
+    let x_ticks = (0..=decades)
+        .map(|e| (10f64.powi(e), labels[e as usize].to_owned()))
+        .collect();
     let step_name = step_of(&result.targets[0], at)
         .and_then(|s| s.offered_rps)
-        .map_or_else(|| format!("step {}", at + 1), |r| format!("step {}, {} rps offered", at + 1, fmt_rate(r)));
+        .map_or_else(
+            || format!("step {}", at + 1),
+            |r| format!("step {}, {} rps offered", at + 1, fmt_rate(r)),
+        );
     let chart = LineChart {
         title: format!("Latency by percentile ({step_name})"),
         x_label: "percentile".to_owned(),
@@ -475,13 +648,18 @@ fn distribution(result: &RunResult, out: &mut String) {
         y_from_zero: true,
         series,
         diagonal: false,
+        thresholds: Vec::new(),
+        width: WIDE,
     };
-    let _ = write!(
+    let _ = writeln!(
         out,
-        r#"<section><h2>Latency distribution</h2><p class="note">At the last step every target held{slo}: the whole spectrum, from each target's exact histogram.</p><div class="wide">{}</div></section>
-"#,
+        r#"<section><h2>Latency distribution</h2><p class="note">At the last step every target held{slo}: the whole spectrum, from each target's exact histogram.</p>{}</section>"#,
         chart.render(),
-        slo = if result.config.slo.is_some() { " the SLO" } else { "" }
+        slo = if result.config.slo.is_some() {
+            " the SLO"
+        } else {
+            ""
+        }
     );
 }
 

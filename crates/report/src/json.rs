@@ -23,7 +23,10 @@ pub fn read_json(path: &Path) -> Result<RunResult, ReportError> {
         message: strip_position(&err.to_string()),
     };
     let value: serde_json::Value = serde_json::from_str(&text).map_err(json_error)?;
-    match value.get("format_version").and_then(serde_json::Value::as_u64) {
+    match value
+        .get("format_version")
+        .and_then(serde_json::Value::as_u64)
+    {
         Some(v) if v == u64::from(FORMAT_VERSION) => {}
         Some(found) => {
             return Err(ReportError::FormatVersion {

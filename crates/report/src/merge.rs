@@ -85,7 +85,9 @@ fn mismatch(message: String) -> ReportError {
 }
 
 fn sum_options<T: std::iter::Sum<T>>(values: impl Iterator<Item = Option<T>>) -> Option<T> {
-    values.collect::<Option<Vec<T>>>().map(|v| v.into_iter().sum())
+    values
+        .collect::<Option<Vec<T>>>()
+        .map(|v| v.into_iter().sum())
 }
 
 fn find_target<'a>(run: &'a RunResult, name: &str) -> &'a TargetResult {
@@ -108,7 +110,11 @@ fn check_compatible(first: &RunResult, other: &RunResult, n: usize) -> Result<()
             )))
         }
     };
-    same("format version", first.format_version.to_string(), other.format_version.to_string())?;
+    same(
+        "format version",
+        first.format_version.to_string(),
+        other.format_version.to_string(),
+    )?;
     same("load model", a.model.clone(), b.model.clone())?;
     same("SLO", format!("{:?}", a.slo), format!("{:?}", b.slo))?;
     same("request", a.request.clone(), b.request.clone())?;
@@ -123,7 +129,11 @@ fn check_compatible(first: &RunResult, other: &RunResult, n: usize) -> Result<()
         names
     };
     same("targets", names(first).join(", "), names(other).join(", "))?;
-    if first.targets.len() != names(first).iter().collect::<std::collections::BTreeSet<_>>().len()
+    if first.targets.len()
+        != names(first)
+            .iter()
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
     {
         return Err(mismatch("run 1 names a target twice".to_owned()));
     }
@@ -174,8 +184,7 @@ fn merge_step(target: &str, pieces: &[&StepResult]) -> Result<StepResult, Report
         }
     }
     let duration_s = pieces.iter().map(|p| p.duration_s).fold(0.0, f64::max);
-    let (cpu_percent, cpu_percent_peak) =
-        resource(pieces, |p| (p.cpu_percent, p.cpu_percent_peak));
+    let (cpu_percent, cpu_percent_peak) = resource(pieces, |p| (p.cpu_percent, p.cpu_percent_peak));
     let (rss_mb, rss_mb_peak) = resource(pieces, |p| (p.rss_mb, p.rss_mb_peak));
     let (pss_mb, pss_mb_peak) = resource(pieces, |p| (p.pss_mb, p.pss_mb_peak));
     Ok(StepResult {

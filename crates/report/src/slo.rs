@@ -61,6 +61,16 @@ impl Slo {
         Ok(Slo { clauses })
     }
 
+    /// The bound in milliseconds on a latency figure (`p50`, `p90`, `p99`, `p99.9`, `mean`,
+    /// `max`), if the SLO has one.
+    pub(crate) fn latency_bound_ms(&self, figure: &str) -> Option<f64> {
+        let wanted = if figure == "p99.9" { "p999" } else { figure };
+        self.clauses
+            .iter()
+            .find(|c| c.figure != Figure::ErrorPercent && c.figure.name() == wanted)
+            .map(|c| c.bound)
+    }
+
     /// The first clause the step breaks, as `p99 71.3ms >= 50ms`; `None` when it holds.
     pub(crate) fn violation(&self, step: &StepResult) -> Option<String> {
         self.clauses.iter().find_map(|clause| {

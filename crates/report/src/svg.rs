@@ -17,7 +17,7 @@ pub(crate) fn color(i: usize) -> &'static str {
 const WIDTH: f64 = 540.0;
 const HEIGHT: f64 = 300.0;
 const LEFT: f64 = 62.0;
-const RIGHT: f64 = 16.0;
+const RIGHT: f64 = 28.0;
 const TOP: f64 = 40.0;
 const BOTTOM: f64 = 46.0;
 
@@ -56,7 +56,16 @@ pub(crate) struct LineChart {
     pub(crate) series: Vec<Series>,
     /// A dashed grey y = x line (offered vs achieved).
     pub(crate) diagonal: bool,
+    /// Horizontal limits drawn as labelled dashed lines (an SLO bound).
+    pub(crate) thresholds: Vec<(f64, String)>,
+    /// Drawing width; the height stays [`HEIGHT`].
+    pub(crate) width: f64,
 }
+
+/// The width of a chart in a two-column grid.
+pub(crate) const NARROW: f64 = WIDTH;
+/// The width of a chart that has a row to itself.
+pub(crate) const WIDE: f64 = 2.0 * WIDTH;
 
 struct Axis {
     scale: Scale,
@@ -124,7 +133,7 @@ pub(crate) fn tick_label(v: f64) -> String {
     };
     if a >= 1e6 {
         format!("{}M", trim(format!("{:.2}", v / 1e6)))
-    } else if a >= 1e4 {
+    } else if a >= 1e3 {
         format!("{}k", trim(format!("{:.1}", v / 1e3)))
     } else if a >= 1.0 || a == 0.0 {
         trim(format!("{v:.2}"))
@@ -141,7 +150,11 @@ fn bounds(values: impl Iterator<Item = f64>, scale: Scale, from_zero: bool) -> (
         hi = hi.max(v);
     }
     if !lo.is_finite() {
-        return if scale == Scale::Log { (1.0, 10.0) } else { (0.0, 1.0) };
+        return if scale == Scale::Log {
+            (1.0, 10.0)
+        } else {
+            (0.0, 1.0)
+        };
     }
     match scale {
         Scale::Linear => {
@@ -153,8 +166,16 @@ fn bounds(values: impl Iterator<Item = f64>, scale: Scale, from_zero: bool) -> (
             }
             // Round outwards to ticks so lines never touch the frame.
             let ticks = linear_ticks(lo, hi);
-            let step = if ticks.len() > 1 { ticks[1] - ticks[0] } else { hi - lo };
-            let lo = if from_zero && lo >= 0.0 { 0.0 } else { (lo / step).floor() * step };
+            let step = if ticks.len() > 1 {
+                ticks[1] - ticks[0]
+            } else {
+                hi - lo
+            };
+            let lo = if from_zero && lo >= 0.0 {
+                0.0
+            } else {
+                (lo / step).floor() * step
+            };
             ((lo), (hi / step).ceil() * step)
         }
         Scale::Log => {
@@ -168,10 +189,10 @@ fn bounds(values: impl Iterator<Item = f64>, scale: Scale, from_zero: bool) -> (
     }
 }
 
-fn open_svg(out: &mut String, title: &str) {
+fn open_svg(out: &mut String, title: &str, width: f64) {
     let _ = write!(
         out,
-        r#"<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" role="img" aria-label="{t}"><title>{t}</title><text class="chart-title" x="{LEFT}" y="18">{t}</text>"#,
+        r#"<svg class="chart" viewBox="0 0 {width} {HEIGHT}" width="{width}" height="{HEIGHT}" role="img" aria-label="{t}"><title>{t}</title><text class="chart-title" x="{LEFT}" y="18">{t}</text>"#,
         t = escape(title)
     );
 }
@@ -179,7 +200,9 @@ fn open_svg(out: &mut String, title: &str) {
 fn legend(out: &mut String, entries: &[(String, &'static str, Option<&'static str>)]) {
     let mut x = LEFT;
     for (name, color, dash) in entries {
-        let dash_attr = dash.map(|d| format!(r#" stroke-dasharray="{d}""#)).unwrap_or_default();
+        let dash_attr = dash
+            .map(|d| format!(r#" stroke-dasharray="{d}""#))
+            .unwrap_or_default();
         let _ = write!(
             out,
             r#"<line x1="{x}" y1="30" x2="{x2}" y2="30" stroke="{color}" stroke-width="2.5"{dash_attr}/><text class="legend" x="{tx}" y="34">{name}</text>"#,
@@ -194,9 +217,15 @@ fn legend(out: &mut String, entries: &[(String, &'static str, Option<&'static st
 impl LineChart {
     pub(crate) fn render(&self) -> String {
         let mut out = String::new();
-        open_svg(&mut out, &self.title);
-        let xs = self.series.iter().flat_map(|s| s.points.iter().map(|p| p.0));
-        let ys = self.series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
+        open_svg(&mut out, &self.title, self.width);
+        let xs = self
+            .series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.0));
+        let ys = self
+            .series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.1));
         let (xlo, xhi) = match &self.x_ticks {
             Some(ticks) if !ticks.is_empty() => (
                 ticks.iter().map(|t| t.0).fold(f64::INFINITY, f64::min),
@@ -204,14 +233,31 @@ impl LineChart {
             ),
             _ => bounds(xs.clone(), self.x_scale, false),
         };
-        let (mut ylo, mut yhi) = bounds(ys, self.y_scale, self.y_from_zero);
+        let limits = self.thresholds.iter().map(|t| t.0);
+        let (mut ylo, mut yhi) = bounds(ys.chain(limits), self.y_scale, self.y_from_zero);
         if self.diagonal {
-            let (dlo, dhi) = bounds([ylo, yhi, xlo, xhi].into_iter(), self.y_scale, self.y_from_zero);
+            let (dlo, dhi) = bounds(
+                [ylo, yhi, xlo, xhi].into_iter(),
+                self.y_scale,
+                self.y_from_zero,
+            );
             ylo = ylo.min(dlo);
             yhi = yhi.max(dhi);
         }
-        let x = Axis { scale: self.x_scale, lo: xlo, hi: xhi, from: LEFT, to: WIDTH - RIGHT };
-        let y = Axis { scale: self.y_scale, lo: ylo, hi: yhi, from: HEIGHT - BOTTOM, to: TOP };
+        let x = Axis {
+            scale: self.x_scale,
+            lo: xlo,
+            hi: xhi,
+            from: LEFT,
+            to: self.width - RIGHT,
+        };
+        let y = Axis {
+            scale: self.y_scale,
+            lo: ylo,
+            hi: yhi,
+            from: HEIGHT - BOTTOM,
+            to: TOP,
+        };
         // Grid and ticks.
         let y_ticks = match self.y_scale {
             Scale::Linear => linear_ticks(ylo, yhi),
@@ -222,7 +268,7 @@ impl LineChart {
             let _ = write!(
                 out,
                 r#"<line class="grid" x1="{LEFT}" y1="{py:.1}" x2="{x2}" y2="{py:.1}"/><text class="tick" x="{tx}" y="{ty:.1}" text-anchor="end">{l}</text>"#,
-                x2 = WIDTH - RIGHT,
+                x2 = self.width - RIGHT,
                 tx = LEFT - 6.0,
                 ty = py + 4.0,
                 l = escape(&tick_label(*t))
@@ -260,13 +306,27 @@ impl LineChart {
                 y.map(b)
             );
         }
+        for (limit, label) in &self.thresholds {
+            let py = y.map(*limit);
+            let _ = write!(
+                out,
+                r##"<line x1="{LEFT}" y1="{py:.1}" x2="{x2}" y2="{py:.1}" stroke="#b42318" stroke-width="1.2" stroke-dasharray="6 4"/><text class="limit" x="{tx}" y="{ty:.1}" text-anchor="end">{l}</text>"##,
+                x2 = self.width - RIGHT,
+                tx = self.width - RIGHT - 4.0,
+                ty = py - 4.0,
+                l = escape(label)
+            );
+        }
         for series in &self.series {
             let points: Vec<String> = series
                 .points
                 .iter()
                 .map(|(px, py)| format!("{:.1},{:.1}", x.map(*px), y.map(*py)))
                 .collect();
-            let dash = series.dash.map(|d| format!(r#" stroke-dasharray="{d}""#)).unwrap_or_default();
+            let dash = series
+                .dash
+                .map(|d| format!(r#" stroke-dasharray="{d}""#))
+                .unwrap_or_default();
             let _ = write!(
                 out,
                 r#"<polyline class="series" data-series="{n}" fill="none" stroke="{c}" stroke-width="2" stroke-linejoin="round"{dash} points="{p}"/>"#,
@@ -301,9 +361,9 @@ impl LineChart {
         let _ = write!(
             out,
             r#"<rect class="frame" x="{LEFT}" y="{TOP}" width="{w}" height="{h}"/><text class="axis-label" x="{cx}" y="{ly}" text-anchor="middle">{xl}</text><text class="axis-label" transform="translate(14 {cy}) rotate(-90)" text-anchor="middle">{yl}</text>"#,
-            w = WIDTH - LEFT - RIGHT,
+            w = self.width - LEFT - RIGHT,
             h = HEIGHT - TOP - BOTTOM,
-            cx = (LEFT + WIDTH - RIGHT) / 2.0,
+            cx = (LEFT + self.width - RIGHT) / 2.0,
             ly = HEIGHT - 8.0,
             cy = (TOP + HEIGHT - BOTTOM) / 2.0,
             xl = escape(&self.x_label),
@@ -327,10 +387,19 @@ pub(crate) struct BarChart {
 impl BarChart {
     pub(crate) fn render(&self) -> String {
         let mut out = String::new();
-        open_svg(&mut out, &self.title);
-        let values = self.groups.iter().flat_map(|g| g.2.iter().flatten().copied());
+        open_svg(&mut out, &self.title, WIDTH);
+        let values = self
+            .groups
+            .iter()
+            .flat_map(|g| g.2.iter().flatten().copied());
         let (lo, hi) = bounds(values, Scale::Linear, true);
-        let y = Axis { scale: Scale::Linear, lo, hi, from: HEIGHT - BOTTOM, to: TOP };
+        let y = Axis {
+            scale: Scale::Linear,
+            lo,
+            hi,
+            from: HEIGHT - BOTTOM,
+            to: TOP,
+        };
         for t in linear_ticks(lo, hi) {
             let py = y.map(t);
             let _ = write!(
@@ -381,7 +450,11 @@ impl BarChart {
                 );
             }
         }
-        let entries: Vec<_> = self.groups.iter().map(|g| (g.0.clone(), g.1, None)).collect();
+        let entries: Vec<_> = self
+            .groups
+            .iter()
+            .map(|g| (g.0.clone(), g.1, None))
+            .collect();
         legend(&mut out, &entries);
         out.push_str("</svg>");
         out
@@ -400,9 +473,12 @@ mod tests {
             vec![0.0, 2000.0, 4000.0, 6000.0, 8000.0, 10_000.0, 12_000.0]
         );
         assert_eq!(log_ticks(0.1, 1000.0), vec![0.1, 1.0, 10.0, 100.0, 1000.0]);
-        assert_eq!(log_ticks(1.0, 100.0), vec![1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0]);
+        assert_eq!(
+            log_ticks(1.0, 100.0),
+            vec![1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0]
+        );
         assert_eq!(tick_label(20_000.0), "20k");
-        assert_eq!(tick_label(2_500.0), "2500");
+        assert_eq!(tick_label(2_500.0), "2.5k");
         assert_eq!(tick_label(0.25), "0.25");
     }
 }

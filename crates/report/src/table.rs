@@ -59,7 +59,11 @@ fn header(result: &RunResult, out: &mut String) {
         "{} run of {} on {} ({} cpus, {}, kernel {})",
         result.tool,
         result.started_at,
-        if m.hosts.is_empty() { "?".to_owned() } else { m.hosts.join(", ") },
+        if m.hosts.is_empty() {
+            "?".to_owned()
+        } else {
+            m.hosts.join(", ")
+        },
         m.cpus,
         m.cpu_model,
         m.kernel
@@ -128,7 +132,8 @@ fn breaking_points(result: &RunResult, out: &mut String) {
     let _ = writeln!(out, "\nbreaking point (SLO {slo})");
     let mut grid = Grid::default();
     for row in figures::breaking_points(result) {
-        grid.rows.push(vec![row.target, row.rate, ratio_cell(&row.ratio), row.why]);
+        grid.rows
+            .push(vec![row.target, row.rate, ratio_cell(&row.ratio), row.why]);
     }
     grid.left_columns = vec![0, 3];
     grid.render(out);
@@ -159,7 +164,8 @@ impl Grid {
         let mut start = 0;
         for (title, span) in &self.groups {
             let end = (start + span).min(columns);
-            let inner: usize = widths[start..end].iter().sum::<usize>() + GAP.len() * span.saturating_sub(1);
+            let inner: usize =
+                widths[start..end].iter().sum::<usize>() + GAP.len() * span.saturating_sub(1);
             if title.chars().count() > inner && end > start {
                 widths[end - 1] += title.chars().count() - inner;
             }
@@ -170,7 +176,8 @@ impl Grid {
             let mut start = 0;
             for (title, span) in &self.groups {
                 let end = (start + span).min(columns);
-                let inner: usize = widths[start..end].iter().sum::<usize>() + GAP.len() * span.saturating_sub(1);
+                let inner: usize =
+                    widths[start..end].iter().sum::<usize>() + GAP.len() * span.saturating_sub(1);
                 if start > 0 {
                     line.push_str(GAP);
                 }

@@ -5,17 +5,28 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::{Rng, run, step_with_values};
-use scalpel_load::result::{LatencySummary, RunResult, TargetResult, decode_histogram, new_histogram};
-use scalpel_report::{ReportError, html, merge, read_json, summary_table, to_json_string, write_json};
+use scalpel_load::result::{
+    LatencySummary, RunResult, TargetResult, decode_histogram, new_histogram,
+};
+use scalpel_report::{
+    ReportError, html, merge, read_json, summary_table, to_json_string, write_json,
+};
 
 fn target(name: &str, steps: Vec<scalpel_load::result::StepResult>) -> TargetResult {
-    TargetResult { name: name.to_owned(), url: format!("http://127.0.0.1/{name}"), steps, breaking_point: None }
+    TargetResult {
+        name: name.to_owned(),
+        url: format!("http://127.0.0.1/{name}"),
+        steps,
+        breaking_point: None,
+    }
 }
 
 /// Latencies in microseconds, log-normal around `median_us`.
 fn latencies(seed: u64, n: usize, median_us: f64) -> Vec<u64> {
     let mut rng = Rng::new(seed);
-    (0..n).map(|_| rng.log_normal(median_us, 0.6).max(1.0) as u64).collect()
+    (0..n)
+        .map(|_| rng.log_normal(median_us, 0.6).max(1.0) as u64)
+        .collect()
 }
 
 #[test]
@@ -35,40 +46,79 @@ fn merged_percentiles_equal_those_of_one_histogram_holding_all_values() {
     b_step.errors = 1;
     b_step.error_kinds = BTreeMap::from([("timeout".to_owned(), 1)]);
     b_step.late = 4;
-    let a = run("host-a", "open", None, vec![
-        target("go", vec![a_step]),
-        target("rust", vec![step_with_values(0, Some(3000.0), 10.0, &a_rust)]),
-    ]);
-    let b = run("host-b", "open", None, vec![
-        // Targets in a different order: matched by name, not position.
-        target("rust", vec![step_with_values(0, Some(3000.0), 10.5, &b_rust)]),
-        target("go", vec![b_step]),
-    ]);
+    let a = run(
+        "host-a",
+        "open",
+        None,
+        vec![
+            target("go", vec![a_step]),
+            target(
+                "rust",
+                vec![step_with_values(0, Some(3000.0), 10.0, &a_rust)],
+            ),
+        ],
+    );
+    let b = run(
+        "host-b",
+        "open",
+        None,
+        vec![
+            // Targets in a different order: matched by name, not position.
+            target(
+                "rust",
+                vec![step_with_values(0, Some(3000.0), 10.5, &b_rust)],
+            ),
+            target("go", vec![b_step]),
+        ],
+    );
 
     let merged = merge(&[a.clone(), b.clone()]).unwrap();
 
     assert_eq!(merged.machine.hosts, ["host-a", "host-b"]);
-    assert_eq!(merged.targets.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["go", "rust"]);
+    assert_eq!(
+        merged
+            .targets
+            .iter()
+            .map(|t| t.name.as_str())
+            .collect::<Vec<_>>(),
+        ["go", "rust"]
+    );
     for (name, values) in [("go", [&a_go, &b_go]), ("rust", [&a_rust, &b_rust])] {
         let mut all = new_histogram();
         for v in values.iter().flat_map(|v| v.iter()) {
             all.record(*v).unwrap();
         }
-        let step = &merged.targets.iter().find(|t| t.name == name).unwrap().steps[0];
-        assert_eq!(step.latency_ms, LatencySummary::from_histogram(&all), "{name}");
+        let step = &merged
+            .targets
+            .iter()
+            .find(|t| t.name == name)
+            .unwrap()
+            .steps[0];
+        assert_eq!(
+            step.latency_ms,
+            LatencySummary::from_histogram(&all),
+            "{name}"
+        );
         let back = decode_histogram(&step.histogram).unwrap();
         assert_eq!(back.len(), all.len());
-        assert_eq!(back, all, "{name}: merged histogram differs from the union of values");
+        assert_eq!(
+            back, all,
+            "{name}: merged histogram differs from the union of values"
+        );
         assert_eq!(step.requests, 40_000);
         assert_eq!(step.offered_rps, Some(6000.0));
         assert_eq!(step.duration_s, 10.5);
     }
     // The merged p99 is not the mean of the two p99s.
     let go = &merged.targets[0].steps[0];
-    let mean_of_p99 = (a.targets[0].steps[0].latency_ms.p99 + b.targets[1].steps[0].latency_ms.p99) / 2.0;
+    let mean_of_p99 =
+        (a.targets[0].steps[0].latency_ms.p99 + b.targets[1].steps[0].latency_ms.p99) / 2.0;
     assert_ne!(go.latency_ms.p99, mean_of_p99);
     assert_eq!(go.errors, 8);
-    assert_eq!(go.error_kinds, BTreeMap::from([("timeout".to_owned(), 6), ("status_503".to_owned(), 2)]));
+    assert_eq!(
+        go.error_kinds,
+        BTreeMap::from([("timeout".to_owned(), 6), ("status_503".to_owned(), 2)])
+    );
     assert_eq!((go.late, go.not_sent), (15, 3));
     let expected_rps = 30_000.0 / 10.0 + 10_000.0 / 10.5;
     assert!((go.achieved_rps - expected_rps).abs() < 1e-9);
@@ -82,10 +132,23 @@ fn resource_figures_are_kept_from_the_one_run_that_watched_the_target() {
     watched.rss_mb = Some(40.0);
     watched.rss_mb_peak = Some(44.0);
     let unwatched = step_with_values(0, None, 10.0, &[300]);
-    let a = run("a", "closed", None, vec![target("svc", vec![unwatched.clone()])]);
-    let b = run("b", "closed", None, vec![target("svc", vec![watched.clone()])]);
+    let a = run(
+        "a",
+        "closed",
+        None,
+        vec![target("svc", vec![unwatched.clone()])],
+    );
+    let b = run(
+        "b",
+        "closed",
+        None,
+        vec![target("svc", vec![watched.clone()])],
+    );
     let step = &merge(&[a, b.clone()]).unwrap().targets[0].steps[0];
-    assert_eq!((step.cpu_percent, step.cpu_percent_peak), (Some(150.0), Some(190.0)));
+    assert_eq!(
+        (step.cpu_percent, step.cpu_percent_peak),
+        (Some(150.0), Some(190.0))
+    );
     assert_eq!((step.rss_mb, step.rss_mb_peak), (Some(40.0), Some(44.0)));
     assert_eq!(step.pss_mb, None);
 
@@ -108,23 +171,47 @@ fn merge_rejudges_the_slo_on_merged_figures() {
     tail.extend([100_000u64; 15]);
     let slow = vec![100_000u64; 1000];
     let slo = Some("p99<50ms,errors<1%");
-    let a = run("a", "ramp", slo, vec![target("svc", vec![
-        step_with_values(0, Some(1000.0), 1.0, &fast),
-        step_with_values(1, Some(2000.0), 1.0, &fast),
-    ])]);
-    let b = run("b", "ramp", slo, vec![target("svc", vec![
-        step_with_values(0, Some(1000.0), 1.0, &tail),
-        step_with_values(1, Some(2000.0), 1.0, &slow),
-    ])]);
+    let a = run(
+        "a",
+        "ramp",
+        slo,
+        vec![target(
+            "svc",
+            vec![
+                step_with_values(0, Some(1000.0), 1.0, &fast),
+                step_with_values(1, Some(2000.0), 1.0, &fast),
+            ],
+        )],
+    );
+    let b = run(
+        "b",
+        "ramp",
+        slo,
+        vec![target(
+            "svc",
+            vec![
+                step_with_values(0, Some(1000.0), 1.0, &tail),
+                step_with_values(1, Some(2000.0), 1.0, &slow),
+            ],
+        )],
+    );
     let merged = merge(&[a, b]).unwrap();
     let svc = &merged.targets[0];
     // ...but together only 0.75% are slow, so the merged p99 holds.
-    assert!(svc.steps[0].latency_ms.p99 < 10.1, "{:?}", svc.steps[0].latency_ms);
+    assert!(
+        svc.steps[0].latency_ms.p99 < 10.1,
+        "{:?}",
+        svc.steps[0].latency_ms
+    );
     assert_eq!(svc.steps[0].slo_held, Some(true));
     assert_eq!(svc.steps[1].slo_held, Some(false));
     let bp = svc.breaking_point.as_ref().unwrap();
     assert_eq!(bp.rps, 2000.0);
-    assert!(bp.reason.starts_with("p99 ") && bp.reason.ends_with("at 4000 rps"), "{}", bp.reason);
+    assert!(
+        bp.reason.starts_with("p99 ") && bp.reason.ends_with("at 4000 rps"),
+        "{}",
+        bp.reason
+    );
 }
 
 fn mismatch(a: &RunResult, b: &RunResult) -> String {
@@ -137,7 +224,15 @@ fn mismatch(a: &RunResult, b: &RunResult) -> String {
 #[test]
 fn merge_refuses_runs_that_do_not_line_up() {
     let step = |i, rps| step_with_values(i, Some(rps), 1.0, &[1000, 2000]);
-    let base = run("a", "ramp", None, vec![target("go", vec![step(0, 100.0), step(1, 200.0)]), target("rust", vec![step(0, 100.0), step(1, 200.0)])]);
+    let base = run(
+        "a",
+        "ramp",
+        None,
+        vec![
+            target("go", vec![step(0, 100.0), step(1, 200.0)]),
+            target("rust", vec![step(0, 100.0), step(1, 200.0)]),
+        ],
+    );
 
     let mut other_target = base.clone();
     other_target.targets[1].name = "node".to_owned();
@@ -149,7 +244,10 @@ fn merge_refuses_runs_that_do_not_line_up() {
 
     let mut other_rates = base.clone();
     other_rates.targets[1].steps[1].offered_rps = Some(400.0);
-    assert!(mismatch(&base, &other_rates).contains("1@200 vs 0@100 1@400") || mismatch(&base, &other_rates).contains("different steps"));
+    assert!(
+        mismatch(&base, &other_rates).contains("1@200 vs 0@100 1@400")
+            || mismatch(&base, &other_rates).contains("different steps")
+    );
 
     let mut other_model = base.clone();
     other_model.config.model = "closed".to_owned();
@@ -170,7 +268,10 @@ fn json_round_trips_through_an_atomic_write() {
     write_json(&original, &path).unwrap();
     // Overwrite in place: still one file, no temporary left behind.
     write_json(&original, &path).unwrap();
-    let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
     assert_eq!(names, ["run.json"]);
     assert_eq!(read_json(&path).unwrap(), original);
     let text = std::fs::read_to_string(&path).unwrap();
@@ -183,19 +284,30 @@ fn bad_files_give_errors_that_name_the_file_and_the_place() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("nope.json");
     let err = read_json(&missing).unwrap_err().to_string();
-    assert!(err.starts_with(&format!("cannot read {}", missing.display())), "{err}");
+    assert!(
+        err.starts_with(&format!("cannot read {}", missing.display())),
+        "{err}"
+    );
 
     let broken = dir.path().join("broken.json");
     std::fs::write(&broken, "{\n  \"format_version\": 1,\n  \"tool\": oops\n}").unwrap();
     let err = read_json(&broken).unwrap_err().to_string();
-    assert!(err.starts_with(&format!("{}:3:", broken.display())), "{err}");
+    assert!(
+        err.starts_with(&format!("{}:3:", broken.display())),
+        "{err}"
+    );
 
     let future = dir.path().join("future.json");
     std::fs::write(&future, r#"{"format_version": 99, "targets": "whatever"}"#).unwrap();
     let err = read_json(&future).unwrap_err().to_string();
     assert!(err.contains("format version 99 is not supported"), "{err}");
 
-    let run = run("a", "closed", None, vec![target("svc", vec![step_with_values(0, None, 1.0, &[5])])]);
+    let run = run(
+        "a",
+        "closed",
+        None,
+        vec![target("svc", vec![step_with_values(0, None, 1.0, &[5])])],
+    );
     let mut text = to_json_string(&run);
     let shape = dir.path().join("shape.json");
     std::fs::write(&shape, text.replace("\"requests\"", "\"requestz\"")).unwrap();
@@ -229,15 +341,27 @@ fn table_has_a_column_per_target_ratios_and_fits_100_columns() {
             .lines()
             .find(|l| l.starts_with("latency p99 ms") && l.contains(&format!("{:.2}x", ratio)))
             .unwrap_or_else(|| panic!("no p99 row with ratio {ratio:.2}x:\n{table}"));
-        assert!(row.ends_with("better") || row.ends_with("worse") || row.ends_with("1.00x"), "{row}");
+        assert!(
+            row.ends_with("better") || row.ends_with("worse") || row.ends_with("1.00x"),
+            "{row}"
+        );
     }
     // Rows of one block are aligned: the ratio column ends at the same place... and the
     // headers name both targets.
-    let block: Vec<&str> = table.lines().skip_while(|l| !l.starts_with("step 1 of 5")).skip(1).take_while(|l| !l.is_empty()).collect();
+    let block: Vec<&str> = table
+        .lines()
+        .skip_while(|l| !l.starts_with("step 1 of 5"))
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .collect();
     assert!(block[0].contains("go") && block[0].contains("rust"));
     let rule = block[1];
     assert!(rule.chars().all(|c| c == '-' || c == ' '));
-    let ends: Vec<usize> = block[2..].iter().filter(|l| l.starts_with("latency")).map(|l| l.len()).collect();
+    let ends: Vec<usize> = block[2..]
+        .iter()
+        .filter(|l| l.starts_with("latency"))
+        .map(|l| l.len())
+        .collect();
     assert!(ends.windows(2).all(|w| w[0] == w[1]) || ends.iter().all(|&e| e <= rule.len()));
     assert!(table.contains("breaking point (SLO p99<50ms,errors<1%)"));
     let go_bp = run.targets[0].breaking_point.as_ref().unwrap();
@@ -250,35 +374,65 @@ fn html_is_well_formed_self_contained_and_holds_every_series() {
     // A hostile name must come out as text.
     run.targets[1].name = "rust <b>&\"new\"</b>".to_owned();
     let page = html(&run);
-    let doc = roxmltree::Document::parse_with_options(&page, xml_options()).unwrap_or_else(|e| panic!("not well-formed: {e}"));
+    let doc = roxmltree::Document::parse_with_options(&page, xml_options())
+        .unwrap_or_else(|e| panic!("not well-formed: {e}"));
     let root = doc.root_element();
     assert_eq!(root.tag_name().name(), "html");
     for node in root.descendants() {
-        assert!(!matches!(node.tag_name().name(), "script" | "link" | "img" | "iframe" | "object"), "{:?}", node.tag_name());
+        assert!(
+            !matches!(
+                node.tag_name().name(),
+                "script" | "link" | "img" | "iframe" | "object"
+            ),
+            "{:?}",
+            node.tag_name()
+        );
         for attr in node.attributes() {
-            assert!(!matches!(attr.name(), "href" | "src" | "xlink:href") && !attr.name().starts_with("on"), "attribute {}", attr.name());
+            assert!(
+                !matches!(attr.name(), "href" | "src" | "xlink:href")
+                    && !attr.name().starts_with("on"),
+                "attribute {}",
+                attr.name()
+            );
         }
     }
     assert!(!page.contains("url("), "CSS must not load anything");
     assert!(!page.contains("<b>"));
-    let text: String = root.descendants().filter(|n| n.is_text()).map(|n| n.text().unwrap()).collect();
+    let text: String = root
+        .descendants()
+        .filter(|n| n.is_text())
+        .map(|n| n.text().unwrap())
+        .collect();
     assert!(text.contains("rust <b>&\"new\"</b>"));
     assert!(text.contains("go"));
 
-    let svgs: Vec<_> = root.descendants().filter(|n| n.has_tag_name("svg")).collect();
+    let svgs: Vec<_> = root
+        .descendants()
+        .filter(|n| n.has_tag_name("svg"))
+        .collect();
     assert!(svgs.len() >= 8, "{} charts", svgs.len());
     // Every per-step series has one point per step, and its markers' hover titles carry the
     // figures from the model.
     let steps = run.targets[0].steps.len();
-    let series: Vec<_> = root.descendants().filter(|n| n.has_tag_name("polyline") && n.attribute("data-series").is_some()).collect();
+    let series: Vec<_> = root
+        .descendants()
+        .filter(|n| n.has_tag_name("polyline") && n.attribute("data-series").is_some())
+        .collect();
     for name in ["go", "rust <b>&\"new\"</b>"] {
-        let own: Vec<_> = series.iter().filter(|s| s.attribute("data-series") == Some(name)).collect();
+        let own: Vec<_> = series
+            .iter()
+            .filter(|s| s.attribute("data-series") == Some(name))
+            .collect();
         assert!(own.len() >= 4, "{name}: {} series", own.len());
         for s in &own[..4] {
             assert_eq!(s.attribute("points").unwrap().split(' ').count(), steps);
         }
     }
-    let titles: Vec<&str> = root.descendants().filter(|n| n.has_tag_name("title")).filter_map(|n| n.text()).collect();
+    let titles: Vec<&str> = root
+        .descendants()
+        .filter(|n| n.has_tag_name("title"))
+        .filter_map(|n| n.text())
+        .collect();
     for (i, target) in run.targets.iter().enumerate() {
         for step in &target.steps {
             let p99 = format!(
@@ -287,7 +441,10 @@ fn html_is_well_formed_self_contained_and_holds_every_series() {
                 fmt_rate(step.offered_rps.unwrap()),
                 fmt_ms(step.latency_ms.p99)
             );
-            assert!(titles.contains(&p99.as_str()), "target {i}: no marker titled {p99:?}");
+            assert!(
+                titles.contains(&p99.as_str()),
+                "target {i}: no marker titled {p99:?}"
+            );
         }
     }
 }
@@ -298,10 +455,18 @@ fn html_of_a_single_closed_step_uses_bar_charts() {
     a.cpu_percent = Some(180.0);
     a.cpu_percent_peak = Some(199.0);
     let b = step_with_values(0, None, 5.0, &latencies(10, 9000, 900.0));
-    let run = run("h", "closed", None, vec![target("node", vec![a]), target("rust", vec![b])]);
+    let run = run(
+        "h",
+        "closed",
+        None,
+        vec![target("node", vec![a]), target("rust", vec![b])],
+    );
     let page = html(&run);
     let doc = roxmltree::Document::parse_with_options(&page, xml_options()).unwrap();
-    let bars = doc.descendants().filter(|n| n.has_tag_name("rect") && n.attribute("fill").is_some()).count();
+    let bars = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("rect") && n.attribute("fill").is_some())
+        .count();
     // Latency: 6 bars per target; throughput: 2 categories, rust has no CPU for the second.
     assert_eq!(bars, 6 * 2 + 2 + 1 + 2);
     assert!(page.contains("node · p99: "));
@@ -324,10 +489,19 @@ fn fmt_rate(v: f64) -> String {
 }
 
 fn fmt_ms(v: f64) -> String {
-    if v >= 100.0 { format!("{v:.1}") } else if v >= 1.0 { format!("{v:.2}") } else { format!("{v:.3}") }
+    if v >= 100.0 {
+        format!("{v:.1}")
+    } else if v >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    }
 }
 
 /// HTML5's `<!DOCTYPE html>` is a DTD to an XML parser; it declares no entities.
 fn xml_options<'a>() -> roxmltree::ParsingOptions<'a> {
-    roxmltree::ParsingOptions { allow_dtd: true, ..Default::default() }
+    roxmltree::ParsingOptions {
+        allow_dtd: true,
+        ..Default::default()
+    }
 }

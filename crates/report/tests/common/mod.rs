@@ -35,7 +35,12 @@ impl Rng {
 }
 
 /// A step whose histogram holds exactly `values` (microseconds).
-pub fn step_with_values(index: u32, offered_rps: Option<f64>, duration_s: f64, values: &[u64]) -> StepResult {
+pub fn step_with_values(
+    index: u32,
+    offered_rps: Option<f64>,
+    duration_s: f64,
+    values: &[u64],
+) -> StepResult {
     let mut histogram = new_histogram();
     for v in values {
         histogram.record(*v).unwrap();
@@ -108,12 +113,22 @@ pub struct Service {
 /// One open-model step of a simulated service: queueing makes latency climb as the offered
 /// rate nears capacity; past it the service completes only its capacity, requests queue,
 /// some time out and some are never sent.
-pub fn simulated_step(service: Service, index: u32, offered: f64, duration_s: f64, seed: u64) -> StepResult {
+pub fn simulated_step(
+    service: Service,
+    index: u32,
+    offered: f64,
+    duration_s: f64,
+    seed: u64,
+) -> StepResult {
     let mut rng = Rng::new(seed);
     let load = offered / service.capacity_rps;
     let achieved = offered.min(service.capacity_rps * 0.98);
     let requests = (achieved * duration_s).round() as u64;
-    let queueing = if load < 0.95 { 1.0 / (1.0 - load * 0.9) } else { 8.0 + 40.0 * (load - 0.95) };
+    let queueing = if load < 0.95 {
+        1.0 / (1.0 - load * 0.9)
+    } else {
+        8.0 + 40.0 * (load - 0.95)
+    };
     let median_us = service.median_ms * 1000.0 * queueing;
     let sigma = 0.35 + 0.25 * load.min(1.5);
     // Record a sample of values with weights instead of every request: the same shape,
@@ -125,8 +140,16 @@ pub fn simulated_step(service: Service, index: u32, offered: f64, duration_s: f6
         let v = rng.log_normal(median_us, sigma).max(1.0) as u64;
         histogram.record_n(v, weight).unwrap();
     }
-    let timeouts = if load > 1.0 { (requests as f64 * (load - 1.0) * 0.05) as u64 } else { 0 };
-    let status_503 = if load > 1.1 { (requests as f64 * 0.01) as u64 } else { 0 };
+    let timeouts = if load > 1.0 {
+        (requests as f64 * (load - 1.0) * 0.05) as u64
+    } else {
+        0
+    };
+    let status_503 = if load > 1.1 {
+        (requests as f64 * 0.01) as u64
+    } else {
+        0
+    };
     let mut error_kinds = BTreeMap::new();
     if timeouts > 0 {
         error_kinds.insert("timeout".to_owned(), timeouts);
@@ -144,8 +167,16 @@ pub fn simulated_step(service: Service, index: u32, offered: f64, duration_s: f6
         requests: histogram.len(),
         errors: timeouts + status_503,
         error_kinds,
-        late: if load > 0.9 { (requests as f64 * (load - 0.9) * 0.3) as u64 } else { 0 },
-        not_sent: if load > 1.0 { ((offered - achieved) * duration_s * 0.5) as u64 } else { 0 },
+        late: if load > 0.9 {
+            (requests as f64 * (load - 0.9) * 0.3) as u64
+        } else {
+            0
+        },
+        not_sent: if load > 1.0 {
+            ((offered - achieved) * duration_s * 0.5) as u64
+        } else {
+            0
+        },
         latency_ms: LatencySummary::from_histogram(&histogram),
         histogram: encode_histogram(&histogram),
         cpu_percent: Some(cpu),
@@ -160,15 +191,35 @@ pub fn simulated_step(service: Service, index: u32, offered: f64, duration_s: f6
 
 /// The payments story in miniature: a Go service and its Rust rewrite under a ramp.
 pub fn go_vs_rust_ramp(host: &str, offered: &[f64], duration_s: f64, seed: u64) -> RunResult {
-    let go = Service { capacity_rps: 6000.0, median_ms: 1.6, cores: 2.0, base_rss_mb: 38.0, rss_mb_per_krps: 5.5 };
-    let rust = Service { capacity_rps: 11000.0, median_ms: 0.7, cores: 2.0, base_rss_mb: 9.0, rss_mb_per_krps: 0.9 };
+    let go = Service {
+        capacity_rps: 6000.0,
+        median_ms: 1.6,
+        cores: 2.0,
+        base_rss_mb: 38.0,
+        rss_mb_per_krps: 5.5,
+    };
+    let rust = Service {
+        capacity_rps: 11000.0,
+        median_ms: 0.7,
+        cores: 2.0,
+        base_rss_mb: 9.0,
+        rss_mb_per_krps: 0.9,
+    };
     let target = |name: &str, port: u16, service: Service, salt: u64| TargetResult {
         name: name.to_owned(),
         url: format!("http://127.0.0.1:{port}"),
         steps: offered
             .iter()
             .enumerate()
-            .map(|(i, &rps)| simulated_step(service, i as u32, rps, duration_s, seed * 1000 + salt * 100 + i as u64))
+            .map(|(i, &rps)| {
+                simulated_step(
+                    service,
+                    i as u32,
+                    rps,
+                    duration_s,
+                    seed * 1000 + salt * 100 + i as u64,
+                )
+            })
             .collect(),
         breaking_point: None,
     };
