@@ -97,6 +97,7 @@ pub(crate) fn encode(text: &str) -> Result<Modules, QrError> {
 }
 
 /// The ISO 18004 data mask condition for row `i`, column `j` (npm qrcode's `getMaskAt`).
+#[allow(clippy::manual_is_multiple_of)] // the formulas as ISO 18004 and npm qrcode write them
 fn mask_bit(mask: u8, i: usize, j: usize) -> bool {
     match mask {
         0 => (i + j) % 2 == 0,
@@ -139,7 +140,7 @@ fn function_map(size: usize, version: u8) -> Vec<bool> {
     let n = align.len();
     for (i, &cx) in align.iter().enumerate() {
         for (j, &cy) in align.iter().enumerate() {
-            let on_finder = (i == 0 && j == 0) || (i == 0 && j == n - 1) || (i == n - 1 && j == 0);
+            let on_finder = (i == 0 && (j == 0 || j == n - 1)) || (i == n - 1 && j == 0);
             if on_finder {
                 continue;
             }
