@@ -27,10 +27,10 @@ func readLedger(t *testing.T) *testledger.Builder {
 	b.User(bob, "EUR")
 	b.User(carol)
 	b.Txn(day-2*86400, alice, "EUR", 2000, "settled", "topup", "ext:topup") // seq 1
-	b.Txn(day-86400, alice, "EUR", -500, "settled", "gift", bob)             // seq 2
-	b.Txn(day-86400, bob, "EUR", 500, "settled", "gift", alice)              // seq 3
-	b.Txn(day, alice, "EUR", -200, "pending", "payout", "ext:payout")        // seq 4
-	b.Txn(day, alice, "EUR", 300, "pending", "refund", "ext:bank")           // seq 5
+	b.Txn(day-86400, alice, "EUR", -500, "settled", "gift", bob)            // seq 2
+	b.Txn(day-86400, bob, "EUR", 500, "settled", "gift", alice)             // seq 3
+	b.Txn(day, alice, "EUR", -200, "pending", "payout", "ext:payout")       // seq 4
+	b.Txn(day, alice, "EUR", 300, "pending", "refund", "ext:bank")          // seq 5
 	return b
 }
 
@@ -179,15 +179,76 @@ func TestTransactionsPagesNewestFirst(t *testing.T) {
 	}
 }
 
-func TestReadModelTailsNewRowsAndNewUsers(t *testing.T) {
+func TestReadModelTailsNewRowsAndSkipsUnknownUsers(t *testing.T) {
 	b := readLedger(t)
 	e := start(t, b)
-	dave := "u00000000000d"
-	expect(t, "dave before", e.get("/v1/users/"+dave+"/balance"), http.StatusNotFound,
-		`{"error":{"code":"user_not_found","message":"user not found"}}`)
-	b.User(dave, "IDR")
-	seq := b.Txn(day+5, dave, "IDR", 12345, "settled", "topup", "ext:topup")
+	seq := b.Txn(day+86400, bob, "EUR", 7, "settled", "refund", "ext:bank")
 	e.waitSeq(seq)
-	expect(t, "dave after", e.get("/v1/users/"+dave+"/balance"), 200,
-		`{"user_id":"u00000000000d","seq":6,"balances":[{"currency":"IDR","settled":12345,"pending":0,"available":12345}]}`)
+	expect(t, "bob after a new row", e.get("/v1/users/"+bob+"/balance"), 200,
+		`{"user_id":"u00000000000b","seq":6,"balances":[{"currency":"EUR","settled":507,"pending":0,"available":507}]}`)
+
+	// A user written after start is not known (users are read once); the
+	// row still advances seq and the ledger clock (SPEC "The read model").
+	dave := "u00000000000d"
+	b.User(dave, "IDR")
+	seq = b.Txn(day+2*86400, dave, "IDR", 12345, "settled", "topup", "ext:topup")
+	e.waitSeq(seq)
+	expect(t, "dave stays unknown", e.get("/v1/users/"+dave+"/balance"), http.StatusNotFound,
+		`{"error":{"code":"user_not_found","message":"user not found"}}`)
+	expect(t, "healthz", e.get("/healthz"), 200, `{"status":"ok","seq":7}`)
+	if st := e.get("/v1/users/" + bob + "/stats?days=1").body; !strings.Contains(st, `"from":"2026-07-02","to":"2026-07-02"`) {
+		t.Errorf("the clock did not move to dave's row: %s", st)
+	}
+}
+
+// SPEC "Matching rules": raw path bytes, no decoding or cleaning; only GET
+// on the read endpoints; the query decoded like url.ParseQuery.
+func TestMatchingRulesOnRawPaths(t *testing.T) {
+	e := start(t, readLedger(t))
+	badID := `{"error":{"code":"invalid_user_id","message":"user id must be 'u' followed by 12 lowercase hex digits"}}`
+	badDays := `{"error":{"code":"invalid_days","message":"days must be an integer from 1 to 365"}}`
+	noPath := `{"error":{"code":"not_found","message":"no such endpoint"}}`
+	cases := []struct {
+		method, path string
+		status       int
+		body         string
+	}{
+		{"GET", "/v1/users/u%30123456789ab/balance", 400, badID},
+		{"GET", "/v1/users/./balance", 400, badID},
+		{"GET", "/v1/users/../balance", 400, badID},
+		{"GET", "/v1/users//balance", 404, noPath},
+		{"GET", "//v1/users/" + alice + "/balance", 404, noPath},
+		{"GET", "/v1/users/" + alice + "/./balance", 404, noPath},
+		{"GET", "/v1/users/" + alice + "/balance/", 404, noPath},
+		{"GET", "/v1/users/" + alice + "/balanc%65", 404, noPath},
+		{"GET", "/healthz/", 404, noPath},
+		{"GET", "/v1/users/" + alice + "/stats?days", 400, badDays},
+		{"GET", "/v1/users/" + alice + "/stats?days=+7", 400, badDays},
+		{"GET", "/v1/users/" + alice + "/stats?days=%2B7", 400, badDays},
+	}
+	for _, c := range cases {
+		expect(t, c.method+" "+c.path, e.do(c.method, c.path, nil, ""), c.status, c.body)
+	}
+
+	// HEAD is a wrong method: 405, and (HEAD) no body.
+	req, _ := http.NewRequest(http.MethodHead, e.srv.URL+"/v1/users/"+alice+"/balance", nil)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 405 || resp.Header.Get("Allow") != "GET" {
+		t.Errorf("HEAD: %d, Allow %q", resp.StatusCode, resp.Header.Get("Allow"))
+	}
+
+	// %-escapes in the query are decoded; bad pairs are skipped like url.ParseQuery.
+	seven := e.get("/v1/users/" + alice + "/stats?days=7").body
+	for _, q := range []string{"days=%37", "d%61ys=7", "days=%zz&days=7", "a;b=1&days=7"} {
+		if got := e.get("/v1/users/" + alice + "/stats?" + q); got.status != 200 || got.body != seven {
+			t.Errorf("?%s: %d %s", q, got.status, got.body)
+		}
+	}
+	if got := e.get("/v1/users/" + alice + "/stats?days=%zz"); got.status != 200 || !strings.Contains(got.body, `"days":30`) {
+		t.Errorf("?days=%%zz is skipped, so the default applies: %d %s", got.status, got.body)
+	}
 }

@@ -37,24 +37,15 @@ func New(model *readmodel.Model, l *ledger.Ledger, log *slog.Logger) *Server {
 }
 
 // Handler returns the routes. Every answer, including unknown paths (404) and
-// wrong methods (405), has a JSON body: each known path is registered twice,
-// with its method for the real handler and without one for the 405 (the
-// method pattern is more specific, so it wins), and "/" catches the rest.
+// wrong methods (405, HEAD included), has a JSON body.
 func (s *Server) Handler() http.Handler {
-	mux := http.NewServeMux()
-	route := func(method, path string, h http.HandlerFunc) {
-		mux.HandleFunc(method+" "+path, h)
-		mux.HandleFunc(path, methodNotAllowed(method))
-	}
-	route(http.MethodGet, "/v1/users/{id}/balance", s.balance)
-	route(http.MethodGet, "/v1/users/{id}/stats", s.stats)
-	route(http.MethodGet, "/v1/users/{id}/transactions", s.transactions)
-	route(http.MethodPost, "/v1/transfers", s.transfer)
-	route(http.MethodGet, "/healthz", s.healthz)
-	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
-		writeError(w, errNotFound)
-	})
-	return s.recoverPanics(mux)
+	rt := &router{}
+	rt.handle(http.MethodGet, "/v1/users/{id}/balance", s.balance)
+	rt.handle(http.MethodGet, "/v1/users/{id}/stats", s.stats)
+	rt.handle(http.MethodGet, "/v1/users/{id}/transactions", s.transactions)
+	rt.handle(http.MethodPost, "/v1/transfers", s.transfer)
+	rt.handle(http.MethodGet, "/healthz", s.healthz)
+	return s.recoverPanics(rt)
 }
 
 // recoverPanics turns a handler panic into a JSON 500 instead of a dropped
@@ -72,13 +63,6 @@ func (s *Server) recoverPanics(next http.Handler) http.Handler {
 		}()
 		next.ServeHTTP(w, r)
 	})
-}
-
-func methodNotAllowed(allow string) http.HandlerFunc {
-	return func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Allow", allow)
-		writeError(w, errMethodNotAllowed)
-	}
 }
 
 // apiError is one row of the SPEC error tables.

@@ -83,17 +83,28 @@ type Model struct {
 	strs map[string]string
 }
 
-// Load reads users, accounts and every transaction from db and returns a
-// model ready to serve. Call Run to keep it up to date.
+// Load reads users, accounts and every transaction from db, in one read
+// transaction so that they agree, and returns a model ready to serve. Call
+// Run to keep it up to date.
 func Load(ctx context.Context, db *sql.DB, log *slog.Logger) (*Model, error) {
 	m := &Model{db: db, log: log, users: make(map[string]*user), strs: make(map[string]string)}
-	if err := m.loadUsers(ctx); err != nil {
+	tx, err := db.BeginTx(ctx, nil) // a deferred read transaction: one snapshot
+	if err != nil {
+		return nil, fmt.Errorf("load: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // read-only
+	if err := m.loadUsers(ctx, tx); err != nil {
 		return nil, err
 	}
-	if err := m.CatchUp(ctx); err != nil {
+	if err := m.catchUp(ctx, tx); err != nil {
 		return nil, err
 	}
 	return m, nil
+}
+
+// querier is what loading needs from a *sql.DB or a *sql.Tx.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
 func (m *Model) intern(s string) string {
@@ -104,8 +115,10 @@ func (m *Model) intern(s string) string {
 	return s
 }
 
-func (m *Model) loadUsers(ctx context.Context) error {
-	rows, err := m.db.QueryContext(ctx, `SELECT id FROM users`)
+// loadUsers reads the known users, once: users rows are only written by the
+// generator (SPEC "The read model").
+func (m *Model) loadUsers(ctx context.Context, q querier) error {
+	rows, err := q.QueryContext(ctx, `SELECT id FROM users`)
 	if err != nil {
 		return fmt.Errorf("load users: %w", err)
 	}
@@ -124,7 +137,7 @@ func (m *Model) loadUsers(ctx context.Context) error {
 	// Accounts without any transaction still appear in the answers, so the
 	// set of accounts comes from the accounts table; their amounts come from
 	// the transactions (applied next), which the SPEC keeps equal.
-	rows, err = m.db.QueryContext(ctx, `SELECT user_id, currency FROM accounts`)
+	rows, err = q.QueryContext(ctx, `SELECT user_id, currency FROM accounts`)
 	if err != nil {
 		return fmt.Errorf("load accounts: %w", err)
 	}
@@ -165,21 +178,23 @@ func (m *Model) Run(ctx context.Context) {
 }
 
 // CatchUp applies every transaction newer than the model's seq, in batches.
-// Only one goroutine may call it at a time (Load, then Run).
+// Only one goroutine may call it at a time (Run, or a test).
 func (m *Model) CatchUp(ctx context.Context) error {
+	return m.catchUp(ctx, m.db)
+}
+
+func (m *Model) catchUp(ctx context.Context, q querier) error {
 	for {
-		batch, err := m.fetch(ctx, m.seq) // m.seq is only written by this goroutine
+		batch, err := fetch(ctx, q, m.seq) // m.seq is only written by this goroutine
 		if err != nil {
 			return err
 		}
 		if len(batch) == 0 {
 			return nil
 		}
-		newUsers, err := m.resolveUnknownUsers(ctx, batch)
-		if err != nil {
-			return err
+		if skipped := m.apply(batch); skipped > 0 {
+			m.log.Warn("skipped transactions of unknown users", "rows", skipped, "up_to_seq", m.seq)
 		}
-		m.apply(batch, newUsers)
 		if len(batch) < tailBatch {
 			return nil
 		}
@@ -191,8 +206,8 @@ type row struct {
 	userID string
 }
 
-func (m *Model) fetch(ctx context.Context, after int64) ([]row, error) {
-	rows, err := m.db.QueryContext(ctx, `SELECT seq, ts, user_id, currency, amount, status, category, counterparty
+func fetch(ctx context.Context, q querier, after int64) ([]row, error) {
+	rows, err := q.QueryContext(ctx, `SELECT seq, ts, user_id, currency, amount, status, category, counterparty
 		FROM transactions WHERE seq > ? ORDER BY seq LIMIT ?`, after, tailBatch)
 	if err != nil {
 		return nil, fmt.Errorf("tail transactions: %w", err)
@@ -212,37 +227,9 @@ func (m *Model) fetch(ctx context.Context, after int64) ([]row, error) {
 	return batch, nil
 }
 
-// resolveUnknownUsers looks up, in the users table, the users of the batch
-// that the model does not know yet (users written after start).
-func (m *Model) resolveUnknownUsers(ctx context.Context, batch []row) (map[string]bool, error) {
-	var unknown []string
-	m.mu.RLock()
-	for _, r := range batch {
-		if _, ok := m.users[r.userID]; !ok && !slices.Contains(unknown, r.userID) {
-			unknown = append(unknown, r.userID)
-		}
-	}
-	m.mu.RUnlock()
-	if len(unknown) == 0 {
-		return nil, nil
-	}
-	found := make(map[string]bool, len(unknown))
-	for _, id := range unknown {
-		var one int
-		err := m.db.QueryRowContext(ctx, `SELECT 1 FROM users WHERE id = ?`, id).Scan(&one)
-		switch {
-		case err == sql.ErrNoRows:
-			m.log.Warn("transaction of a user missing from the users table; skipped", "user_id", id)
-		case err != nil:
-			return nil, fmt.Errorf("look up user %s: %w", id, err)
-		default:
-			found[id] = true
-		}
-	}
-	return found, nil
-}
-
-func (m *Model) apply(batch []row, newUsers map[string]bool) {
+// apply adds a batch to the model under the write lock. A row of a user who
+// is not known is skipped but still advances seq and the clock (SPEC).
+func (m *Model) apply(batch []row) (skipped int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, r := range batch {
@@ -250,11 +237,8 @@ func (m *Model) apply(batch []row, newUsers map[string]bool) {
 		m.clock = max(m.clock, r.TS)
 		u, ok := m.users[r.userID]
 		if !ok {
-			if !newUsers[r.userID] {
-				continue
-			}
-			u = &user{}
-			m.users[r.userID] = u
+			skipped++
+			continue
 		}
 		t := r.Txn
 		t.Currency = m.intern(t.Currency)
@@ -272,6 +256,7 @@ func (m *Model) apply(batch []row, newUsers map[string]bool) {
 		}
 		u.txns = append(u.txns, t)
 	}
+	return skipped
 }
 
 // Seq returns the last transaction seq applied to the model.
