@@ -1,12 +1,541 @@
-//! `scalpel load`.
+//! `scalpel load`: flags → a [`scalpel_load::Plan`] and [`scalpel_load::Target`]s, run,
+//! print the summary table, write `--json`/`--html`, exit 0 (SLO held or none), 1 (broken).
+//!
+//! Templates come from `scalpel-requests`, process sampling from `scalpel-procstat`, output
+//! from `scalpel-report`; this module only adapts them to the load crate's two seams
+//! ([`RequestSource`], [`ResourceWatch`]).
 
+use std::cell::RefCell;
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, anyhow, bail};
+use scalpel_load::{
+    Model, Plan, Progress, RequestParts, RequestSource, ResourceUsage, ResourceWatch, Slo,
+    StepLimit, Target,
+};
+use scalpel_procstat::{SampleMark, TreeSampler};
+use scalpel_requests::{DataSet, Order, RenderedRequest, RequestSet, RequestTemplate};
 
 /// Arguments of `scalpel load`.
 #[derive(Debug, clap::Args)]
-pub(crate) struct LoadArgs {}
+#[command(
+    after_help = "Examples:\n  scalpel load -c 50 -d 30s http://127.0.0.1:8080/\n  scalpel load --rate 2000 -d 30s http://127.0.0.1:8080/v1/users/{id}/stats --data ids.txt\n  scalpel load --ramp 1000,1000,20000 --step-duration 10s --slo 'p99<50ms,errors<1%' \\\n      --target go=http://127.0.0.1:8080 --target rust=http://127.0.0.1:8081 \\\n      --watch-port go=8080 --watch-port rust=8081 /v1/users/{id}/stats --data ids.txt"
+)]
+pub(crate) struct LoadArgs {
+    /// The target URL with the request's path template (`http://HOST:PORT/PATH?QUERY`), or,
+    /// with --target, only the path template (default `/`).
+    #[arg(value_name = "URL")]
+    url: Option<String>,
+
+    /// A named target `NAME=BASE_URL` (repeatable); targets are measured in alternation.
+    #[arg(long = "target", value_name = "NAME=BASE_URL")]
+    targets: Vec<String>,
+
+    /// Closed model: connections sending back to back. Open models: connections opened
+    /// before the clock starts.
+    #[arg(short = 'c', long, default_value_t = 50, value_name = "N")]
+    connections: u32,
+
+    /// Open model: requests per second on a fixed schedule.
+    #[arg(long, value_name = "R", conflicts_with = "ramp")]
+    rate: Option<f64>,
+
+    /// Ramp: rates START, START+STEP, … up to MAX, one step each, until the SLO breaks.
+    #[arg(long, value_name = "START,STEP,MAX")]
+    ramp: Option<String>,
+
+    /// How long to run (closed and open models), e.g. 30s. Default 10s.
+    #[arg(
+        short = 'd',
+        long,
+        value_name = "DURATION",
+        conflicts_with = "requests"
+    )]
+    duration: Option<String>,
+
+    /// Run this many requests (per step with --ramp) instead of a duration.
+    #[arg(short = 'n', long, value_name = "COUNT")]
+    requests: Option<u64>,
+
+    /// Length of each ramp step. Default 10s.
+    #[arg(long, value_name = "DURATION")]
+    step_duration: Option<String>,
+
+    /// Open models: most requests in flight per target (and connections).
+    #[arg(long, default_value_t = 1000, value_name = "N")]
+    max_in_flight: u32,
+
+    /// OS threads generating load, each with its own runtime. Default: the number of CPUs.
+    #[arg(long, value_name = "N")]
+    threads: Option<u32>,
+
+    /// Time-out for establishing a connection.
+    #[arg(long, default_value = "2s", value_name = "DURATION")]
+    connect_timeout: String,
+
+    /// Time-out for a whole request.
+    #[arg(long, default_value = "10s", value_name = "DURATION")]
+    timeout: String,
+
+    /// The objective each step must hold, e.g. `p99<50ms,errors<1%` (p50 p90 p99 p999 max
+    /// mean with us/ms/s; errors<N%; rps>N).
+    #[arg(long, value_name = "SLO")]
+    slo: Option<String>,
+
+    /// HTTP method.
+    #[arg(short = 'm', long, default_value = "GET")]
+    method: String,
+
+    /// A request header `Name: value` (repeatable; values may hold placeholders).
+    #[arg(short = 'H', long = "header", value_name = "HEADER")]
+    headers: Vec<String>,
+
+    /// Request body (may hold placeholders).
+    #[arg(long, conflicts_with = "body_file")]
+    body: Option<String>,
+
+    /// Request body read from a file (may hold placeholders).
+    #[arg(long, value_name = "FILE")]
+    body_file: Option<PathBuf>,
+
+    /// Values for the `{name}` placeholders: one value per line, or CSV with a header.
+    #[arg(long, value_name = "FILE")]
+    data: Option<PathBuf>,
+
+    /// Walk the data in a shuffled order fixed by this seed (default: file order).
+    #[arg(long, value_name = "SEED")]
+    shuffle: Option<u64>,
+
+    /// Sample CPU and memory of this process and its descendants (`PID`, or `NAME=PID`).
+    #[arg(long, value_name = "[NAME=]PID")]
+    watch_pid: Vec<String>,
+
+    /// Like --watch-pid, for the process listening on this TCP port (`PORT` or `NAME=PORT`).
+    #[arg(long, value_name = "[NAME=]PORT")]
+    watch_port: Vec<String>,
+
+    /// Segments per step and target, in alternating target order (A,B then B,A). Default 2
+    /// with several targets, else 1.
+    #[arg(long, value_name = "N")]
+    rounds: Option<u32>,
+
+    /// Write all results, histograms included, to this JSON file.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+
+    /// Write a self-contained HTML page with plots to this file.
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
+
+    /// Show the live progress line even when stderr is not a terminal.
+    #[arg(long, conflicts_with = "no_progress")]
+    progress: bool,
+
+    /// Never show the live progress line.
+    #[arg(long)]
+    no_progress: bool,
+}
 
 /// Runs `scalpel load`.
-pub(crate) fn run(_args: LoadArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("scalpel load: not built yet")
+pub(crate) fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
+    let (plan, targets) = build(&args)?;
+    let show_progress = !args.no_progress && (args.progress || std::io::stderr().is_terminal());
+    let tty = std::io::stderr().is_terminal();
+    let mut line = ProgressLine {
+        enabled: show_progress,
+        tty,
+        last_print: None,
+        printed: false,
+    };
+    let result = scalpel_load::run(&plan, targets, &mut |p| line.show(p))?;
+    line.finish();
+    if let Some(path) = &args.json {
+        scalpel_report::write_json(&result, path)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    if let Some(path) = &args.html {
+        std::fs::write(path, scalpel_report::html(&result))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out
+        .write_all(scalpel_report::summary_table(&result).as_bytes())
+        .and_then(|()| out.flush())
+        && e.kind() != std::io::ErrorKind::BrokenPipe
+    {
+        return Err(e.into());
+    }
+    let broke = result.targets.iter().any(|t| t.breaking_point.is_some());
+    Ok(if broke {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn duration_arg(flag: &str, text: &str) -> anyhow::Result<Duration> {
+    scalpel_load::parse_duration(text).map_err(|e| anyhow!("{flag}: {e}"))
+}
+
+/// Turns the raw flags into the plan and the targets; every error is one line.
+fn build(args: &LoadArgs) -> anyhow::Result<(Plan, Vec<Target>)> {
+    // Targets and the path template.
+    let (bases, template): (Vec<(String, String)>, String) = if args.targets.is_empty() {
+        let url = args.url.as_deref().ok_or_else(|| {
+            anyhow!("give a URL, e.g. http://127.0.0.1:8080/, or --target NAME=URL")
+        })?;
+        let (base, path) = split_url(url)?;
+        (vec![("target".to_string(), base)], path)
+    } else {
+        let mut bases = Vec::new();
+        for t in &args.targets {
+            let (name, url) = t
+                .split_once('=')
+                .filter(|(n, u)| !n.is_empty() && !u.is_empty())
+                .ok_or_else(|| anyhow!("--target takes NAME=BASE_URL, got `{t}`"))?;
+            bases.push((name.to_string(), url.to_string()));
+        }
+        let path = match args.url.as_deref() {
+            None => "/".to_string(),
+            Some(p) if p.starts_with('/') => p.to_string(),
+            Some(p) => bail!(
+                "with --target, the positional argument is a path template starting with `/`, got `{p}`"
+            ),
+        };
+        (bases, path)
+    };
+
+    // Requests.
+    let body = match (&args.body, &args.body_file) {
+        (Some(b), _) => Some(b.clone()),
+        (None, Some(path)) => Some(
+            std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read body file {}", path.display()))?,
+        ),
+        (None, None) => None,
+    };
+    let request = RequestTemplate::parse(&args.method, &template, &args.headers, body.as_deref())?;
+    let fixed = request.placeholders().is_empty();
+    let data = match &args.data {
+        Some(path) => Some(DataSet::from_path(path)?),
+        None => None,
+    };
+    if args.shuffle.is_some() && data.is_none() {
+        bail!("--shuffle needs --data");
+    }
+    let order = match args.shuffle {
+        Some(seed) => Order::Shuffled { seed },
+        None => Order::Sequential,
+    };
+    let set = RequestSet::new(request, data, order)?;
+    let source: Arc<dyn RequestSource> = Arc::new(TemplateSource { set, fixed });
+
+    // Model and limits.
+    let model = match (args.rate, &args.ramp) {
+        (Some(rate), _) => {
+            if !(rate > 0.0 && rate.is_finite()) {
+                bail!("--rate must be a positive number of requests per second");
+            }
+            Model::Open { rate }
+        }
+        (None, Some(ramp)) => {
+            let parts: Vec<f64> = ramp
+                .split(',')
+                .map(|p| p.trim().parse::<f64>())
+                .collect::<Result<_, _>>()
+                .map_err(|_| anyhow!("--ramp takes START,STEP,MAX in requests/s, got `{ramp}`"))?;
+            match parts[..] {
+                [start, step, max]
+                    if start > 0.0 && step > 0.0 && max >= start && max.is_finite() =>
+                {
+                    Model::Ramp { start, step, max }
+                }
+                _ => bail!(
+                    "--ramp takes START,STEP,MAX with START > 0, STEP > 0 and MAX >= START, got `{ramp}`"
+                ),
+            }
+        }
+        (None, None) => Model::Closed,
+    };
+    let is_ramp = matches!(model, Model::Ramp { .. });
+    if args.step_duration.is_some() && !is_ramp {
+        bail!("--step-duration applies to --ramp; use -d/--duration");
+    }
+    if is_ramp && args.duration.is_some() {
+        bail!("with --ramp, give --step-duration (the length of each step), not -d");
+    }
+    let limit = match (args.requests, &args.duration, &args.step_duration) {
+        (Some(0), _, _) => bail!("-n/--requests must be at least 1"),
+        (Some(n), _, _) => StepLimit::Requests(n),
+        (None, Some(d), _) | (None, None, Some(d)) => {
+            let d = duration_arg(
+                if is_ramp {
+                    "--step-duration"
+                } else {
+                    "--duration"
+                },
+                d,
+            )?;
+            if d.is_zero() {
+                bail!("the duration must be longer than 0");
+            }
+            StepLimit::Duration(d)
+        }
+        (None, None, None) => StepLimit::Duration(Duration::from_secs(10)),
+    };
+    if args.connections == 0 {
+        bail!("-c/--connections must be at least 1");
+    }
+    if args.max_in_flight == 0 {
+        bail!("--max-in-flight must be at least 1");
+    }
+    let connect_timeout = duration_arg("--connect-timeout", &args.connect_timeout)?;
+    let timeout = duration_arg("--timeout", &args.timeout)?;
+    if connect_timeout.is_zero() || timeout.is_zero() {
+        bail!("time-outs must be longer than 0");
+    }
+    let slo = args
+        .slo
+        .as_deref()
+        .map(Slo::parse)
+        .transpose()
+        .map_err(|e| anyhow!("--slo: {e}"))?;
+    let threads = match args.threads {
+        Some(0) => bail!("--threads must be at least 1"),
+        Some(n) => n,
+        None => std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
+    };
+    let rounds = match args.rounds {
+        Some(0) => bail!("--rounds must be at least 1"),
+        Some(n) => n,
+        None if bases.len() > 1 => 2,
+        None => 1,
+    };
+    let plan = Plan {
+        model,
+        limit,
+        connections: args.connections,
+        max_in_flight: args.max_in_flight,
+        threads,
+        connect_timeout,
+        timeout,
+        slo,
+        rounds,
+        request_label: format!("{} {template}", args.method.to_ascii_uppercase()),
+    };
+
+    // Targets with their watchers.
+    let mut targets = Vec::new();
+    for (name, base) in &bases {
+        let mut target = Target::new(name, base, source.clone())?;
+        if let Some(pid) = watch_for(name, &bases, &args.watch_pid, &args.watch_port)? {
+            let sampler = TreeSampler::start(pid, Duration::from_millis(100))
+                .with_context(|| format!("cannot watch process {pid}"))?;
+            target = target.with_watch(Box::new(ProcWatch {
+                sampler,
+                mark: None,
+            }));
+        }
+        targets.push(target);
+    }
+    scalpel_load::probe(&plan, &targets)?;
+    Ok((plan, targets))
+}
+
+/// Splits `http://host:port/path?q` into the base URL and the path template (default `/`).
+fn split_url(url: &str) -> anyhow::Result<(String, String)> {
+    let Some(rest) = url.strip_prefix("http://") else {
+        if url.starts_with("https://") {
+            bail!("bad URL `{url}`: https is not supported, use http://");
+        }
+        bail!("bad URL `{url}`: expected http://HOST[:PORT][/PATH]");
+    };
+    let cut = rest.find(['/', '?']).unwrap_or(rest.len());
+    let path = &rest[cut..];
+    let path = if path.is_empty() {
+        "/".to_string()
+    } else if path.starts_with('?') {
+        format!("/{path}")
+    } else {
+        path.to_string()
+    };
+    Ok((format!("http://{}", &rest[..cut]), path))
+}
+
+/// The pid to watch for target `name`, from `--watch-pid`/`--watch-port` values that are
+/// `NAME=N`, or plain `N` when there is only one target.
+fn watch_for(
+    name: &str,
+    bases: &[(String, String)],
+    pids: &[String],
+    ports: &[String],
+) -> anyhow::Result<Option<u32>> {
+    let mut found = None;
+    for (flag, values) in [("--watch-pid", pids), ("--watch-port", ports)] {
+        for v in values {
+            let (who, number) = match v.split_once('=') {
+                Some((who, n)) => {
+                    if !bases.iter().any(|(b, _)| b == who) {
+                        bail!("{flag} `{v}`: no target named `{who}`");
+                    }
+                    (who, n)
+                }
+                None if bases.len() == 1 => (bases[0].0.as_str(), v.as_str()),
+                None => bail!(
+                    "{flag} `{v}`: with several targets, give NAME={}",
+                    if flag == "--watch-pid" { "PID" } else { "PORT" }
+                ),
+            };
+            if who != name {
+                continue;
+            }
+            if found.is_some() {
+                bail!("target `{name}` is watched twice");
+            }
+            let pid = if flag == "--watch-pid" {
+                number
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|&p| p > 0)
+                    .ok_or_else(|| anyhow!("{flag} `{v}`: not a process id"))?
+            } else {
+                let port = number
+                    .parse::<u16>()
+                    .ok()
+                    .filter(|&p| p > 0)
+                    .ok_or_else(|| anyhow!("{flag} `{v}`: not a TCP port"))?;
+                scalpel_procstat::pid_listening_on(port).with_context(|| format!("{flag} `{v}`"))?
+            };
+            found = Some(pid);
+        }
+    }
+    Ok(found)
+}
+
+/// `scalpel-requests` behind the load crate's request seam.
+#[derive(Debug)]
+struct TemplateSource {
+    set: RequestSet,
+    fixed: bool,
+}
+
+thread_local! {
+    /// Each load thread renders into its own reused request.
+    static RENDERED: RefCell<RenderedRequest> = RefCell::new(RenderedRequest::default());
+}
+
+impl RequestSource for TemplateSource {
+    fn is_fixed(&self) -> bool {
+        self.fixed
+    }
+
+    fn render(&self, index: u64, out: &mut RequestParts) {
+        RENDERED.with_borrow_mut(|r| {
+            self.set.render_into(index, r);
+            out.method.clear();
+            out.method.push_str(r.method.as_str());
+            out.path_and_query.clear();
+            out.path_and_query.push_str(&r.path_and_query);
+            out.headers.truncate(r.headers.len());
+            for (i, (name, value)) in r.headers.iter().enumerate() {
+                let value = String::from_utf8_lossy(value.as_bytes());
+                match out.headers.get_mut(i) {
+                    Some((n, v)) => {
+                        n.clear();
+                        n.push_str(name.as_str());
+                        v.clear();
+                        v.push_str(&value);
+                    }
+                    None => out.headers.push((name.to_string(), value.into_owned())),
+                }
+            }
+            out.body.clear();
+            out.body.extend_from_slice(&r.body);
+        });
+    }
+}
+
+/// `scalpel-procstat` behind the load crate's resource seam.
+#[derive(Debug)]
+struct ProcWatch {
+    sampler: TreeSampler,
+    mark: Option<SampleMark>,
+}
+
+impl ResourceWatch for ProcWatch {
+    fn begin(&mut self) {
+        self.mark = Some(self.sampler.mark());
+    }
+
+    fn end(&mut self) -> Option<ResourceUsage> {
+        let s = self.sampler.summary_since(self.mark.take()?);
+        (s.samples > 0).then_some(ResourceUsage {
+            samples: u64::from(s.samples),
+            cpu_percent_mean: s.cpu_percent_mean,
+            cpu_percent_peak: s.cpu_percent_peak,
+            rss_bytes_mean: s.rss_bytes_mean,
+            rss_bytes_peak: s.rss_bytes_peak,
+            pss_bytes_mean: s.pss_bytes_mean,
+            pss_bytes_peak: s.pss_bytes_peak,
+        })
+    }
+}
+
+/// The live line on stderr: rewritten in place on a terminal, one line a second otherwise.
+struct ProgressLine {
+    enabled: bool,
+    tty: bool,
+    last_print: Option<Instant>,
+    printed: bool,
+}
+
+impl ProgressLine {
+    fn show(&mut self, p: &Progress<'_>) {
+        if !self.enabled {
+            return;
+        }
+        let every = if self.tty {
+            Duration::from_millis(200)
+        } else {
+            Duration::from_secs(1)
+        };
+        if self.last_print.is_some_and(|t| t.elapsed() < every) {
+            return;
+        }
+        self.last_print = Some(Instant::now());
+        let step = if p.steps > 1 {
+            format!(" step {}/{}", p.step + 1, p.steps)
+        } else {
+            String::new()
+        };
+        let offered = p
+            .offered_rps
+            .map(|r| format!(" @{r:.0}/s"))
+            .unwrap_or_default();
+        let left = p
+            .left
+            .map(|d| format!(" | {}s left", d.as_secs()))
+            .unwrap_or_default();
+        let text = format!(
+            "[{}]{step}{offered} | {:.0} req/s | mean {:.2} ms | {} done, {} errors{left}",
+            p.target, p.rps, p.mean_latency_ms, p.completed, p.errors
+        );
+        let mut err = std::io::stderr().lock();
+        let _ = if self.tty {
+            write!(err, "\r{text}\x1b[K")
+        } else {
+            writeln!(err, "{text}")
+        };
+        self.printed = true;
+    }
+
+    fn finish(&mut self) {
+        if self.printed && self.tty {
+            let _ = writeln!(std::io::stderr());
+        }
+    }
 }

@@ -1,4 +1,68 @@
-//! Load schedules (closed, open, ramp), request workers, per-step HdrHistograms, SLO
-//! evaluation and the result model.
+//! Load generation for `scalpel load`: closed and open models, ramping to the breaking
+//! point, several targets side by side, per-step HdrHistograms and SLO judgement.
+//!
+//! It must NOT print, write HTML or parse command lines (that is the CLI and
+//! `scalpel-report`), nor sample processes itself (a [`ResourceWatch`] is handed in, the CLI
+//! adapts `scalpel-procstat`).
+//!
+//! Main types: a [`Plan`] (model, step length, connections, time-outs, [`Slo`]), a list of
+//! [`Target`]s (base URL + [`RequestSource`] + optional [`ResourceWatch`]), and [`run`],
+//! which returns the serialized [`result::RunResult`].
+//!
+//! ```no_run
+//! use std::{sync::Arc, time::Duration};
+//! use scalpel_load::{FixedRequest, Model, Plan, Slo, StepLimit, Target};
+//!
+//! let plan = Plan {
+//!     model: Model::Ramp { start: 1000.0, step: 1000.0, max: 10_000.0 },
+//!     limit: StepLimit::Duration(Duration::from_secs(10)),
+//!     connections: 16,
+//!     max_in_flight: 1000,
+//!     threads: 2,
+//!     connect_timeout: Duration::from_secs(2),
+//!     timeout: Duration::from_secs(10),
+//!     slo: Some(Slo::parse("p99<50ms,errors<1%").unwrap()),
+//!     rounds: 1,
+//!     request_label: "GET /".into(),
+//! };
+//! let target = Target::new("go", "http://127.0.0.1:8080", Arc::new(FixedRequest::new("GET", "/")))
+//!     .unwrap();
+//! let result = scalpel_load::run(&plan, vec![target], &mut |_progress| {}).unwrap();
+//! println!("{:?}", result.targets[0].breaking_point);
+//! ```
+//!
+//! # Design
+//!
+//! - **A runtime per thread.** `threads` OS threads each run a current-thread tokio runtime
+//!   and own their share of the connections; no work stealing, no cross-thread wake-ups, no
+//!   locks on the hot path. Each thread records into its own histogram and counters, merged
+//!   when a segment ends: no message per request, memory flat however long the run.
+//! - **One worker loop** (`worker::slot`): take a ticket, send, read, record. The pacing is a
+//!   strategy handed to it: closed (next ticket at once) or open (tickets released by a
+//!   per-thread dispatcher at `t0 + i/R`).
+//! - **No coordinated omission.** In the open model a request's latency runs from its
+//!   intended send time. When the in-flight limit is reached the request waits for a free
+//!   connection and is counted `late`; requests still waiting when the step ends are
+//!   `not_sent`. Nothing is silently dropped.
+//! - **A lean HTTP/1.1 client** (`http1`): requests are encoded once when the template has
+//!   no placeholders, written with one `write`, the response head parsed by `httparse`, and
+//!   the body (Content-Length, chunked or until close) skipped in a reused buffer. It beat
+//!   hyper's `client::conn::http1` in our measurement (see `docs/load.md`, Benchmarks),
+//!   because it does no per-request allocation, no body channel and no header map; the
+//!   project's rule "hyper for HTTP" holds everywhere else.
+//! - **Alternation.** Each step of each target is split into `rounds` segments; the order
+//!   of targets is reversed every round (A,B, B,A, …), continuing across steps, so that
+//!   drift of the machine hits every target alike.
 
+mod http1;
 pub mod result;
+mod run;
+mod slo;
+mod worker;
+
+pub use http1::{Endpoint, RequestParts, UrlError};
+pub use run::{
+    FixedRequest, LoadError, Model, Plan, Progress, RequestSource, ResourceUsage, ResourceWatch,
+    StepLimit, Target, probe, run,
+};
+pub use slo::{DurationError, Slo, SloError, parse_duration};

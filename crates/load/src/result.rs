@@ -183,8 +183,8 @@ pub fn encode_histogram(histogram: &hdrhistogram::Histogram<u64>) -> String {
 pub fn decode_histogram(text: &str) -> Result<hdrhistogram::Histogram<u64>, HistogramError> {
     use base64::Engine as _;
     let bytes = base64::engine::general_purpose::STANDARD.decode(text)?;
-    let histogram = hdrhistogram::serialization::Deserializer::new()
-        .deserialize(&mut bytes.as_slice())?;
+    let histogram =
+        hdrhistogram::serialization::Deserializer::new().deserialize(&mut bytes.as_slice())?;
     Ok(histogram)
 }
 

@@ -1,0 +1,445 @@
+//! The lean HTTP/1.1 client of the hot path: one keep-alive connection, pre-encoded request
+//! bytes written as one buffer, the response head parsed with `httparse`, the body
+//! (Content-Length, chunked, or until close) read and discarded into a reused buffer.
+
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Where a target lives: `http://host[:port][/prefix]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Endpoint {
+    host: String,
+    port: u16,
+    /// Path prefix without a trailing slash (`""` for the root).
+    prefix: String,
+    /// Value of the Host header.
+    authority: String,
+}
+
+/// A base URL that cannot be used.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("bad URL `{url}`: {why}")]
+pub struct UrlError {
+    url: String,
+    why: &'static str,
+}
+
+impl Endpoint {
+    /// Parses a base URL. Only `http://` is supported (no TLS in the load hot path).
+    pub fn parse(url: &str) -> Result<Endpoint, UrlError> {
+        let err = |why| UrlError {
+            url: url.to_string(),
+            why,
+        };
+        let rest = match url.strip_prefix("http://") {
+            Some(rest) => rest,
+            None if url.starts_with("https://") => {
+                return Err(err("https is not supported, use http://"));
+            }
+            None => return Err(err("expected http://HOST[:PORT][/PATH]")),
+        };
+        let (authority, path) = match rest.find(['/', '?']) {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, ""),
+        };
+        if authority.is_empty() {
+            return Err(err("missing host"));
+        }
+        if authority.contains('@') {
+            return Err(err("user info in URLs is not supported"));
+        }
+        let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+            let end = v6.find(']').ok_or_else(|| err("unclosed `[` in host"))?;
+            let host = &v6[..end];
+            match &v6[end + 1..] {
+                "" => (host, 80),
+                p => (
+                    host,
+                    p.strip_prefix(':')
+                        .and_then(|p| p.parse().ok())
+                        .ok_or_else(|| err("bad port"))?,
+                ),
+            }
+        } else {
+            match authority.rsplit_once(':') {
+                Some((h, p)) => (h, p.parse().map_err(|_| err("bad port"))?),
+                None => (authority, 80),
+            }
+        };
+        if host.is_empty() {
+            return Err(err("missing host"));
+        }
+        if path.starts_with('?') {
+            return Err(err(
+                "a base URL takes no query; put it in the request template",
+            ));
+        }
+        Ok(Endpoint {
+            host: host.to_string(),
+            port,
+            prefix: path.trim_end_matches('/').to_string(),
+            authority: authority.to_string(),
+        })
+    }
+
+    /// Resolves the host once, before the run (never on the hot path).
+    pub(crate) async fn resolve(&self) -> io::Result<SocketAddr> {
+        tokio::net::lookup_host((self.host.as_str(), self.port))
+            .await?
+            .next()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "host has no address"))
+    }
+}
+
+/// One request as a [`RequestSource`](crate::RequestSource) renders it: method, path and
+/// query (joined to the target's base URL), headers and body. Reused between requests.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RequestParts {
+    /// `GET`, `POST`, …
+    pub method: String,
+    /// Path and query, starting with `/`.
+    pub path_and_query: String,
+    /// Extra headers, in order.
+    pub headers: Vec<(String, String)>,
+    /// Body bytes; a Content-Length header is added when non-empty or the method has a body.
+    pub body: Vec<u8>,
+}
+
+impl RequestParts {
+    /// Whether the response to this request has no body (HEAD).
+    pub(crate) fn is_head(&self) -> bool {
+        self.method.eq_ignore_ascii_case("HEAD")
+    }
+
+    /// Writes the request in HTTP/1.1 wire format into `out` (cleared first).
+    pub(crate) fn encode(&self, endpoint: &Endpoint, out: &mut Vec<u8>) {
+        out.clear();
+        out.extend_from_slice(self.method.as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(endpoint.prefix.as_bytes());
+        if !self.path_and_query.starts_with('/') {
+            out.push(b'/');
+        }
+        out.extend_from_slice(self.path_and_query.as_bytes());
+        out.extend_from_slice(b" HTTP/1.1\r\n");
+        let has = |name: &str| {
+            self.headers
+                .iter()
+                .any(|(n, _)| n.eq_ignore_ascii_case(name))
+        };
+        if !has("host") {
+            out.extend_from_slice(b"Host: ");
+            out.extend_from_slice(endpoint.authority.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        if !has("user-agent") {
+            out.extend_from_slice(b"User-Agent: scalpel\r\n");
+        }
+        for (name, value) in &self.headers {
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(value.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        let method_has_body = matches!(
+            self.method.to_ascii_uppercase().as_str(),
+            "POST" | "PUT" | "PATCH"
+        );
+        if (!self.body.is_empty() || method_has_body) && !has("content-length") {
+            out.extend_from_slice(format!("Content-Length: {}\r\n", self.body.len()).as_bytes());
+        }
+        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(&self.body);
+    }
+}
+
+/// Why a request did not get a response.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// Could not connect (refused, unreachable, connect time-out).
+    Connect,
+    /// The whole request took longer than the request time-out.
+    Timeout,
+    /// The connection broke while writing or reading.
+    Io,
+    /// The response was not valid HTTP/1.x.
+    Protocol,
+}
+
+/// A keep-alive connection with its reused read buffer.
+#[derive(Debug)]
+pub(crate) struct Conn {
+    stream: TcpStream,
+    buf: Vec<u8>,
+    /// Unconsumed bytes are `buf[start..end]`.
+    start: usize,
+    end: usize,
+}
+
+const BUF_SIZE: usize = 16 * 1024;
+const MAX_HEADERS: usize = 64;
+
+impl Conn {
+    pub(crate) async fn connect(addr: SocketAddr, timeout: Duration) -> Result<Conn, Failure> {
+        let stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(_)) | Err(_) => return Err(Failure::Connect),
+        };
+        let _ = stream.set_nodelay(true);
+        Ok(Conn {
+            stream,
+            buf: vec![0; BUF_SIZE],
+            start: 0,
+            end: 0,
+        })
+    }
+
+    /// Sends one request and reads its whole response. Returns the status and whether the
+    /// connection can be reused.
+    pub(crate) async fn round_trip(
+        &mut self,
+        request: &[u8],
+        head: bool,
+    ) -> Result<(u16, bool), Failure> {
+        self.stream
+            .write_all(request)
+            .await
+            .map_err(|_| Failure::Io)?;
+        loop {
+            let (status, keep_alive, body) = self.read_head(head).await?;
+            if (100..200).contains(&status) && status != 101 {
+                continue; // informational (100 Continue): the real response follows
+            }
+            let reusable = match body {
+                Body::Empty => keep_alive,
+                Body::Length(n) => {
+                    self.skip(n).await?;
+                    keep_alive
+                }
+                Body::Chunked => {
+                    self.skip_chunked().await?;
+                    keep_alive
+                }
+                Body::UntilClose => {
+                    self.start = 0;
+                    self.end = 0;
+                    while self.fill().await? > 0 {
+                        self.start = 0;
+                        self.end = 0;
+                    }
+                    false
+                }
+            };
+            return Ok((status, reusable));
+        }
+    }
+
+    /// Reads more bytes after `end`, compacting first; 0 means end of stream.
+    async fn fill(&mut self) -> Result<usize, Failure> {
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        } else if self.end == self.buf.len() {
+            if self.start > 0 {
+                self.buf.copy_within(self.start..self.end, 0);
+                self.end -= self.start;
+                self.start = 0;
+            } else if self.buf.len() < 1024 * 1024 {
+                // A response head larger than the buffer: grow, bounded.
+                self.buf.resize(self.buf.len() * 2, 0);
+            } else {
+                return Err(Failure::Protocol);
+            }
+        }
+        let n = self
+            .stream
+            .read(&mut self.buf[self.end..])
+            .await
+            .map_err(|_| Failure::Io)?;
+        self.end += n;
+        Ok(n)
+    }
+
+    async fn read_head(&mut self, head: bool) -> Result<(u16, bool, Body), Failure> {
+        loop {
+            if self.end > self.start {
+                let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+                let mut response = httparse::Response::new(&mut headers);
+                match response.parse(&self.buf[self.start..self.end]) {
+                    Ok(httparse::Status::Complete(len)) => {
+                        let status = response.code.ok_or(Failure::Protocol)?;
+                        let mut keep_alive = response.version == Some(1);
+                        let mut length = None;
+                        let mut chunked = false;
+                        for h in response.headers.iter() {
+                            if h.name.eq_ignore_ascii_case("content-length") {
+                                let v =
+                                    std::str::from_utf8(h.value).map_err(|_| Failure::Protocol)?;
+                                length =
+                                    Some(v.trim().parse::<u64>().map_err(|_| Failure::Protocol)?);
+                            } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+                                chunked =
+                                    h.value.rsplit(|&b| b == b',').next().is_some_and(|last| {
+                                        last.trim_ascii().eq_ignore_ascii_case(b"chunked")
+                                    });
+                            } else if h.name.eq_ignore_ascii_case("connection") {
+                                for token in h.value.split(|&b| b == b',') {
+                                    let token = token.trim_ascii();
+                                    if token.eq_ignore_ascii_case(b"close") {
+                                        keep_alive = false;
+                                    } else if token.eq_ignore_ascii_case(b"keep-alive") {
+                                        keep_alive = true;
+                                    }
+                                }
+                            }
+                        }
+                        self.start += len;
+                        let body = if head
+                            || status == 204
+                            || status == 304
+                            || (100..200).contains(&status)
+                        {
+                            Body::Empty
+                        } else if chunked {
+                            Body::Chunked
+                        } else if let Some(n) = length {
+                            Body::Length(n)
+                        } else {
+                            Body::UntilClose
+                        };
+                        return Ok((status, keep_alive, body));
+                    }
+                    Ok(httparse::Status::Partial) => {}
+                    Err(_) => return Err(Failure::Protocol),
+                }
+            }
+            if self.fill().await? == 0 {
+                return Err(Failure::Io);
+            }
+        }
+    }
+
+    /// Consumes `n` body bytes.
+    async fn skip(&mut self, mut n: u64) -> Result<(), Failure> {
+        loop {
+            let have = (self.end - self.start) as u64;
+            if have >= n {
+                self.start += n as usize;
+                return Ok(());
+            }
+            n -= have;
+            self.start = 0;
+            self.end = 0;
+            if self.fill().await? == 0 {
+                return Err(Failure::Io);
+            }
+        }
+    }
+
+    /// Reads one CRLF-terminated line and returns its length without the CRLF, consuming it.
+    /// The line itself is at `buf[start - len - 2..start - 2]` afterwards.
+    async fn line(&mut self) -> Result<(usize, usize), Failure> {
+        loop {
+            if let Some(pos) = self.buf[self.start..self.end]
+                .windows(2)
+                .position(|w| w == b"\r\n")
+            {
+                let at = self.start;
+                self.start += pos + 2;
+                return Ok((at, pos));
+            }
+            if self.end - self.start > 8 * 1024 {
+                return Err(Failure::Protocol); // a chunk-size line or trailer that long is bogus
+            }
+            if self.fill().await? == 0 {
+                return Err(Failure::Io);
+            }
+        }
+    }
+
+    async fn skip_chunked(&mut self) -> Result<(), Failure> {
+        loop {
+            let (at, len) = self.line().await?;
+            let line = &self.buf[at..at + len];
+            let hex = match line.iter().position(|&b| b == b';') {
+                Some(i) => &line[..i],
+                None => line,
+            };
+            let hex = std::str::from_utf8(hex.trim_ascii()).map_err(|_| Failure::Protocol)?;
+            let size = u64::from_str_radix(hex, 16).map_err(|_| Failure::Protocol)?;
+            if size == 0 {
+                // Trailers, then the empty line.
+                loop {
+                    let (_, len) = self.line().await?;
+                    if len == 0 {
+                        return Ok(());
+                    }
+                }
+            }
+            self.skip(size).await?;
+            let (_, len) = self.line().await?;
+            if len != 0 {
+                return Err(Failure::Protocol);
+            }
+        }
+    }
+}
+
+enum Body {
+    Empty,
+    Length(u64),
+    Chunked,
+    UntilClose,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_base_urls() {
+        let e = Endpoint::parse("http://127.0.0.1:8080/api/").unwrap();
+        assert_eq!(
+            (e.host.as_str(), e.port, e.prefix.as_str()),
+            ("127.0.0.1", 8080, "/api")
+        );
+        assert_eq!(e.authority, "127.0.0.1:8080");
+        let e = Endpoint::parse("http://[::1]:9000").unwrap();
+        assert_eq!((e.host.as_str(), e.port), ("::1", 9000));
+        let e = Endpoint::parse("http://localhost").unwrap();
+        assert_eq!(e.port, 80);
+        for bad in [
+            "https://x",
+            "ftp://x",
+            "x:80",
+            "http://",
+            "http://h:port",
+            "http://h:99999",
+            "http://:80",
+            "http://h?x=1",
+        ] {
+            assert!(Endpoint::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn encodes_requests_with_host_and_length() {
+        let e = Endpoint::parse("http://127.0.0.1:81/base").unwrap();
+        let parts = RequestParts {
+            method: "POST".into(),
+            path_and_query: "/v1/x?y=1".into(),
+            headers: vec![("X-A".into(), "b".into())],
+            body: b"hello".to_vec(),
+        };
+        let mut out = Vec::new();
+        parts.encode(&e, &mut out);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "POST /base/v1/x?y=1 HTTP/1.1\r\nHost: 127.0.0.1:81\r\nUser-Agent: scalpel\r\nX-A: b\r\nContent-Length: 5\r\n\r\nhello"
+        );
+    }
+}
