@@ -1,12 +1,663 @@
-//! `scalpel shadow`.
+//! `scalpel shadow`: mirror live traffic (`proxy`), replay a data set (`replay`), or
+//! rebuild a report from a store (`report`).
 
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::IsTerminal as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use scalpel_diff::{Comparer, NoiseRule, RouteNormalizer, SampleKey, Sampler};
+use scalpel_requests::{DataSet, Order, RequestSet, RequestTemplate};
+use scalpel_shadow::{
+    CompareSettings, Proxy, ProxyConfig, Recorder, Redactor, ReplayConfig, ReplayProgress, Sample,
+    StoredRun, Summary, Upstream,
+};
 
 /// Arguments of `scalpel shadow`.
 #[derive(Debug, clap::Args)]
-pub(crate) struct ShadowArgs {}
+pub(crate) struct ShadowArgs {
+    #[command(subcommand)]
+    command: ShadowCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum ShadowCommand {
+    /// Proxy clients to the primary and mirror a copy of each request to the candidate.
+    Proxy(ProxyArgs),
+    /// Send every request of a data set to primary and candidate and compare each pair.
+    Replay(ReplayArgs),
+    /// Rebuild the report of a run from its store.
+    Report(ReportArgs),
+}
+
+/// Comparison flags shared by proxy and replay.
+#[derive(Debug, clap::Args)]
+struct CompareArgs {
+    /// A second copy of the old service: fields that differ between primary and secondary are noise.
+    #[arg(long, value_name = "URL")]
+    secondary: Option<String>,
+    /// Also compare this response header (content-type is compared by default). Repeatable.
+    #[arg(long = "compare-header", value_name = "NAME")]
+    compare_header: Vec<String>,
+    /// Ignore JSON fields matching this path: `$.generated_at`, `$.items[*].ts`, `$..trace_id`. Repeatable.
+    #[arg(long, value_name = "PATH")]
+    ignore: Vec<String>,
+    /// Never compare this header. Repeatable.
+    #[arg(long = "ignore-header", value_name = "NAME")]
+    ignore_header: Vec<String>,
+    /// A route pattern such as `/v1/users/{id}/stats` to group requests by. Repeatable.
+    #[arg(long, value_name = "PATTERN")]
+    route: Vec<String>,
+    /// Also redact this header, JSON field, query or form parameter in stored samples. Repeatable.
+    #[arg(long, value_name = "NAME")]
+    redact: Vec<String>,
+    /// Full samples (request, responses, diff) to keep.
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    samples: usize,
+    /// SQLite file for counters and samples (WAL; survives crashes; resumed if it exists).
+    #[arg(long, value_name = "FILE")]
+    store: Option<PathBuf>,
+    /// Noise rule: minimum relative difference between the two difference rates, percent.
+    #[arg(long, value_name = "PCT", default_value_t = 20.0)]
+    noise_relative: f64,
+    /// Noise rule: minimum absolute difference, percent of requests.
+    #[arg(long, value_name = "PCT", default_value_t = 0.03)]
+    noise_absolute: f64,
+}
+
+#[derive(Debug, clap::Args)]
+struct ProxyArgs {
+    /// Address clients connect to.
+    #[arg(long, value_name = "ADDR")]
+    listen: SocketAddr,
+    /// The service that answers clients.
+    #[arg(long, value_name = "URL")]
+    primary: String,
+    /// The service under test.
+    #[arg(long, value_name = "URL")]
+    candidate: String,
+    /// Serve Prometheus `/metrics` and `/summary.json` here.
+    #[arg(long, value_name = "ADDR")]
+    admin: Option<SocketAddr>,
+    /// Percent of requests to mirror.
+    #[arg(long, value_name = "P", default_value_t = 100.0)]
+    sample: f64,
+    /// Sample consistently by `header:NAME`, `query:NAME` or `path:N` (0-based segment).
+    #[arg(long = "sample-key", value_name = "KEY")]
+    sample_key: Option<String>,
+    /// Mirror methods other than GET and HEAD too (the candidate must tolerate the side effects).
+    #[arg(long = "mirror-unsafe")]
+    mirror_unsafe: bool,
+    /// Mirror jobs waiting for a slot before further mirrors are skipped (and counted).
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    queue: usize,
+    /// Mirror exchanges in flight at once.
+    #[arg(long = "mirror-concurrency", value_name = "N", default_value_t = 64)]
+    mirror_concurrency: usize,
+    /// Time-out of one mirror exchange (e.g. 500ms, 5s).
+    #[arg(long = "mirror-timeout", value_name = "DUR", default_value = "5s")]
+    mirror_timeout: String,
+    /// Time-out for the primary's response head.
+    #[arg(long = "primary-timeout", value_name = "DUR", default_value = "30s")]
+    primary_timeout: String,
+    /// Largest request body mirrored (larger ones reach the primary only, counted as skipped).
+    #[arg(long = "max-body", value_name = "SIZE", default_value = "1MiB")]
+    max_body: String,
+    /// Largest response body captured for comparison.
+    #[arg(
+        long = "max-response-body",
+        value_name = "SIZE",
+        default_value = "4MiB"
+    )]
+    max_response_body: String,
+    /// How often counters are written to the store.
+    #[arg(long = "flush-interval", value_name = "DUR", default_value = "1s")]
+    flush_interval: String,
+    #[command(flatten)]
+    compare: CompareArgs,
+}
+
+#[derive(Debug, clap::Args)]
+struct ReplayArgs {
+    /// The service that is right by definition.
+    #[arg(long, value_name = "URL")]
+    primary: String,
+    /// The service under test.
+    #[arg(long, value_name = "URL")]
+    candidate: String,
+    /// Request path and query with `{name}` placeholders, e.g. `/v1/users/{id}/stats?days=30`.
+    #[arg(long, value_name = "TEMPLATE")]
+    template: String,
+    /// Values for the placeholders: one per line, or CSV with a header row.
+    #[arg(long, value_name = "FILE")]
+    data: Option<PathBuf>,
+    /// HTTP method.
+    #[arg(short = 'm', long, default_value = "GET")]
+    method: String,
+    /// A request header `Name: value` (placeholders allowed). Repeatable.
+    #[arg(short = 'H', long = "header", value_name = "HEADER")]
+    header: Vec<String>,
+    /// Request body (placeholders allowed).
+    #[arg(long)]
+    body: Option<String>,
+    /// Send the data rows in a seeded shuffled order.
+    #[arg(long, value_name = "SEED")]
+    shuffle: Option<u64>,
+    /// Requests in flight at once.
+    #[arg(short = 'c', long, value_name = "N", default_value_t = 16)]
+    concurrency: usize,
+    /// Time-out of one exchange with one side.
+    #[arg(long, value_name = "DUR", default_value = "10s")]
+    timeout: String,
+    /// Largest response body read.
+    #[arg(long = "max-body", value_name = "SIZE", default_value = "8MiB")]
+    max_body: String,
+    /// Write the summary as JSON here.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write the self-contained HTML report here.
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
+    /// Pass when consistency is at least this percent (and no side failed).
+    #[arg(long = "min-consistency", value_name = "PCT", default_value_t = 100.0)]
+    min_consistency: f64,
+    #[command(flatten)]
+    compare: CompareArgs,
+}
+
+#[derive(Debug, clap::Args)]
+struct ReportArgs {
+    /// The store written by `proxy` or `replay`.
+    #[arg(long, value_name = "FILE")]
+    store: PathBuf,
+    /// Write the summary as JSON here.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write the self-contained HTML report here.
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
+    /// Pass when consistency is at least this percent (and no side failed).
+    #[arg(long = "min-consistency", value_name = "PCT", default_value_t = 100.0)]
+    min_consistency: f64,
+}
 
 /// Runs `scalpel shadow`.
-pub(crate) fn run(_args: ShadowArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("scalpel shadow: not built yet")
+pub(crate) fn run(args: ShadowArgs) -> anyhow::Result<ExitCode> {
+    match args.command {
+        ShadowCommand::Proxy(a) => run_proxy(a),
+        ShadowCommand::Replay(a) => run_replay(a),
+        ShadowCommand::Report(a) => run_report(a),
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+/// `500ms`, `5s`, `2m`, or plain seconds.
+fn parse_duration(flag: &str, s: &str) -> anyhow::Result<Duration> {
+    let t = s.trim();
+    let (num, unit) = t
+        .find(|c: char| c.is_ascii_alphabetic())
+        .map_or((t, "s"), |i| t.split_at(i));
+    let v: f64 = num
+        .trim()
+        .parse()
+        .ok()
+        .filter(|v: &f64| v.is_finite() && *v > 0.0)
+        .with_context(|| {
+            format!("--{flag} {s}: expected a positive duration such as 500ms, 5s or 2m")
+        })?;
+    let secs = match unit {
+        "ms" => v / 1000.0,
+        "s" => v,
+        "m" => v * 60.0,
+        _ => bail!("--{flag} {s}: unknown unit `{unit}` (use ms, s or m)"),
+    };
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// `1048576`, `64KiB`, `1MiB`, `1MB`, `2GiB`.
+fn parse_size(flag: &str, s: &str) -> anyhow::Result<usize> {
+    let t = s.trim();
+    let (num, unit) = t
+        .find(|c: char| c.is_ascii_alphabetic())
+        .map_or((t, ""), |i| t.split_at(i));
+    let v: f64 = num
+        .trim()
+        .parse()
+        .ok()
+        .filter(|v: &f64| v.is_finite() && *v >= 0.0)
+        .with_context(|| format!("--{flag} {s}: expected a size such as 65536, 64KiB or 1MiB"))?;
+    let mult = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" => 1e3,
+        "kib" => 1024.0,
+        "m" | "mb" => 1e6,
+        "mib" => 1024.0 * 1024.0,
+        "g" | "gb" => 1e9,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        _ => bail!("--{flag} {s}: unknown unit `{unit}`"),
+    };
+    Ok((v * mult) as usize)
+}
+
+fn upstream(flag: &str, url: &str) -> anyhow::Result<Upstream> {
+    Upstream::parse(url).with_context(|| format!("--{flag}"))
+}
+
+fn settings(c: &CompareArgs) -> anyhow::Result<CompareSettings> {
+    let mut comparer = Comparer::new();
+    for h in &c.compare_header {
+        comparer = comparer.compare_header(h)?;
+    }
+    for h in &c.ignore_header {
+        comparer = comparer.ignore_header(h)?;
+    }
+    for p in &c.ignore {
+        comparer = comparer.ignore(p)?;
+    }
+    let routes = RouteNormalizer::new(&c.route)?;
+    for (name, v) in [
+        ("noise-relative", c.noise_relative),
+        ("noise-absolute", c.noise_absolute),
+    ] {
+        if !(0.0..=100.0).contains(&v) {
+            bail!("--{name} {v}: expected a percentage from 0 to 100");
+        }
+    }
+    Ok(CompareSettings::new(
+        comparer,
+        routes,
+        NoiseRule::new(c.noise_relative, c.noise_absolute),
+        Redactor::new(&c.redact),
+        c.samples,
+        c.secondary.is_some(),
+    ))
+}
+
+fn recorder(
+    c: &CompareArgs,
+    mode: &str,
+    primary: &Upstream,
+    candidate: &Upstream,
+    secondary: Option<&Upstream>,
+) -> anyhow::Result<Arc<Recorder>> {
+    let settings = settings(c)?;
+    Ok(Arc::new(match &c.store {
+        Some(path) => {
+            let meta = [
+                ("mode", mode.to_string()),
+                ("primary", primary.to_string()),
+                ("candidate", candidate.to_string()),
+                (
+                    "secondary_url",
+                    secondary.map(ToString::to_string).unwrap_or_default(),
+                ),
+                ("scalpel_version", env!("CARGO_PKG_VERSION").to_string()),
+            ];
+            Recorder::with_store(settings, path, &meta)?
+        }
+        None => Recorder::new(settings, None),
+    }))
+}
+
+fn run_proxy(a: ProxyArgs) -> anyhow::Result<ExitCode> {
+    let primary = upstream("primary", &a.primary)?;
+    let candidate = upstream("candidate", &a.candidate)?;
+    let secondary = a
+        .compare
+        .secondary
+        .as_deref()
+        .map(|s| upstream("secondary", s))
+        .transpose()?;
+    let sampler = Sampler::new(a.sample).context("--sample")?;
+    let sample_key = a.sample_key.as_deref().map(SampleKey::parse).transpose()?;
+    if a.queue == 0 || a.mirror_concurrency == 0 {
+        bail!("--queue and --mirror-concurrency must be at least 1");
+    }
+    let cfg = ProxyConfig {
+        listen: a.listen,
+        primary: primary.clone(),
+        candidate: candidate.clone(),
+        secondary: secondary.clone(),
+        admin: a.admin,
+        sampler,
+        sample_key,
+        mirror_unsafe: a.mirror_unsafe,
+        queue: a.queue,
+        mirror_concurrency: a.mirror_concurrency,
+        mirror_timeout: parse_duration("mirror-timeout", &a.mirror_timeout)?,
+        primary_timeout: parse_duration("primary-timeout", &a.primary_timeout)?,
+        max_request_body: parse_size("max-body", &a.max_body)?,
+        max_response_body: parse_size("max-response-body", &a.max_response_body)?,
+        flush_interval: parse_duration("flush-interval", &a.flush_interval)?,
+    };
+    let recorder = recorder(
+        &a.compare,
+        "proxy",
+        &primary,
+        &candidate,
+        secondary.as_ref(),
+    )?;
+    let rt = runtime()?;
+    rt.block_on(async {
+        let proxy = Proxy::bind(cfg, recorder.clone()).await?;
+        let admin = proxy
+            .admin_addr()
+            .map_or(String::new(), |a| format!(", admin on http://{a}/metrics"));
+        eprintln!(
+            "scalpel shadow proxy: listening on {}{admin}; primary {primary}, candidate {candidate}",
+            proxy.local_addr()
+        );
+        proxy.run(shutdown_signal()).await?;
+        anyhow::Ok(())
+    })?;
+    let summary = recorder.summary();
+    print!("{}", table(&summary));
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = term => {}
+    }
+}
+
+fn run_replay(a: ReplayArgs) -> anyhow::Result<ExitCode> {
+    let primary = upstream("primary", &a.primary)?;
+    let candidate = upstream("candidate", &a.candidate)?;
+    let secondary = a
+        .compare
+        .secondary
+        .as_deref()
+        .map(|s| upstream("secondary", s))
+        .transpose()?;
+    check_min("min-consistency", a.min_consistency)?;
+    let template = RequestTemplate::parse(&a.method, &a.template, &a.header, a.body.as_deref())?;
+    let data = a.data.as_deref().map(DataSet::from_path).transpose()?;
+    let order = a
+        .shuffle
+        .map_or(Order::Sequential, |seed| Order::Shuffled { seed });
+    let set = Arc::new(RequestSet::new(template, data, order)?);
+    if a.concurrency == 0 {
+        bail!("--concurrency must be at least 1");
+    }
+    let cfg = ReplayConfig {
+        primary: primary.clone(),
+        candidate: candidate.clone(),
+        secondary: secondary.clone(),
+        concurrency: a.concurrency,
+        timeout: parse_duration("timeout", &a.timeout)?,
+        max_body: parse_size("max-body", &a.max_body)?,
+    };
+    // Create output files' folders early: a typo should fail before the run, not after.
+    for p in [&a.json, &a.html].into_iter().flatten() {
+        check_writable(p)?;
+    }
+    let recorder = recorder(
+        &a.compare,
+        "replay",
+        &primary,
+        &candidate,
+        secondary.as_ref(),
+    )?;
+    let rt = runtime()?;
+    let progress = Arc::new(ReplayProgress::default());
+    let stats = rt.block_on(async {
+        let ticker = tokio::spawn(show_progress(progress.clone(), recorder.clone()));
+        let stats = scalpel_shadow::replay(set, cfg, recorder.clone(), progress.clone()).await;
+        ticker.abort();
+        stats
+    });
+    if std::io::stderr().is_terminal() {
+        eprint!("\r\x1b[2K");
+    }
+    recorder.flush_and_sync();
+    let summary = recorder.summary();
+    print!("{}", table(&summary));
+    println!(
+        "{} requests in {:.2} s ({:.0} pairs/s)",
+        stats.requests,
+        stats.elapsed.as_secs_f64(),
+        stats.pairs_per_second()
+    );
+    let meta = BTreeMap::from([
+        ("mode".to_string(), "replay".to_string()),
+        ("primary".to_string(), primary.to_string()),
+        ("candidate".to_string(), candidate.to_string()),
+        (
+            "template".to_string(),
+            format!("{} {}", a.method, a.template),
+        ),
+    ]);
+    write_outputs(
+        &summary,
+        &recorder.samples(),
+        &meta,
+        a.json.as_deref(),
+        a.html.as_deref(),
+    )?;
+    Ok(verdict(&summary, a.min_consistency))
+}
+
+async fn show_progress(p: Arc<ReplayProgress>, r: Arc<Recorder>) {
+    let tty = std::io::stderr().is_terminal();
+    let every = Duration::from_millis(if tty { 250 } else { 5000 });
+    let start = std::time::Instant::now();
+    loop {
+        tokio::time::sleep(every).await;
+        let s = r.summary();
+        let line = format!(
+            "replay: {}/{} done, {} mismatched, {} errors, {:.0} req/s",
+            p.done(),
+            p.total(),
+            s.mismatched,
+            s.errors,
+            p.done() as f64 / start.elapsed().as_secs_f64()
+        );
+        if tty {
+            eprint!("\r\x1b[2K{line}");
+        } else {
+            eprintln!("{line}");
+        }
+    }
+}
+
+fn run_report(a: ReportArgs) -> anyhow::Result<ExitCode> {
+    check_min("min-consistency", a.min_consistency)?;
+    let run: StoredRun = scalpel_shadow::Store::read(&a.store)?;
+    let summary = run.summary(None);
+    print!("{}", table(&summary));
+    write_outputs(
+        &summary,
+        run.samples(),
+        run.meta(),
+        a.json.as_deref(),
+        a.html.as_deref(),
+    )?;
+    Ok(verdict(&summary, a.min_consistency))
+}
+
+fn check_min(flag: &str, v: f64) -> anyhow::Result<()> {
+    if !(0.0..=100.0).contains(&v) {
+        bail!("--{flag} {v}: expected a percentage from 0 to 100");
+    }
+    Ok(())
+}
+
+fn check_writable(p: &Path) -> anyhow::Result<()> {
+    let dir = p
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if !dir.is_dir() {
+        bail!(
+            "cannot write {}: no such directory {}",
+            p.display(),
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
+fn write_outputs(
+    summary: &Summary,
+    samples: &[Sample],
+    meta: &BTreeMap<String, String>,
+    json: Option<&Path>,
+    html: Option<&Path>,
+) -> anyhow::Result<()> {
+    if let Some(p) = json {
+        let mut v = serde_json::to_value(summary)?;
+        v["samples"] = serde_json::to_value(samples)?;
+        std::fs::write(p, serde_json::to_string_pretty(&v)? + "\n")
+            .with_context(|| format!("cannot write {}", p.display()))?;
+    }
+    if let Some(p) = html {
+        std::fs::write(p, scalpel_shadow::render_html(summary, samples, meta))
+            .with_context(|| format!("cannot write {}", p.display()))?;
+    }
+    Ok(())
+}
+
+/// 0 when every pair compared matched (or at least `min` percent did) and no side failed.
+fn verdict(s: &Summary, min: f64) -> ExitCode {
+    let pass = s.compared > 0 && s.errors == 0 && s.consistency_percent >= min;
+    let why = if s.compared == 0 {
+        "nothing was compared".to_string()
+    } else if s.errors > 0 {
+        format!("{} requests where a side failed", s.errors)
+    } else {
+        format!("{}% consistent, need {min}%", floor2(s.consistency_percent))
+    };
+    if pass {
+        println!("PASS: {why}");
+        ExitCode::SUCCESS
+    } else {
+        println!("FAIL: {why}");
+        ExitCode::from(1)
+    }
+}
+
+fn floor2(v: f64) -> String {
+    format!("{:.2}", (v * 100.0).floor() / 100.0)
+}
+
+/// The terminal summary: endpoints, then the fields that differ, then noise.
+fn table(s: &Summary) -> String {
+    let mut o = String::new();
+    let w = s
+        .endpoints
+        .iter()
+        .map(|e| e.endpoint.len())
+        .max()
+        .unwrap_or(0)
+        .max(8);
+    let _ = writeln!(
+        o,
+        "{:<w$}  {:>9}  {:>9}  {:>10}  {:>7}  {:>11}",
+        "endpoint", "compared", "matched", "mismatched", "errors", "consistency"
+    );
+    for e in &s.endpoints {
+        let _ = writeln!(
+            o,
+            "{:<w$}  {:>9}  {:>9}  {:>10}  {:>7}  {:>10}%",
+            e.endpoint,
+            e.compared,
+            e.matched,
+            e.mismatched,
+            e.errors,
+            floor2(e.consistency_percent)
+        );
+    }
+    let _ = writeln!(
+        o,
+        "{:<w$}  {:>9}  {:>9}  {:>10}  {:>7}  {:>10}%",
+        "TOTAL",
+        s.compared,
+        s.matched,
+        s.mismatched,
+        s.errors,
+        floor2(s.consistency_percent)
+    );
+    if s.skipped > 0 {
+        let reasons: Vec<String> = s
+            .skipped_by_reason
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let _ = writeln!(o, "skipped: {} ({})", s.skipped, reasons.join(", "));
+    }
+    if s.errors > 0 {
+        let kinds: Vec<String> = s
+            .errors_by_kind
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let _ = writeln!(o, "errors: {}", kinds.join(", "));
+    }
+    let fields: Vec<_> = s
+        .endpoints
+        .iter()
+        .flat_map(|e| e.fields.iter().map(move |f| (&e.endpoint, f)))
+        .collect();
+    if !fields.is_empty() {
+        let _ = writeln!(o, "\nfields that differ:");
+        for (ep, f) in fields {
+            let _ = writeln!(o, "  {ep}  {}  {}  {}", f.path, f.kind, f.count);
+        }
+    }
+    if !s.noise.is_empty() {
+        let _ = writeln!(
+            o,
+            "\nnoise (also differs between primary and secondary; not counted):"
+        );
+        for f in &s.noise {
+            let _ = writeln!(
+                o,
+                "  {}  {}  {}  candidate {} / secondary {}",
+                f.endpoint, f.path, f.kind, f.count, f.noise_count
+            );
+        }
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_and_sizes_parse_with_units() {
+        assert_eq!(
+            parse_duration("t", "500ms").unwrap(),
+            Duration::from_millis(500)
+        );
+        assert_eq!(parse_duration("t", "2").unwrap(), Duration::from_secs(2));
+        assert_eq!(parse_duration("t", "1m").unwrap(), Duration::from_secs(60));
+        assert!(parse_duration("t", "0s").is_err());
+        assert!(parse_duration("t", "5h").is_err());
+        assert_eq!(parse_size("s", "1MiB").unwrap(), 1 << 20);
+        assert_eq!(parse_size("s", "64kb").unwrap(), 64_000);
+        assert_eq!(parse_size("s", "100").unwrap(), 100);
+        assert!(parse_size("s", "x").is_err());
+    }
 }

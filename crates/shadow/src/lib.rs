@@ -1,1 +1,126 @@
-//! The shadow mirroring proxy, the replay driver and the durable SQLite store of comparison results.
+//! Shadow traffic: send the same requests to the old service and the new one, compare
+//! every pair of responses, and keep durable evidence of every difference.
+//!
+//! Two ways to get pairs: [`Proxy`] sits in front of the primary (the service that
+//! answers clients) and mirrors a sample of live requests to a candidate, never letting
+//! the candidate delay or fail a client; [`replay`] sends every request of a data set
+//! (a [`scalpel_requests::RequestSet`]) to both before any live traffic. Both hand each
+//! exchange to a [`Recorder`] — the engine that `scalpel serve`'s A/B mode reuses — which
+//! compares with [`scalpel_diff`], counts per endpoint and field, separates noise when a
+//! secondary copy of the old service takes part, redacts secrets ([`Redactor`]), and
+//! writes samples and counters to a SQLite [`Store`] on its own thread.
+//!
+//! This crate must NOT hold comparison rules of its own (they live in `scalpel-diff`),
+//! print to the terminal, or parse command lines (that is the `scalpel` binary's job).
+//! SQLite is never written on a request path.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use scalpel_diff::{Comparer, NoiseRule, RouteNormalizer};
+//! use scalpel_requests::{DataSet, Order, RequestSet, RequestTemplate};
+//! use scalpel_shadow::*;
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let settings = CompareSettings::new(Comparer::new().ignore("$.generated_at")?,
+//!     RouteNormalizer::default(), NoiseRule::default(), Redactor::default(), 50, false);
+//! let recorder = Arc::new(Recorder::new(settings, None));
+//! let template = RequestTemplate::parse("GET", "/v1/users/{id}/stats", &[], None)?;
+//! let ids = DataSet::from_lines("id", vec!["1".into(), "2".into()]);
+//! let set = Arc::new(RequestSet::new(template, Some(ids), Order::Sequential)?);
+//! let cfg = ReplayConfig {
+//!     primary: Upstream::parse("http://127.0.0.1:8080")?,
+//!     candidate: Upstream::parse("http://127.0.0.1:8081")?,
+//!     secondary: None,
+//!     concurrency: 16,
+//!     timeout: std::time::Duration::from_secs(10),
+//!     max_body: 8 << 20,
+//! };
+//! replay(set, cfg, recorder.clone(), Arc::default()).await;
+//! let summary = recorder.summary();
+//! println!("{}% consistent", summary.consistency_percent);
+//! # Ok(()) }
+//! ```
+//!
+//! # Design
+//!
+//! The proxy's request path does three cheap things beyond forwarding: a sampling
+//! decision, buffering a (bounded) request body, and a `try_send` on a bounded queue.
+//! The primary's body is streamed to the client frame by frame and copied up to a limit
+//! on the way; the copy reaches the mirror task through a oneshot when the body ends.
+//! Mirror tasks wait for a slot of a semaphore, so a slow candidate fills the queue and
+//! further mirrors are skipped and counted, never queued without bound. A request's
+//! mismatch is decided at report time from counted "difference signatures" (the set of
+//! fields that differed), because whether a field is noise depends on all requests.
+
+mod client;
+mod html;
+mod model;
+mod proxy;
+mod recorder;
+mod redact;
+mod replay;
+mod store;
+mod tally;
+
+pub use client::Upstream;
+pub use html::render_html;
+pub use model::{Failure, ShadowRequest, ShadowResponse, SkipReason};
+pub use proxy::{Proxy, ProxyConfig};
+pub use recorder::{CompareSettings, Observation, Recorder};
+pub use redact::{REDACTED, Redactor};
+pub use replay::{ReplayConfig, ReplayProgress, ReplayStats, replay};
+pub use store::{Store, StoredRun};
+pub use tally::{EndpointSummary, FieldSummary, NoiseField, Sample, SampleResponse, Summary};
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use scalpel_diff::NoiseRule;
+
+/// What can go wrong outside the comparison itself.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ShadowError {
+    /// An upstream URL that cannot be used.
+    #[error("bad upstream URL `{url}`: {reason}")]
+    Url {
+        /// The URL as given.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// A listen or admin address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The store could not be opened, read or written.
+    #[error("store {}: {reason}", path.display())]
+    Store {
+        /// The store file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl StoredRun {
+    /// Rebuilds the summary from the stored counters, with the noise rule the run used
+    /// (or `rule` to override it).
+    pub fn summary(&self, rule: Option<NoiseRule>) -> Summary {
+        let num = |k: &str| self.meta.get(k).and_then(|v| v.parse::<f64>().ok());
+        let rule = rule.unwrap_or_else(|| {
+            match (num("noise_relative_percent"), num("noise_absolute_percent")) {
+                (Some(r), Some(a)) => NoiseRule::new(r, a),
+                _ => NoiseRule::default(),
+            }
+        });
+        let secondary = self.meta.get("secondary").is_some_and(|v| v == "true");
+        self.tally.summarize(&rule, secondary)
+    }
+}

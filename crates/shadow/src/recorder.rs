@@ -1,0 +1,346 @@
+//! The comparison engine shared by the proxy, replay and `scalpel serve`'s A/B mode:
+//! responses in, counters, samples and store rows out.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use http::HeaderMap;
+use scalpel_diff::{Comparer, Difference, NoiseRule, RouteNormalizer};
+
+use crate::ShadowError;
+use crate::model::{Failure, ShadowRequest, ShadowResponse, SkipReason};
+use crate::redact::Redactor;
+use crate::store::Store;
+use crate::tally::{Sample, SampleResponse, Summary, Tally, signature};
+
+/// At most this many samples per distinct difference signature, so the sample budget
+/// shows many kinds of difference rather than one kind many times.
+const SAMPLES_PER_SIGNATURE: usize = 3;
+
+/// The comparison rules of a run.
+#[derive(Debug, Clone)]
+pub struct CompareSettings {
+    comparer: Comparer,
+    routes: RouteNormalizer,
+    noise: NoiseRule,
+    redactor: Redactor,
+    max_samples: usize,
+    secondary: bool,
+}
+
+impl CompareSettings {
+    /// Rules: how to compare, how to name endpoints, the noise thresholds, what to
+    /// redact, how many samples to keep, and whether a secondary takes part.
+    pub fn new(
+        comparer: Comparer,
+        routes: RouteNormalizer,
+        noise: NoiseRule,
+        redactor: Redactor,
+        max_samples: usize,
+        secondary: bool,
+    ) -> Self {
+        Self {
+            comparer,
+            routes,
+            noise,
+            redactor,
+            max_samples,
+            secondary,
+        }
+    }
+
+    /// The noise rule.
+    pub fn noise(&self) -> &NoiseRule {
+        &self.noise
+    }
+}
+
+/// What [`Recorder::observe`] found for one exchange.
+#[derive(Debug, Clone)]
+pub struct Observation {
+    /// The route pattern.
+    pub endpoint: String,
+    /// Primary vs candidate, empty when they match.
+    pub differences: Vec<Difference>,
+    /// Primary vs secondary.
+    pub noise_differences: Vec<Difference>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    tally: Tally,
+    samples: Vec<Sample>,
+    per_signature: HashMap<String, usize>,
+    dirty: bool,
+}
+
+/// Compares exchanges and keeps the results: counters in memory, samples (redacted) in
+/// memory and, with a store, durably. Thread-safe; share it in an `Arc`.
+///
+/// ```no_run
+/// # use scalpel_shadow::*;
+/// # use scalpel_diff::*;
+/// # fn demo(req: ShadowRequest, p: ShadowResponse, c: ShadowResponse) {
+/// let settings = CompareSettings::new(Comparer::new(), RouteNormalizer::default(),
+///     NoiseRule::default(), Redactor::default(), 50, false);
+/// let recorder = Recorder::new(settings, None);
+/// let seen = recorder.observe(&req, &p, Ok(&c), None);
+/// println!("{} differences; consistency {}%", seen.unwrap().differences.len(),
+///     recorder.summary().consistency_percent);
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct Recorder {
+    settings: CompareSettings,
+    inner: Mutex<Inner>,
+    store: Option<Store>,
+}
+
+impl Recorder {
+    /// A recorder writing to `store`, if given.
+    pub fn new(settings: CompareSettings, store: Option<Store>) -> Self {
+        Self {
+            settings,
+            inner: Mutex::new(Inner::default()),
+            store,
+        }
+    }
+
+    /// Opens `path` as the store, resuming its counters and samples.
+    pub fn with_store(
+        settings: CompareSettings,
+        path: &Path,
+        meta: &[(&str, String)],
+    ) -> Result<Self, ShadowError> {
+        let mut meta: Vec<(&str, String)> = meta.to_vec();
+        let noise = settings.noise;
+        meta.push((
+            "noise_relative_percent",
+            noise.relative_percent().to_string(),
+        ));
+        meta.push((
+            "noise_absolute_percent",
+            noise.absolute_percent().to_string(),
+        ));
+        meta.push(("secondary", settings.secondary.to_string()));
+        let (store, existing) = Store::open(path, &meta)?;
+        let mut inner = Inner {
+            tally: existing.tally,
+            ..Inner::default()
+        };
+        for s in existing.samples {
+            *inner
+                .per_signature
+                .entry(signature(&s.differences))
+                .or_default() += 1;
+            inner.samples.push(s);
+        }
+        Ok(Self {
+            settings,
+            inner: Mutex::new(inner),
+            store: Some(store),
+        })
+    }
+
+    /// The rules in use.
+    pub fn settings(&self) -> &CompareSettings {
+        &self.settings
+    }
+
+    /// The route pattern of a request target.
+    pub fn endpoint(&self, path_and_query: &str) -> String {
+        self.settings.routes.normalize(path_and_query)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // A panic elsewhere must not stop the counting.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Compares one exchange and records it. `candidate` (or the secondary) may have
+    /// failed; a failed candidate is counted as an error and nothing is compared. Returns
+    /// `None` in that case.
+    pub fn observe(
+        &self,
+        req: &ShadowRequest,
+        primary: &ShadowResponse,
+        candidate: Result<&ShadowResponse, Failure>,
+        secondary: Option<Result<&ShadowResponse, Failure>>,
+    ) -> Option<Observation> {
+        let endpoint = self.endpoint(&req.path_and_query);
+        let candidate = match candidate {
+            Ok(c) => c,
+            Err(f) => {
+                let mut inner = self.lock();
+                inner.tally.error(&endpoint, "candidate", f);
+                inner.dirty = true;
+                return None;
+            }
+        };
+        let cmp = &self.settings.comparer;
+        let differences = cmp.compare(&primary.view(), &candidate.view());
+        let (secondary, noise_differences) = match secondary {
+            Some(Ok(s)) => (Some(s), cmp.compare(&primary.view(), &s.view())),
+            Some(Err(f)) => {
+                self.lock().tally.error(&endpoint, "secondary", f);
+                (None, Vec::new())
+            }
+            None => (None, Vec::new()),
+        };
+        let mut inner = self.lock();
+        inner
+            .tally
+            .record(&endpoint, &differences, &noise_differences);
+        inner.dirty = true;
+        let mut sample = None;
+        if !differences.is_empty() || !noise_differences.is_empty() {
+            let mut sig = signature(&differences);
+            if differences.is_empty() {
+                sig = format!("noise\n{}", signature(&noise_differences));
+            }
+            let taken = inner.per_signature.get(&sig).copied().unwrap_or(0);
+            if inner.samples.len() < self.settings.max_samples && taken < SAMPLES_PER_SIGNATURE {
+                *inner.per_signature.entry(sig).or_default() += 1;
+                let s = self.build_sample(
+                    &endpoint,
+                    req,
+                    primary,
+                    candidate,
+                    secondary,
+                    &differences,
+                    &noise_differences,
+                );
+                inner.samples.push(s.clone());
+                sample = Some(s);
+            }
+        }
+        if let (Some(store), Some(s)) = (&self.store, sample) {
+            // The sample and the counters that include it commit together.
+            let tally = inner.tally.clone();
+            inner.dirty = false;
+            drop(inner);
+            store.write(Some(tally), Some(s));
+        }
+        Some(Observation {
+            endpoint,
+            differences,
+            noise_differences,
+        })
+    }
+
+    /// Counts a request that was chosen for comparison but could not be compared.
+    pub fn skip(&self, reason: SkipReason) {
+        let mut inner = self.lock();
+        *inner.tally.skipped.entry(reason).or_default() += 1;
+        inner.dirty = true;
+    }
+
+    /// Counts a failed primary (replay: the pair cannot be compared).
+    pub fn primary_failed(&self, path_and_query: &str, failure: Failure) {
+        let endpoint = self.endpoint(path_and_query);
+        let mut inner = self.lock();
+        inner.tally.error(&endpoint, "primary", failure);
+        inner.dirty = true;
+    }
+
+    /// The report model, with noise classified now.
+    pub fn summary(&self) -> Summary {
+        let inner = self.lock();
+        inner
+            .tally
+            .summarize(&self.settings.noise, self.settings.secondary)
+    }
+
+    /// The samples kept so far.
+    pub fn samples(&self) -> Vec<Sample> {
+        self.lock().samples.clone()
+    }
+
+    /// Queues the counters for the store if they changed since the last write. Cheap when
+    /// nothing changed; never blocks on SQLite.
+    pub fn flush(&self) {
+        let Some(store) = &self.store else { return };
+        let mut inner = self.lock();
+        if !inner.dirty {
+            return;
+        }
+        let tally = inner.tally.clone();
+        inner.dirty = false;
+        drop(inner);
+        if !store.write(Some(tally), None) {
+            self.lock().dirty = true;
+        }
+    }
+
+    /// Flushes and waits until the store committed everything (shutdown). Blocking.
+    pub fn flush_and_sync(&self) {
+        self.flush();
+        if let Some(store) = &self.store {
+            store.sync();
+            // A flush dropped because the writer was behind gets one more chance.
+            self.flush();
+            store.sync();
+        }
+    }
+
+    /// Store messages dropped because the writer was behind.
+    pub fn store_dropped(&self) -> u64 {
+        self.store.as_ref().map_or(0, Store::dropped)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn build_sample(
+        &self,
+        endpoint: &str,
+        req: &ShadowRequest,
+        primary: &ShadowResponse,
+        candidate: &ShadowResponse,
+        secondary: Option<&ShadowResponse>,
+        differences: &[Difference],
+        noise_differences: &[Difference],
+    ) -> Sample {
+        let r = &self.settings.redactor;
+        let resp = |x: &ShadowResponse| SampleResponse {
+            status: x.status.as_u16(),
+            headers: header_pairs(&r.headers(&x.headers)),
+            body: r.body(&x.headers, &x.body),
+        };
+        let redact_all = |ds: &[Difference]| -> Vec<Difference> {
+            ds.iter()
+                .cloned()
+                .map(|mut d| {
+                    r.difference(&mut d);
+                    d
+                })
+                .collect()
+        };
+        Sample {
+            recorded_at_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            endpoint: endpoint.to_string(),
+            method: req.method.to_string(),
+            target: r.target(&req.path_and_query),
+            request_headers: header_pairs(&r.headers(&req.headers)),
+            request_body: r.body(&req.headers, &req.body),
+            primary: resp(primary),
+            candidate: resp(candidate),
+            secondary: secondary.map(resp),
+            differences: redact_all(differences),
+            noise_differences: redact_all(noise_differences),
+        }
+    }
+}
+
+fn header_pairs(h: &HeaderMap) -> Vec<(String, String)> {
+    h.iter()
+        .map(|(k, v)| {
+            (
+                k.to_string(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect()
+}
