@@ -104,6 +104,7 @@ func TestTransferErrors(t *testing.T) {
 	for _, c := range cases {
 		expect(t, c.name, e.transfer(c.key, c.body), c.status, c.want)
 	}
+	expect(t, "empty key header", e.do("POST", "/v1/transfers", map[string]string{"Idempotency-Key": ""}, ok), 400, invalidKey)
 	// Nothing was written by any of them, not even the idempotency key.
 	if n := count(t, e.b.DB, `SELECT count(*) FROM transfers`); n != 0 {
 		t.Errorf("%d transfers stored after rejected requests", n)

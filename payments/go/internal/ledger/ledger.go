@@ -13,6 +13,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 
@@ -39,6 +40,9 @@ func dsn(path string, params string) string {
 // an error wrapping ErrNoLedger.
 func Open(ctx context.Context, path string) (*Ledger, error) {
 	fi, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: no file %s (make one with `payments generate`)", ErrNoLedger, path)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNoLedger, err)
 	}
