@@ -1,1 +1,142 @@
-fn main() {}
+//! `payments`: the Rust side of the payments example.
+//!
+//! - `payments generate --users N --seed S --db FILE [--ids-out FILE] [--force]` writes a
+//!   deterministic ledger (see `payments_core::generate`).
+//! - `payments serve --db FILE --port P [--host H]` serves the hot endpoints (balance,
+//!   stats, healthz) from an in-memory read model tailed from the ledger.
+//!
+//! The contract is `payments/SPEC.md`; the logic is in `payments-core`, this binary only
+//! parses flags and moves bytes between sockets and the core.
+
+use std::io::Write;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+mod serve;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "payments",
+    version,
+    about = "Payments example: ledger generator and hot-path service"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Write a deterministic, realistically skewed ledger.
+    Generate {
+        /// Number of users.
+        #[arg(long, default_value_t = 16_000)]
+        users: u32,
+        /// Seed: the same seed gives the same rows.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// The SQLite file to create.
+        #[arg(long)]
+        db: PathBuf,
+        /// Also write the user ids, one per line.
+        #[arg(long)]
+        ids_out: Option<PathBuf>,
+        /// Replace an existing file.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Serve balance, stats and healthz.
+    Serve {
+        /// The ledger file (read-only).
+        #[arg(long)]
+        db: PathBuf,
+        /// Port to listen on (0 = any free port).
+        #[arg(long)]
+        port: u16,
+        /// Address to bind.
+        #[arg(long, default_value = "127.0.0.1")]
+        host: IpAddr,
+        /// Most connections served at once; further ones wait in the accept queue.
+        #[arg(long, default_value_t = 10_000)]
+        max_connections: u32,
+        /// Seconds a client may take to send a request's headers.
+        #[arg(long, default_value_t = 10)]
+        header_timeout: u64,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("payments: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Generate {
+            users,
+            seed,
+            db,
+            ids_out,
+            force,
+        } => {
+            let started = Instant::now();
+            let options = payments_core::GenerateOptions::new(users, seed).force(force);
+            let summary = payments_core::generate(&db, &options)?;
+            if let Some(path) = ids_out {
+                let mut text = summary.user_ids().join("\n");
+                text.push('\n');
+                std::fs::write(&path, text).with_context(|| format!("{}", path.display()))?;
+            }
+            let mut out = std::io::stdout().lock();
+            // A closed stdout is not an error worth a non-zero exit.
+            let _ = writeln!(
+                out,
+                "generated {} users ({} creators), {} transactions in {:.2} s -> {}",
+                summary.user_ids().len(),
+                summary.creators(),
+                summary.transactions(),
+                started.elapsed().as_secs_f64(),
+                db.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Serve {
+            db,
+            port,
+            host,
+            max_connections,
+            header_timeout,
+        } => {
+            let config = serve::Config {
+                db,
+                addr: (host, port).into(),
+                max_connections: max_connections.max(1),
+                header_timeout: Duration::from_secs(header_timeout.max(1)),
+            };
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .context("starting the runtime")?;
+            runtime.block_on(serve::run(config))?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
