@@ -127,7 +127,10 @@ fn bad_input_is_one_line_on_stderr_and_exit_2() {
     let missing = dir.join("missing.json");
     let out = scalpel(&["report", "show", missing.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr_line(&out).starts_with("scalpel: cannot read "));
+    let line = stderr_line(&out);
+    assert!(line.starts_with("scalpel: cannot read "), "{line}");
+    // The cause is said once, not repeated by the error chain.
+    assert_eq!(line.matches("os error").count(), 1, "{line}");
 
     let broken = dir.join("broken.json");
     std::fs::write(&broken, "{\"format_version\": 1,\n  oops").unwrap();

@@ -7,20 +7,20 @@ use std::path::PathBuf;
 #[non_exhaustive]
 pub enum ReportError {
     /// The file could not be opened or read (missing, permissions, …).
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}: {error}")]
     Read {
         /// The file.
         path: PathBuf,
-        /// The underlying I/O error.
-        source: std::io::Error,
+        /// The underlying I/O error (shown in the message, so not chained as a source).
+        error: std::io::Error,
     },
     /// The file could not be written or moved into place.
-    #[error("cannot write {path}: {source}")]
+    #[error("cannot write {path}: {error}")]
     Write {
         /// The file.
         path: PathBuf,
-        /// The underlying I/O error.
-        source: std::io::Error,
+        /// The underlying I/O error (shown in the message, so not chained as a source).
+        error: std::io::Error,
     },
     /// The file is not valid JSON, or not the shape of a result file.
     #[error("{path}:{line}:{column}: not a scalpel result file: {message}")]
@@ -47,14 +47,14 @@ pub enum ReportError {
         expected: u32,
     },
     /// A step's histogram does not decode.
-    #[error("target {target:?} step {step}: {source}")]
+    #[error("target {target:?} step {step}: {error}")]
     Histogram {
         /// Target name.
         target: String,
         /// Step index.
         step: u32,
-        /// The decoding error.
-        source: scalpel_load::result::HistogramError,
+        /// The decoding error (shown in the message, so not chained as a source).
+        error: scalpel_load::result::HistogramError,
     },
     /// Runs that do not describe the same schedule against the same targets.
     #[error("cannot merge: {0}")]

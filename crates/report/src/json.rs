@@ -12,9 +12,9 @@ use crate::ReportError;
 /// The format version is checked before the shape, so a file from a future version says
 /// so instead of failing on a missing key.
 pub fn read_json(path: &Path) -> Result<RunResult, ReportError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ReportError::Read {
+    let text = std::fs::read_to_string(path).map_err(|error| ReportError::Read {
         path: path.to_owned(),
-        source,
+        error,
     })?;
     let json_error = |err: serde_json::Error| ReportError::Json {
         path: path.to_owned(),
@@ -49,10 +49,10 @@ pub fn read_json(path: &Path) -> Result<RunResult, ReportError> {
     // A histogram that does not decode would only fail later, in a merge or a plot.
     for target in &result.targets {
         for step in &target.steps {
-            decode_histogram(&step.histogram).map_err(|source| ReportError::Histogram {
+            decode_histogram(&step.histogram).map_err(|error| ReportError::Histogram {
                 target: target.name.clone(),
                 step: step.index,
-                source,
+                error,
             })?;
         }
     }
@@ -78,9 +78,9 @@ pub fn to_json_string(result: &RunResult) -> String {
 /// Writes the result as pretty JSON, atomically: a temporary file in the same directory is
 /// written, flushed to disk and renamed over `path`, so a reader never sees half a file.
 pub fn write_json(result: &RunResult, path: &Path) -> Result<(), ReportError> {
-    let write_error = |source: std::io::Error| ReportError::Write {
+    let write_error = |error: std::io::Error| ReportError::Write {
         path: path.to_owned(),
-        source,
+        error,
     };
     let dir = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,

@@ -168,10 +168,10 @@ fn merge_step(target: &str, pieces: &[&StepResult]) -> Result<StepResult, Report
     let mut histogram = new_histogram();
     histogram.auto(true);
     for piece in pieces {
-        let h = decode_histogram(&piece.histogram).map_err(|source| ReportError::Histogram {
+        let h = decode_histogram(&piece.histogram).map_err(|error| ReportError::Histogram {
             target: target.to_owned(),
             step: piece.index,
-            source,
+            error,
         })?;
         histogram
             .add(&h)
