@@ -1,0 +1,391 @@
+//! `scalpel shadow` as a user runs it: the real binary against servers on loopback.
+
+#[path = "../../shadow/tests/support/mod.rs"]
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::Value;
+use support::{Answer, Asked, eventually, get, send, serve};
+
+const BIN: &str = env!("CARGO_BIN_EXE_scalpel");
+
+fn user_id(a: &Asked) -> u64 {
+    a.path_and_query
+        .split('/')
+        .nth(3)
+        .and_then(|s| s.split('?').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn body(id: u64, balance: u64) -> String {
+    format!(r#"{{"user":{id},"balance":{balance},"currency":"IDR"}}"#)
+}
+
+async fn run(args: Vec<String>) -> Output {
+    tokio::task::spawn_blocking(move || Command::new(BIN).args(&args).output().unwrap())
+        .await
+        .unwrap()
+}
+
+fn strings(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+fn read_json(p: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_exits_by_consistency_writes_json_and_html_and_rejects_bad_input() {
+    let primary = serve(|a| Answer::json(body(user_id(a), user_id(a) * 10))).await;
+    let same = serve(|a| Answer::json(body(user_id(a), user_id(a) * 10))).await;
+    let off = serve(|a| {
+        let id = user_id(a);
+        Answer::json(body(id, if id == 4 { 0 } else { id * 10 }))
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let ids = dir.path().join("ids.txt");
+    std::fs::write(&ids, (1..=10).map(|i| format!("{i}\n")).collect::<String>()).unwrap();
+    let json = dir.path().join("out.json");
+    let html = dir.path().join("out.html");
+    let base = |cand: &str| {
+        strings(&[
+            "shadow",
+            "replay",
+            "--primary",
+            &primary.url(),
+            "--candidate",
+            cand,
+            "--template",
+            "/v1/users/{id}/stats?days=30",
+            "--data",
+            ids.to_str().unwrap(),
+            "--json",
+            json.to_str().unwrap(),
+            "--html",
+            html.to_str().unwrap(),
+        ])
+    };
+
+    let out = run(base(&same.url())).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = read_json(&json);
+    for key in [
+        "compared",
+        "matched",
+        "mismatched",
+        "skipped",
+        "consistency_percent",
+        "endpoints",
+        "noise",
+    ] {
+        assert!(v.get(key).is_some(), "missing {key} in {v}");
+    }
+    assert_eq!(v["compared"], 10);
+    assert_eq!(v["consistency_percent"], 100.0);
+    assert_eq!(v["endpoints"][0]["endpoint"], "/v1/users/{id}/stats");
+
+    let out = run(base(&off.url())).await;
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("/v1/users/{id}/stats") && stdout.contains("FAIL"),
+        "{stdout}"
+    );
+    let v = read_json(&json);
+    assert_eq!(
+        (v["compared"].as_u64(), v["mismatched"].as_u64()),
+        (Some(10), Some(1))
+    );
+    let ep = &v["endpoints"][0];
+    assert_eq!(
+        (ep["compared"].as_u64(), ep["mismatched"].as_u64()),
+        (Some(10), Some(1))
+    );
+    assert_eq!(
+        ep["fields"],
+        serde_json::json!([{"path": "$.balance", "count": 1, "kind": "value_changed"}])
+    );
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("$.balance") && page.contains("<style>") && !page.contains("<script"));
+
+    let mut lenient = base(&off.url());
+    lenient.extend(strings(&["--min-consistency", "90"]));
+    assert_eq!(run(lenient).await.status.code(), Some(0));
+
+    // Bad input: one line on stderr, exit 2.
+    let mut bad_cases = vec![];
+    let mut missing = base(&same.url());
+    missing[9] = dir.path().join("nope.txt").to_string_lossy().into_owned();
+    bad_cases.push(missing);
+    let mut bad_ignore = base(&same.url());
+    bad_ignore.extend(strings(&["--ignore", "generated_at"]));
+    bad_cases.push(bad_ignore);
+    let mut bad_url = base(&same.url());
+    bad_url[5] = "https://127.0.0.1:1".into();
+    bad_cases.push(bad_url);
+    for args in bad_cases {
+        let out = run(args.clone()).await;
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.starts_with("scalpel: "), "{err}");
+    }
+}
+
+/// A `scalpel shadow proxy` child process and the addresses it printed.
+struct ProxyProc {
+    child: Child,
+    url: String,
+    admin: Option<String>,
+}
+
+fn spawn_proxy(args: &[String]) -> ProxyProc {
+    let mut child = Command::new(BIN)
+        .args(["shadow", "proxy", "--listen", "127.0.0.1:0"])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        // Keep draining so the child never blocks on a full pipe.
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    loop {
+        let line = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("proxy did not start");
+        if let Some(rest) = line.split("listening on ").nth(1) {
+            let addr = rest.split([',', ';']).next().unwrap().trim().to_string();
+            let admin = rest
+                .split("admin on http://")
+                .nth(1)
+                .map(|a| format!("http://{}", a.split('/').next().unwrap()));
+            return ProxyProc {
+                child,
+                url: format!("http://{addr}"),
+                admin,
+            };
+        }
+    }
+}
+
+async fn summary_json(c: &support::TestClient, admin: &str) -> Value {
+    serde_json::from_slice(&get(c, &format!("{admin}/summary.json")).await.body).unwrap()
+}
+
+const SECRETS: [&str; 5] = [
+    "SECRET-BEARER-1",
+    "SECRET-COOKIE-2",
+    "SECRET-SETCOOKIE-3",
+    "SECRET-PW-4",
+    "SECRET-APIKEY-5",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_survives_sigkill_holds_no_secret_and_rebuilds_the_same_report() {
+    let answer = |a: &Asked, candidate: bool| {
+        let id = user_id(a);
+        let balance = if candidate && id % 3 == 0 { 1 } else { id * 10 };
+        Answer::json(format!(
+            r#"{{"user":{id},"balance":{balance},"password":"SECRET-PW-4","echo":{}}}"#,
+            String::from_utf8_lossy(&a.body).len()
+        ))
+        .header("set-cookie", "session=SECRET-SETCOOKIE-3")
+    };
+    let primary = serve(move |a| answer(a, false)).await;
+    let candidate = serve(move |a| answer(a, true)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("shadow.db");
+    let mut p = spawn_proxy(&strings(&[
+        "--primary",
+        &primary.url(),
+        "--candidate",
+        &candidate.url(),
+        "--admin",
+        "127.0.0.1:0",
+        "--store",
+        store.to_str().unwrap(),
+        "--flush-interval",
+        "100ms",
+        "--mirror-unsafe",
+        "--redact",
+        "password",
+        "--redact",
+        "x-api-key",
+        "--compare-header",
+        "set-cookie",
+    ]));
+    let admin = p.admin.clone().unwrap();
+    let c = support::client();
+    let n = 30u64;
+    for id in 1..=n {
+        let req_body = r#"{"user":"u","password":"SECRET-PW-4"}"#;
+        let got = send(
+            &c,
+            "POST",
+            &format!("{}/v1/users/{id}/stats?token=x", p.url),
+            &[
+                ("authorization", "Bearer SECRET-BEARER-1"),
+                ("cookie", "sid=SECRET-COOKIE-2"),
+                ("x-api-key", "SECRET-APIKEY-5"),
+                ("content-type", "application/json"),
+            ],
+            req_body.as_bytes(),
+        )
+        .await;
+        assert_eq!(got.status, 200);
+    }
+    let seen = eventually("all pairs compared", Duration::from_secs(60), async || {
+        let v = summary_json(&c, &admin).await;
+        (v["compared"] == n).then_some(v)
+    })
+    .await;
+    assert_eq!(seen["mismatched"], 10);
+    // Wait until the periodic flush has made those counters durable, then kill -9.
+    eventually("counters flushed", Duration::from_secs(60), async || {
+        let run = scalpel_shadow::Store::read(&store).ok()?;
+        (run.summary(None).compared == n).then_some(())
+    })
+    .await;
+    p.child.kill().unwrap();
+    p.child.wait().unwrap();
+
+    let json = dir.path().join("report.json");
+    let out = run(strings(&[
+        "shadow",
+        "report",
+        "--store",
+        store.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+    ]))
+    .await;
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rebuilt = read_json(&json);
+    for key in [
+        "compared",
+        "matched",
+        "mismatched",
+        "skipped",
+        "errors",
+        "endpoints",
+        "noise",
+    ] {
+        assert_eq!(rebuilt[key], seen[key], "{key} differs after the crash");
+    }
+    let samples = rebuilt["samples"].as_array().unwrap();
+    assert!(!samples.is_empty());
+    assert_eq!(samples[0]["differences"][0]["path"], "$.balance");
+
+    // Not one secret byte anywhere in the store's files.
+    let mut files = 0;
+    let mut redactions = 0;
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let path = entry.unwrap().path();
+        if !path
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("shadow.db")
+        {
+            continue;
+        }
+        files += 1;
+        let bytes = std::fs::read(&path).unwrap();
+        redactions += bytes.windows(10).filter(|w| *w == b"[REDACTED]").count();
+        for secret in SECRETS {
+            assert!(
+                !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+                "{secret} found in {}",
+                path.display()
+            );
+        }
+    }
+    assert!(files >= 1);
+    let db = std::fs::read(&store).unwrap();
+    assert!(
+        db.windows(10).any(|w| w == b"[REDACTED]"),
+        "samples should show redactions"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_candidate_process_leaves_every_client_answer_intact() {
+    let primary = serve(|a| Answer::json(body(user_id(a), 7))).await;
+    // The candidate is a real separate process: another scalpel proxy in front of a copy.
+    let copy = serve(|a| Answer::json(body(user_id(a), 7))).await;
+    let mut cand = spawn_proxy(&strings(&[
+        "--primary",
+        &copy.url(),
+        "--candidate",
+        &copy.url(),
+    ]));
+    let mut p = spawn_proxy(&strings(&[
+        "--primary",
+        &primary.url(),
+        "--candidate",
+        &cand.url,
+        "--admin",
+        "127.0.0.1:0",
+        "--mirror-timeout",
+        "2s",
+    ]));
+    let admin = p.admin.clone().unwrap();
+    let c = support::client();
+    for id in 1..=10 {
+        let got = get(&c, &format!("{}/v1/users/{id}/stats", p.url)).await;
+        assert_eq!(
+            (got.status, String::from_utf8(got.body).unwrap()),
+            (200, body(id, 7))
+        );
+    }
+    eventually(
+        "first pairs compared",
+        Duration::from_secs(60),
+        async || (summary_json(&c, &admin).await["compared"] == 10).then_some(()),
+    )
+    .await;
+    cand.child.kill().unwrap();
+    cand.child.wait().unwrap();
+    for id in 11..=30 {
+        let got = get(&c, &format!("{}/v1/users/{id}/stats", p.url)).await;
+        assert_eq!(
+            (got.status, String::from_utf8(got.body).unwrap()),
+            (200, body(id, 7))
+        );
+    }
+    let v = eventually("failures counted", Duration::from_secs(60), async || {
+        let v = summary_json(&c, &admin).await;
+        (v["errors"] == 20).then_some(v)
+    })
+    .await;
+    assert_eq!(
+        (v["compared"].as_u64(), v["mismatched"].as_u64()),
+        (Some(10), Some(0))
+    );
+    assert_eq!(primary.hits(), 30);
+    p.child.kill().unwrap();
+    p.child.wait().unwrap();
+}
