@@ -39,9 +39,9 @@ fn same_seed_same_rows_other_seed_other_rows() {
         assert!(out.starts_with("generated 300 users"), "{out}");
     }
     let (a, b, c) = (
-        dump(&path("a.db").as_ref()),
-        dump(&path("b.db").as_ref()),
-        dump(&path("c.db").as_ref()),
+        dump(path("a.db").as_ref()),
+        dump(path("b.db").as_ref()),
+        dump(path("c.db").as_ref()),
     );
     assert!(
         a.lines().count() > 1000,
