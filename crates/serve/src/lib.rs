@@ -1,1 +1,80 @@
-//! Supervisor and balancer: workers on per-worker ports, health checks, restarts, routes, selection algorithms, A/B splits.
+//! Runs a service's workers on per-worker ports behind a built-in HTTP/1.1 balancer:
+//! the production runtime of `scalpel serve`.
+//!
+//! Each app of the config is a command (Node, Go, a Rust binary, anything that listens
+//! on the port it is given) started as N worker processes; worker *i* is told its own
+//! port through `PORT` and its index through `WORKER_INDEX`, so no worker depends on
+//! the kernel's `SO_REUSEPORT` hash. A supervisor owns every process: it admits a
+//! worker to rotation once its health check passes, probes it at an interval, and
+//! replaces it — out of rotation at once, SIGTERM, SIGKILL after a grace period — when
+//! it exits or fails N probes in a row (a blocked event loop). The balancer routes by
+//! path prefix, method and header to apps, splits a route between apps by weight
+//! (sticky by a key) for A/B tests, and picks a worker with round robin, least
+//! connections or power of two choices. An admin address serves `/status`, `/metrics`
+//! (Prometheus) and `POST /reload` (rolling, zero-downtime).
+//!
+//! It must NOT compare responses or sample `/proc` itself (that is `scalpel-diff` and
+//! `scalpel-procstat`), nor parse command lines or print to the terminal beyond the
+//! workers' prefixed output (the `scalpel` binary does that).
+//!
+//! Main types: [`Config`] (parse and check a TOML file: every error names the file and
+//! line), [`Server`] (start, status, metrics, reload, shutdown), [`Selection`] with
+//! [`RoundRobin`], [`LeastConn`] and [`PowerOfTwo`], [`HealthCheck`] with
+//! [`HttpHealthCheck`], and [`Backend`] (one worker process as the balancer sees it).
+//!
+//! # Example
+//!
+//! ```no_run
+//! use std::path::Path;
+//! use scalpel_serve::{Config, ServeOptions, Server};
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let config = Config::parse(r#"
+//!     [server]
+//!     listen = "127.0.0.1:8080"
+//!     admin = "127.0.0.1:9090"
+//!
+//!     [[app]]
+//!     name = "web"
+//!     command = ["node", "app.js"]
+//!     workers = 2
+//!     port_base = 3001
+//!
+//!     [app.health]
+//!     path = "/healthz"
+//! "#, Path::new("serve.toml"))?;
+//! let server = Server::start(config, ServeOptions::default()).await?;
+//! server.wait_ready(std::time::Duration::from_secs(30)).await;
+//! println!("{}", serde_json::to_string(&server.status())?);
+//! server.reload().await?;   // what SIGHUP does
+//! server.shutdown().await;  // what SIGTERM does: drain, then stop the workers
+//! # Ok(()) }
+//! ```
+//!
+//! # Design
+//!
+//! One seam per question, as in Pingora's load balancer: *which workers exist* is the
+//! supervisor's business (one task per worker slot owns its process; reload and stop
+//! reach it as commands), *are they healthy* is a [`HealthCheck`] whose verdicts move a
+//! worker in or out of the pool, and *which one next* is a [`Selection`]. The pool's
+//! ready set is an immutable `Vec` swapped whole with `ArcSwap`, so the request path
+//! reads it without a lock; in-flight counts are atomics on each [`Backend`]. A new
+//! incarnation of worker *i* takes the other of its two ports (`port_base + i` and
+//! `port_base + i + workers`), so a replacement can start and become ready while the
+//! process it replaces still holds its port. Request bodies are buffered (bounded by
+//! `max_body_bytes`) so that a request that never reached a worker can be sent again;
+//! response bodies stream.
+
+mod config;
+mod health;
+mod metrics;
+mod pool;
+mod proxy;
+mod server;
+mod supervisor;
+
+pub use config::{ADMIN_TOKEN_ENV, Balance, Config, ConfigError};
+pub use health::{HealthCheck, HttpHealthCheck};
+pub use pool::{Backend, LeastConn, PowerOfTwo, RoundRobin, Selection, WorkerState};
+pub use server::{AppStatus, ServeError, ServeOptions, Server, Status, WorkerStatus};
+pub use supervisor::{LogBuffer, WorkerLogs};

@@ -1,0 +1,85 @@
+//! Is a worker healthy? One probe, bounded by a time-out.
+
+use std::fmt;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::TokioIo;
+
+/// A health probe of one worker. The supervisor runs it at an interval and counts
+/// failures in a row.
+pub trait HealthCheck: Send + Sync + fmt::Debug {
+    /// `Ok` when the worker at `addr` answers as healthy; `Err(reason)` otherwise.
+    fn check(&self, addr: SocketAddr)
+    -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>>;
+}
+
+/// `GET path` on a fresh connection must return a 2xx within the time-out. A fresh
+/// connection per probe, so a worker whose event loop is blocked (the kernel still
+/// accepts its connections) fails on the time-out rather than on a stale socket.
+#[derive(Debug, Clone)]
+pub struct HttpHealthCheck {
+    path: String,
+    timeout: Duration,
+}
+
+impl HttpHealthCheck {
+    /// Probes `path` with `timeout` for the whole exchange.
+    pub fn new(path: impl Into<String>, timeout: Duration) -> Self {
+        Self {
+            path: path.into(),
+            timeout,
+        }
+    }
+
+    async fn probe(&self, addr: SocketAddr) -> Result<(), String> {
+        let stream = tokio::net::TcpStream::connect(addr)
+            .await
+            .map_err(|e| format!("connect: {e}"))?;
+        let _ = stream.set_nodelay(true);
+        let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| format!("handshake: {e}"))?;
+        let conn = tokio::spawn(conn);
+        let req = http::Request::get(self.path.as_str())
+            .header(http::header::HOST, addr.to_string())
+            .header(http::header::USER_AGENT, "scalpel-serve-health")
+            .body(Empty::<Bytes>::new())
+            .map_err(|e| e.to_string())?;
+        let res = send.send_request(req).await;
+        let out = match res {
+            Ok(res) => {
+                let status = res.status();
+                // Read the body so the worker sees a complete exchange; bounded by the
+                // caller's time-out like everything else.
+                let _ = res.into_body().collect().await;
+                if status.is_success() {
+                    Ok(())
+                } else {
+                    Err(format!("status {}", status.as_u16()))
+                }
+            }
+            Err(e) => Err(format!("request: {e}")),
+        };
+        conn.abort();
+        out
+    }
+}
+
+impl HealthCheck for HttpHealthCheck {
+    fn check(
+        &self,
+        addr: SocketAddr,
+    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>> {
+        Box::pin(async move {
+            match tokio::time::timeout(self.timeout, self.probe(addr)).await {
+                Ok(r) => r,
+                Err(_) => Err(format!("no answer within {} ms", self.timeout.as_millis())),
+            }
+        })
+    }
+}

@@ -1,0 +1,160 @@
+//! Counters per app (an A/B arm is an app), as atomics, plus one latency histogram per
+//! app; rendered in the Prometheus text format by the admin endpoint.
+
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+
+/// Why a worker was restarted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RestartReason {
+    /// The process exited (crash, kill, or a clean exit nobody asked for).
+    Exited,
+    /// It failed its health probe N times in a row (e.g. a blocked event loop).
+    Unhealthy,
+    /// It never passed its first health check within the start time-out.
+    StartFailed,
+}
+
+impl RestartReason {
+    pub(crate) const ALL: [RestartReason; 3] = [
+        RestartReason::Exited,
+        RestartReason::Unhealthy,
+        RestartReason::StartFailed,
+    ];
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            RestartReason::Exited => "exited",
+            RestartReason::Unhealthy => "unhealthy",
+            RestartReason::StartFailed => "start_failed",
+        }
+    }
+}
+
+/// Latencies up to an hour, in microseconds, 3 significant digits.
+const MAX_LATENCY_US: u64 = 3_600_000_000;
+
+#[derive(Debug)]
+pub(crate) struct AppMetrics {
+    pub(crate) requests: AtomicU64,
+    pub(crate) errors: AtomicU64,
+    pub(crate) retries: AtomicU64,
+    pub(crate) no_worker: AtomicU64,
+    pub(crate) mirrored: AtomicU64,
+    pub(crate) restarts: [AtomicU64; 3],
+    pub(crate) reloads: AtomicU64,
+    latency: Mutex<Histogram<u64>>,
+    latency_sum_us: AtomicU64,
+    cpu_percent_bits: AtomicU64,
+    rss_bytes: AtomicU64,
+    pss_bytes: AtomicU64,
+}
+
+impl AppMetrics {
+    pub(crate) fn new() -> Self {
+        Self {
+            requests: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            retries: AtomicU64::new(0),
+            no_worker: AtomicU64::new(0),
+            mirrored: AtomicU64::new(0),
+            restarts: Default::default(),
+            reloads: AtomicU64::new(0),
+            latency: Mutex::new(
+                Histogram::new_with_bounds(1, MAX_LATENCY_US, 3).expect("static bounds are valid"),
+            ),
+            latency_sum_us: AtomicU64::new(0),
+            cpu_percent_bits: AtomicU64::new(0f64.to_bits()),
+            rss_bytes: AtomicU64::new(0),
+            pss_bytes: AtomicU64::new(u64::MAX),
+        }
+    }
+
+    pub(crate) fn restart(&self, r: RestartReason) -> u64 {
+        let i = RestartReason::ALL
+            .iter()
+            .position(|&x| x == r)
+            .unwrap_or_default();
+        self.restarts[i].fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    pub(crate) fn record_latency(&self, d: Duration) {
+        let us = (d.as_micros() as u64).clamp(1, MAX_LATENCY_US);
+        self.latency_sum_us.fetch_add(us, Ordering::Relaxed);
+        let mut h = self.latency.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = h.record(us);
+    }
+
+    pub(crate) fn set_resources(&self, cpu_percent: f64, rss: u64, pss: Option<u64>) {
+        self.cpu_percent_bits
+            .store(cpu_percent.to_bits(), Ordering::Relaxed);
+        self.rss_bytes.store(rss, Ordering::Relaxed);
+        self.pss_bytes
+            .store(pss.unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    pub(crate) fn cpu_percent(&self) -> f64 {
+        f64::from_bits(self.cpu_percent_bits.load(Ordering::Relaxed))
+    }
+
+    pub(crate) fn rss_bytes(&self) -> u64 {
+        self.rss_bytes.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn pss_bytes(&self) -> Option<u64> {
+        Some(self.pss_bytes.load(Ordering::Relaxed)).filter(|&v| v != u64::MAX)
+    }
+
+    /// (count, sum in seconds, [(quantile, seconds)]).
+    pub(crate) fn latency_summary(&self) -> (u64, f64, Vec<(f64, f64)>) {
+        let h = self.latency.lock().unwrap_or_else(|e| e.into_inner());
+        let qs = [0.5, 0.9, 0.99, 0.999]
+            .iter()
+            .map(|&q| (q, h.value_at_quantile(q) as f64 / 1e6))
+            .collect();
+        (
+            h.len(),
+            self.latency_sum_us.load(Ordering::Relaxed) as f64 / 1e6,
+            qs,
+        )
+    }
+}
+
+/// Writes Prometheus text: one `# HELP`/`# TYPE` header per family, then its samples.
+#[derive(Debug, Default)]
+pub(crate) struct PromText {
+    out: String,
+}
+
+impl PromText {
+    pub(crate) fn family(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    }
+
+    pub(crate) fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: f64) {
+        self.out.push_str(name);
+        if !labels.is_empty() {
+            self.out.push('{');
+            for (i, (k, v)) in labels.iter().enumerate() {
+                if i > 0 {
+                    self.out.push(',');
+                }
+                let v = v
+                    .replace('\\', "\\\\")
+                    .replace('"', "\\\"")
+                    .replace('\n', "\\n");
+                let _ = write!(self.out, "{k}=\"{v}\"");
+            }
+            self.out.push('}');
+        }
+        let _ = writeln!(self.out, " {value}");
+    }
+
+    pub(crate) fn finish(self) -> String {
+        self.out
+    }
+}

@@ -1,0 +1,415 @@
+//! The balancer's view of an app: the set of workers that may take traffic (swapped
+//! whole with `ArcSwap`, written only by the supervisor) and the selection algorithms
+//! behind one trait.
+
+use std::cell::Cell;
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use arc_swap::ArcSwap;
+use tokio::sync::Notify;
+
+use crate::config::Balance;
+
+/// The life of one worker process, as `/status` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum WorkerState {
+    /// Spawned, health check not passed yet: gets no traffic.
+    Starting = 0,
+    /// Health check passed: in rotation.
+    Ready = 1,
+    /// Out of rotation, finishing its requests, then stopped.
+    Draining = 2,
+    /// Stopped or exited.
+    Stopped = 3,
+}
+
+impl WorkerState {
+    fn from_u8(v: u8) -> Self {
+        match v {
+            0 => WorkerState::Starting,
+            1 => WorkerState::Ready,
+            2 => WorkerState::Draining,
+            _ => WorkerState::Stopped,
+        }
+    }
+
+    /// Lower-case name used in `/status`.
+    pub fn name(self) -> &'static str {
+        match self {
+            WorkerState::Starting => "starting",
+            WorkerState::Ready => "ready",
+            WorkerState::Draining => "draining",
+            WorkerState::Stopped => "stopped",
+        }
+    }
+}
+
+/// One worker process of an app: where it listens and what it is doing. Counters are
+/// atomics shared by the proxy (in flight) and the supervisor (state).
+pub struct Backend {
+    app: Arc<str>,
+    index: usize,
+    addr: SocketAddr,
+    pid: AtomicU32,
+    state: AtomicU8,
+    started: Instant,
+    in_flight: AtomicUsize,
+    requests: AtomicU64,
+}
+
+impl fmt::Debug for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Backend")
+            .field("app", &self.app)
+            .field("index", &self.index)
+            .field("addr", &self.addr)
+            .field("pid", &self.pid())
+            .field("state", &self.state())
+            .field("in_flight", &self.in_flight())
+            .finish()
+    }
+}
+
+impl Backend {
+    pub(crate) fn new(app: Arc<str>, index: usize, addr: SocketAddr, pid: u32) -> Self {
+        Self {
+            app,
+            index,
+            addr,
+            pid: AtomicU32::new(pid),
+            state: AtomicU8::new(WorkerState::Starting as u8),
+            started: Instant::now(),
+            in_flight: AtomicUsize::new(0),
+            requests: AtomicU64::new(0),
+        }
+    }
+
+    /// The app's name.
+    pub fn app(&self) -> &str {
+        &self.app
+    }
+
+    /// The worker's index within its app (0-based; `WORKER_INDEX`).
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// Where the worker listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The worker's process id.
+    pub fn pid(&self) -> u32 {
+        self.pid.load(Ordering::Relaxed)
+    }
+
+    /// The worker's state.
+    pub fn state(&self) -> WorkerState {
+        WorkerState::from_u8(self.state.load(Ordering::Relaxed))
+    }
+
+    pub(crate) fn set_state(&self, s: WorkerState) {
+        self.state.store(s as u8, Ordering::Relaxed);
+    }
+
+    /// Seconds since the process was started.
+    pub fn uptime_s(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+
+    /// Requests sent to it and not finished yet.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Requests sent to it so far.
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
+    /// Counts a request as in flight until the guard drops.
+    pub(crate) fn begin(self: &Arc<Self>) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        InFlight(self.clone())
+    }
+}
+
+/// A request in flight on a backend; dropping it ends the request.
+#[derive(Debug)]
+pub(crate) struct InFlight(Arc<Backend>);
+
+impl InFlight {
+    pub(crate) fn backend(&self) -> &Arc<Backend> {
+        &self.0
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Which ready worker takes the next request. `avoid` is a worker that just failed this
+/// request (a retry goes elsewhere when there is an elsewhere).
+pub trait Selection: Send + Sync + fmt::Debug {
+    /// Picks one of `backends` (never empty).
+    fn select<'a>(
+        &self,
+        backends: &'a [Arc<Backend>],
+        avoid: Option<&Backend>,
+    ) -> &'a Arc<Backend>;
+}
+
+fn avoided(b: &Arc<Backend>, avoid: Option<&Backend>) -> bool {
+    avoid.is_some_and(|a| std::ptr::eq(Arc::as_ptr(b), a))
+}
+
+/// Each worker in turn.
+#[derive(Debug, Default)]
+pub struct RoundRobin {
+    next: AtomicUsize,
+}
+
+impl Selection for RoundRobin {
+    fn select<'a>(
+        &self,
+        backends: &'a [Arc<Backend>],
+        avoid: Option<&Backend>,
+    ) -> &'a Arc<Backend> {
+        let n = backends.len();
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        (0..n)
+            .map(|k| &backends[(start + k) % n])
+            .find(|b| !avoided(b, avoid))
+            .unwrap_or(&backends[start % n])
+    }
+}
+
+/// The worker with the fewest requests in flight; the scan starts at a rotating offset
+/// so ties (an idle set) are spread in turn instead of all going to the first worker.
+#[derive(Debug, Default)]
+pub struct LeastConn {
+    next: AtomicUsize,
+}
+
+impl Selection for LeastConn {
+    fn select<'a>(
+        &self,
+        backends: &'a [Arc<Backend>],
+        avoid: Option<&Backend>,
+    ) -> &'a Arc<Backend> {
+        let n = backends.len();
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        let mut best: Option<&Arc<Backend>> = None;
+        for k in 0..n {
+            let b = &backends[(start + k) % n];
+            if avoided(b, avoid) {
+                continue;
+            }
+            if best.is_none_or(|x| b.in_flight() < x.in_flight()) {
+                best = Some(b);
+            }
+        }
+        best.unwrap_or(&backends[start % n])
+    }
+}
+
+/// Power of two choices: two distinct workers at random, the one with fewer requests in
+/// flight. Nearly least-connections quality without scanning the set.
+#[derive(Debug, Default)]
+pub struct PowerOfTwo;
+
+thread_local! {
+    // xorshift64*: a cheap per-thread RNG; seeded once per thread from the OS.
+    static RNG: Cell<u64> = Cell::new(rand::random::<u64>() | 1);
+}
+
+/// A cheap per-thread random number.
+pub(crate) fn fast_random() -> u64 {
+    RNG.with(|c| {
+        let mut x = c.get();
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        c.set(x);
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    })
+}
+
+impl Selection for PowerOfTwo {
+    fn select<'a>(
+        &self,
+        backends: &'a [Arc<Backend>],
+        avoid: Option<&Backend>,
+    ) -> &'a Arc<Backend> {
+        let n = backends.len();
+        if n == 1 {
+            return &backends[0];
+        }
+        let r = fast_random();
+        let i = (r % n as u64) as usize;
+        let mut j = ((r >> 32) % (n as u64 - 1)) as usize;
+        if j >= i {
+            j += 1;
+        }
+        let (a, b) = (&backends[i], &backends[j]);
+        if avoided(a, avoid) {
+            return b;
+        }
+        if avoided(b, avoid) {
+            return a;
+        }
+        if b.in_flight() < a.in_flight() { b } else { a }
+    }
+}
+
+pub(crate) fn selection_for(b: Balance) -> Box<dyn Selection> {
+    match b {
+        Balance::RoundRobin => Box::new(RoundRobin::default()),
+        Balance::LeastConn => Box::new(LeastConn::default()),
+        Balance::PowerOfTwo => Box::new(PowerOfTwo),
+    }
+}
+
+/// The workers of one app that may take traffic. The supervisor adds a worker once its
+/// health check passes and removes it the moment it fails, exits or starts draining;
+/// the proxy reads a snapshot per request without locking.
+#[derive(Debug)]
+pub(crate) struct Pool {
+    ready: ArcSwap<Vec<Arc<Backend>>>,
+    // Serializes writers only; readers never take it.
+    write: Mutex<()>,
+    selection: Box<dyn Selection>,
+    changed: Notify,
+}
+
+impl Pool {
+    pub(crate) fn new(balance: Balance) -> Self {
+        Self {
+            ready: ArcSwap::from_pointee(Vec::new()),
+            write: Mutex::new(()),
+            selection: selection_for(balance),
+            changed: Notify::new(),
+        }
+    }
+
+    pub(crate) fn add(&self, b: Arc<Backend>) {
+        let _w = self.write.lock().unwrap_or_else(|e| e.into_inner());
+        b.set_state(WorkerState::Ready);
+        let mut next: Vec<Arc<Backend>> = (**self.ready.load()).clone();
+        next.retain(|x| !Arc::ptr_eq(x, &b));
+        next.push(b);
+        next.sort_by_key(|x| x.index);
+        self.ready.store(Arc::new(next));
+        self.changed.notify_waiters();
+    }
+
+    pub(crate) fn remove(&self, b: &Arc<Backend>) {
+        let _w = self.write.lock().unwrap_or_else(|e| e.into_inner());
+        let mut next: Vec<Arc<Backend>> = (**self.ready.load()).clone();
+        next.retain(|x| !Arc::ptr_eq(x, b));
+        self.ready.store(Arc::new(next));
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.ready.load().len()
+    }
+
+    /// A ready worker, or `None` when there is none right now.
+    pub(crate) fn select(&self, avoid: Option<&Backend>) -> Option<Arc<Backend>> {
+        let set = self.ready.load();
+        if set.is_empty() {
+            return None;
+        }
+        Some(self.selection.select(&set, avoid).clone())
+    }
+
+    /// Like [`Pool::select`], waiting up to `wait` for a worker to become ready (start-up,
+    /// or the only worker being replaced).
+    pub(crate) async fn select_wait(
+        &self,
+        avoid: Option<&Backend>,
+        wait: std::time::Duration,
+    ) -> Option<Arc<Backend>> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let notified = self.changed.notified();
+            if let Some(b) = self.select(avoid) {
+                return Some(b);
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return None;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(n: usize) -> Vec<Arc<Backend>> {
+        (0..n)
+            .map(|i| {
+                Arc::new(Backend::new(
+                    "t".into(),
+                    i,
+                    SocketAddr::from(([127, 0, 0, 1], 1000 + i as u16)),
+                    0,
+                ))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn round_robin_visits_each_in_turn() {
+        let b = set(3);
+        let rr = RoundRobin::default();
+        let picks: Vec<usize> = (0..6).map(|_| rr.select(&b, None).index()).collect();
+        assert_eq!(picks, vec![0, 1, 2, 0, 1, 2]);
+    }
+
+    #[test]
+    fn least_conn_prefers_idle_and_spreads_ties() {
+        let b = set(3);
+        let _busy = b[0].begin();
+        let _busy2 = b[0].begin();
+        let _one = b[1].begin();
+        let lc = LeastConn::default();
+        for _ in 0..5 {
+            assert_eq!(lc.select(&b, None).index(), 2);
+        }
+        let idle = set(2);
+        let picks: Vec<usize> = (0..4).map(|_| lc.select(&idle, None).index()).collect();
+        assert!(picks.contains(&0) && picks.contains(&1), "{picks:?}");
+    }
+
+    #[test]
+    fn power_of_two_never_picks_the_busiest_of_two_and_honours_avoid() {
+        let b = set(2);
+        let _g: Vec<_> = (0..5).map(|_| b[1].begin()).collect();
+        for _ in 0..100 {
+            assert_eq!(PowerOfTwo.select(&b, None).index(), 0);
+            assert_eq!(PowerOfTwo.select(&b, Some(&b[0])).index(), 1);
+        }
+    }
+
+    #[test]
+    fn avoid_skips_the_failed_worker() {
+        let b = set(2);
+        let rr = RoundRobin::default();
+        let lc = LeastConn::default();
+        for _ in 0..10 {
+            assert_eq!(rr.select(&b, Some(&b[0])).index(), 1);
+            assert_eq!(lc.select(&b, Some(&b[1])).index(), 0);
+        }
+    }
+}

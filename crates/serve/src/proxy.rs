@@ -1,0 +1,459 @@
+//! The request path: route → arm → pool → selection → worker, with the proxy duties of
+//! RFC 9110 §7.6 (hop-by-hop headers, `X-Forwarded-For`, `Via`), limits, one retry of
+//! a request that never reached a worker (or an idempotent one reset before any
+//! response byte), and JSON errors.
+//!
+//! Per-request phases, in order: `route` (which route and arm), `request_filter`
+//! (limits, headers), `upstream` (select, send, maybe retry), `response_filter`
+//! (headers back), then `finish` (metrics, when the body ends).
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+
+use crate::config::{RouteConfig, ServerConfig, StickyKey};
+use crate::metrics::AppMetrics;
+use crate::pool::{Backend, InFlight, fast_random};
+use crate::supervisor::App;
+
+pub(crate) type UpstreamClient = Client<HttpConnector, Full<Bytes>>;
+
+/// A route at run time: its rule and a request counter per arm.
+#[derive(Debug)]
+pub(crate) struct Route {
+    pub(crate) cfg: RouteConfig,
+    total_weight: u64,
+    pub(crate) arm_requests: Vec<AtomicU64>,
+}
+
+impl Route {
+    pub(crate) fn new(cfg: RouteConfig) -> Self {
+        Self {
+            total_weight: cfg.arms.iter().map(|a| a.1).sum(),
+            arm_requests: cfg.arms.iter().map(|_| AtomicU64::new(0)).collect(),
+            cfg,
+        }
+    }
+
+    fn matches(&self, method: &Method, path: &str, headers: &HeaderMap) -> bool {
+        let p = &self.cfg.prefix;
+        let prefix_ok = path.starts_with(p.as_str())
+            && (p.ends_with('/') || path.len() == p.len() || path.as_bytes()[p.len()] == b'/');
+        prefix_ok
+            && self.cfg.method.as_ref().is_none_or(|m| m == method)
+            && self.cfg.header.as_ref().is_none_or(|(name, value)| {
+                headers.get_all(name).iter().any(|v| {
+                    value
+                        .as_ref()
+                        .is_none_or(|want| v.to_str().is_ok_and(|v| v.trim() == want))
+                })
+            })
+    }
+
+    /// Index into `cfg.arms`: by the sticky key's hash when present, else at random,
+    /// in proportion to the weights.
+    fn pick_arm(&self, path: &str, headers: &HeaderMap) -> usize {
+        if self.cfg.arms.len() == 1 {
+            return 0;
+        }
+        let key = self
+            .cfg
+            .sticky
+            .as_ref()
+            .and_then(|k| sticky_value(k, path, headers));
+        let roll = match key {
+            Some(k) => mix(fnv1a(k.as_bytes())),
+            None => fast_random(),
+        } % self.total_weight;
+        let mut acc = 0;
+        for (i, &(_, w)) in self.cfg.arms.iter().enumerate() {
+            acc += w;
+            if roll < acc {
+                return i;
+            }
+        }
+        self.cfg.arms.len() - 1
+    }
+}
+
+fn sticky_value<'a>(key: &StickyKey, path: &'a str, headers: &'a HeaderMap) -> Option<&'a str> {
+    match key {
+        StickyKey::Header(name) => headers.get(name).and_then(|v| v.to_str().ok()),
+        StickyKey::Cookie(name) => headers
+            .get_all(header::COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(';'))
+            .filter_map(|kv| kv.trim().split_once('='))
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v),
+        StickyKey::PathSegment(n) => path.split('/').filter(|s| !s.is_empty()).nth(n - 1),
+    }
+    .filter(|v| !v.is_empty())
+}
+
+/// FNV-1a: stable across versions and platforms, so a key keeps its arm across restarts.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// splitmix64's finalizer: spreads FNV's low bits before the modulo.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Everything the request path reads; built once, shared by every connection.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) cfg: ServerConfig,
+    pub(crate) apps: Vec<Arc<App>>,
+    pub(crate) routes: Vec<Route>,
+    pub(crate) client: UpstreamClient,
+    pub(crate) no_route: AtomicU64,
+    pub(crate) too_large: AtomicU64,
+}
+
+/// The balancer's response body: an error or a worker's body, which ends the request's
+/// accounting (in flight, latency) when it finishes or is dropped.
+#[derive(Debug)]
+pub(crate) enum ProxyBody {
+    Full(Option<Bytes>),
+    Upstream {
+        body: Incoming,
+        _finish: Finish,
+    },
+}
+
+impl Body for ProxyBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        match self.get_mut() {
+            ProxyBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            ProxyBody::Upstream { body, .. } => Pin::new(body).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ProxyBody::Full(b) => b.is_none(),
+            ProxyBody::Upstream { body, .. } => body.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            ProxyBody::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
+            ProxyBody::Full(None) => SizeHint::with_exact(0),
+            ProxyBody::Upstream { body, .. } => body.size_hint(),
+        }
+    }
+}
+
+/// Ends a forwarded request: the worker's in-flight count and the arm's latency.
+#[derive(Debug)]
+pub(crate) struct Finish {
+    _in_flight: InFlight,
+    metrics: Arc<AppMetrics>,
+    start: Instant,
+}
+
+impl Drop for Finish {
+    fn drop(&mut self) {
+        self.metrics.record_latency(self.start.elapsed());
+    }
+}
+
+pub(crate) fn json_error(status: StatusCode, msg: &str) -> Response<ProxyBody> {
+    let body = serde_json::json!({ "error": msg, "status": status.as_u16() }).to_string();
+    let mut res = Response::new(ProxyBody::Full(Some(Bytes::from(body))));
+    *res.status_mut() = status;
+    res.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    res
+}
+
+/// Headers that describe one connection, never forwarded (RFC 9110 §7.6.1), plus the
+/// non-standard ones proxies agree to drop.
+const HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    header::PROXY_AUTHORIZATION,
+];
+
+/// Removes hop-by-hop headers, including every header named in `Connection`.
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .collect();
+    for n in named {
+        headers.remove(n);
+    }
+    for n in &HOP_BY_HOP {
+        headers.remove(n);
+    }
+}
+
+fn idempotent(m: &Method) -> bool {
+    matches!(
+        *m,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    )
+}
+
+impl Shared {
+    /// Phase `route`: the route's index (or `None` when no route matches; with no routes
+    /// configured, everything goes to the first app).
+    fn route(&self, req: &Request<Incoming>) -> Result<Option<usize>, ()> {
+        if self.routes.is_empty() {
+            return Ok(None);
+        }
+        let path = req.uri().path();
+        self.routes
+            .iter()
+            .position(|r| r.matches(req.method(), path, req.headers()))
+            .map(Some)
+            .ok_or(())
+    }
+
+    pub(crate) async fn handle(&self, peer: SocketAddr, req: Request<Incoming>) -> Response<ProxyBody> {
+        let app_index = match self.route(&req) {
+            Ok(None) => 0,
+            Ok(Some(r)) => {
+                let route = &self.routes[r];
+                let arm = route.pick_arm(req.uri().path(), req.headers());
+                route.arm_requests[arm].fetch_add(1, Ordering::Relaxed);
+                route.cfg.arms[arm].0
+            }
+            Err(()) => {
+                self.no_route.fetch_add(1, Ordering::Relaxed);
+                let msg = format!("no route for {} {}", req.method(), req.uri().path());
+                return json_error(StatusCode::NOT_FOUND, &msg);
+            }
+        };
+        let app = &self.apps[app_index];
+        let start = Instant::now();
+        app.metrics.requests.fetch_add(1, Ordering::Relaxed);
+        let res = self.forward(app, peer, req, start).await;
+        if res.status().is_server_error() {
+            app.metrics.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        res
+    }
+
+    async fn forward(
+        &self,
+        app: &App,
+        peer: SocketAddr,
+        req: Request<Incoming>,
+        start: Instant,
+    ) -> Response<ProxyBody> {
+        // Phase `request_filter`: limits and headers.
+        let (parts, body) = req.into_parts();
+        let max = self.cfg.max_body_bytes;
+        let declared = parts
+            .headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > max) {
+            self.too_large.fetch_add(1, Ordering::Relaxed);
+            return json_error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                &format!("request body over the {max}-byte limit"),
+            );
+        }
+        // Bodies are buffered (bounded) so a failed attempt can be sent again.
+        let body = if declared == Some(0) || (declared.is_none() && body.is_end_stream()) {
+            Bytes::new()
+        } else {
+            match Limited::new(body, max as usize).collect().await {
+                Ok(c) => c.to_bytes(),
+                Err(e) => {
+                    return if e.is::<http_body_util::LengthLimitError>() {
+                        self.too_large.fetch_add(1, Ordering::Relaxed);
+                        json_error(
+                            StatusCode::PAYLOAD_TOO_LARGE,
+                            &format!("request body over the {max}-byte limit"),
+                        )
+                    } else {
+                        json_error(StatusCode::BAD_REQUEST, &format!("reading request body: {e}"))
+                    };
+                }
+            }
+        };
+        let mut headers = parts.headers;
+        strip_hop_by_hop(&mut headers);
+        let ip = peer.ip().to_string();
+        let xff = match headers.get(HeaderName::from_static("x-forwarded-for")) {
+            Some(prev) => format!("{}, {ip}", prev.to_str().unwrap_or_default()),
+            None => ip,
+        };
+        if let Ok(v) = HeaderValue::from_str(&xff) {
+            headers.insert(HeaderName::from_static("x-forwarded-for"), v);
+        }
+        if !headers.contains_key("x-forwarded-proto") {
+            headers.insert(
+                HeaderName::from_static("x-forwarded-proto"),
+                HeaderValue::from_static("http"),
+            );
+        }
+        headers.append(header::VIA, HeaderValue::from_static("1.1 scalpel"));
+        let path_and_query = parts
+            .uri
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_string();
+        let method = parts.method;
+        let retry_ok = self.cfg.retry_idempotent && idempotent(&method);
+
+        // Phase `upstream`.
+        let mut avoid: Option<Arc<Backend>> = None;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let backend = match app
+                .pool
+                .select_wait(avoid.as_deref(), self.cfg.wait_for_worker)
+                .await
+            {
+                Some(b) => b,
+                None => {
+                    app.metrics.no_worker.fetch_add(1, Ordering::Relaxed);
+                    return json_error(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        &format!("no ready worker for app `{}`", app.cfg.name),
+                    );
+                }
+            };
+            let uri = format!("http://{}{}", backend.addr(), path_and_query);
+            let mut up = Request::new(Full::new(body.clone()));
+            *up.method_mut() = method.clone();
+            *up.headers_mut() = headers.clone();
+            match uri.parse() {
+                Ok(u) => *up.uri_mut() = u,
+                Err(_) => return json_error(StatusCode::BAD_REQUEST, "bad request target"),
+            }
+            let in_flight = backend.begin();
+            let sent = tokio::time::timeout(self.cfg.upstream_timeout, self.client.request(up)).await;
+            match sent {
+                Ok(Ok(res)) => {
+                    // Phase `response_filter`.
+                    let (mut rp, incoming) = res.into_parts();
+                    strip_hop_by_hop(&mut rp.headers);
+                    let finish = Finish {
+                        _in_flight: in_flight,
+                        metrics: app.metrics.clone(),
+                        start,
+                    };
+                    return Response::from_parts(
+                        rp,
+                        ProxyBody::Upstream {
+                            body: incoming,
+                            _finish: finish,
+                        },
+                    );
+                }
+                Ok(Err(e)) => {
+                    let name = format!("{}#{}", app.cfg.name, backend.index());
+                    // A connect error means the worker never saw the request: safe to
+                    // resend whatever the method. Otherwise only idempotent requests.
+                    if attempt == 1 && (e.is_connect() || retry_ok) {
+                        app.metrics.retries.fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(worker = %name, error = %e, "retrying on another worker");
+                        avoid = Some(in_flight.backend().clone());
+                        continue;
+                    }
+                    let msg = format!("worker {name} ({}) failed: {}", backend.addr(), error_chain(&e));
+                    return json_error(StatusCode::BAD_GATEWAY, &msg);
+                }
+                Err(_) => {
+                    let msg = format!(
+                        "worker {}#{} did not answer within {} ms",
+                        app.cfg.name,
+                        backend.index(),
+                        self.cfg.upstream_timeout.as_millis()
+                    );
+                    return json_error(StatusCode::GATEWAY_TIMEOUT, &msg);
+                }
+            }
+        }
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        src = c.source();
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_and_connection_named_headers_are_removed() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONNECTION, HeaderValue::from_static("keep-alive, X-Secret"));
+        h.insert("x-secret", HeaderValue::from_static("1"));
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert(header::TE, HeaderValue::from_static("trailers"));
+        h.insert("x-kept", HeaderValue::from_static("yes"));
+        strip_hop_by_hop(&mut h);
+        let names: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+        assert_eq!(names, vec!["x-kept"]);
+    }
+
+    #[test]
+    fn sticky_values_from_header_cookie_and_path() {
+        let mut h = HeaderMap::new();
+        h.insert("x-user", HeaderValue::from_static("u7"));
+        h.insert(header::COOKIE, HeaderValue::from_static("a=1; uid=42; b=2"));
+        let hv = sticky_value(&StickyKey::Header(HeaderName::from_static("x-user")), "/", &h);
+        assert_eq!(hv, Some("u7"));
+        assert_eq!(sticky_value(&StickyKey::Cookie("uid".into()), "/", &h), Some("42"));
+        assert_eq!(
+            sticky_value(&StickyKey::PathSegment(2), "/users/99/stats", &h),
+            Some("99")
+        );
+        assert_eq!(sticky_value(&StickyKey::PathSegment(5), "/users/99", &h), None);
+    }
+}

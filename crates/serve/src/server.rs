@@ -1,0 +1,659 @@
+//! Wiring: listeners, the admin endpoints, reload, drain and the resource sampler.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, header};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use serde::Serialize;
+use tokio::net::TcpListener;
+use tokio::sync::{Notify, oneshot, watch};
+
+use crate::config::Config;
+use crate::metrics::{PromText, RestartReason};
+use crate::pool::WorkerState;
+use crate::proxy::{ProxyBody, Route, Shared, json_error};
+use crate::supervisor::{SlotCmd, WorkerLogs, start_app};
+
+/// What went wrong starting or running the server.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// The listen or admin address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A reload did not replace every worker (the old ones of those keep serving).
+    #[error("reload incomplete: {}", .0.join("; "))]
+    Reload(Vec<String>),
+}
+
+/// Settings of a server that are not part of the config file.
+#[derive(Debug, Clone, Default)]
+pub struct ServeOptions {
+    /// Where worker output goes.
+    pub worker_logs: WorkerLogs,
+}
+
+/// `/status`: every app and its workers.
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    /// The apps, in config order.
+    pub apps: Vec<AppStatus>,
+}
+
+/// One app in [`Status`].
+#[derive(Debug, Clone, Serialize)]
+pub struct AppStatus {
+    /// The app's name.
+    pub name: String,
+    /// Selection algorithm.
+    pub balance: &'static str,
+    /// Workers in rotation.
+    pub ready: usize,
+    /// One entry per worker slot.
+    pub workers: Vec<WorkerStatus>,
+}
+
+/// One worker in [`Status`].
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkerStatus {
+    /// Index within the app (`WORKER_INDEX`).
+    pub index: usize,
+    /// Process id of its current process (absent before the first spawn).
+    pub pid: Option<u32>,
+    /// The port it listens on.
+    pub port: Option<u16>,
+    /// `starting`, `ready`, `draining`, `stopped` (restart pending) or `failed`
+    /// (restart budget spent).
+    pub state: &'static str,
+    /// Seconds since its current process started.
+    pub uptime_s: f64,
+    /// Restarts of this slot so far.
+    pub restarts: u64,
+    /// Requests in flight on it.
+    pub in_flight: usize,
+}
+
+/// A running balancer with its supervised workers. Dropping it without
+/// [`Server::shutdown`] kills the workers.
+#[derive(Debug)]
+pub struct Server {
+    shared: Arc<Shared>,
+    listen: SocketAddr,
+    admin: Option<SocketAddr>,
+    stop_accepting: watch::Sender<bool>,
+    connections: Arc<ConnCount>,
+    reload_lock: Arc<tokio::sync::Mutex<()>>,
+}
+
+#[derive(Debug, Default)]
+struct ConnCount {
+    active: AtomicUsize,
+    idle: Notify,
+}
+
+struct ConnGuard(Arc<ConnCount>);
+
+impl Drop for ConnGuard {
+    fn drop(&mut self) {
+        if self.0.active.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
+impl Server {
+    /// Binds the listen and admin addresses, then starts every app's workers. Requests
+    /// that arrive before a worker of their app is ready wait for one (up to
+    /// `wait_for_worker_ms`).
+    ///
+    /// # Errors
+    ///
+    /// [`ServeError::Bind`] when an address is taken; nothing is started then.
+    pub async fn start(config: Config, options: ServeOptions) -> Result<Self, ServeError> {
+        let cfg = config.server.clone();
+        let bind = |addr: SocketAddr| async move {
+            TcpListener::bind(addr)
+                .await
+                .map_err(|source| ServeError::Bind { addr, source })
+        };
+        let listener = bind(cfg.listen).await?;
+        let admin_listener = match cfg.admin {
+            Some(a) => Some(bind(a).await?),
+            None => None,
+        };
+        let listen = listener.local_addr().map_err(|source| ServeError::Bind {
+            addr: cfg.listen,
+            source,
+        })?;
+        let admin = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
+
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(cfg.connect_timeout));
+        connector.enforce_http(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(cfg.pool_idle_timeout)
+            .pool_max_idle_per_host(cfg.pool_max_idle_per_worker)
+            .build(connector);
+
+        let apps = config
+            .apps
+            .iter()
+            .map(|a| {
+                Arc::new(start_app(
+                    a.clone(),
+                    options.worker_logs.clone(),
+                    cfg.drain_timeout,
+                ))
+            })
+            .collect();
+        let routes = config.routes.iter().cloned().map(Route::new).collect();
+        let shared = Arc::new(Shared {
+            cfg,
+            apps,
+            routes,
+            client,
+            no_route: Default::default(),
+            too_large: Default::default(),
+        });
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let connections = Arc::new(ConnCount::default());
+        let reload_lock = Arc::new(tokio::sync::Mutex::new(()));
+        tokio::spawn(accept_loop(
+            listener,
+            shared.clone(),
+            stop_rx.clone(),
+            connections.clone(),
+        ));
+        if let Some(l) = admin_listener {
+            tokio::spawn(admin_loop(
+                l,
+                shared.clone(),
+                reload_lock.clone(),
+                stop_rx.clone(),
+            ));
+        }
+        tokio::spawn(sample_resources(shared.clone(), stop_rx));
+        Ok(Self {
+            shared,
+            listen,
+            admin,
+            stop_accepting: stop_tx,
+            connections,
+            reload_lock,
+        })
+    }
+
+    /// The bound listen address.
+    pub fn listen_addr(&self) -> SocketAddr {
+        self.listen
+    }
+
+    /// The bound admin address, if any.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin
+    }
+
+    /// Waits until every worker of every app is in rotation, up to `timeout`; `true`
+    /// when they are.
+    pub async fn wait_ready(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self
+                .shared
+                .apps
+                .iter()
+                .all(|a| a.pool.len() == a.cfg.workers)
+            {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Every app and worker now.
+    pub fn status(&self) -> Status {
+        status(&self.shared)
+    }
+
+    /// The metrics in Prometheus text format.
+    pub fn metrics_text(&self) -> String {
+        metrics_text(&self.shared)
+    }
+
+    /// Rolling reload: each worker in turn is replaced by a new process, which must be
+    /// ready before the old one is taken out, drained and stopped.
+    ///
+    /// # Errors
+    ///
+    /// [`ServeError::Reload`] listing the workers whose replacement failed (their old
+    /// process keeps serving).
+    pub async fn reload(&self) -> Result<(), ServeError> {
+        reload(&self.shared, &self.reload_lock).await
+    }
+
+    /// Stops accepting connections, lets in-flight requests finish (up to
+    /// `drain_timeout_ms`), then stops every worker (SIGTERM, SIGKILL after the grace
+    /// period).
+    pub async fn shutdown(self) {
+        let _ = self.stop_accepting.send(true);
+        let deadline = tokio::time::Instant::now() + self.shared.cfg.drain_timeout;
+        loop {
+            let idle = self.connections.idle.notified();
+            if self.connections.active.load(Ordering::Acquire) == 0 {
+                break;
+            }
+            if tokio::time::timeout_at(deadline, idle).await.is_err() {
+                tracing::warn!(
+                    connections = self.connections.active.load(Ordering::Acquire),
+                    "drain time-out; stopping workers with requests in flight"
+                );
+                break;
+            }
+        }
+        let mut waits = Vec::new();
+        for app in &self.shared.apps {
+            for slot in &app.slots {
+                let (tx, rx) = oneshot::channel();
+                if slot.send(SlotCmd::Stop(tx)).await {
+                    waits.push(rx);
+                }
+            }
+        }
+        for w in waits {
+            let _ = w.await;
+        }
+        tracing::info!("all workers stopped");
+    }
+}
+
+async fn reload(shared: &Shared, lock: &tokio::sync::Mutex<()>) -> Result<(), ServeError> {
+    let _one_at_a_time = lock.lock().await;
+    let mut errors = Vec::new();
+    for app in &shared.apps {
+        for slot in &app.slots {
+            let (tx, rx) = oneshot::channel();
+            if !slot.send(SlotCmd::Reload(tx)).await {
+                errors.push(format!("{}#{}: supervisor gone", app.cfg.name, slot.index));
+                continue;
+            }
+            match rx.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => errors.push(e),
+                Err(_) => errors.push(format!("{}#{}: no answer", app.cfg.name, slot.index)),
+            }
+        }
+    }
+    if errors.is_empty() {
+        tracing::info!("reload complete");
+        Ok(())
+    } else {
+        Err(ServeError::Reload(errors))
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    mut stop: watch::Receiver<bool>,
+    conns: Arc<ConnCount>,
+) {
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(shared.cfg.header_read_timeout)
+        .max_buf_size(shared.cfg.max_header_bytes)
+        .keep_alive(true);
+    loop {
+        let (stream, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    // Out of file descriptors and the like: pause, do not spin.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = stop.changed() => return,
+        };
+        let _ = stream.set_nodelay(true);
+        conns.active.fetch_add(1, Ordering::AcqRel);
+        let guard = ConnGuard(conns.clone());
+        let shared = shared.clone();
+        let mut stop = stop.clone();
+        let builder = builder.clone();
+        tokio::spawn(async move {
+            let _guard = guard;
+            let svc = service_fn(move |req: Request<Incoming>| {
+                let shared = shared.clone();
+                async move { Ok::<_, Infallible>(shared.handle(peer, req).await) }
+            });
+            let conn = builder.serve_connection(TokioIo::new(stream), svc);
+            tokio::pin!(conn);
+            let stopping = async move {
+                let _ = stop.wait_for(|s| *s).await;
+            };
+            tokio::select! {
+                _ = conn.as_mut() => return,
+                _ = stopping => {}
+            }
+            // Finish the request in flight, then close.
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
+        });
+    }
+}
+
+async fn admin_loop(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    reload_lock: Arc<tokio::sync::Mutex<()>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        let stream = tokio::select! {
+            r = listener.accept() => match r {
+                Ok((s, _)) => s,
+                Err(_) => { tokio::time::sleep(Duration::from_millis(50)).await; continue; }
+            },
+            _ = stop.changed() => return,
+        };
+        let shared = shared.clone();
+        let lock = reload_lock.clone();
+        tokio::spawn(async move {
+            let svc = service_fn(move |req: Request<Incoming>| {
+                let shared = shared.clone();
+                let lock = lock.clone();
+                async move { Ok::<_, Infallible>(admin(&shared, &lock, req).await) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(10))
+                .serve_connection(TokioIo::new(stream), svc)
+                .await;
+        });
+    }
+}
+
+fn json_response(status: StatusCode, value: &impl Serialize) -> Response<ProxyBody> {
+    let body = serde_json::to_vec_pretty(value).unwrap_or_default();
+    let mut res = Response::new(ProxyBody::Full(Some(Bytes::from(body))));
+    *res.status_mut() = status;
+    res.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    res
+}
+
+fn token_ok(expected: &str, req: &Request<Incoming>) -> bool {
+    let got = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or_default()
+        .as_bytes();
+    // Compare without an early exit on the first differing byte.
+    got.len() == expected.len()
+        && got
+            .iter()
+            .zip(expected.as_bytes())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+}
+
+async fn admin(
+    shared: &Shared,
+    lock: &tokio::sync::Mutex<()>,
+    req: Request<Incoming>,
+) -> Response<ProxyBody> {
+    if let Some(t) = &shared.cfg.admin_token
+        && !token_ok(t, &req)
+    {
+        let mut res = json_error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");
+        res.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            header::HeaderValue::from_static("Bearer"),
+        );
+        return res;
+    }
+    match (req.method(), req.uri().path()) {
+        (&Method::GET, "/metrics") => {
+            let mut res = Response::new(ProxyBody::Full(Some(Bytes::from(metrics_text(shared)))));
+            res.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static("text/plain; version=0.0.4"),
+            );
+            res
+        }
+        (&Method::GET, "/status") => json_response(StatusCode::OK, &status(shared)),
+        (&Method::POST, "/reload") => match reload(shared, lock).await {
+            Ok(()) => json_response(StatusCode::OK, &serde_json::json!({ "reloaded": true })),
+            Err(ServeError::Reload(errors)) => json_response(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &serde_json::json!({ "reloaded": false, "errors": errors }),
+            ),
+            Err(e) => json_error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+        },
+        (_, "/metrics" | "/status" | "/reload") => {
+            json_error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
+        }
+        (_, path) => json_error(
+            StatusCode::NOT_FOUND,
+            &format!("no admin endpoint {path} (try /status, /metrics, POST /reload)"),
+        ),
+    }
+}
+
+fn status(shared: &Shared) -> Status {
+    let apps = shared
+        .apps
+        .iter()
+        .map(|app| AppStatus {
+            name: app.cfg.name.to_string(),
+            balance: app.cfg.balance.name(),
+            ready: app.pool.len(),
+            workers: app
+                .slots
+                .iter()
+                .map(|slot| {
+                    let b = slot.current.load_full();
+                    let failed = slot.failed.load(Ordering::Relaxed);
+                    WorkerStatus {
+                        index: slot.index,
+                        pid: b.as_ref().map(|b| b.pid()),
+                        port: b.as_ref().map(|b| b.addr().port()),
+                        state: if failed {
+                            "failed"
+                        } else {
+                            b.as_ref().map_or("starting", |b| b.state().name())
+                        },
+                        uptime_s: b.as_ref().map_or(0.0, |b| {
+                            if b.state() == WorkerState::Stopped {
+                                0.0
+                            } else {
+                                (b.uptime_s() * 10.0).round() / 10.0
+                            }
+                        }),
+                        restarts: slot.restarts.load(Ordering::Relaxed),
+                        in_flight: b.as_ref().map_or(0, |b| b.in_flight()),
+                    }
+                })
+                .collect(),
+        })
+        .collect();
+    Status { apps }
+}
+
+fn metrics_text(shared: &Shared) -> String {
+    let mut p = PromText::default();
+    let load = |f: &std::sync::atomic::AtomicU64| f.load(Ordering::Relaxed) as f64;
+    type Counter = fn(&crate::metrics::AppMetrics) -> &std::sync::atomic::AtomicU64;
+    let counters: [(&str, &str, Counter); 6] = [
+        ("scalpel_serve_requests_total", "Requests routed to the app (an A/B arm).", |m| &m.requests),
+        ("scalpel_serve_errors_total", "Requests of the app answered 5xx (by a worker, or 502/503/504 by the balancer).", |m| &m.errors),
+        ("scalpel_serve_retries_total", "Requests resent to another worker after the first one failed before answering.", |m| &m.retries),
+        ("scalpel_serve_no_worker_total", "Requests answered 503 because no worker of the app became ready in time.", |m| &m.no_worker),
+        ("scalpel_serve_reloads_total", "Workers replaced by a rolling reload.", |m| &m.reloads),
+        ("scalpel_serve_mirrored_total", "Requests copied to the app as a mirror.", |m| &m.mirrored),
+    ];
+    for (name, help, get) in counters {
+        p.family(name, "counter", help);
+        for app in &shared.apps {
+            p.sample(name, &[("app", &app.cfg.name)], load(get(&app.metrics)));
+        }
+    }
+    p.family(
+        "scalpel_serve_restarts_total",
+        "counter",
+        "Worker restarts by reason (exited, unhealthy, start_failed).",
+    );
+    for app in &shared.apps {
+        for (i, r) in RestartReason::ALL.iter().enumerate() {
+            p.sample(
+                "scalpel_serve_restarts_total",
+                &[("app", &app.cfg.name), ("reason", r.name())],
+                load(&app.metrics.restarts[i]),
+            );
+        }
+    }
+    p.family(
+        "scalpel_serve_latency_seconds",
+        "summary",
+        "Time from receiving a request to the end of the response body, per app.",
+    );
+    for app in &shared.apps {
+        let (count, sum, qs) = app.metrics.latency_summary();
+        for (q, v) in qs {
+            let q = q.to_string();
+            p.sample(
+                "scalpel_serve_latency_seconds",
+                &[("app", &app.cfg.name), ("quantile", &q)],
+                v,
+            );
+        }
+        p.sample("scalpel_serve_latency_seconds_sum", &[("app", &app.cfg.name)], sum);
+        p.sample(
+            "scalpel_serve_latency_seconds_count",
+            &[("app", &app.cfg.name)],
+            count as f64,
+        );
+    }
+    p.family(
+        "scalpel_serve_cpu_percent",
+        "gauge",
+        "CPU of the app's workers (process trees) over the last sample interval; 100 = one core.",
+    );
+    for app in &shared.apps {
+        p.sample("scalpel_serve_cpu_percent", &[("app", &app.cfg.name)], app.metrics.cpu_percent());
+    }
+    p.family("scalpel_serve_memory_rss_bytes", "gauge", "Summed RSS of the app's worker trees.");
+    for app in &shared.apps {
+        p.sample("scalpel_serve_memory_rss_bytes", &[("app", &app.cfg.name)], app.metrics.rss_bytes() as f64);
+    }
+    p.family("scalpel_serve_memory_pss_bytes", "gauge", "Summed PSS of the app's worker trees (absent when unreadable).");
+    for app in &shared.apps {
+        if let Some(pss) = app.metrics.pss_bytes() {
+            p.sample("scalpel_serve_memory_pss_bytes", &[("app", &app.cfg.name)], pss as f64);
+        }
+    }
+    p.family("scalpel_serve_workers_ready", "gauge", "Workers of the app in rotation.");
+    for app in &shared.apps {
+        p.sample("scalpel_serve_workers_ready", &[("app", &app.cfg.name)], app.pool.len() as f64);
+    }
+    p.family("scalpel_serve_worker_in_flight", "gauge", "Requests in flight per worker.");
+    for app in &shared.apps {
+        for slot in &app.slots {
+            if let Some(b) = slot.current.load_full() {
+                let w = slot.index.to_string();
+                p.sample(
+                    "scalpel_serve_worker_in_flight",
+                    &[("app", &app.cfg.name), ("worker", &w)],
+                    b.in_flight() as f64,
+                );
+            }
+        }
+    }
+    p.family(
+        "scalpel_serve_route_requests_total",
+        "counter",
+        "Requests per route and arm (the A/B split as it happened).",
+    );
+    for (ri, route) in shared.routes.iter().enumerate() {
+        let r = ri.to_string();
+        for (ai, &(app, _)) in route.cfg.arms.iter().enumerate() {
+            p.sample(
+                "scalpel_serve_route_requests_total",
+                &[("route", &r), ("prefix", &route.cfg.prefix), ("app", &shared.apps[app].cfg.name)],
+                load(&route.arm_requests[ai]),
+            );
+        }
+    }
+    p.family(
+        "scalpel_serve_rejected_total",
+        "counter",
+        "Requests refused before reaching an app, by reason.",
+    );
+    p.sample("scalpel_serve_rejected_total", &[("reason", "no_route")], load(&shared.no_route));
+    p.sample("scalpel_serve_rejected_total", &[("reason", "body_too_large")], load(&shared.too_large));
+    p.finish()
+}
+
+/// Samples each app's worker trees with scalpel-procstat: CPU% between two readings of
+/// the same set of workers (a changed set starts a new baseline), RSS and PSS.
+async fn sample_resources(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    let mut last: Vec<Option<(Vec<u32>, scalpel_procstat::TreeReading)>> =
+        vec![None; shared.apps.len()];
+    let mut tick = tokio::time::interval(shared.cfg.sample_interval);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => return,
+        }
+        for (i, app) in shared.apps.iter().enumerate() {
+            let mut pids: Vec<u32> = app
+                .slots
+                .iter()
+                .filter_map(|s| s.current.load_full())
+                .filter(|b| b.state() != WorkerState::Stopped && b.pid() > 0)
+                .map(|b| b.pid())
+                .collect();
+            pids.sort_unstable();
+            let p2 = pids.clone();
+            let Ok(reading) =
+                tokio::task::spawn_blocking(move || scalpel_procstat::read_set(&p2)).await
+            else {
+                continue;
+            };
+            let cpu = match &last[i] {
+                Some((prev_pids, prev)) if *prev_pids == pids => {
+                    scalpel_procstat::cpu_percent(prev, &reading)
+                }
+                _ => app.metrics.cpu_percent(),
+            };
+            app.metrics
+                .set_resources(cpu, reading.rss_bytes, reading.pss_bytes);
+            last[i] = Some((pids, reading));
+        }
+    }
+}

@@ -1,0 +1,72 @@
+'use strict';
+// A small worker for scalpel-serve's tests: listens on $PORT, knows its $WORKER_INDEX.
+//   GET /healthz        200 "ok"
+//   GET /               {"pid","index"}
+//   GET /pid            the pid as text
+//   GET /block?ms=N     busy-blocks the event loop for N ms (default 10000), then answers
+//   GET /slow?ms=N      answers after N ms without blocking (default 1000)
+//   ANY /echo           {"method","url","headers","body"} of the request as received
+//   GET /exit?code=N    exits at once with code N (a crash)
+const http = require('node:http');
+
+const port = Number(process.env.PORT);
+const index = process.env.WORKER_INDEX;
+if (!Number.isInteger(port) || port <= 0) {
+  console.error('PORT must be set');
+  process.exit(2);
+}
+
+function ms(url, dflt) {
+  const v = Number(url.searchParams.get('ms'));
+  return Number.isFinite(v) && v >= 0 && url.searchParams.has('ms') ? v : dflt;
+}
+
+const server = http.createServer((req, res) => {
+  const url = new URL(req.url, 'http://x');
+  const json = (code, obj) => {
+    res.writeHead(code, { 'content-type': 'application/json' });
+    res.end(JSON.stringify(obj));
+  };
+  switch (url.pathname) {
+    case '/healthz':
+      res.end('ok');
+      return;
+    case '/':
+      json(200, { pid: process.pid, index, tag: process.env.APP_TAG || null });
+      return;
+    case '/pid':
+      res.end(String(process.pid));
+      return;
+    case '/block': {
+      const until = Date.now() + ms(url, 10000);
+      while (Date.now() < until) { /* the event loop is blocked */ }
+      json(200, { pid: process.pid, blocked: true });
+      return;
+    }
+    case '/slow':
+      setTimeout(() => json(200, { pid: process.pid, slow: true }), ms(url, 1000));
+      return;
+    case '/echo': {
+      const chunks = [];
+      req.on('data', (c) => chunks.push(c));
+      req.on('end', () => json(200, {
+        method: req.method, url: req.url, headers: req.headers,
+        body: Buffer.concat(chunks).toString('utf8'), pid: process.pid,
+      }));
+      return;
+    }
+    case '/exit':
+      process.exit(Number(url.searchParams.get('code') || 1));
+      return;
+    default:
+      json(404, { error: 'not found' });
+  }
+});
+server.keepAliveTimeout = 65000;
+server.listen(port, '127.0.0.1', () => console.log(`worker ${index} listening on ${port}`));
+process.on('SIGTERM', () => {
+  console.log(`worker ${index} stopping`);
+  server.close(() => process.exit(0));
+  // Idle keep-alive sockets would hold close() open.
+  server.closeIdleConnections();
+});

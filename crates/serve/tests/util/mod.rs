@@ -1,0 +1,242 @@
+//! Harness for the serve tests: free port ranges, a server from TOML text, an HTTP
+//! client with time-outs, and poll-with-deadline.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use scalpel_serve::{Config, LogBuffer, ServeOptions, Server, WorkerLogs};
+
+pub fn app_js() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/apps/app.js")
+}
+
+/// A base port with `count` free ports above it (bind-probed), random so parallel tests
+/// and other users of the machine do not collide.
+pub fn free_base(count: u16) -> u16 {
+    for _ in 0..200 {
+        let base = 20_000 + (rand::random::<u16>() % 40_000);
+        if (0..count).all(|i| TcpListener::bind(("127.0.0.1", base + i)).is_ok()) {
+            return base;
+        }
+    }
+    panic!("no free port range of {count}");
+}
+
+/// An `[[app]]` table running tests/apps/app.js.
+pub fn node_app(name: &str, workers: u16, balance: &str, extra: &str) -> String {
+    let base = free_base(workers * 2);
+    format!(
+        r#"
+[[app]]
+name = "{name}"
+command = ["node", "{js}"]
+workers = {workers}
+port_base = {base}
+balance = "{balance}"
+start_timeout_ms = 60000
+{extra}
+"#,
+        js = app_js().display()
+    )
+}
+
+pub const SERVER: &str = "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n";
+
+pub struct Harness {
+    pub server: Server,
+    pub logs: LogBuffer,
+    pub client: Client<HttpConnector, Full<Bytes>>,
+}
+
+pub async fn start(toml: &str) -> Harness {
+    let config = Config::parse(toml, Path::new("test.toml")).expect("test config is valid");
+    let logs = LogBuffer::default();
+    let server = Server::start(
+        config,
+        ServeOptions {
+            worker_logs: WorkerLogs::Capture(logs.clone()),
+        },
+    )
+    .await
+    .expect("server starts");
+    assert!(
+        server.wait_ready(Duration::from_secs(60)).await,
+        "workers not ready: {:?}\nlogs: {:?}",
+        server.status(),
+        logs.lines()
+    );
+    Harness {
+        server,
+        logs,
+        client: client(),
+    }
+}
+
+pub fn client() -> Client<HttpConnector, Full<Bytes>> {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+pub struct Reply {
+    pub status: u16,
+    pub headers: http::HeaderMap,
+    pub body: String,
+}
+
+impl Reply {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
+}
+
+pub async fn send(
+    client: &Client<HttpConnector, Full<Bytes>>,
+    req: http::Request<Full<Bytes>>,
+) -> Result<Reply, String> {
+    let fut = async {
+        let res = client.request(req).await.map_err(|e| format!("{e:?}"))?;
+        let (parts, body) = res.into_parts();
+        let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+        Ok(Reply {
+            status: parts.status.as_u16(),
+            headers: parts.headers,
+            body: String::from_utf8_lossy(&body).into_owned(),
+        })
+    };
+    tokio::time::timeout(Duration::from_secs(60), fut)
+        .await
+        .unwrap_or_else(|_| Err("no answer within 60 s".into()))
+}
+
+impl Harness {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.server.listen_addr())
+    }
+
+    pub async fn get(&self, path: &str) -> Result<Reply, String> {
+        get_at(&self.client, self.server.listen_addr(), path).await
+    }
+
+    pub fn status_json(&self) -> serde_json::Value {
+        serde_json::to_value(self.server.status()).unwrap()
+    }
+
+    /// pids of the app's workers, by index.
+    pub fn pids(&self, app: usize) -> Vec<Option<u32>> {
+        self.server.status().apps[app]
+            .workers
+            .iter()
+            .map(|w| w.pid)
+            .collect()
+    }
+}
+
+pub async fn get_at(
+    client: &Client<HttpConnector, Full<Bytes>>,
+    addr: SocketAddr,
+    path: &str,
+) -> Result<Reply, String> {
+    let req = http::Request::get(format!("http://{addr}{path}"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    send(client, req).await
+}
+
+/// Polls `cond` every 50 ms until it holds or `limit` passes; `true` if it held.
+pub async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Background load: `concurrency` loops of GET `path` until stopped; counts outcomes.
+pub struct Load {
+    pub ok: Arc<AtomicU64>,
+    pub failed: Arc<AtomicU64>,
+    pub failures: Arc<std::sync::Mutex<Vec<String>>>,
+    stop: tokio::sync::watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Load {
+    pub fn start(addr: SocketAddr, path: &str, concurrency: usize) -> Self {
+        let ok = Arc::new(AtomicU64::new(0));
+        let failed = Arc::new(AtomicU64::new(0));
+        let failures = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (stop, rx) = tokio::sync::watch::channel(false);
+        let tasks = (0..concurrency)
+            .map(|_| {
+                let (ok, failed, failures, rx) =
+                    (ok.clone(), failed.clone(), failures.clone(), rx.clone());
+                let path = path.to_string();
+                tokio::spawn(async move {
+                    let c = client();
+                    while !*rx.borrow() {
+                        match get_at(&c, addr, &path).await {
+                            Ok(r) if r.status == 200 => {
+                                ok.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Ok(r) => {
+                                failed.fetch_add(1, Ordering::Relaxed);
+                                failures.lock().unwrap().push(format!("{}: {}", r.status, r.body));
+                            }
+                            Err(e) => {
+                                failed.fetch_add(1, Ordering::Relaxed);
+                                failures.lock().unwrap().push(e);
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        Self {
+            ok,
+            failed,
+            failures,
+            stop,
+            tasks,
+        }
+    }
+
+    /// Stops the loops; returns (ok, failed, failure messages).
+    pub async fn finish(self) -> (u64, u64, Vec<String>) {
+        let _ = self.stop.send(true);
+        for t in self.tasks {
+            let _ = t.await;
+        }
+        let f = self.failures.lock().unwrap().clone();
+        (
+            self.ok.load(Ordering::Relaxed),
+            self.failed.load(Ordering::Relaxed),
+            f,
+        )
+    }
+}
+
+pub fn process_alive(pid: u32) -> bool {
+    // A zombie still has a /proc entry; its state letter is Z.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            s.rsplit_once(')')
+                .and_then(|(_, rest)| rest.trim_start().chars().next())
+                .is_some_and(|c| c != 'Z')
+        })
+        .unwrap_or(false)
+}
