@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# Payments benchmark, Go (payments/go) vs Rust (payments/service), one command, one machine.
+#
+#   scripts/bench-payments.sh             full run: 5 s ramp steps, 30 s fixed load, 3 repeats
+#   QUICK=1 scripts/bench-payments.sh     short run for a busy machine: 2 s steps, 10 s, 1 repeat
+#
+# What it does, in order:
+#   1. builds `payments` and `scalpel` (release) and the Go binary (scripts/build-go.sh);
+#   2. generates the 16,000-user ledger into ${CARGO_TARGET_DIR:-target}/bench/payments/
+#      (kept between runs; same seed, same rows);
+#   3. starts both services pinned to CPU $SERVER_CPU (default 1) with taskset; the load
+#      generator (`scalpel load`, one thread) runs pinned to CPU $LOAD_CPU (default 0), so the
+#      server never competes with the load for its core;
+#   4. checks both answer byte for byte (status + body) for 300 users on both endpoints
+#      before measuring anything;
+#   5. per endpoint (stats, balance): an open-model ramp on both targets in alternation until
+#      p99 >= 50 ms or errors >= 1% (max rate = the last step that held), then a fixed
+#      load at half of Go's max rate on both, with CPU% and RSS/PSS sampled from /proc;
+#   6. writes every result (JSON with histograms, text tables) and summary.md with medians,
+#      min-max over repeats and Rust/Go ratios.
+#
+# Environment knobs: USERS SEED RAMP STEP FIXED REPEATS SERVER_CPU LOAD_CPU ENDPOINTS.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+TGT="${CARGO_TARGET_DIR:-$ROOT/target}"
+mkdir -p "$TGT"
+TGT="$(cd "$TGT" && pwd)"
+OUT="$TGT/bench/payments"
+mkdir -p "$OUT"
+
+USERS="${USERS:-16000}"
+SEED="${SEED:-1}"
+if [[ "${QUICK:-0}" == 1 ]]; then
+  RAMP="${RAMP:-1000,1500,25000}"; STEP="${STEP:-2s}"; FIXED="${FIXED:-10s}"; REPEATS="${REPEATS:-1}"
+else
+  RAMP="${RAMP:-1000,1000,30000}"; STEP="${STEP:-5s}"; FIXED="${FIXED:-30s}"; REPEATS="${REPEATS:-3}"
+fi
+SERVER_CPU="${SERVER_CPU:-1}"
+LOAD_CPU="${LOAD_CPU:-0}"
+ENDPOINTS="${ENDPOINTS:-stats balance}"
+
+echo "== build"
+cargo build --release -p payments-service -p scalpel
+bash scripts/build-go.sh
+PAY="$TGT/release/payments"
+GO="$TGT/payments-go"
+SCALPEL="$TGT/release/scalpel"
+
+DB="$OUT/ledger-$USERS-$SEED.db"
+IDS="$OUT/ids-$USERS-$SEED.txt"
+if [[ ! -f "$DB" || ! -f "$IDS" ]]; then
+  echo "== generate"
+  "$PAY" generate --users "$USERS" --seed "$SEED" --db "$DB" --ids-out "$IDS" --force
+fi
+
+PIDS=()
+cleanup() {
+  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+
+# start NAME CMD... : runs CMD pinned to SERVER_CPU, waits for its listening line.
+start() {
+  local name="$1"; shift
+  taskset -c "$SERVER_CPU" "$@" >"$OUT/$name.stdout" 2>"$OUT/$name.stderr" &
+  local pid=$!
+  PIDS+=("$pid")
+  for _ in $(seq 1200); do
+    if grep -q 'http://' "$OUT/$name.stdout" 2>/dev/null; then break; fi
+    if ! kill -0 "$pid" 2>/dev/null; then cat "$OUT/$name.stderr" >&2; exit 1; fi
+    sleep 0.1
+  done
+  local url
+  url="$(grep -o 'http://[0-9.:]*' "$OUT/$name.stdout" | head -1)"
+  [[ -n "$url" ]] || { echo "$name did not start" >&2; exit 1; }
+  eval "${name^^}_URL=$url; ${name^^}_PID=$pid"
+  echo "$name: pid $pid, $url, pinned to cpu $SERVER_CPU"
+}
+
+echo "== start (servers on cpu $SERVER_CPU, load on cpu $LOAD_CPU)"
+start go "$GO" --db "$DB" --port 0
+start rust "$PAY" serve --db "$DB" --port 0
+
+echo "== parity check"
+python3 - "$GO_URL" "$RUST_URL" "$IDS" <<'PY'
+import sys, urllib.request, urllib.error, random
+go, rust, ids = sys.argv[1], sys.argv[2], [l.strip() for l in open(sys.argv[3]) if l.strip()]
+def get(u):
+    try:
+        r = urllib.request.urlopen(u, timeout=30); return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+random.seed(7)
+n = 0
+for i in random.sample(ids, min(300, len(ids))):
+    for q in ("/balance", "/stats", "/stats?days=7", "/stats?days=365"):
+        a, b = get(go + "/v1/users/" + i + q), get(rust + "/v1/users/" + i + q)
+        if a != b:
+            sys.exit(f"DIFFERENT answers for {i}{q}:\n go:   {a}\n rust: {b}")
+        n += 1
+print(f"identical status and bytes for {n} requests")
+PY
+
+MACHINE="$(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), kernel $(uname -r), load avg $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "machine: $MACHINE"
+
+load() {
+  taskset -c "$LOAD_CPU" "$SCALPEL" load --threads 1 --no-progress \
+    --target "go=$GO_URL" --target "rust=$RUST_URL" \
+    --watch-pid "go=$GO_PID" --watch-pid "rust=$RUST_PID" \
+    --data "$IDS" --shuffle 1 "$@"
+}
+
+for ep in $ENDPOINTS; do
+  path="/v1/users/{id}/$ep"
+  for r in $(seq "$REPEATS"); do
+    echo "== $ep: ramp $RAMP, steps of $STEP, repeat $r"
+    load --ramp "$RAMP" --step-duration "$STEP" --slo 'p99<50ms,errors<1%' \
+      --json "$OUT/ramp-$ep-$r.json" "$path" >"$OUT/ramp-$ep-$r.txt" || true
+    sed -n '/breaking point/,$p' "$OUT/ramp-$ep-$r.txt"
+  done
+  half="$(python3 - "$OUT" "$ep" "$REPEATS" <<'PY'
+import json, statistics, sys
+out, ep, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+rates = []
+for r in range(1, n + 1):
+    d = json.load(open(f"{out}/ramp-{ep}-{r}.json"))
+    rates += [t["breaking_point"]["rps"] for t in d["targets"] if t["name"] == "go"]
+print(max(100, int(statistics.median(rates) / 2)))
+PY
+)"
+  for r in $(seq "$REPEATS"); do
+    echo "== $ep: fixed $half rps (half of Go's max) for $FIXED, repeat $r"
+    load --rate "$half" -d "$FIXED" --json "$OUT/fixed-$ep-$r.json" "$path" >"$OUT/fixed-$ep-$r.txt" || true
+  done
+done
+
+python3 - "$OUT" "$REPEATS" "$MACHINE" "$ENDPOINTS" <<'PY' | tee "$OUT/summary.md"
+import json, statistics, sys, datetime
+out, n, machine, endpoints = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4].split()
+def spread(xs):
+    xs = [x for x in xs if x is not None]
+    if not xs: return "-"
+    m = statistics.median(xs)
+    return f"{m:,.1f}" if len(xs) == 1 else f"{m:,.1f} ({min(xs):,.1f}-{max(xs):,.1f})"
+def ratio(a, b):
+    return None if not b else a / b
+print(f"# payments benchmark, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
+print(f"\nmachine: {machine}; {n} repeat(s); servers pinned to one CPU, load generator to another\n")
+for ep in endpoints:
+    mx = {"go": [], "rust": []}
+    fixed = {k: {"go": [], "rust": []} for k in ("rate", "cpu", "rss", "pss", "p99", "p50")}
+    for r in range(1, n + 1):
+        for t in json.load(open(f"{out}/ramp-{ep}-{r}.json"))["targets"]:
+            mx[t["name"]].append(t["breaking_point"]["rps"])
+        for t in json.load(open(f"{out}/fixed-{ep}-{r}.json"))["targets"]:
+            s = t["steps"][0]
+            for k, v in (("rate", s["achieved_rps"]), ("cpu", s["cpu_percent"]), ("rss", s["rss_mb"]),
+                         ("pss", s["pss_mb"]), ("p99", s["latency_ms"]["p99"]), ("p50", s["latency_ms"]["p50"])):
+                fixed[k][t["name"]].append(v)
+    print(f"## {ep}\n")
+    print("| figure | Go | Rust | Rust/Go |\n|---|---|---|---|")
+    rows = [("max rps at p99 < 50 ms", mx)] + [
+        (f"at half Go's max: {label}", fixed[k]) for k, label in
+        (("rate", "achieved rps"), ("cpu", "CPU % (of one core)"), ("rss", "RSS MiB"), ("pss", "PSS MiB"),
+         ("p50", "p50 ms"), ("p99", "p99 ms"))]
+    for label, d in rows:
+        ratios = [ratio(a, b) for a, b in zip(d["rust"], d["go"])]
+        print(f"| {label} | {spread(d['go'])} | {spread(d['rust'])} | {spread(ratios)} |")
+    print()
+PY
+echo "results in $OUT"
