@@ -8,7 +8,7 @@ use crate::escape::escape;
 use crate::figures::{
     self, Row, Section, Verdict, fmt_amount, fmt_ms, fmt_rate, held_text, step_indices, step_of,
 };
-use crate::slo::Slo;
+use crate::slo::latency_bound_ms;
 use crate::svg::{BarChart, LineChart, NARROW, Scale, Series, WIDE, color};
 
 const STYLE: &str = include_str!("report.css");
@@ -406,14 +406,10 @@ fn plots(result: &RunResult, out: &mut String) {
         ("p99", |s| s.latency_ms.p99),
         ("p99.9", |s| s.latency_ms.p999),
     ];
-    let slo = result
-        .config
-        .slo
-        .as_deref()
-        .and_then(|text| Slo::parse(text).ok());
+    let slo = result.config.slo.as_deref();
     for (name, get) in percentiles {
         let series = line_series(result, by_rate, "", None, "ms", &|s| Some(get(s)), fmt_ms);
-        let limit = slo.as_ref().and_then(|slo| slo.latency_bound_ms(name));
+        let limit = slo.and_then(|slo| latency_bound_ms(slo, name));
         let thresholds = limit
             .map(|ms| vec![(ms, format!("SLO {name} < {} ms", fmt_ms(ms)))])
             .unwrap_or_default();

@@ -3,6 +3,10 @@
 //! The rules (also in docs/report.md):
 //! - targets are matched by name, steps by index; the model, SLO, request template and
 //!   step duration must be equal, or the merge is refused;
+//! - the load engine stops a target at the first step that breaks the SLO, so machines can
+//!   have run a different number of steps: a target keeps the steps every run has (the
+//!   same leading steps, at the same offered rates, or the merge is refused); a step that
+//!   only some machines ran does not carry the whole load and is left out;
 //! - latency histograms are added exactly and every percentile is recomputed from the sum,
 //!   never averaged;
 //! - counts (requests, errors and their kinds, late, not sent) and rates (offered and
@@ -22,8 +26,9 @@ use scalpel_load::result::{
     encode_histogram, new_histogram,
 };
 
+use scalpel_load::Slo;
+
 use crate::ReportError;
-use crate::slo::Slo;
 
 /// Merges runs made at the same time on several machines against the same targets.
 ///
@@ -37,7 +42,9 @@ pub fn merge(runs: &[RunResult]) -> Result<RunResult, ReportError> {
         check_compatible(first, run, i + 1)?;
     }
     let slo = match &first.config.slo {
-        Some(text) => Some(Slo::parse(text).map_err(mismatch)?),
+        Some(text) => Some(
+            Slo::parse(text).map_err(|e| mismatch(format!("the runs' SLO does not parse: {e}")))?,
+        ),
         None => None,
     };
 
@@ -61,6 +68,9 @@ pub fn merge(runs: &[RunResult]) -> Result<RunResult, ReportError> {
             .iter()
             .map(|run| find_target(run, &target.name))
             .collect();
+        let common = parts.iter().map(|t| t.steps.len()).min().unwrap_or(0);
+        target.steps.truncate(common);
+        target.breaking_point = None;
         for step in &mut target.steps {
             let pieces: Vec<&StepResult> = parts
                 .iter()
@@ -144,15 +154,22 @@ fn check_compatible(first: &RunResult, other: &RunResult, n: usize) -> Result<()
                 .iter()
                 .map(|s| format!("{}@{}", s.index, fmt_rate(s.offered_rps)))
                 .collect::<Vec<_>>()
-                .join(" ")
         };
-        if steps(target) != steps(theirs) {
+        let (ours, their) = (steps(target), steps(theirs));
+        let common = ours.len().min(their.len());
+        let numbered = |t: &TargetResult| {
+            t.steps
+                .iter()
+                .enumerate()
+                .all(|(i, s)| s.index as usize == i)
+        };
+        if ours[..common] != their[..common] || !numbered(target) || !numbered(theirs) {
             return Err(mismatch(format!(
                 "target {:?}: run 1 and run {} ran different steps (index@offered rps): [{}] vs [{}]",
                 target.name,
                 n + 1,
-                steps(target),
-                steps(theirs)
+                ours.join(" "),
+                their.join(" ")
             )));
         }
     }
@@ -240,9 +257,9 @@ fn resource(
     }
 }
 
-/// Sets each step's verdict and returns the breaking point: the offered rate of the last
-/// step before the first one that broke the SLO (0 when the first broke it), or `None`
-/// when every step held.
+/// Sets each step's verdict with the load engine's own rules and returns the breaking
+/// point as the engine does: the offered rate of the last step before the first one that
+/// broke the SLO (0 when the first broke it), or `None` when every step held.
 pub(crate) fn judge(slo: &Slo, steps: &mut [StepResult]) -> Option<BreakingPoint> {
     let mut breaking_point = None;
     let mut last_held_rps = 0.0;
@@ -254,24 +271,14 @@ pub(crate) fn judge(slo: &Slo, steps: &mut [StepResult]) -> Option<BreakingPoint
                 last_held_rps = step.offered_rps.unwrap_or(step.achieved_rps);
             }
             None => {}
-            Some(why) if breaking_point.is_none() => {
-                let at = step.offered_rps.unwrap_or(step.achieved_rps);
+            Some(reason) if breaking_point.is_none() => {
                 breaking_point = Some(BreakingPoint {
                     rps: last_held_rps,
-                    reason: format!("{why} at {} rps", trim_float(at)),
+                    reason,
                 });
             }
             Some(_) => {}
         }
     }
     breaking_point
-}
-
-/// `4000` rather than `4000.0`, `1234.5` as is.
-fn trim_float(value: f64) -> String {
-    if value.fract() == 0.0 {
-        format!("{value:.0}")
-    } else {
-        format!("{value:.1}")
-    }
 }
