@@ -87,7 +87,7 @@ fn bench_encoders(c: &mut Criterion) {
 }
 
 /// The pixels qr_core draws, rendered with another filter/deflate (same IHDR).
-fn render(m: &qr_core::Modules, filter: png::Filter, compression: png::Compression) -> Vec<u8> {
+fn render(m: &qr_core::Modules, filter: png::Filter, deflate: png::DeflateCompression) -> Vec<u8> {
     let side = qr_core::image_side(m.size());
     let (scale, margin) = (qr_core::PIXELS_PER_MODULE, qr_core::MARGIN_MODULES);
     let mut img = vec![255u8; side * side];
@@ -103,8 +103,9 @@ fn render(m: &qr_core::Modules, filter: png::Filter, compression: png::Compressi
     let mut enc = png::Encoder::new(&mut out, side as u32, side as u32);
     enc.set_color(png::ColorType::Grayscale);
     enc.set_depth(png::BitDepth::Eight);
+    // Deflate first: `set_compression` would reset the filter.
+    enc.set_deflate_compression(deflate);
     enc.set_filter(filter);
-    enc.set_compression(compression);
     let mut w = enc.write_header().unwrap();
     w.write_image_data(&img).unwrap();
     w.finish().unwrap();
@@ -119,9 +120,9 @@ fn bench_png_settings(c: &mut Criterion) {
         ("adaptive", png::Filter::Adaptive),
     ];
     let compressions = [
-        ("fast", png::Compression::Fast),
-        ("balanced", png::Compression::Balanced),
-        ("high", png::Compression::High),
+        ("fdeflate", png::DeflateCompression::FdeflateUltraFast),
+        ("zlib1", png::DeflateCompression::Level(1)),
+        ("zlib6", png::DeflateCompression::Level(6)),
     ];
     let mut g = c.benchmark_group("png_settings");
     for (label, text) in texts() {

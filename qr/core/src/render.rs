@@ -3,9 +3,9 @@
 use crate::{MARGIN_MODULES, Modules, PIXELS_PER_MODULE, QrError};
 
 /// PNG row filter: chosen by measurement, see the crate docs.
-pub(crate) const FILTER: png::Filter = png::Filter::Up;
+pub(crate) const FILTER: png::Filter = png::Filter::Adaptive;
 /// Deflate setting: chosen by measurement, see the crate docs.
-pub(crate) const COMPRESSION: png::Compression = png::Compression::Fast;
+pub(crate) const DEFLATE: png::DeflateCompression = png::DeflateCompression::FdeflateUltraFast;
 
 /// Side of the image in pixels for a symbol of `modules` modules.
 pub(crate) fn image_side(modules: usize) -> usize {
@@ -41,8 +41,9 @@ pub(crate) fn encode_png(m: &Modules) -> Result<Vec<u8>, QrError> {
     let mut encoder = png::Encoder::new(&mut out, side32, side32);
     encoder.set_color(png::ColorType::Grayscale);
     encoder.set_depth(png::BitDepth::Eight);
+    // Deflate first, filter second: `set_compression` would also reset the filter.
+    encoder.set_deflate_compression(DEFLATE);
     encoder.set_filter(FILTER);
-    encoder.set_compression(COMPRESSION);
     let png_err = |e: png::EncodingError| QrError::Encode(format!("png: {e}"));
     let mut writer = encoder.write_header().map_err(png_err)?;
     writer.write_image_data(&img).map_err(png_err)?;

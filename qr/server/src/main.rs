@@ -81,6 +81,11 @@ fn run(args: Args) -> anyhow::Result<()> {
 }
 
 async fn serve(args: Args) -> anyhow::Result<()> {
+    // Handlers first: a signal that arrives right after the "listening" line must not
+    // hit the default action (terminate with no exit code).
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
     let listener = TcpListener::bind((args.host.as_str(), args.port))
         .await
         .with_context(|| format!("binding {}:{}", args.host, args.port))?;
@@ -96,7 +101,12 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let slots = Arc::new(Semaphore::new(args.max_connections.max(1)));
     let header_timeout = Duration::from_secs(args.header_timeout.max(1));
     let mut connections = JoinSet::new();
-    let mut shutdown = std::pin::pin!(shutdown_signal());
+    let mut shutdown = std::pin::pin!(async move {
+        tokio::select! {
+            _ = term.recv() => {},
+            _ = int.recv() => {},
+        }
+    });
 
     loop {
         let permit = tokio::select! {
@@ -160,23 +170,4 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         connections.abort_all();
     }
     Ok(())
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) {
-        (Ok(mut term), Ok(mut int)) => {
-            tokio::select! {
-                _ = term.recv() => {},
-                _ = int.recv() => {},
-            }
-        }
-        _ => {
-            // Without signal handlers, ctrl-c is the only way out.
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
 }
