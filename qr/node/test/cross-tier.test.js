@@ -70,12 +70,24 @@ it('tier 0 (matched) has the same width, height, bit depth, colour type and pixe
   }
 });
 
-it('tier 0-article keeps the published settings: 200 px wide, RGBA', async () => {
+it('tier 0-article keeps the published settings: 200 px wide (199 when the float scale floors), RGBA', async () => {
   for (const [name, text] of Object.entries(crossTexts())) {
     const res = await h.request(servers.get('0-article').base, h.qrcodePath(text));
     const header = h.pngHeader(res.body);
-    assert.equal(header.width, 200, name);
-    assert.equal(header.colorType, 6, name);
-    assert.equal(h.decodeQr(res.body), text, name);
+    assert.ok(header.width === 200 || header.width === 199, `${name}: width ${header.width}`);
+    assert.equal(header.height, header.width, name);
+    assert.equal(header.colorType, 6, `${name}: RGBA`);
+    if (Buffer.byteLength(text) <= h.ARTICLE_DECODABLE_BYTES) assert.equal(h.decodeQr(res.body), text, name);
   }
+});
+
+it('the published 200 px image is too small for long texts: jsQR cannot read the 512-byte one, tier 0 matched can', async () => {
+  // A finding, kept as a regression test of the comparison itself: at 512 bytes the
+  // symbol has 89 modules + 8 of quiet zone in 199 px, about 2 px per module with
+  // uneven rounding. The matched tier draws 4 px per module.
+  const text = 'z'.repeat(512);
+  const article = await h.request(servers.get('0-article').base, h.qrcodePath(text));
+  assert.throws(() => h.decodeQr(article.body), /found no QR symbol/);
+  const matched = await h.request(servers.get('0').base, h.qrcodePath(text));
+  assert.equal(h.decodeQr(matched.body), text);
 });

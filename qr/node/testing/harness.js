@@ -139,6 +139,9 @@ async function pollUntil(check, { deadlineMs = 20_000, everyMs = 50 } = {}) {
   }
 }
 
+/** Longest text (UTF-8 bytes) whose tier 0-article image (200 px) jsQR is expected to read. */
+const ARTICLE_DECODABLE_BYTES = 200;
+
 /** Texts every tier must round-trip. */
 function sampleTexts() {
   const euro512 = '€'.repeat(170) + 'ab'; // 170 * 3 + 2 = 512 UTF-8 bytes
@@ -156,6 +159,7 @@ function sampleTexts() {
 
 module.exports = {
   ALL_TIERS,
+  ARTICLE_DECODABLE_BYTES,
   requireArtifacts,
   startServer,
   stopServer,
