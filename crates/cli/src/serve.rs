@@ -1,12 +1,89 @@
-//! `scalpel serve`.
+//! `scalpel serve`: load and check the config, start the supervisor and balancer, and
+//! map signals — SIGHUP to a rolling reload, SIGTERM/SIGINT to drain-then-stop.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use scalpel_serve::{Config, ServeOptions, Server};
+use tokio::signal::unix::{SignalKind, signal};
 
 /// Arguments of `scalpel serve`.
 #[derive(Debug, clap::Args)]
-pub(crate) struct ServeArgs {}
+pub(crate) struct ServeArgs {
+    /// The TOML config (see docs/serve.md and examples/serve/serve.toml).
+    #[arg(long, short = 'c', value_name = "FILE")]
+    config: PathBuf,
+    /// Check the config, print what would run, and exit (0 valid, 2 invalid).
+    #[arg(long)]
+    check: bool,
+}
 
 /// Runs `scalpel serve`.
-pub(crate) fn run(_args: ServeArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("scalpel serve: not built yet")
+pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let config = match Config::from_file(&args.config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("scalpel serve: invalid config: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    if args.check {
+        println!(
+            "{}: ok (listen {}, admin {}, apps: {})",
+            config.path().display(),
+            config.listen(),
+            config
+                .admin()
+                .map_or_else(|| "none".to_string(), |a| a.to_string()),
+            config.app_names().join(", ")
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    rt.block_on(serve(config))
+}
+
+async fn serve(config: Config) -> anyhow::Result<ExitCode> {
+    // Signal handlers first, so a SIGTERM during start-up drains instead of killing.
+    let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
+    let mut hup = signal(SignalKind::hangup()).context("SIGHUP handler")?;
+    let server = Arc::new(Server::start(config, ServeOptions::default()).await?);
+    tracing::info!(
+        listen = %server.listen_addr(),
+        admin = %server.admin_addr().map_or_else(|| "none".into(), |a| a.to_string()),
+        "scalpel serve: listening"
+    );
+    {
+        let server = server.clone();
+        tokio::spawn(async move {
+            if server.wait_ready(Duration::from_secs(3600)).await {
+                tracing::info!("all workers ready");
+            }
+        });
+    }
+    let why = loop {
+        tokio::select! {
+            _ = term.recv() => break "SIGTERM",
+            _ = int.recv() => break "SIGINT",
+            _ = hup.recv() => {
+                tracing::info!("SIGHUP: rolling reload");
+                let server = server.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = server.reload().await {
+                        tracing::error!(error = %e, "reload");
+                    }
+                });
+            }
+        }
+    };
+    tracing::info!(signal = why, "draining, then stopping workers");
+    server.shutdown().await;
+    Ok(ExitCode::SUCCESS)
 }

@@ -245,10 +245,15 @@ struct RawRoute {
     mirror: Option<Spanned<String>>,
     #[serde(default = "d_mirror_percent")]
     mirror_percent: Spanned<f64>,
+    #[serde(default = "d_no_patterns")]
+    mirror_ignore: Spanned<Vec<String>>,
 }
 
 fn d_prefix() -> Spanned<String> {
     Spanned::new(0..0, "/".into())
+}
+fn d_no_patterns() -> Spanned<Vec<String>> {
+    Spanned::new(0..0, Vec::new())
 }
 fn d_mirror_percent() -> Spanned<f64> {
     Spanned::new(0..0, 100.0)
@@ -337,7 +342,16 @@ pub(crate) struct RouteConfig {
     /// (app index, weight); one arm for a plain route.
     pub(crate) arms: Vec<(usize, u64)>,
     pub(crate) sticky: Option<StickyKey>,
-    pub(crate) mirror: Option<(usize, f64)>,
+    pub(crate) mirror: Option<MirrorConfig>,
+}
+
+/// Copy a sample of a route's requests to another app and compare its answers with
+/// the served ones (the `scalpel shadow` engine).
+#[derive(Debug, Clone)]
+pub(crate) struct MirrorConfig {
+    pub(crate) app: usize,
+    pub(crate) percent: f64,
+    pub(crate) comparer: scalpel_diff::Comparer,
 }
 
 /// What a sticky split hashes.
@@ -380,7 +394,9 @@ impl Config {
             let reason = e.message().trim().to_string();
             fail(e.span(), reason)
         })?;
-        let token_env = std::env::var(ADMIN_TOKEN_ENV).ok().filter(|t| !t.is_empty());
+        let token_env = std::env::var(ADMIN_TOKEN_ENV)
+            .ok()
+            .filter(|t| !t.is_empty());
         let s = raw.server;
         let listen: SocketAddr = s
             .listen
@@ -567,22 +583,22 @@ impl Config {
             }
             let method = match &r.method {
                 Some(m) => Some(
-                    http::Method::from_bytes(m.get_ref().to_ascii_uppercase().as_bytes())
-                        .map_err(|_| {
-                            fail(Some(m.span()), format!("bad method `{}`", m.get_ref()))
-                        })?,
+                    http::Method::from_bytes(m.get_ref().to_ascii_uppercase().as_bytes()).map_err(
+                        |_| fail(Some(m.span()), format!("bad method `{}`", m.get_ref())),
+                    )?,
                 ),
                 None => None,
             };
             let header = match &r.header {
                 Some(h) => {
-                    let name =
-                        http::HeaderName::from_bytes(h.get_ref().name.as_bytes()).map_err(|_| {
+                    let name = http::HeaderName::from_bytes(h.get_ref().name.as_bytes()).map_err(
+                        |_| {
                             fail(
                                 Some(h.span()),
                                 format!("bad header name `{}`", h.get_ref().name),
                             )
-                        })?;
+                        },
+                    )?;
                     Some((name, h.get_ref().value.clone()))
                 }
                 None => None,
@@ -639,9 +655,27 @@ impl Config {
                             format!("mirror app `{}` is also an arm of the route", m.get_ref()),
                         ));
                     }
-                    Some((idx, pct))
+                    let mut comparer = scalpel_diff::Comparer::new();
+                    for pattern in r.mirror_ignore.get_ref() {
+                        comparer = comparer.ignore(pattern).map_err(|e| {
+                            fail(Some(r.mirror_ignore.span()), format!("mirror_ignore: {e}"))
+                        })?;
+                    }
+                    Some(MirrorConfig {
+                        app: idx,
+                        percent: pct,
+                        comparer,
+                    })
                 }
-                None => None,
+                None => {
+                    if !r.mirror_ignore.get_ref().is_empty() {
+                        return Err(fail(
+                            Some(r.mirror_ignore.span()),
+                            "mirror_ignore without mirror".into(),
+                        ));
+                    }
+                    None
+                }
             };
             routes.push(RouteConfig {
                 prefix: r.prefix.get_ref().clone(),
@@ -700,7 +734,11 @@ fn parse_sticky(s: &str) -> Option<StickyKey> {
 
 fn line_of(text: &str, offset: usize) -> usize {
     let end = offset.min(text.len());
-    text.as_bytes()[..end].iter().filter(|&&b| b == b'\n').count() + 1
+    text.as_bytes()[..end]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
 }
 
 #[cfg(test)]

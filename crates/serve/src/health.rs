@@ -14,8 +14,10 @@ use hyper_util::rt::TokioIo;
 /// failures in a row.
 pub trait HealthCheck: Send + Sync + fmt::Debug {
     /// `Ok` when the worker at `addr` answers as healthy; `Err(reason)` otherwise.
-    fn check(&self, addr: SocketAddr)
-    -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>>;
+    fn check(
+        &self,
+        addr: SocketAddr,
+    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>>;
 }
 
 /// `GET path` on a fresh connection must return a 2xx within the time-out. A fresh

@@ -68,6 +68,7 @@
 mod config;
 mod health;
 mod metrics;
+mod mirror;
 mod pool;
 mod proxy;
 mod server;
@@ -76,5 +77,5 @@ mod supervisor;
 pub use config::{ADMIN_TOKEN_ENV, Balance, Config, ConfigError};
 pub use health::{HealthCheck, HttpHealthCheck};
 pub use pool::{Backend, LeastConn, PowerOfTwo, RoundRobin, Selection, WorkerState};
-pub use server::{AppStatus, ServeError, ServeOptions, Server, Status, WorkerStatus};
+pub use server::{AppStatus, MirrorReport, ServeError, ServeOptions, Server, Status, WorkerStatus};
 pub use supervisor::{LogBuffer, WorkerLogs};

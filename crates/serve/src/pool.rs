@@ -161,11 +161,8 @@ impl Drop for InFlight {
 /// request (a retry goes elsewhere when there is an elsewhere).
 pub trait Selection: Send + Sync + fmt::Debug {
     /// Picks one of `backends` (never empty).
-    fn select<'a>(
-        &self,
-        backends: &'a [Arc<Backend>],
-        avoid: Option<&Backend>,
-    ) -> &'a Arc<Backend>;
+    fn select<'a>(&self, backends: &'a [Arc<Backend>], avoid: Option<&Backend>)
+    -> &'a Arc<Backend>;
 }
 
 fn avoided(b: &Arc<Backend>, avoid: Option<&Backend>) -> bool {

@@ -24,6 +24,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 
 use crate::config::{RouteConfig, ServerConfig, StickyKey};
 use crate::metrics::AppMetrics;
+use crate::mirror::{Mirror, Tee};
 use crate::pool::{Backend, InFlight, fast_random};
 use crate::supervisor::App;
 
@@ -33,6 +34,7 @@ pub(crate) type UpstreamClient = Client<HttpConnector, Full<Bytes>>;
 #[derive(Debug)]
 pub(crate) struct Route {
     pub(crate) cfg: RouteConfig,
+    pub(crate) mirror: Option<Mirror>,
     total_weight: u64,
     pub(crate) arm_requests: Vec<AtomicU64>,
 }
@@ -40,6 +42,7 @@ pub(crate) struct Route {
 impl Route {
     pub(crate) fn new(cfg: RouteConfig) -> Self {
         Self {
+            mirror: cfg.mirror.as_ref().map(Mirror::new),
             total_weight: cfg.arms.iter().map(|a| a.1).sum(),
             arm_requests: cfg.arms.iter().map(|_| AtomicU64::new(0)).collect(),
             cfg,
@@ -139,6 +142,7 @@ pub(crate) enum ProxyBody {
     Upstream {
         body: Incoming,
         _finish: Finish,
+        tee: Option<Tee>,
     },
 }
 
@@ -152,7 +156,25 @@ impl Body for ProxyBody {
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         match self.get_mut() {
             ProxyBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
-            ProxyBody::Upstream { body, .. } => Pin::new(body).poll_frame(cx),
+            ProxyBody::Upstream { body, tee, .. } => {
+                let r = Pin::new(&mut *body).poll_frame(cx);
+                if let Some(t) = tee {
+                    match &r {
+                        Poll::Ready(Some(Ok(f))) => {
+                            if let Some(d) = f.data_ref() {
+                                t.data(d);
+                            }
+                            if body.is_end_stream() {
+                                t.end();
+                            }
+                        }
+                        Poll::Ready(None) => t.end(),
+                        Poll::Ready(Some(Err(_))) => t.fail(),
+                        Poll::Pending => {}
+                    }
+                }
+                r
+            }
         }
     }
 
@@ -249,14 +271,18 @@ impl Shared {
             .ok_or(())
     }
 
-    pub(crate) async fn handle(&self, peer: SocketAddr, req: Request<Incoming>) -> Response<ProxyBody> {
-        let app_index = match self.route(&req) {
-            Ok(None) => 0,
+    pub(crate) async fn handle(
+        self: &Arc<Self>,
+        peer: SocketAddr,
+        req: Request<Incoming>,
+    ) -> Response<ProxyBody> {
+        let (app_index, mirror) = match self.route(&req) {
+            Ok(None) => (0, None),
             Ok(Some(r)) => {
                 let route = &self.routes[r];
                 let arm = route.pick_arm(req.uri().path(), req.headers());
                 route.arm_requests[arm].fetch_add(1, Ordering::Relaxed);
-                route.cfg.arms[arm].0
+                (route.cfg.arms[arm].0, route.mirror.as_ref())
             }
             Err(()) => {
                 self.no_route.fetch_add(1, Ordering::Relaxed);
@@ -267,7 +293,7 @@ impl Shared {
         let app = &self.apps[app_index];
         let start = Instant::now();
         app.metrics.requests.fetch_add(1, Ordering::Relaxed);
-        let res = self.forward(app, peer, req, start).await;
+        let res = self.forward(app, mirror, peer, req, start).await;
         if res.status().is_server_error() {
             app.metrics.errors.fetch_add(1, Ordering::Relaxed);
         }
@@ -275,8 +301,9 @@ impl Shared {
     }
 
     async fn forward(
-        &self,
+        self: &Arc<Self>,
         app: &App,
+        mirror: Option<&Mirror>,
         peer: SocketAddr,
         req: Request<Incoming>,
         start: Instant,
@@ -310,7 +337,10 @@ impl Shared {
                             &format!("request body over the {max}-byte limit"),
                         )
                     } else {
-                        json_error(StatusCode::BAD_REQUEST, &format!("reading request body: {e}"))
+                        json_error(
+                            StatusCode::BAD_REQUEST,
+                            &format!("reading request body: {e}"),
+                        )
                     };
                 }
             }
@@ -339,6 +369,8 @@ impl Shared {
             .to_string();
         let method = parts.method;
         let retry_ok = self.cfg.retry_idempotent && idempotent(&method);
+        let mut mirror_tx =
+            mirror.and_then(|m| m.begin(self, &method, &path_and_query, &headers, &body));
 
         // Phase `upstream`.
         let mut avoid: Option<Arc<Backend>> = None;
@@ -368,12 +400,26 @@ impl Shared {
                 Err(_) => return json_error(StatusCode::BAD_REQUEST, "bad request target"),
             }
             let in_flight = backend.begin();
-            let sent = tokio::time::timeout(self.cfg.upstream_timeout, self.client.request(up)).await;
+            let sent =
+                tokio::time::timeout(self.cfg.upstream_timeout, self.client.request(up)).await;
             match sent {
                 Ok(Ok(res)) => {
                     // Phase `response_filter`.
                     let (mut rp, incoming) = res.into_parts();
                     strip_hop_by_hop(&mut rp.headers);
+                    let tee = mirror_tx.take().map(|tx| {
+                        let mut t = Tee::new(
+                            tx,
+                            rp.status,
+                            rp.headers.clone(),
+                            self.cfg.max_body_bytes as usize,
+                            start,
+                        );
+                        if incoming.is_end_stream() {
+                            t.end();
+                        }
+                        t
+                    });
                     let finish = Finish {
                         _in_flight: in_flight,
                         metrics: app.metrics.clone(),
@@ -384,6 +430,7 @@ impl Shared {
                         ProxyBody::Upstream {
                             body: incoming,
                             _finish: finish,
+                            tee,
                         },
                     );
                 }
@@ -397,7 +444,11 @@ impl Shared {
                         avoid = Some(in_flight.backend().clone());
                         continue;
                     }
-                    let msg = format!("worker {name} ({}) failed: {}", backend.addr(), error_chain(&e));
+                    let msg = format!(
+                        "worker {name} ({}) failed: {}",
+                        backend.addr(),
+                        error_chain(&e)
+                    );
                     return json_error(StatusCode::BAD_GATEWAY, &msg);
                 }
                 Err(_) => {
@@ -432,7 +483,10 @@ mod tests {
     #[test]
     fn hop_by_hop_and_connection_named_headers_are_removed() {
         let mut h = HeaderMap::new();
-        h.insert(header::CONNECTION, HeaderValue::from_static("keep-alive, X-Secret"));
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, X-Secret"),
+        );
         h.insert("x-secret", HeaderValue::from_static("1"));
         h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
         h.insert(header::TE, HeaderValue::from_static("trailers"));
@@ -447,13 +501,23 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert("x-user", HeaderValue::from_static("u7"));
         h.insert(header::COOKIE, HeaderValue::from_static("a=1; uid=42; b=2"));
-        let hv = sticky_value(&StickyKey::Header(HeaderName::from_static("x-user")), "/", &h);
+        let hv = sticky_value(
+            &StickyKey::Header(HeaderName::from_static("x-user")),
+            "/",
+            &h,
+        );
         assert_eq!(hv, Some("u7"));
-        assert_eq!(sticky_value(&StickyKey::Cookie("uid".into()), "/", &h), Some("42"));
+        assert_eq!(
+            sticky_value(&StickyKey::Cookie("uid".into()), "/", &h),
+            Some("42")
+        );
         assert_eq!(
             sticky_value(&StickyKey::PathSegment(2), "/users/99/stats", &h),
             Some("99")
         );
-        assert_eq!(sticky_value(&StickyKey::PathSegment(5), "/users/99", &h), None);
+        assert_eq!(
+            sticky_value(&StickyKey::PathSegment(5), "/users/99", &h),
+            None
+        );
     }
 }

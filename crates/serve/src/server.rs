@@ -87,6 +87,19 @@ pub struct WorkerStatus {
     pub in_flight: usize,
 }
 
+/// `/mirror`: the comparison results of one mirrored route.
+#[derive(Debug, Clone, Serialize)]
+pub struct MirrorReport {
+    /// The route's index in the config.
+    pub route: usize,
+    /// The route's prefix.
+    pub prefix: String,
+    /// The app that receives the copies.
+    pub mirror: String,
+    /// Counts, consistency and samples, as `scalpel shadow` reports them.
+    pub summary: scalpel_shadow::Summary,
+}
+
 /// A running balancer with its supervised workers. Dropping it without
 /// [`Server::shutdown`] kills the workers.
 #[derive(Debug)]
@@ -234,6 +247,11 @@ impl Server {
         status(&self.shared)
     }
 
+    /// Comparison results of every mirrored route.
+    pub fn mirror_reports(&self) -> Vec<MirrorReport> {
+        mirror_reports(&self.shared)
+    }
+
     /// The metrics in Prometheus text format.
     pub fn metrics_text(&self) -> String {
         metrics_text(&self.shared)
@@ -253,7 +271,7 @@ impl Server {
     /// Stops accepting connections, lets in-flight requests finish (up to
     /// `drain_timeout_ms`), then stops every worker (SIGTERM, SIGKILL after the grace
     /// period).
-    pub async fn shutdown(self) {
+    pub async fn shutdown(&self) {
         let _ = self.stop_accepting.send(true);
         let deadline = tokio::time::Instant::now() + self.shared.cfg.drain_timeout;
         loop {
@@ -447,6 +465,10 @@ async fn admin(
             res
         }
         (&Method::GET, "/status") => json_response(StatusCode::OK, &status(shared)),
+        (&Method::GET, "/mirror") => json_response(
+            StatusCode::OK,
+            &serde_json::json!({ "routes": mirror_reports(shared) }),
+        ),
         (&Method::POST, "/reload") => match reload(shared, lock).await {
             Ok(()) => json_response(StatusCode::OK, &serde_json::json!({ "reloaded": true })),
             Err(ServeError::Reload(errors)) => json_response(
@@ -455,14 +477,30 @@ async fn admin(
             ),
             Err(e) => json_error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
         },
-        (_, "/metrics" | "/status" | "/reload") => {
+        (_, "/metrics" | "/status" | "/reload" | "/mirror") => {
             json_error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
         }
         (_, path) => json_error(
             StatusCode::NOT_FOUND,
-            &format!("no admin endpoint {path} (try /status, /metrics, POST /reload)"),
+            &format!("no admin endpoint {path} (try /status, /metrics, /mirror, POST /reload)"),
         ),
     }
+}
+
+fn mirror_reports(shared: &Shared) -> Vec<MirrorReport> {
+    shared
+        .routes
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| {
+            r.mirror.as_ref().map(|m| MirrorReport {
+                route: i,
+                prefix: r.cfg.prefix.clone(),
+                mirror: shared.apps[m.app].cfg.name.to_string(),
+                summary: m.recorder.summary(),
+            })
+        })
+        .collect()
 }
 
 fn status(shared: &Shared) -> Status {
@@ -510,12 +548,36 @@ fn metrics_text(shared: &Shared) -> String {
     let load = |f: &std::sync::atomic::AtomicU64| f.load(Ordering::Relaxed) as f64;
     type Counter = fn(&crate::metrics::AppMetrics) -> &std::sync::atomic::AtomicU64;
     let counters: [(&str, &str, Counter); 6] = [
-        ("scalpel_serve_requests_total", "Requests routed to the app (an A/B arm).", |m| &m.requests),
-        ("scalpel_serve_errors_total", "Requests of the app answered 5xx (by a worker, or 502/503/504 by the balancer).", |m| &m.errors),
-        ("scalpel_serve_retries_total", "Requests resent to another worker after the first one failed before answering.", |m| &m.retries),
-        ("scalpel_serve_no_worker_total", "Requests answered 503 because no worker of the app became ready in time.", |m| &m.no_worker),
-        ("scalpel_serve_reloads_total", "Workers replaced by a rolling reload.", |m| &m.reloads),
-        ("scalpel_serve_mirrored_total", "Requests copied to the app as a mirror.", |m| &m.mirrored),
+        (
+            "scalpel_serve_requests_total",
+            "Requests routed to the app (an A/B arm).",
+            |m| &m.requests,
+        ),
+        (
+            "scalpel_serve_errors_total",
+            "Requests of the app answered 5xx (by a worker, or 502/503/504 by the balancer).",
+            |m| &m.errors,
+        ),
+        (
+            "scalpel_serve_retries_total",
+            "Requests resent to another worker after the first one failed before answering.",
+            |m| &m.retries,
+        ),
+        (
+            "scalpel_serve_no_worker_total",
+            "Requests answered 503 because no worker of the app became ready in time.",
+            |m| &m.no_worker,
+        ),
+        (
+            "scalpel_serve_reloads_total",
+            "Workers replaced by a rolling reload.",
+            |m| &m.reloads,
+        ),
+        (
+            "scalpel_serve_mirrored_total",
+            "Requests copied to the app as a mirror.",
+            |m| &m.mirrored,
+        ),
     ];
     for (name, help, get) in counters {
         p.family(name, "counter", help);
@@ -552,7 +614,11 @@ fn metrics_text(shared: &Shared) -> String {
                 v,
             );
         }
-        p.sample("scalpel_serve_latency_seconds_sum", &[("app", &app.cfg.name)], sum);
+        p.sample(
+            "scalpel_serve_latency_seconds_sum",
+            &[("app", &app.cfg.name)],
+            sum,
+        );
         p.sample(
             "scalpel_serve_latency_seconds_count",
             &[("app", &app.cfg.name)],
@@ -565,23 +631,55 @@ fn metrics_text(shared: &Shared) -> String {
         "CPU of the app's workers (process trees) over the last sample interval; 100 = one core.",
     );
     for app in &shared.apps {
-        p.sample("scalpel_serve_cpu_percent", &[("app", &app.cfg.name)], app.metrics.cpu_percent());
+        p.sample(
+            "scalpel_serve_cpu_percent",
+            &[("app", &app.cfg.name)],
+            app.metrics.cpu_percent(),
+        );
     }
-    p.family("scalpel_serve_memory_rss_bytes", "gauge", "Summed RSS of the app's worker trees.");
+    p.family(
+        "scalpel_serve_memory_rss_bytes",
+        "gauge",
+        "Summed RSS of the app's worker trees.",
+    );
     for app in &shared.apps {
-        p.sample("scalpel_serve_memory_rss_bytes", &[("app", &app.cfg.name)], app.metrics.rss_bytes() as f64);
+        p.sample(
+            "scalpel_serve_memory_rss_bytes",
+            &[("app", &app.cfg.name)],
+            app.metrics.rss_bytes() as f64,
+        );
     }
-    p.family("scalpel_serve_memory_pss_bytes", "gauge", "Summed PSS of the app's worker trees (absent when unreadable).");
+    p.family(
+        "scalpel_serve_memory_pss_bytes",
+        "gauge",
+        "Summed PSS of the app's worker trees (absent when unreadable).",
+    );
     for app in &shared.apps {
         if let Some(pss) = app.metrics.pss_bytes() {
-            p.sample("scalpel_serve_memory_pss_bytes", &[("app", &app.cfg.name)], pss as f64);
+            p.sample(
+                "scalpel_serve_memory_pss_bytes",
+                &[("app", &app.cfg.name)],
+                pss as f64,
+            );
         }
     }
-    p.family("scalpel_serve_workers_ready", "gauge", "Workers of the app in rotation.");
+    p.family(
+        "scalpel_serve_workers_ready",
+        "gauge",
+        "Workers of the app in rotation.",
+    );
     for app in &shared.apps {
-        p.sample("scalpel_serve_workers_ready", &[("app", &app.cfg.name)], app.pool.len() as f64);
+        p.sample(
+            "scalpel_serve_workers_ready",
+            &[("app", &app.cfg.name)],
+            app.pool.len() as f64,
+        );
     }
-    p.family("scalpel_serve_worker_in_flight", "gauge", "Requests in flight per worker.");
+    p.family(
+        "scalpel_serve_worker_in_flight",
+        "gauge",
+        "Requests in flight per worker.",
+    );
     for app in &shared.apps {
         for slot in &app.slots {
             if let Some(b) = slot.current.load_full() {
@@ -604,8 +702,57 @@ fn metrics_text(shared: &Shared) -> String {
         for (ai, &(app, _)) in route.cfg.arms.iter().enumerate() {
             p.sample(
                 "scalpel_serve_route_requests_total",
-                &[("route", &r), ("prefix", &route.cfg.prefix), ("app", &shared.apps[app].cfg.name)],
+                &[
+                    ("route", &r),
+                    ("prefix", &route.cfg.prefix),
+                    ("app", &shared.apps[app].cfg.name),
+                ],
                 load(&route.arm_requests[ai]),
+            );
+        }
+    }
+    let reports = mirror_reports(shared);
+    type Field = fn(&scalpel_shadow::Summary) -> f64;
+    let mirror_families: [(&str, &str, &str, Field); 5] = [
+        (
+            "scalpel_serve_mirror_compared_total",
+            "counter",
+            "Served responses compared with the mirror app's.",
+            |s| s.compared as f64,
+        ),
+        (
+            "scalpel_serve_mirror_mismatched_total",
+            "counter",
+            "Compared pairs with at least one real difference.",
+            |s| s.mismatched as f64,
+        ),
+        (
+            "scalpel_serve_mirror_skipped_total",
+            "counter",
+            "Sampled requests not compared (mirror busy, body too large, client gone).",
+            |s| s.skipped as f64,
+        ),
+        (
+            "scalpel_serve_mirror_errors_total",
+            "counter",
+            "Copies the mirror app failed (time-out, connection).",
+            |s| s.errors as f64,
+        ),
+        (
+            "scalpel_serve_mirror_consistency_percent",
+            "gauge",
+            "matched / compared × 100.",
+            |s| s.consistency_percent,
+        ),
+    ];
+    for (name, kind, help, get) in mirror_families {
+        p.family(name, kind, help);
+        for r in &reports {
+            let route = r.route.to_string();
+            p.sample(
+                name,
+                &[("route", &route), ("mirror", &r.mirror)],
+                get(&r.summary),
             );
         }
     }
@@ -614,8 +761,16 @@ fn metrics_text(shared: &Shared) -> String {
         "counter",
         "Requests refused before reaching an app, by reason.",
     );
-    p.sample("scalpel_serve_rejected_total", &[("reason", "no_route")], load(&shared.no_route));
-    p.sample("scalpel_serve_rejected_total", &[("reason", "body_too_large")], load(&shared.too_large));
+    p.sample(
+        "scalpel_serve_rejected_total",
+        &[("reason", "no_route")],
+        load(&shared.no_route),
+    );
+    p.sample(
+        "scalpel_serve_rejected_total",
+        &[("reason", "body_too_large")],
+        load(&shared.too_large),
+    );
     p.finish()
 }
 

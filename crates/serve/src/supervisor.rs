@@ -185,7 +185,13 @@ impl SlotCtx {
             .process_group(0)
             .kill_on_drop(true);
         let capture = !matches!(self.logs, WorkerLogs::Discard);
-        let pipe = || if capture { Stdio::piped() } else { Stdio::null() };
+        let pipe = || {
+            if capture {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            }
+        };
         cmd.stdout(pipe()).stderr(pipe());
         if let Some(dir) = &cfg.cwd {
             cmd.current_dir(dir);
@@ -349,21 +355,20 @@ impl SlotCtx {
                 window_s = self.cfg.restart_window.as_secs(),
                 "restart budget exhausted; worker left down until a reload"
             );
-            loop {
-                match cmds.recv().await {
-                    Some(SlotCmd::Reload(reply)) => {
-                        recent.clear();
-                        self.slot.failed.store(false, Ordering::Relaxed);
-                        let _ = reply.send(Ok(()));
-                        return Ok(());
-                    }
-                    Some(SlotCmd::Stop(reply)) => {
-                        let _ = reply.send(());
-                        return Err(());
-                    }
-                    None => return Err(()),
+            // A reload gives the slot a fresh budget; its reply means "restarting".
+            return match cmds.recv().await {
+                Some(SlotCmd::Reload(reply)) => {
+                    recent.clear();
+                    self.slot.failed.store(false, Ordering::Relaxed);
+                    let _ = reply.send(Ok(()));
+                    Ok(())
                 }
-            }
+                Some(SlotCmd::Stop(reply)) => {
+                    let _ = reply.send(());
+                    Err(())
+                }
+                None => Err(()),
+            };
         }
         let exp = (recent.len() as u32).saturating_sub(1).min(20);
         let delay = self
@@ -432,7 +437,11 @@ async fn run_slot(ctx: SlotCtx, mut cmds: mpsc::Receiver<SlotCmd>) {
                             SlotCtx::stop(p, ctx.cfg.stop_grace).await;
                         }
                         ctx.log_restart(RestartReason::StartFailed, &why, pid, up);
-                        if ctx.pause_before_restart(&mut recent, &mut cmds).await.is_err() {
+                        if ctx
+                            .pause_before_restart(&mut recent, &mut cmds)
+                            .await
+                            .is_err()
+                        {
                             return;
                         }
                         continue;
@@ -450,7 +459,11 @@ async fn run_slot(ctx: SlotCtx, mut cmds: mpsc::Receiver<SlotCmd>) {
                     p.backend.pid(),
                     p.backend.uptime_s(),
                 );
-                if ctx.pause_before_restart(&mut recent, &mut cmds).await.is_err() {
+                if ctx
+                    .pause_before_restart(&mut recent, &mut cmds)
+                    .await
+                    .is_err()
+                {
                     return;
                 }
             }
@@ -466,7 +479,11 @@ async fn run_slot(ctx: SlotCtx, mut cmds: mpsc::Receiver<SlotCmd>) {
                 );
                 let grace = ctx.cfg.stop_grace;
                 tokio::spawn(async move { SlotCtx::stop(&p, grace).await });
-                if ctx.pause_before_restart(&mut recent, &mut cmds).await.is_err() {
+                if ctx
+                    .pause_before_restart(&mut recent, &mut cmds)
+                    .await
+                    .is_err()
+                {
                     return;
                 }
             }

@@ -28,7 +28,11 @@ async fn spread(h: &Harness, n: usize) -> HashMap<u64, usize> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn round_robin_gives_each_worker_its_turn() {
-    let h = start(&format!("{SERVER}{}", node_app("web", 3, "round_robin", ""))).await;
+    let h = start(&format!(
+        "{SERVER}{}",
+        node_app("web", 3, "round_robin", "")
+    ))
+    .await;
     let seen = spread(&h, 30).await;
     let mut counts: Vec<usize> = seen.values().copied().collect();
     counts.sort();
@@ -46,7 +50,10 @@ async fn least_conn_and_power_of_two_avoid_the_busy_worker() {
         let slow = tokio::spawn(async move { get_at(&client(), addr, "/slow?ms=4000").await });
         assert!(
             eventually(Duration::from_secs(20), || {
-                h.server.status().apps[0].workers.iter().any(|w| w.in_flight == 1)
+                h.server.status().apps[0]
+                    .workers
+                    .iter()
+                    .any(|w| w.in_flight == 1)
             })
             .await,
             "slow request never in flight"
@@ -60,9 +67,15 @@ async fn least_conn_and_power_of_two_avoid_the_busy_worker() {
         let seen = spread(&h, 10).await;
         let on_busy = seen.get(&busy).copied().unwrap_or(0);
         if balance == "round_robin" {
-            assert!(on_busy >= 4, "{balance}: round robin ignores load: {seen:?}");
+            assert!(
+                on_busy >= 4,
+                "{balance}: round robin ignores load: {seen:?}"
+            );
         } else {
-            assert_eq!(on_busy, 0, "{balance} sent requests to the busy worker: {seen:?}");
+            assert_eq!(
+                on_busy, 0,
+                "{balance} sent requests to the busy worker: {seen:?}"
+            );
         }
         assert_eq!(slow.await.unwrap().unwrap().status, 200);
         h.server.shutdown().await;
@@ -71,7 +84,11 @@ async fn least_conn_and_power_of_two_avoid_the_busy_worker() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_worker_is_restarted_and_no_idempotent_request_fails() {
-    let h = start(&format!("{SERVER}{}", node_app("web", 2, "round_robin", ""))).await;
+    let h = start(&format!(
+        "{SERVER}{}",
+        node_app("web", 2, "round_robin", "")
+    ))
+    .await;
     let load = Load::start(h.server.listen_addr(), "/", 4);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let victim = h.pids(0)[0].unwrap();
@@ -100,7 +117,11 @@ async fn killed_worker_is_restarted_and_no_idempotent_request_fails() {
 /// meanwhile all succeed (the ones caught on the stuck worker are retried).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blocked_worker_is_replaced_within_the_default_detection_time() {
-    let h = start(&format!("{SERVER}{}", node_app("web", 2, "round_robin", ""))).await;
+    let h = start(&format!(
+        "{SERVER}{}",
+        node_app("web", 2, "round_robin", "")
+    ))
+    .await;
     let status = h.server.status();
     let victim = status.apps[0].workers[0].pid.unwrap();
     let port = status.apps[0].workers[0].port.unwrap();
@@ -118,7 +139,11 @@ async fn blocked_worker_is_replaced_within_the_default_detection_time() {
     let took = blocked_at.elapsed();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (ok, failed, failures) = load.finish().await;
-    assert!(replaced, "blocked worker not replaced within 10 s: {:?}", h.server.status());
+    assert!(
+        replaced,
+        "blocked worker not replaced within 10 s: {:?}",
+        h.server.status()
+    );
     eprintln!("blocked worker replaced after {took:?}");
     assert_eq!(failed, 0, "failed requests: {failures:?}");
     assert!(ok > 0);
@@ -156,7 +181,10 @@ split = [{{ app = "a", weight = 3 }}, {{ app = "b", weight = 1 }}]
         }
     }
     // Expected 300 of 400; binomial sd ≈ 8.7, so 240..=360 is ~7 sd wide.
-    assert!((240..=360).contains(&a), "arm A got {a} of 400 (weight 3:1)");
+    assert!(
+        (240..=360).contains(&a),
+        "arm A got {a} of 400 (weight 3:1)"
+    );
     let mut users_on_b = 0;
     for user in 0..60 {
         let mut tags = Vec::new();
@@ -167,12 +195,18 @@ split = [{{ app = "a", weight = 3 }}, {{ app = "b", weight = 1 }}]
                 .unwrap();
             tags.push(tag(&send(&h.client, req).await.unwrap()));
         }
-        assert!(tags.iter().all(|t| *t == tags[0]), "user-{user} moved between arms: {tags:?}");
+        assert!(
+            tags.iter().all(|t| *t == tags[0]),
+            "user-{user} moved between arms: {tags:?}"
+        );
         if tags[0] == "B" {
             users_on_b += 1;
         }
     }
-    assert!((3..=35).contains(&users_on_b), "{users_on_b} of 60 users on B (expected ~15)");
+    assert!(
+        (3..=35).contains(&users_on_b),
+        "{users_on_b} of 60 users on B (expected ~15)"
+    );
     let m = h.server.metrics_text();
     assert!(m.contains("scalpel_serve_route_requests_total{route=\"0\",prefix=\"/\",app=\"a\"}"));
     h.server.shutdown().await;
@@ -265,7 +299,10 @@ async fn shutdown_drains_an_in_flight_slow_request_then_stops_workers() {
     let slow = tokio::spawn(async move { get_at(&client(), addr, "/slow?ms=1500").await });
     assert!(
         eventually(Duration::from_secs(20), || {
-            h.server.status().apps[0].workers.iter().any(|w| w.in_flight == 1)
+            h.server.status().apps[0]
+                .workers
+                .iter()
+                .any(|w| w.in_flight == 1)
         })
         .await
     );
@@ -319,19 +356,31 @@ async fn proxy_headers_limits_and_json_errors() {
 
     let r = h.get("/slow?ms=3000").await.unwrap();
     assert_eq!(r.status, 504);
-    assert!(r.json()["error"].as_str().unwrap().contains("did not answer"));
+    assert!(
+        r.json()["error"]
+            .as_str()
+            .unwrap()
+            .contains("did not answer")
+    );
 
     let huge = http::Request::get(h.url("/"))
         .header("x-big", "y".repeat(64 * 1024))
         .body(Full::new(Bytes::new()))
         .unwrap();
-    match send(&h.client, huge).await {
-        Ok(r) => assert_eq!(r.status, 431),
-        Err(_) => {} // hyper may close the connection instead
-    }
+    // hyper answers an over-long head itself (431, empty body) and closes.
+    let r = send(&h.client, huge)
+        .await
+        .expect("an answer to an over-long head");
+    assert_eq!(r.status, 431);
     let m = h.server.metrics_text();
-    assert!(m.contains("scalpel_serve_rejected_total{reason=\"body_too_large\"} 1"), "{m}");
-    assert!(m.contains("scalpel_serve_errors_total{app=\"web\"} 1"), "{m}");
+    assert!(
+        m.contains("scalpel_serve_rejected_total{reason=\"body_too_large\"} 1"),
+        "{m}"
+    );
+    assert!(
+        m.contains("scalpel_serve_errors_total{app=\"web\"} 1"),
+        "{m}"
+    );
     h.server.shutdown().await;
 }
 
@@ -354,7 +403,9 @@ async fn admin_status_metrics_reload_and_token() {
             .body(Full::new(Bytes::new()))
             .unwrap()
     };
-    let r = send(&h.client, authed(http::Method::GET, "/status")).await.unwrap();
+    let r = send(&h.client, authed(http::Method::GET, "/status"))
+        .await
+        .unwrap();
     assert_eq!(r.status, 200);
     let s = r.json();
     let w = &s["apps"][0]["workers"];
@@ -365,7 +416,9 @@ async fn admin_status_metrics_reload_and_token() {
     }
     assert_eq!(w[0]["state"], "ready");
     h.get("/").await.unwrap();
-    let r = send(&h.client, authed(http::Method::GET, "/metrics")).await.unwrap();
+    let r = send(&h.client, authed(http::Method::GET, "/metrics"))
+        .await
+        .unwrap();
     assert_eq!(r.status, 200);
     for name in [
         "scalpel_serve_requests_total{app=\"web\"} 1",
@@ -377,10 +430,14 @@ async fn admin_status_metrics_reload_and_token() {
         assert!(r.body.contains(name), "metrics lack {name}:\n{}", r.body);
     }
     let old = h.pids(0);
-    let r = send(&h.client, authed(http::Method::POST, "/reload")).await.unwrap();
+    let r = send(&h.client, authed(http::Method::POST, "/reload"))
+        .await
+        .unwrap();
     assert_eq!(r.status, 200, "{}", r.body);
     assert_ne!(h.pids(0), old);
-    let r = send(&h.client, authed(http::Method::GET, "/reload")).await.unwrap();
+    let r = send(&h.client, authed(http::Method::GET, "/reload"))
+        .await
+        .unwrap();
     assert_eq!(r.status, 405);
     h.server.shutdown().await;
 }
@@ -411,14 +468,20 @@ max_restarts = 3
     .await
     .unwrap();
     assert!(
-        eventually(Duration::from_secs(30), || server.status().apps[0].workers[0].state
+        eventually(Duration::from_secs(30), || server.status().apps[0].workers
+            [0]
+        .state
             == "failed")
         .await,
         "{:?}",
         server.status()
     );
     assert_eq!(server.status().apps[0].workers[0].restarts, 4);
-    assert!(logs.lines().iter().any(|l| l == "[broken#0] boom"), "{:?}", logs.lines());
+    assert!(
+        logs.lines().iter().any(|l| l == "[broken#0] boom"),
+        "{:?}",
+        logs.lines()
+    );
     let r = get_at(&client(), server.listen_addr(), "/").await;
     // No worker: 503 with a JSON body after wait_for_worker_ms.
     let r = r.unwrap();
@@ -466,5 +529,62 @@ async fn go_workers_get_their_own_ports_and_prefixed_logs() {
         let want = format!("[hello#{i}] go worker {i} listening on {}", base + i as u16);
         assert!(logs.contains(&want), "missing {want:?} in {logs:?}");
     }
+    h.server.shutdown().await;
+}
+
+/// A route mirrored to a third app: every copy is compared with the served answer by
+/// the scalpel-shadow engine; ignored fields do not count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mirrored_routes_compare_served_and_mirror_answers() {
+    let toml = format!(
+        r#"{SERVER}{a}{c}
+[[route]]
+prefix = "/healthz"
+app = "a"
+mirror = "c"
+
+[[route]]
+prefix = "/"
+app = "a"
+mirror = "c"
+mirror_ignore = ["$.pid"]
+"#,
+        a = node_app("a", 1, "round_robin", "env = { APP_TAG = \"A\" }"),
+        c = node_app("c", 1, "round_robin", "env = { APP_TAG = \"C\" }"),
+    );
+    let h = start(&toml).await;
+    for _ in 0..20 {
+        assert_eq!(h.get("/healthz").await.unwrap().body, "ok");
+        // The client always gets the served arm's answer.
+        assert_eq!(h.get("/").await.unwrap().json()["tag"], "A");
+    }
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            h.server
+                .mirror_reports()
+                .iter()
+                .all(|r| r.summary.compared + r.summary.skipped == 20)
+        })
+        .await,
+        "{:?}",
+        h.server.mirror_reports()
+    );
+    let reports = h.server.mirror_reports();
+    assert_eq!(reports.len(), 2);
+    let same = &reports[0].summary;
+    assert!(same.compared > 0 && same.mismatched == 0, "{same:?}");
+    assert_eq!(same.consistency_percent, 100.0);
+    let differ = &reports[1].summary;
+    assert!(
+        differ.compared > 0 && differ.mismatched == differ.compared,
+        "{differ:?}"
+    );
+    let json = serde_json::to_string(differ).unwrap();
+    assert!(json.contains("$.tag") && !json.contains("$.pid"), "{json}");
+    let m = h.server.metrics_text();
+    assert!(
+        m.contains("scalpel_serve_mirror_consistency_percent{route=\"0\",mirror=\"c\"} 100"),
+        "{m}"
+    );
     h.server.shutdown().await;
 }

@@ -1,1 +1,169 @@
+use super::*;
 
+const MINIMAL: &str = r#"[server]
+listen = "127.0.0.1:8080"
+admin = "127.0.0.1:9090"
+
+[[app]]
+name = "web"
+command = ["node", "app.js"]
+workers = 2
+port_base = 3001
+
+[app.health]
+path = "/healthz"
+"#;
+
+fn reject(text: &str) -> ConfigError {
+    match Config::parse(text, Path::new("/etc/scalpel/serve.toml")) {
+        Ok(c) => panic!("accepted: {c:?}"),
+        Err(e) => e,
+    }
+}
+
+/// Asserts the error's line and that its reason contains `needle`, showing both.
+#[track_caller]
+fn assert_rejected(text: &str, line: Option<usize>, needle: &str) {
+    let e = reject(text);
+    assert!(
+        e.line() == line && e.reason().contains(needle),
+        "\nexpected line {line:?}, reason containing {needle:?}\n     got line {:?}, reason {:?}",
+        e.line(),
+        e.reason()
+    );
+    assert!(e.to_string().starts_with("/etc/scalpel/serve.toml"), "{e}");
+}
+
+#[test]
+fn the_minimal_config_of_the_issue_works_with_defaults() {
+    let c = Config::parse(MINIMAL, Path::new("/srv/serve.toml")).unwrap();
+    assert_eq!(c.listen(), "127.0.0.1:8080".parse().unwrap());
+    assert_eq!(c.admin(), Some("127.0.0.1:9090".parse().unwrap()));
+    let app = &c.apps[0];
+    assert_eq!(&*app.name, "web");
+    assert_eq!(app.workers, 2);
+    assert_eq!(app.ports(0), [3001, 3003]);
+    assert_eq!(app.ports(1), [3002, 3004]);
+    assert_eq!(app.balance, Balance::LeastConn);
+    assert_eq!(app.port_env, "PORT");
+    assert_eq!(app.index_env, "WORKER_INDEX");
+    assert_eq!(app.health_path, "/healthz");
+    // Blocked worker detected within 3 s: 3 failures × (500 ms interval + 500 ms time-out) at worst.
+    assert_eq!(app.health_interval, Duration::from_millis(500));
+    assert_eq!(app.health_timeout, Duration::from_millis(500));
+    assert_eq!(app.health_failures, 3);
+    assert!(c.routes.is_empty());
+    assert_eq!(c.server.max_body_bytes, 8 << 20);
+}
+
+#[test]
+fn cwd_is_relative_to_the_config_file() {
+    let text = MINIMAL.replace("workers = 2", "workers = 2\ncwd = \"app\"");
+    let c = Config::parse(&text, Path::new("/srv/conf/serve.toml")).unwrap();
+    assert_eq!(c.apps[0].cwd.as_deref(), Some(Path::new("/srv/conf/app")));
+}
+
+#[test]
+fn toml_syntax_error_names_its_line() {
+    let text = MINIMAL.replace("workers = 2", "workers = = 2");
+    assert_rejected(&text, Some(8), "");
+}
+
+#[test]
+fn unknown_keys_are_rejected_with_their_line() {
+    let text = MINIMAL.replace("workers = 2", "workers = 2\nworkrs = 3");
+    assert_rejected(&text, Some(9), "unknown field `workrs`");
+    let text = MINIMAL.replace("admin = ", "listn = \"x\"\nadmin = ");
+    assert_rejected(&text, Some(3), "unknown field `listn`");
+    let text = MINIMAL.replace("path = \"/healthz\"", "path = \"/healthz\"\ninterval = 5");
+    assert_rejected(&text, Some(13), "unknown field `interval`");
+}
+
+#[test]
+fn duplicate_app_names_are_rejected() {
+    let text = format!("{MINIMAL}\n[[app]]\nname = \"web\"\ncommand = [\"x\"]\nport_base = 4000\n");
+    assert_rejected(&text, Some(15), "duplicate app name `web`");
+}
+
+#[test]
+fn overlapping_ports_are_rejected() {
+    // web uses 3001..=3004 (two ports per worker).
+    let text = format!("{MINIMAL}\n[[app]]\nname = \"api\"\ncommand = [\"x\"]\nport_base = 3004\n");
+    assert_rejected(&text, Some(17), "overlap app `web`");
+    let text = MINIMAL.replace("listen = \"127.0.0.1:8080\"", "listen = \"127.0.0.1:3002\"");
+    assert_rejected(&text, Some(9), "include the listen port 3002");
+    let text = MINIMAL.replace("port_base = 3001", "port_base = 65534");
+    assert_rejected(&text, Some(9), "must lie in 1..=65535");
+}
+
+#[test]
+fn workers_must_be_positive() {
+    let text = MINIMAL.replace("workers = 2", "workers = 0");
+    assert_rejected(&text, Some(8), "workers must be between 1 and 1024, not 0");
+}
+
+#[test]
+fn routes_must_name_known_apps() {
+    let text = format!("{MINIMAL}\n[[route]]\nprefix = \"/api\"\napp = \"api\"\n");
+    assert_rejected(&text, Some(16), "unknown app `api`");
+    let text = format!(
+        "{MINIMAL}\n[[route]]\nsplit = [{{ app = \"web\", weight = 1 }}, {{ app = \"nope\", weight = 1 }}]\n"
+    );
+    assert_rejected(&text, Some(15), "unknown app `nope`");
+}
+
+#[test]
+fn split_weights_must_be_positive() {
+    let text = format!(
+        "{MINIMAL}\n[[app]]\nname = \"b\"\ncommand = [\"x\"]\nport_base = 5000\n\n[[route]]\nsplit = [\n  {{ app = \"web\", weight = 5 }},\n  {{ app = \"b\", weight = 0 }},\n]\n"
+    );
+    assert_rejected(&text, Some(22), "split weight must be positive, not 0");
+    let text = text.replace("weight = 0", "weight = -2");
+    assert_rejected(&text, Some(22), "not -2");
+}
+
+#[test]
+fn a_route_needs_exactly_one_target() {
+    let text = format!("{MINIMAL}\n[[route]]\nprefix = \"/x\"\n");
+    assert_rejected(
+        &text,
+        Some(14),
+        "exactly one of `app` or a non-empty `split`",
+    );
+    let text = format!("{MINIMAL}\n[[route]]\nprefix = \"x\"\napp = \"web\"\n");
+    assert_rejected(&text, Some(15), "must start with `/`");
+}
+
+#[test]
+fn sticky_keys_and_mirrors_are_checked() {
+    let text = format!("{MINIMAL}\n[[route]]\napp = \"web\"\nsticky = \"query:id\"\n");
+    assert_rejected(&text, Some(16), "bad sticky key `query:id`");
+    let text = format!("{MINIMAL}\n[[route]]\napp = \"web\"\nmirror = \"web\"\n");
+    assert_rejected(&text, Some(16), "also an arm");
+}
+
+#[test]
+fn addresses_are_checked() {
+    let text = MINIMAL.replace("127.0.0.1:8080", "localhost:http");
+    assert_rejected(&text, Some(2), "listen: invalid socket address");
+    let text = MINIMAL.replace("listen = \"127.0.0.1:8080\"\n", "");
+    assert_rejected(&text, Some(1), "missing field `listen`");
+    // A public admin address needs a token (from the file or SCALPEL_ADMIN_TOKEN).
+    if std::env::var(ADMIN_TOKEN_ENV).is_err() {
+        let text = MINIMAL.replace("127.0.0.1:9090", "0.0.0.0:9090");
+        assert_rejected(&text, Some(3), "is not loopback");
+        let text = text.replace("[server]\n", "[server]\nadmin_token = \"t\"\n");
+        assert!(Config::parse(&text, Path::new("x.toml")).is_ok());
+    }
+}
+
+#[test]
+fn no_app_is_an_error_and_a_bad_balance_names_its_line() {
+    assert_rejected(
+        "[server]\nlisten = \"127.0.0.1:1\"\n",
+        None,
+        "at least one app",
+    );
+    let text = MINIMAL.replace("workers = 2", "workers = 2\nbalance = \"random\"");
+    assert_rejected(&text, Some(9), "unknown variant `random`");
+}

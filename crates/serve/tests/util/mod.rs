@@ -94,8 +94,7 @@ pub struct Reply {
 
 impl Reply {
     pub fn json(&self) -> serde_json::Value {
-        serde_json::from_str(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
     }
 }
 
@@ -195,7 +194,10 @@ impl Load {
                             }
                             Ok(r) => {
                                 failed.fetch_add(1, Ordering::Relaxed);
-                                failures.lock().unwrap().push(format!("{}: {}", r.status, r.body));
+                                failures
+                                    .lock()
+                                    .unwrap()
+                                    .push(format!("{}: {}", r.status, r.body));
                             }
                             Err(e) => {
                                 failed.fetch_add(1, Ordering::Relaxed);
