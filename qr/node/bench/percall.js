@@ -61,12 +61,37 @@ function variants(quick) {
   return { list: list.filter((v) => !(quick && v.full)), close: () => cli.close() };
 }
 
-/** Runs `variant` on `text` for about `ms`; returns µs per call. */
+const CLK_TCK = (() => {
+  try {
+    return Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
+  } catch {
+    return 100;
+  }
+})();
+
+/**
+ * CPU time in µs of this process (all its threads: main, libuv pool, GC) plus its
+ * reaped children (the tier-1 CLIs; /proc's cutime+cstime, in clock ticks).
+ */
+function cpuMicros() {
+  const { user, system } = process.cpuUsage();
+  const stat = fs.readFileSync('/proc/self/stat', 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  const childTicks = Number(fields[13]) + Number(fields[14]); // cutime, cstime (fields 16, 17)
+  return user + system + (childTicks * 1e6) / CLK_TCK;
+}
+
+/**
+ * Runs `variant` on `text` for about `ms`; returns { wall, cpu } in µs per call.
+ * Wall time is what a caller waits; CPU time is what the call costs the machine, and
+ * is much less disturbed by other processes on a shared box.
+ */
 async function timeOne(variant, text, ms) {
   // Warm-up: JIT, allocator, first spawn.
   for (let i = 0; i < 3; i++) await variant.call(text);
   const budget = BigInt(Math.round(ms * 1e6));
   let calls = 0;
+  const cpuStart = cpuMicros();
   const start = process.hrtime.bigint();
   let now = start;
   if (variant.kind === 'sync') {
@@ -92,7 +117,7 @@ async function timeOne(variant, text, ms) {
       now = process.hrtime.bigint();
     }
   }
-  return Number(now - start) / 1e3 / calls;
+  return { wall: Number(now - start) / 1e3 / calls, cpu: (cpuMicros() - cpuStart) / calls };
 }
 
 const median = (xs) => {
@@ -156,42 +181,70 @@ async function main() {
   const sizes = await checkOutputs(list);
   console.log('outputs checked: tiers 1, 2, 2-raw, 3 byte-identical; tier 0 matched has the same pixels');
 
-  // results[key][repeat] = mean over texts; perText[key][text] = [µs per repeat]
+  // results[key][repeat] = mean over texts; perText[key][text] = [µs per repeat]; same for CPU.
   const results = Object.fromEntries(list.map((v) => [v.key, []]));
+  const cpuResults = Object.fromEntries(list.map((v) => [v.key, []]));
   const perText = Object.fromEntries(list.map((v) => [v.key, TEXTS.map(() => [])]));
+  const perTextCpu = Object.fromEntries(list.map((v) => [v.key, TEXTS.map(() => [])]));
   for (let r = 0; r < flags.repeats; r++) {
     const order = list.map((_, i) => list[(i + r) % list.length]); // rotate: alternate positions
     for (const v of order) {
       const ms = v.slow ? flags.msPerText * 5 : flags.msPerText;
       const usPerText = [];
+      const cpuPerText = [];
       for (let t = 0; t < TEXTS.length; t++) {
-        const us = await timeOne(v, TEXTS[t].text, ms);
-        usPerText.push(us);
-        perText[v.key][t].push(us);
+        const { wall, cpu } = await timeOne(v, TEXTS[t].text, ms);
+        usPerText.push(wall);
+        cpuPerText.push(cpu);
+        perText[v.key][t].push(wall);
+        perTextCpu[v.key][t].push(cpu);
       }
       results[v.key].push(usPerText.reduce((a, b) => a + b, 0) / usPerText.length);
+      cpuResults[v.key].push(cpuPerText.reduce((a, b) => a + b, 0) / cpuPerText.length);
     }
   }
   close();
 
   const base = median(results['0']);
+  const cpuBase = median(cpuResults['0']);
   const rows = list.map((v) => {
     const xs = results[v.key];
+    const cs = cpuResults[v.key];
     const med = median(xs);
+    const cpu = median(cs);
     const meanBytes = sizes[v.key].reduce((a, b) => a + b, 0) / sizes[v.key].length;
-    return { key: v.key, name: v.name, median: med, min: Math.min(...xs), max: Math.max(...xs), speedup: base / med, meanBytes };
+    return {
+      key: v.key,
+      name: v.name,
+      median: med,
+      min: Math.min(...xs),
+      max: Math.max(...xs),
+      speedup: base / med,
+      cpuMedian: cpu,
+      cpuMin: Math.min(...cs),
+      cpuMax: Math.max(...cs),
+      cpuSpeedup: cpuBase / cpu,
+      meanBytes,
+    };
   });
 
-  console.log('\nper call, mean over the texts (median of repeats, min-max); speed-up = tier 0 matched / variant');
-  console.log(`${pad('variant', 34)} ${lpad('µs/call', 10)} ${lpad('min-max', 21)} ${lpad('speed-up', 9)} ${lpad('PNG bytes', 10)}`);
+  console.log('\nper call, mean over the texts: median of repeats (min-max); speed-up = tier 0 matched / variant');
+  console.log('wall = what the caller waits; cpu = CPU of this process + its reaped children (less disturbed by a busy machine)');
+  console.log(
+    `${pad('variant', 34)} ${lpad('wall/call', 10)} ${lpad('min-max', 21)} ${lpad('x', 7)} ${lpad('cpu/call', 10)} ${lpad('min-max', 21)} ${lpad('x', 7)} ${lpad('PNG B', 6)}`,
+  );
   for (const r of rows) {
-    console.log(`${pad(r.name, 34)} ${lpad(fmt(r.median), 10)} ${lpad(`${fmt(r.min)} - ${fmt(r.max)}`, 21)} ${lpad(`${r.speedup.toFixed(2)}x`, 9)} ${lpad(Math.round(r.meanBytes), 10)}`);
+    console.log(
+      `${pad(r.name, 34)} ${lpad(fmt(r.median), 10)} ${lpad(`${fmt(r.min)} - ${fmt(r.max)}`, 21)} ${lpad(`${r.speedup.toFixed(2)}x`, 7)} ${lpad(fmt(r.cpuMedian), 10)} ${lpad(`${fmt(r.cpuMin)} - ${fmt(r.cpuMax)}`, 21)} ${lpad(`${r.cpuSpeedup.toFixed(2)}x`, 7)} ${lpad(Math.round(r.meanBytes), 6)}`,
+    );
   }
 
-  console.log('\nper text, µs/call (median of repeats)');
-  console.log(`${pad('variant', 34)} ${TEXTS.map((t) => lpad(t.label, 11)).join(' ')}`);
-  for (const v of list) {
-    console.log(`${pad(v.name, 34)} ${perText[v.key].map((xs) => lpad(fmt(median(xs)), 11)).join(' ')}`);
+  for (const [what, table] of [['wall', perText], ['cpu', perTextCpu]]) {
+    console.log(`\nper text, ${what} per call (median of repeats)`);
+    console.log(`${pad('variant', 34)} ${TEXTS.map((t) => lpad(t.label, 11)).join(' ')}`);
+    for (const v of list) {
+      console.log(`${pad(v.name, 34)} ${table[v.key].map((xs) => lpad(fmt(median(xs)), 11)).join(' ')}`);
+    }
   }
 
   console.log('\nPNG bytes per text');
@@ -201,7 +254,7 @@ async function main() {
   }
 
   if (flags.json) {
-    const doc = { machine: m, flags, texts: TEXTS.map((t) => t.label), rows, perText, sizes };
+    const doc = { machine: m, flags, texts: TEXTS.map((t) => t.label), rows, perText, perTextCpu, sizes };
     fs.writeFileSync(flags.json, JSON.stringify(doc, null, 2));
     console.log(`\nwrote ${flags.json}`);
   }
