@@ -11,7 +11,7 @@ const npmQr = require('./npm-qrcode');
 const TIERS = ['0', '0-article', '1', '2', '2-raw', '3'];
 const NAPI_MODES = ['sync', 'async'];
 /** Chosen by measurement: see docs/qr-node.md, "napi: sync or async". */
-const DEFAULT_NAPI_MODE = 'sync';
+const DEFAULT_NAPI_MODE = 'async';
 
 /**
  * @param {string} tier one of TIERS

@@ -6,7 +6,7 @@ const assert = require('node:assert/strict');
 const { it, before, after } = require('node:test');
 const h = require('../testing/harness');
 
-const RUST_TIERS = ['1', '2', '2-raw', '3', '3-async', '4'];
+const RUST_TIERS = ['1', '2', '2-raw', '3', '3-sync', '4'];
 const servers = new Map();
 
 before(async () => {
@@ -45,7 +45,7 @@ async function fetchAll(text) {
   return out;
 }
 
-it('tiers 1, 2, 2-raw, 3 (sync, async) and 4 return byte-identical PNGs', async () => {
+it('tiers 1, 2, 2-raw, 3 (async default, sync) and 4 return byte-identical PNGs', async () => {
   for (const [name, text] of Object.entries(crossTexts())) {
     const bodies = await fetchAll(text);
     const reference = bodies['4'];

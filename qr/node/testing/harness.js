@@ -24,11 +24,11 @@ function requireArtifacts(...names) {
 }
 
 /** Every server the suite runs: the Node tiers and the Rust tier 4. */
-const ALL_TIERS = ['0', '0-article', '1', '2', '2-raw', '3', '3-async', '4'];
+const ALL_TIERS = ['0', '0-article', '1', '2', '2-raw', '3', '3-sync', '4'];
 
 function serverCommand(tier, extraArgs = []) {
   if (tier === '4') return [artifactPaths().server, ['--port', '0', ...extraArgs]];
-  if (tier === '3-async') return [process.execPath, [SERVER_JS, '--tier', '3', '--napi-mode', 'async', '--port', '0', ...extraArgs]];
+  if (tier === '3-sync') return [process.execPath, [SERVER_JS, '--tier', '3', '--napi-mode', 'sync', '--port', '0', ...extraArgs]];
   return [process.execPath, [SERVER_JS, '--tier', tier, '--port', '0', ...extraArgs]];
 }
 
