@@ -12,7 +12,7 @@
 const http = require('node:http');
 const { parseArgs } = require('node:util');
 const { TIERS, NAPI_MODES, createTier } = require('./lib/tiers');
-const { QrError, validateText, fromBindingError, internal } = require('./lib/contract');
+const { QrError, validateText, fromBindingError, internal, strictTextParam } = require('./lib/contract');
 
 class UsageError extends Error {}
 
@@ -80,8 +80,8 @@ function makeHandler(tier) {
       return;
     }
     if (url.pathname === '/healthz') {
-      if (req.method !== 'GET' && req.method !== 'HEAD') {
-        sendJson(res, 405, { error: `method ${req.method} not allowed on /healthz` }, { allow: 'GET, HEAD' });
+      if (req.method !== 'GET') {
+        sendJson(res, 405, { error: `method ${req.method} not allowed on /healthz` }, { allow: 'GET' });
         return;
       }
       sendJson(res, 200, { status: 'ok' });
@@ -98,7 +98,10 @@ function makeHandler(tier) {
     let text;
     try {
       // URL.searchParams is a URLSearchParams: `+` is a space, %XX is percent-decoded UTF-8.
-      text = validateText(url.searchParams.get('text'));
+      text = url.searchParams.get('text');
+      // U+FFFD may stand for invalid UTF-8 that URLSearchParams replaced: look at the bytes.
+      if (text !== null && text.includes('\uFFFD')) text = strictTextParam(url.search.slice(1));
+      text = validateText(text);
     } catch (err) {
       sendError(res, err);
       return;

@@ -55,6 +55,18 @@ for (const tier of h.ALL_TIERS) {
       assert.equal(h.decodeQr(res.body), 'a b+c €');
     });
 
+    it('text that is not valid UTF-8 after percent-decoding is 400; a real U+FFFD is fine', async () => {
+      assertJsonError(await h.request(base(), '/qrcode?text=%FF'), 400);
+      assertJsonError(await h.request(base(), '/qrcode?text=ab%C3'), 400);
+      assertJsonError(await h.request(base(), '/qrcode?other=1&text=%E2%82'), 400);
+      const res = await h.request(base(), '/qrcode?text=%EF%BF%BDok');
+      assert.equal(res.status, 200);
+      assert.equal(h.decodeQr(res.body), '\uFFFDok');
+      const literal = await h.request(base(), '/qrcode?text=100%25+%zz');
+      assert.equal(literal.status, 200);
+      assert.equal(h.decodeQr(literal.body), '100% %zz');
+    });
+
     it('missing or empty text is 400 with a JSON error', async () => {
       assertJsonError(await h.request(base(), '/qrcode'), 400);
       assertJsonError(await h.request(base(), '/qrcode?text='), 400);
@@ -75,6 +87,10 @@ for (const tier of h.ALL_TIERS) {
       for (const method of ['POST', 'PUT', 'DELETE']) {
         assertJsonError(await h.request(base(), '/qrcode?text=a', { method }), 405);
       }
+    });
+
+    it('another method on /healthz is 405 with a JSON error', async () => {
+      assertJsonError(await h.request(base(), '/healthz', { method: 'POST' }), 405);
     });
 
     it('an unknown path is 404 with a JSON error', async () => {
