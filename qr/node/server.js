@@ -154,7 +154,6 @@ function main() {
     process.stderr.write(`qr-node: cannot start tier ${flags.tier}: ${err.message}\n`);
     process.exit(1);
   }
-  tier.wantsSignal = flags.tier === '1';
 
   const server = http.createServer(makeHandler(tier));
   server.on('error', (err) => {

@@ -24,7 +24,7 @@ function killGroup(child, signal = 'SIGKILL') {
 
 /**
  * @param {{cliPath: string, timeoutMs: number}} opts
- * @returns {{render(text: string, ctx?: {signal?: AbortSignal}): Promise<Buffer>, close(): void, liveChildren(): number}}
+ * @returns {{render(text: string, ctx?: {signal?: AbortSignal}): Promise<Buffer>, close(): void}}
  */
 function createCliTier({ cliPath, timeoutMs }) {
   const live = new Set();
@@ -110,7 +110,7 @@ function createCliTier({ cliPath, timeoutMs }) {
     for (const child of live) killGroup(child);
   }
 
-  return { render, close, liveChildren: () => live.size };
+  return { render, close };
 }
 
 module.exports = { createCliTier, PNG_SIGNATURE };

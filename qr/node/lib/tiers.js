@@ -1,5 +1,5 @@
 'use strict';
-// One factory per tier. Every tier is an object { name, render(text, ctx), close() }:
+// One factory per tier. Every tier is an object { name, render(text, ctx), close(), wantsSignal? }:
 // render returns a Buffer or a Promise of one, and throws/rejects with an Error whose
 // message follows the bindings' contract (`empty`, `too_long`, `encode: ...`) or a QrError.
 
@@ -27,7 +27,8 @@ function createTier(tier, opts = {}) {
     case '1': {
       const cliPath = opts.cliPath || requireArtifact(paths.cli, 'tier 1 CLI (qr-cli)');
       const cli = createCliTier({ cliPath, timeoutMs: opts.cliTimeoutMs ?? 5000 });
-      return { name: 'tier 1 (qr-cli per request)', render: cli.render, close: cli.close, liveChildren: cli.liveChildren };
+      // wantsSignal: the server passes an AbortSignal that fires when the client goes away.
+      return { name: 'tier 1 (qr-cli per request)', render: cli.render, close: cli.close, wantsSignal: true };
     }
     case '2': {
       const wasm = require(requireArtifact(paths.wasmBindgen, 'tier 2 wasm-bindgen module'));
