@@ -9,11 +9,11 @@ use http::header::{CONTENT_TYPE, HeaderValue};
 use scalpel_diff::{Comparer, Response};
 
 fn body(seed: u64, changed: bool) -> Vec<u8> {
-    let days: Vec<String> = (0..20)
+    let days: Vec<String> = (0..40)
         .map(|d| {
             let amount = seed * 31 + d * 7 + if changed && d == 3 { 1 } else { 0 };
             format!(
-                r#"{{"day":"2025-01-{:02}","count":{},"amount":{amount}}}"#,
+                r#"{{"day":"2025-{:02}-01","count":{},"amount":{amount}}}"#,
                 d + 1,
                 d * 3
             )
