@@ -5,7 +5,7 @@
 use std::cell::Cell;
 use std::fmt;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -60,6 +60,8 @@ pub struct Backend {
     started: Instant,
     in_flight: AtomicUsize,
     requests: AtomicU64,
+    ejected: AtomicBool,
+    on_eject: Notify,
 }
 
 impl fmt::Debug for Backend {
@@ -86,6 +88,8 @@ impl Backend {
             started: Instant::now(),
             in_flight: AtomicUsize::new(0),
             requests: AtomicU64::new(0),
+            ejected: AtomicBool::new(false),
+            on_eject: Notify::new(),
         }
     }
 
@@ -131,6 +135,24 @@ impl Backend {
     /// Requests sent to it so far.
     pub fn requests(&self) -> u64 {
         self.requests.load(Ordering::Relaxed)
+    }
+
+    /// Declares the worker unusable (it failed its health checks): requests waiting on
+    /// it give up and go elsewhere.
+    pub(crate) fn eject(&self) {
+        self.ejected.store(true, Ordering::Release);
+        self.on_eject.notify_waiters();
+    }
+
+    /// Resolves once [`Backend::eject`] has been called.
+    pub(crate) async fn ejected(&self) {
+        let notified = self.on_eject.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if self.ejected.load(Ordering::Acquire) {
+            return;
+        }
+        notified.await;
     }
 
     /// Counts a request as in flight until the guard drops.

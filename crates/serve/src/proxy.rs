@@ -400,8 +400,17 @@ impl Shared {
                 Err(_) => return json_error(StatusCode::BAD_REQUEST, "bad request target"),
             }
             let in_flight = backend.begin();
-            let sent =
-                tokio::time::timeout(self.cfg.upstream_timeout, self.client.request(up)).await;
+            let exchange = tokio::time::timeout(self.cfg.upstream_timeout, self.client.request(up));
+            let sent = tokio::select! {
+                r = exchange => r,
+                // The supervisor found the worker stuck: no answer will come. Dropping the
+                // exchange closes its connection; an idempotent request goes elsewhere.
+                _ = backend.ejected(), if attempt == 1 && retry_ok => {
+                    app.metrics.retries.fetch_add(1, Ordering::Relaxed);
+                    avoid = Some(backend.clone());
+                    continue;
+                }
+            };
             match sent {
                 Ok(Ok(res)) => {
                     // Phase `response_filter`.

@@ -468,9 +468,10 @@ async fn run_slot(ctx: SlotCtx, mut cmds: mpsc::Receiver<SlotCmd>) {
                 }
             }
             Event::Unhealthy(why) => {
-                // Out of rotation at once; the replacement starts on the other port
-                // while the stuck process is being stopped.
+                // Out of rotation at once, its waiting requests sent elsewhere; the
+                // replacement starts on the other port while the stuck one is stopped.
                 ctx.pool.remove(&p.backend);
+                p.backend.eject();
                 ctx.log_restart(
                     RestartReason::Unhealthy,
                     &why,

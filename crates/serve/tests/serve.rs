@@ -152,6 +152,17 @@ async fn blocked_worker_is_replaced_within_the_default_detection_time() {
             .metrics_text()
             .contains("scalpel_serve_restarts_total{app=\"web\",reason=\"unhealthy\"} 1")
     );
+    // Requests caught on the stuck worker were sent elsewhere when it was ejected.
+    let m = h.server.metrics_text();
+    let retries: f64 = m
+        .lines()
+        .find_map(|l| l.strip_prefix("scalpel_serve_retries_total{app=\"web\"} "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
+    assert!(
+        retries >= 1.0,
+        "no request was moved off the stuck worker:\n{m}"
+    );
     // The stuck process is gone (SIGKILL after the grace period).
     assert!(
         eventually(Duration::from_secs(20), || !process_alive(victim)).await,
