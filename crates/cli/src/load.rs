@@ -342,7 +342,7 @@ fn build(args: &LoadArgs) -> anyhow::Result<(Plan, Vec<Target>)> {
         }
         targets.push(target);
     }
-    scalpel_load::probe(&plan, &targets)?;
+    // `scalpel_load::run` probes every target with one request before any load.
     Ok((plan, targets))
 }
 

@@ -39,9 +39,18 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(err) => {
             // clap prints help/version to stdout (exit 0) and usage errors to stderr.
-            let code = if err.use_stderr() { 2 } else { 0 };
-            let _ = err.print();
-            return ExitCode::from(code);
+            if !err.use_stderr() {
+                let _ = err.print();
+                return ExitCode::SUCCESS;
+            }
+            // Bad usage is one line on stderr, like every other bad input.
+            let text = err.render().to_string();
+            let first = text.lines().next().unwrap_or_default();
+            eprintln!(
+                "scalpel: {} (see --help)",
+                first.strip_prefix("error: ").unwrap_or(first)
+            );
+            return ExitCode::from(2);
         }
     };
     tracing_subscriber::fmt()

@@ -255,12 +255,12 @@ impl Plan {
             Model::Open { rate } if !(rate > 0.0 && rate.is_finite()) => {
                 return bad("the rate must be a positive number");
             }
-            Model::Ramp { start, step, max } => {
-                if !(start > 0.0 && step > 0.0 && max >= start && max.is_finite()) {
-                    return bad(
-                        "--ramp needs START,STEP,MAX with START > 0, STEP > 0 and MAX >= START",
-                    );
-                }
+            Model::Ramp { start, step, max }
+                if !(start > 0.0 && step > 0.0 && max >= start && max.is_finite()) =>
+            {
+                return bad(
+                    "--ramp needs START,STEP,MAX with START > 0, STEP > 0 and MAX >= START",
+                );
             }
             _ => {}
         }

@@ -179,11 +179,11 @@ pub(crate) fn run_segment(
     let claim = Arc::new(AtomicU64::new(0));
     let lives: Vec<Arc<Live>> = (0..threads).map(|_| Arc::new(Live::default())).collect();
     let mut handles = Vec::with_capacity(threads);
-    for w in 0..threads {
+    for (w, live) in lives.iter().enumerate() {
         let spec = spec.clone();
         let thread_gate = gate.clone();
         let claim = claim.clone();
-        let live = lives[w].clone();
+        let live = live.clone();
         let handle = std::thread::Builder::new()
             .name(format!("scalpel-load-{w}"))
             .spawn(move || thread_main(spec, w as u64, thread_gate, claim, live));
