@@ -324,11 +324,8 @@ async fn the_store_survives_sigkill_holds_no_secret_and_rebuilds_the_same_report
         }
     }
     assert!(files >= 1);
-    let db = std::fs::read(&store).unwrap();
-    assert!(
-        db.windows(10).any(|w| w == b"[REDACTED]"),
-        "samples should show redactions"
-    );
+    // The samples are there, secrets replaced (in the db file or still in its WAL).
+    assert!(redactions > 0, "samples should show redactions");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
