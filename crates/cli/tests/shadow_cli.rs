@@ -151,6 +151,16 @@ struct ProxyProc {
     admin: Option<String>,
 }
 
+impl Drop for ProxyProc {
+    /// A failing test must not leave a proxy running.
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+// The child is returned inside `ProxyProc`, whose `Drop` kills and waits for it.
+#[allow(clippy::zombie_processes)]
 fn spawn_proxy(args: &[String]) -> ProxyProc {
     let mut child = Command::new(BIN)
         .args(["shadow", "proxy", "--listen", "127.0.0.1:0"])
@@ -202,7 +212,11 @@ const SECRETS: [&str; 5] = [
 async fn the_store_survives_sigkill_holds_no_secret_and_rebuilds_the_same_report() {
     let answer = |a: &Asked, candidate: bool| {
         let id = user_id(a);
-        let balance = if candidate && id % 3 == 0 { 1 } else { id * 10 };
+        let balance = if candidate && id.is_multiple_of(3) {
+            1
+        } else {
+            id * 10
+        };
         Answer::json(format!(
             r#"{{"user":{id},"balance":{balance},"password":"SECRET-PW-4","echo":{}}}"#,
             String::from_utf8_lossy(&a.body).len()
