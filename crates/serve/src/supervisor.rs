@@ -174,8 +174,14 @@ impl SlotCtx {
 
     fn spawn(&self, port: u16) -> Result<Proc, String> {
         let cfg = &self.cfg;
+        let index = self.slot.index.to_string();
+        let port_s = port.to_string();
+        // `{port}` and `{index}` in arguments, for programs that take a flag, not $PORT.
+        let args = cfg.command[1..]
+            .iter()
+            .map(|a| a.replace("{port}", &port_s).replace("{index}", &index));
         let mut cmd = tokio::process::Command::new(&cfg.command[0]);
-        cmd.args(&cfg.command[1..])
+        cmd.args(args)
             .envs(&cfg.env)
             .env(&cfg.port_env, port.to_string())
             .env(&cfg.index_env, self.slot.index.to_string())

@@ -599,3 +599,23 @@ mirror_ignore = ["$.pid"]
     );
     h.server.shutdown().await;
 }
+
+/// `{port}` and `{index}` in the command's arguments, for programs that take a flag.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn port_and_index_placeholders_in_the_command() {
+    let base = free_base(4);
+    let toml = format!(
+        "{SERVER}\n[[app]]\nname = \"flags\"\ncommand = [\"sh\", \"-c\", \"PORT=$0 WORKER_INDEX=$1 exec node {js}\", \"{{port}}\", \"{{index}}\"]\nworkers = 2\nport_base = {base}\nport_env = \"NOT_USED_PORT\"\nindex_env = \"NOT_USED_INDEX\"\n",
+        js = app_js().display()
+    );
+    let h = start(&toml).await;
+    let mut indexes: Vec<String> = Vec::new();
+    for _ in 0..4 {
+        let r = h.get("/").await.unwrap().json();
+        indexes.push(r["index"].as_str().unwrap().to_string());
+    }
+    indexes.sort();
+    indexes.dedup();
+    assert_eq!(indexes, vec!["0", "1"]);
+    h.server.shutdown().await;
+}

@@ -1,0 +1,271 @@
+#!/usr/bin/env bash
+# Benchmarks of `scalpel serve` against nginx and pm2; figures go in docs/serve.md.
+#
+#   scripts/bench-serve.sh                    # full run (DUR=10 s per run, REPEATS=3)
+#   DUR=5 REPEATS=2 scripts/bench-serve.sh    # short run (shared machine)
+#
+# Scenarios (the load generator runs on the same machine; say so next to figures):
+#   1. hello: two Node hello-world workers behind scalpel serve, behind nginx (keep-alive
+#      upstreams) and under pm2 cluster mode: max req/s (wrk, closed loop); the
+#      balancer's own added p50 (open model, 1 worker, serve vs direct); its own memory.
+#   2. qr: two CPU-heavy workers (node qr/node/server.js --tier 0-article): max req/s
+#      (wrk) for pm2, serve least_conn, serve round_robin; then p99 under an open-model
+#      load at 80% of pm2's max (scalpel load).
+#   3. blocked: scenario 2's serve least_conn run again, with worker 0 frozen (SIGSTOP)
+#      for 10 s three seconds in: detection time and p99 against the unblocked run.
+#
+# Needs node, wrk, nginx (apt-get install -y nginx wrk), pm2 (installed locally under
+# bench-out/, gitignored), python3. Writes bench-out/serve/: raw outputs + results.md.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+SCALPEL=$TARGET/release/scalpel
+OUT=${OUT:-$ROOT/bench-out/serve}
+DUR=${DUR:-10}
+REPEATS=${REPEATS:-3}
+CONNS=${CONNS:-64}
+QR_CONNS=${QR_CONNS:-16}
+BASE=${BASE:-18100}
+QR_TEXT=${QR_TEXT:-https://example.com/some/fairly/long/path?with=query}
+mkdir -p "$OUT"
+RESULTS=$OUT/results.md
+: >"$RESULTS"
+
+say() { echo "$*" | tee -a "$RESULTS"; }
+
+need() { command -v "$1" >/dev/null 2>&1; }
+need wrk && need nginx || { apt-get update -qq && apt-get install -y -qq nginx wrk >/dev/null; }
+need node && need python3 || { echo "bench-serve: node and python3 are required" >&2; exit 2; }
+PM2=$OUT/pm2/node_modules/.bin/pm2
+[ -x "$PM2" ] || npm i --silent --prefix "$OUT/pm2" pm2@5 >/dev/null
+export PM2_HOME=$OUT/pm2home
+(cd "$ROOT" && cargo build --release -q -p scalpel)
+[ -f "$ROOT/qr/node/node_modules/qrcode/package.json" ] || (cd "$ROOT/qr/node" && npm ci --silent)
+
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
+  "$PM2" kill >/dev/null 2>&1 || true
+  [ -f "$OUT/nginx.pid" ] && kill "$(cat "$OUT/nginx.pid")" 2>/dev/null || true
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT
+
+port_busy() { (: </dev/tcp/127.0.0.1/"$1") 2>/dev/null; }
+for p in $(seq "$BASE" $((BASE + 40))); do
+  if port_busy "$p"; then echo "bench-serve: port $p busy; set BASE=" >&2; exit 2; fi
+done
+wait_http() { # url
+  for _ in $(seq 1 300); do curl -sf -o /dev/null "$1" && return 0; sleep 0.1; done
+  echo "bench-serve: $1 never answered" >&2; exit 1
+}
+stop_pid() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
+
+wrk_rps() { # url conns -> req/s
+  wrk -t2 -c"$2" -d"${DUR}s" "$1" | tee -a "$OUT/wrk.log" | awk '/Requests\/sec/ {print $2}'
+}
+load_json() { # url rate file [extra...]
+  local url=$1 rate=$2 file=$3; shift 3
+  "$SCALPEL" load --rate "$rate" -d "${DUR}s" -c 64 --no-progress --json "$file" "$@" "$url" >>"$OUT/load.log" 2>&1
+}
+field() { # json-file expr-on-step
+  python3 -c "import json,sys; s=json.load(open(sys.argv[1]))['targets'][0]['steps'][0]; print($2)" "$1"
+}
+stats() { # numbers... -> "median (min–max)"
+  python3 -c "import sys,statistics as st; v=sorted(float(x) for x in sys.argv[1:]); print(f'{st.median(v):.1f} ({v[0]:.1f}–{v[-1]:.1f})')" "$@"
+}
+median() { python3 -c "import sys,statistics as st; print(st.median(float(x) for x in sys.argv[1:]))" "$@"; }
+
+serve_config() { # file app-name command-json workers port_base balance listen admin
+  cat >"$1" <<EOF
+[server]
+listen = "127.0.0.1:$7"
+admin = "127.0.0.1:$8"
+[[app]]
+name = "$2"
+command = $3
+workers = $4
+port_base = $5
+balance = "$6"
+EOF
+}
+start_serve() { # config logfile -> sets SERVE_PID
+  "$SCALPEL" serve --config "$1" >/dev/null 2>"$2" &
+  SERVE_PID=$!
+  PIDS+=("$SERVE_PID")
+}
+
+say "# scalpel serve benchmark"
+say ""
+say "- date: $(date -u +%Y-%m-%dT%H:%MZ); nproc: $(nproc); CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); kernel: $(uname -r)"
+say "- node $(node --version), nginx $(nginx -v 2>&1 | cut -d/ -f2), pm2 $("$PM2" --version 2>/dev/null | tail -1), wrk (2 threads), scalpel load; DUR=${DUR}s, REPEATS=$REPEATS"
+say "- load generator and servers share the same cores"
+say ""
+
+HELLO=$ROOT/examples/serve/app.js
+P_SERVE=$BASE P_ADMIN=$((BASE + 1)) P_NGINX=$((BASE + 2)) P_PM2=$((BASE + 3)) P_DIRECT=$((BASE + 4))
+W1=$((BASE + 10)) W2=$((BASE + 20))
+
+# ---- 1. hello ----
+say "## 1. Two Node hello-world workers"
+serve_config "$OUT/hello.toml" hello "[\"node\", \"$HELLO\"]" 2 "$W1" least_conn "$P_SERVE" "$P_ADMIN"
+cat >"$OUT/nginx.conf" <<EOF
+worker_processes auto;
+pid $OUT/nginx.pid;
+error_log $OUT/nginx-error.log;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  upstream app { server 127.0.0.1:$((W2)); server 127.0.0.1:$((W2 + 1)); keepalive 64; }
+  server {
+    listen 127.0.0.1:$P_NGINX;
+    location / { proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; }
+  }
+}
+EOF
+declare -A RPS
+for r in $(seq 1 "$REPEATS"); do
+  # scalpel serve
+  start_serve "$OUT/hello.toml" "$OUT/serve-hello.log"
+  wait_http "http://127.0.0.1:$P_SERVE/"
+  RPS[serve]+=" $(wrk_rps "http://127.0.0.1:$P_SERVE/" "$CONNS")"
+  grep -E 'VmHWM|VmRSS' /proc/"$SERVE_PID"/status | tr -s ' \t' ' ' >"$OUT/serve-mem-$r.txt"
+  grep '^Pss:' /proc/"$SERVE_PID"/smaps_rollup | tr -s ' ' >>"$OUT/serve-mem-$r.txt"
+  stop_pid "$SERVE_PID"
+  # nginx in front of two single node processes
+  PORT=$W2 node "$HELLO" >/dev/null & N1=$!
+  PORT=$((W2 + 1)) node "$HELLO" >/dev/null & N2=$!
+  PIDS+=("$N1" "$N2")
+  wait_http "http://127.0.0.1:$W2/healthz"; wait_http "http://127.0.0.1:$((W2 + 1))/healthz"
+  nginx -c "$OUT/nginx.conf" -p "$OUT" -g 'daemon off;' & NGX=$!
+  PIDS+=("$NGX")
+  wait_http "http://127.0.0.1:$P_NGINX/"
+  RPS[nginx]+=" $(wrk_rps "http://127.0.0.1:$P_NGINX/" "$CONNS")"
+  stop_pid "$NGX"; stop_pid "$N1"; stop_pid "$N2"
+  # pm2 cluster mode
+  PORT=$P_PM2 "$PM2" start "$HELLO" -i 2 --name hello >/dev/null
+  wait_http "http://127.0.0.1:$P_PM2/"
+  RPS[pm2]+=" $(wrk_rps "http://127.0.0.1:$P_PM2/" "$CONNS")"
+  "$PM2" delete all >/dev/null
+done
+say ""
+say "Max throughput, wrk -t2 -c$CONNS -d${DUR}s, req/s, median (min–max) of $REPEATS:"
+say ""
+say "| setup | req/s |"
+say "|---|---|"
+for k in serve nginx pm2; do say "| $k | $(stats ${RPS[$k]}) |"; done
+say ""
+say "serve/nginx = $(python3 -c "print(round($(median ${RPS[serve]})/$(median ${RPS[nginx]}),2))"), serve/pm2 = $(python3 -c "print(round($(median ${RPS[serve]})/$(median ${RPS[pm2]}),2))")"
+say ""
+say "Balancer process memory after the wrk run (the scalpel process only, workers excluded):"
+say '```'
+cat "$OUT"/serve-mem-*.txt | tee -a "$RESULTS" >/dev/null
+say '```'
+
+# Added latency: one worker behind serve vs the same kind of worker direct, open model.
+serve_config "$OUT/hello1.toml" hello "[\"node\", \"$HELLO\"]" 1 "$W1" least_conn "$P_SERVE" "$P_ADMIN"
+RATE1=${RATE1:-1000}
+D50=(); S50=(); D99=(); S99=()
+for r in $(seq 1 "$REPEATS"); do
+  PORT=$P_DIRECT node "$HELLO" >/dev/null & ND=$!; PIDS+=("$ND")
+  wait_http "http://127.0.0.1:$P_DIRECT/healthz"
+  load_json "http://127.0.0.1:$P_DIRECT/" "$RATE1" "$OUT/direct-$r.json"
+  D50+=("$(field "$OUT/direct-$r.json" "s['latency_ms']['p50']")"); D99+=("$(field "$OUT/direct-$r.json" "s['latency_ms']['p99']")")
+  stop_pid "$ND"
+  start_serve "$OUT/hello1.toml" "$OUT/serve-hello1.log"
+  wait_http "http://127.0.0.1:$P_SERVE/"
+  load_json "http://127.0.0.1:$P_SERVE/" "$RATE1" "$OUT/serve1-$r.json"
+  S50+=("$(field "$OUT/serve1-$r.json" "s['latency_ms']['p50']")"); S99+=("$(field "$OUT/serve1-$r.json" "s['latency_ms']['p99']")")
+  stop_pid "$SERVE_PID"
+done
+say ""
+say "Added latency, open model at $RATE1 req/s for ${DUR}s, one worker, ms, median (min–max):"
+say ""
+say "| path | p50 | p99 |"
+say "|---|---|---|"
+say "| direct to the worker | $(stats "${D50[@]}") | $(stats "${D99[@]}") |"
+say "| through scalpel serve | $(stats "${S50[@]}") | $(stats "${S99[@]}") |"
+say ""
+say "added p50 = $(python3 -c "print(round(($(median "${S50[@]}") - $(median "${D50[@]}"))*1000))") µs"
+
+# ---- 2. qr ----
+say ""
+say "## 2. Two CPU-heavy workers (QR tier 0-article)"
+QR_CMD="[\"node\", \"$ROOT/qr/node/server.js\", \"--tier\", \"0-article\", \"--port\", \"{port}\"]"
+serve_config "$OUT/qr-lc.toml" qr "$QR_CMD" 2 "$W1" least_conn "$P_SERVE" "$P_ADMIN"
+serve_config "$OUT/qr-rr.toml" qr "$QR_CMD" 2 "$W1" round_robin "$P_SERVE" "$P_ADMIN"
+QR_PATH="/qrcode?text=$(python3 -c "import urllib.parse,sys; print(urllib.parse.quote(sys.argv[1], safe=''))" "$QR_TEXT")"
+declare -A QRPS
+for r in $(seq 1 "$REPEATS"); do
+  "$PM2" start "$ROOT/qr/node/server.js" -i 2 --name qr -- --tier 0-article --port "$P_PM2" >/dev/null
+  wait_http "http://127.0.0.1:$P_PM2/healthz"
+  QRPS[pm2]+=" $(wrk_rps "http://127.0.0.1:$P_PM2$QR_PATH" "$QR_CONNS")"
+  "$PM2" delete all >/dev/null
+  for b in lc rr; do
+    start_serve "$OUT/qr-$b.toml" "$OUT/serve-qr-$b.log"
+    wait_http "http://127.0.0.1:$P_SERVE/healthz"
+    QRPS[serve-$b]+=" $(wrk_rps "http://127.0.0.1:$P_SERVE$QR_PATH" "$QR_CONNS")"
+    stop_pid "$SERVE_PID"
+  done
+done
+say ""
+say "Max throughput, wrk -t2 -c$QR_CONNS -d${DUR}s, req/s, median (min–max) of $REPEATS:"
+say ""
+say "| setup | req/s |"
+say "|---|---|"
+for k in pm2 serve-lc serve-rr; do say "| $k | $(stats ${QRPS[$k]}) |"; done
+RATE=$(python3 -c "print(int(0.8*$(median ${QRPS[pm2]})))")
+say ""
+say "Open model at $RATE req/s (80% of pm2's median max), ${DUR}s, latency ms:"
+say ""
+say "| setup | p50 | p99 | errors |"
+say "|---|---|---|---|"
+declare -A P50 P99 ERR
+for r in $(seq 1 "$REPEATS"); do
+  "$PM2" start "$ROOT/qr/node/server.js" -i 2 --name qr -- --tier 0-article --port "$P_PM2" >/dev/null
+  wait_http "http://127.0.0.1:$P_PM2/healthz"
+  load_json "http://127.0.0.1:$P_PM2$QR_PATH" "$RATE" "$OUT/qr-pm2-$r.json"
+  "$PM2" delete all >/dev/null
+  for b in lc rr; do
+    start_serve "$OUT/qr-$b.toml" "$OUT/serve-qr-$b.log"
+    wait_http "http://127.0.0.1:$P_SERVE/healthz"
+    load_json "http://127.0.0.1:$P_SERVE$QR_PATH" "$RATE" "$OUT/qr-serve-$b-$r.json"
+    stop_pid "$SERVE_PID"
+  done
+  for k in pm2 serve-lc serve-rr; do
+    f=$OUT/qr-$k-$r.json
+    P50[$k]+=" $(field "$f" "s['latency_ms']['p50']")"
+    P99[$k]+=" $(field "$f" "s['latency_ms']['p99']")"
+    ERR[$k]+=" $(field "$f" "s['errors']")"
+  done
+done
+for k in pm2 serve-lc serve-rr; do
+  say "| $k | $(stats ${P50[$k]}) | $(stats ${P99[$k]}) | $(stats ${ERR[$k]}) |"
+done
+
+# ---- 3. blocked ----
+say ""
+say "## 3. One worker frozen for 10 s under the same open-model load (serve, least_conn)"
+DUR_B=$((DUR < 20 ? 20 : DUR))
+B99=()
+for r in $(seq 1 "$REPEATS"); do
+  start_serve "$OUT/qr-lc.toml" "$OUT/serve-blocked-$r.log"
+  wait_http "http://127.0.0.1:$P_SERVE/healthz"
+  VICTIM=$(curl -s "http://127.0.0.1:$P_ADMIN/status" | python3 -c "import json,sys; print(json.load(sys.stdin)['apps'][0]['workers'][0]['pid'])")
+  ( sleep 3; date +%s.%N >"$OUT/stop-at-$r"; kill -STOP "$VICTIM"; sleep 10; kill -CONT "$VICTIM" 2>/dev/null || true ) &
+  "$SCALPEL" load --rate "$RATE" -d "${DUR_B}s" -c 64 --no-progress --json "$OUT/qr-blocked-$r.json" "http://127.0.0.1:$P_SERVE$QR_PATH" >>"$OUT/load.log" 2>&1
+  wait
+  B99+=("$(field "$OUT/qr-blocked-$r.json" "s['latency_ms']['p99']")")
+  stop_pid "$SERVE_PID"
+  LINE=$(grep -a 'reason="unhealthy"\|reason=unhealthy' "$OUT/serve-blocked-$r.log" | sed 's/\x1b\[[0-9;]*m//g' | head -1)
+  RESTART_AT=$(python3 -c "import sys,datetime; t=sys.argv[1].split()[0].rstrip('Z'); print(datetime.datetime.fromisoformat(t).replace(tzinfo=datetime.timezone.utc).timestamp())" "$LINE")
+  say ""
+  say "run $r: detected $(python3 -c "print(round($RESTART_AT - $(cat "$OUT/stop-at-$r"), 2))") s after SIGSTOP; p99 $(field "$OUT/qr-blocked-$r.json" "s['latency_ms']['p99']") ms, errors $(field "$OUT/qr-blocked-$r.json" "s['errors']"), max $(field "$OUT/qr-blocked-$r.json" "s['latency_ms']['max']") ms"
+  say '```'
+  say "$LINE"
+  say '```'
+done
+say ""
+say "p99 blocked / unblocked (serve least_conn, medians): $(python3 -c "print(round($(median "${B99[@]}")/$(median ${P99[serve-lc]}),2))")"
+echo "bench-serve: results in $RESULTS"
