@@ -2,7 +2,11 @@
 // balance, stats, transactions, transfers and healthz over one SQLite ledger,
 // as specified in ../SPEC.md.
 //
-//	payments-go --db FILE --port P [--host H]
+//	payments-go --db FILE --port P [--host H] [--pprof ADDR]
+//
+// --pprof serves net/http/pprof on a second, loopback-only listener (off by
+// default), so a CPU profile can be taken over exactly the window of a load
+// run: curl 'http://ADDR/debug/pprof/profile?seconds=20' > cpu.pprof.
 package main
 
 import (
@@ -14,6 +18,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strconv"
@@ -34,9 +39,10 @@ func main() {
 }
 
 type config struct {
-	db   string
-	host string
-	port int
+	db    string
+	host  string
+	port  int
+	pprof string // host:port of the profiling listener; "" = off
 }
 
 // usageError is bad command-line input: one line on stderr, exit 2.
@@ -51,9 +57,10 @@ func parseFlags(args []string, stdout io.Writer) (config, error) {
 	fs.StringVar(&c.db, "db", "", "the ledger SQLite `file` (must exist)")
 	fs.StringVar(&c.host, "host", "127.0.0.1", "the `address` to bind")
 	fs.IntVar(&c.port, "port", -1, "the TCP `port` to listen on (0: any free port)")
+	fs.StringVar(&c.pprof, "pprof", "", "serve net/http/pprof on this loopback `host:port` (off by default)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(stdout, "usage: payments-go --db FILE --port P [--host H]")
+			fmt.Fprintln(stdout, "usage: payments-go --db FILE --port P [--host H] [--pprof ADDR]")
 			fs.SetOutput(stdout)
 			fs.PrintDefaults()
 			return c, err
@@ -67,8 +74,47 @@ func parseFlags(args []string, stdout io.Writer) (config, error) {
 		return c, usageError{"--db FILE is required"}
 	case c.port < 0 || c.port > 65535:
 		return c, usageError{"--port P is required (0 to 65535)"}
+	case c.pprof != "" && !isLoopback(c.pprof):
+		return c, usageError{fmt.Sprintf("--pprof %q: want a loopback host:port such as 127.0.0.1:6060", c.pprof)}
 	}
 	return c, nil
+}
+
+// isLoopback reports whether addr is host:port with a loopback host: the
+// profiler exposes the process's memory and command line, so it is never
+// offered beyond the machine.
+func isLoopback(addr string) bool {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// pprofServer serves the profiling endpoints on their own mux, never on the
+// API's listener. Its write time-out leaves room for long CPU profiles
+// (pprof.Profile refuses a ?seconds= longer than WriteTimeout).
+func pprofServer() *http.Server {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      10 * time.Minute,
+		IdleTimeout:       90 * time.Second,
+	}
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -103,6 +149,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "payments-go: %v\n", err)
 		return 1
 	}
+	var pln net.Listener
+	if cfg.pprof != "" {
+		if pln, err = net.Listen("tcp", cfg.pprof); err != nil {
+			ln.Close()
+			fmt.Fprintf(stderr, "payments-go: --pprof: %v\n", err)
+			return 1
+		}
+	}
 	srv := &http.Server{
 		Handler:           api.New(model, l, log).Handler(),
 		ReadHeaderTimeout: 5 * time.Second,
@@ -120,6 +174,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	fmt.Fprintf(stdout, "payments-go listening on http://%s (seq %d)\n", ln.Addr(), model.Seq())
+	if pln != nil {
+		psrv := pprofServer()
+		go func() { _ = psrv.Serve(pln) }()
+		defer psrv.Close()
+		fmt.Fprintf(stdout, "pprof on http://%s/debug/pprof/\n", pln.Addr())
+	}
 
 	code := 0
 	select {

@@ -7,6 +7,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"database/sql"
 	"encoding/json"
 	"fmt"
@@ -91,17 +92,18 @@ type service struct {
 	url    string
 	stderr *syncBuffer
 	exited chan struct{}
-	err    error // cmd.Wait's result, once exited is closed
+	err    error       // cmd.Wait's result, once exited is closed
+	lines  chan string // stdout lines after the first (the first few only)
 }
 
 var listeningLine = regexp.MustCompile(`^payments-go listening on (http://127\.0\.0\.1:\d+) \(seq \d+\)$`)
 
-// startService runs the binary on port 0 and waits (with a deadline) for its
-// "listening" line.
-func startService(t *testing.T, db string) *service {
+// startService runs the binary on port 0 (plus extra flags) and waits (with
+// a deadline) for its "listening" line.
+func startService(t *testing.T, db string, extra ...string) *service {
 	t.Helper()
-	s := &service{t: t, stderr: &syncBuffer{}, exited: make(chan struct{})}
-	s.cmd = exec.Command(binary(t), "--db", db, "--port", "0")
+	s := &service{t: t, stderr: &syncBuffer{}, exited: make(chan struct{}), lines: make(chan string, 8)}
+	s.cmd = exec.Command(binary(t), append([]string{"--db", db, "--port", "0"}, extra...)...)
 	s.cmd.Stderr = s.stderr
 	stdout, err := s.cmd.StdoutPipe()
 	if err != nil {
@@ -117,6 +119,13 @@ func startService(t *testing.T, db string) *service {
 			lines <- sc.Text()
 		}
 		close(lines)
+		for sc.Scan() {
+			select {
+			case s.lines <- sc.Text():
+			default: // nobody reads that many lines; keep draining
+			}
+		}
+		close(s.lines)
 		_, _ = io.Copy(io.Discard, stdout)
 	}()
 	go func() { s.err = s.cmd.Wait(); close(s.exited) }()
@@ -406,6 +415,9 @@ func TestBadStartsPrintOneLineAndExit2(t *testing.T) {
 		{"--db", notLedger, "--port", "x"},
 		{"--nope"},
 		{"--db", notLedger, "--port", "0", "extra"},
+		{"--db", notLedger, "--port", "0", "--pprof", "0.0.0.0:6060"},
+		{"--db", notLedger, "--port", "0", "--pprof", "example.com:6060"},
+		{"--db", notLedger, "--port", "0", "--pprof", "6060"},
 	}
 	for _, args := range cases {
 		cmd := exec.Command(binary(t), args...)
@@ -423,5 +435,72 @@ func TestBadStartsPrintOneLineAndExit2(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "missing.db")); !os.IsNotExist(err) {
 		t.Errorf("a missing ledger was created: %v", err)
+	}
+}
+
+var pprofLine = regexp.MustCompile(`^pprof on (http://127\.0\.0\.1:\d+)/debug/pprof/$`)
+
+// TestPprofServesACPUProfileOnItsOwnListener takes a real one-second CPU
+// profile while requests hit the API, checks it is a gzipped pprof protobuf
+// (decoded here with compress/gzip, not by the code that wrote it), that the
+// API listener does not serve the profiler, and that the process still exits
+// 0 on SIGTERM.
+func TestPprofServesACPUProfileOnItsOwnListener(t *testing.T) {
+	b := testledger.New(t)
+	s := startService(t, b.Path, "--pprof", "127.0.0.1:0")
+	var purl string
+	select {
+	case line := <-s.lines:
+		m := pprofLine.FindStringSubmatch(line)
+		if m == nil {
+			t.Fatalf("second line %q, want the pprof address", line)
+		}
+		purl = m[1]
+	case <-time.After(60 * time.Second):
+		t.Fatalf("no pprof line after 60 s; stderr: %s", s.stderr)
+	}
+	if purl == s.url {
+		t.Fatalf("pprof shares the API listener %s", s.url)
+	}
+
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < 200; i++ {
+			if resp, err := client.Get(s.url + "/healthz"); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}
+	}()
+	resp, err := client.Get(purl + "/debug/pprof/profile?seconds=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	<-done
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("profile: status %d, err %v, body %.200q", resp.StatusCode, err, raw)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatalf("profile is not gzip: %v (%d bytes)", err, len(raw))
+	}
+	pb, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatalf("profile gzip stream: %v", err)
+	}
+	// The string table of a CPU profile names its sample and period types.
+	for _, want := range []string{"samples", "cpu", "nanoseconds"} {
+		if !bytes.Contains(pb, []byte(want)) {
+			t.Errorf("profile (%d bytes) lacks %q", len(pb), want)
+		}
+	}
+	if got := getBody(t, s.url+"/debug/pprof/"); got != `{"error":{"code":"not_found","message":"no such endpoint"}}` {
+		t.Errorf("API listener answered /debug/pprof/ with %q", got)
+	}
+	if code := s.stop(syscall.SIGTERM); code != 0 {
+		t.Errorf("exit code %d after SIGTERM; stderr: %s", code, s.stderr)
 	}
 }
