@@ -46,10 +46,12 @@
 //!   `not_sent`. Nothing is silently dropped.
 //! - **A lean HTTP/1.1 client** (`http1`): requests are encoded once when the template has
 //!   no placeholders, written with one `write`, the response head parsed by `httparse`, and
-//!   the body (Content-Length, chunked or until close) skipped in a reused buffer. It beat
-//!   hyper's `client::conn::http1` in our measurement (see `docs/load.md`, Benchmarks),
-//!   because it does no per-request allocation, no body channel and no header map; the
-//!   project's rule "hyper for HTTP" holds everywhere else.
+//!   the body (Content-Length, chunked or until close) skipped in a reused buffer: no
+//!   per-request allocation, body channel or header map. With it the closed model reaches
+//!   ~0.97x of wrk's req/s on nginx (docs/load.md, Benchmarks), where oha, on hyper's client,
+//!   is reported at 0.7–0.9x. A side-by-side measurement against hyper's
+//!   `client::conn::http1` inside this crate has not been made yet; the project's rule
+//!   "hyper for HTTP" holds everywhere off this hot path.
 //! - **Alternation.** Each step of each target is split into `rounds` segments; the order
 //!   of targets is reversed every round (A,B, B,A, …), continuing across steps, so that
 //!   drift of the machine hits every target alike.
