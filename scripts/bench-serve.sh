@@ -254,8 +254,9 @@ for r in $(seq 1 "$REPEATS"); do
   wait_http "http://127.0.0.1:$P_SERVE/healthz"
   VICTIM=$(curl -s "http://127.0.0.1:$P_ADMIN/status" | python3 -c "import json,sys; print(json.load(sys.stdin)['apps'][0]['workers'][0]['pid'])")
   ( sleep 3; date +%s.%N >"$OUT/stop-at-$r"; kill -STOP "$VICTIM"; sleep 10; kill -CONT "$VICTIM" 2>/dev/null || true ) &
+  FREEZER=$!
   "$SCALPEL" load --rate "$RATE" -d "${DUR_B}s" -c 64 --no-progress --json "$OUT/qr-blocked-$r.json" "http://127.0.0.1:$P_SERVE$QR_PATH" >>"$OUT/load.log" 2>&1
-  wait
+  wait "$FREEZER"
   B99+=("$(field "$OUT/qr-blocked-$r.json" "s['latency_ms']['p99']")")
   stop_pid "$SERVE_PID"
   LINE=$(grep -a 'reason="unhealthy"\|reason=unhealthy' "$OUT/serve-blocked-$r.log" | sed 's/\x1b\[[0-9;]*m//g' | head -1)

@@ -133,6 +133,7 @@ async fn send_copy(
             .request(up)
             .await
             .map_err(|_| Failure::Connect)?;
+        backend.answered();
         let (parts, body) = res.into_parts();
         let body = Limited::new(body, max).collect().await.map_err(|e| {
             if e.is::<http_body_util::LengthLimitError>() {

@@ -60,6 +60,7 @@ pub struct Backend {
     started: Instant,
     in_flight: AtomicUsize,
     requests: AtomicU64,
+    answered: AtomicU64,
     ejected: AtomicBool,
     on_eject: Notify,
 }
@@ -88,6 +89,7 @@ impl Backend {
             started: Instant::now(),
             in_flight: AtomicUsize::new(0),
             requests: AtomicU64::new(0),
+            answered: AtomicU64::new(0),
             ejected: AtomicBool::new(false),
             on_eject: Notify::new(),
         }
@@ -135,6 +137,16 @@ impl Backend {
     /// Requests sent to it so far.
     pub fn requests(&self) -> u64 {
         self.requests.load(Ordering::Relaxed)
+    }
+
+    /// Counts a response head received from the worker: proof that it is not stuck.
+    pub(crate) fn answered(&self) {
+        self.answered.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Response heads received from the worker so far.
+    pub(crate) fn answers(&self) -> u64 {
+        self.answered.load(Ordering::Relaxed)
     }
 
     /// Declares the worker unusable (it failed its health checks): requests waiting on

@@ -413,6 +413,7 @@ impl Shared {
             };
             match sent {
                 Ok(Ok(res)) => {
+                    backend.answered();
                     // Phase `response_filter`.
                     let (mut rp, incoming) = res.into_parts();
                     strip_hop_by_hop(&mut rp.headers);

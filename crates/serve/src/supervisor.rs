@@ -266,8 +266,15 @@ impl SlotCtx {
     }
 
     /// Waits for the worker to exit, fail its probes, or for a command.
+    ///
+    /// A failed probe counts only when the worker has not answered any proxied request
+    /// since the previous probe: an overloaded worker answers its probe late because the
+    /// probe waits behind queued requests, but it keeps answering them, while a blocked
+    /// event loop answers nothing. Without this rule a burst of load would get healthy
+    /// workers killed, and the load would fall on the others.
     async fn monitor(&self, p: &Proc, cmds: &mut mpsc::Receiver<SlotCmd>) -> Event {
         let mut failures = 0u32;
+        let mut answers = p.backend.answers();
         let mut last_error = String::new();
         let mut tick = tokio::time::interval(self.cfg.health_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -277,8 +284,13 @@ impl SlotCtx {
                 e = p.wait_exit() => return Event::Exited(e),
                 c = cmds.recv() => return c.map_or(Event::CmdsClosed, Event::Cmd),
                 _ = tick.tick() => {
-                    match self.health.check(p.backend.addr()).await {
+                    let result = self.health.check(p.backend.addr()).await;
+                    let now = p.backend.answers();
+                    let progressed = now != answers;
+                    answers = now;
+                    match result {
                         Ok(()) => failures = 0,
+                        Err(_) if progressed => failures = 0,
                         Err(e) => {
                             failures += 1;
                             last_error = e;

@@ -619,3 +619,26 @@ async fn port_and_index_placeholders_in_the_command() {
     assert_eq!(indexes, vec!["0", "1"]);
     h.server.shutdown().await;
 }
+
+/// An overloaded worker answers its probe late (the probe waits behind queued
+/// requests) but keeps answering requests: it must not be mistaken for a blocked one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_but_answering_worker_is_not_replaced() {
+    let h = start(&format!("{SERVER}{}", node_app("web", 1, "least_conn", ""))).await;
+    let addr = h.server.listen_addr();
+    // 12 requests that each hold the event loop for 400 ms: ~5 s of a loop that never
+    // gets to a probe in time, yet answers every 400 ms.
+    let tasks: Vec<_> = (0..12)
+        .map(|_| tokio::spawn(async move { get_at(&client(), addr, "/block?ms=400").await }))
+        .collect();
+    for t in tasks {
+        let r = t.await.unwrap().expect("answered");
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    let s = h.server.status();
+    assert_eq!(
+        s.apps[0].workers[0].restarts, 0,
+        "busy worker was replaced: {s:?}"
+    );
+    h.server.shutdown().await;
+}
