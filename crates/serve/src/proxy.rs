@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
@@ -29,6 +29,14 @@ use crate::pool::{Backend, InFlight, fast_random};
 use crate::supervisor::App;
 
 pub(crate) type UpstreamClient = Client<HttpConnector, Full<Bytes>>;
+
+/// Worker bodies up to this size (by `Content-Length`) are read whole before the
+/// response goes out; larger or chunked ones stream.
+const BUFFER_BODY_BYTES: u64 = 64 * 1024;
+
+/// How many times the proxy yields while waiting for body bytes that are not there
+/// yet before it sends the head alone and streams the body.
+const BODY_YIELDS: u32 = 2;
 
 /// A route at run time: its rule and a request counter per arm.
 #[derive(Debug)]
@@ -139,7 +147,14 @@ pub(crate) struct Shared {
 #[derive(Debug)]
 pub(crate) enum ProxyBody {
     Full(Option<Bytes>),
+    /// A small worker body, read whole before the head goes out.
+    Buffered {
+        data: Option<Bytes>,
+        _finish: Finish,
+    },
     Upstream {
+        /// Bytes already read from `body`, sent first.
+        first: Option<Bytes>,
         body: Incoming,
         _finish: Finish,
         tee: Option<Tee>,
@@ -155,8 +170,15 @@ impl Body for ProxyBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         match self.get_mut() {
-            ProxyBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
-            ProxyBody::Upstream { body, tee, .. } => {
+            ProxyBody::Full(b) | ProxyBody::Buffered { data: b, .. } => {
+                Poll::Ready(b.take().map(|b| Ok(Frame::data(b))))
+            }
+            ProxyBody::Upstream {
+                first, body, tee, ..
+            } => {
+                if let Some(b) = first.take() {
+                    return Poll::Ready(Some(Ok(Frame::data(b))));
+                }
                 let r = Pin::new(&mut *body).poll_frame(cx);
                 if let Some(t) = tee {
                     match &r {
@@ -180,16 +202,25 @@ impl Body for ProxyBody {
 
     fn is_end_stream(&self) -> bool {
         match self {
-            ProxyBody::Full(b) => b.is_none(),
-            ProxyBody::Upstream { body, .. } => body.is_end_stream(),
+            ProxyBody::Full(b) | ProxyBody::Buffered { data: b, .. } => b.is_none(),
+            ProxyBody::Upstream { first, body, .. } => first.is_none() && body.is_end_stream(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match self {
-            ProxyBody::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
-            ProxyBody::Full(None) => SizeHint::with_exact(0),
-            ProxyBody::Upstream { body, .. } => body.size_hint(),
+            ProxyBody::Full(b) | ProxyBody::Buffered { data: b, .. } => {
+                SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64))
+            }
+            ProxyBody::Upstream { first, body, .. } => {
+                let mut h = body.size_hint();
+                let n = first.as_ref().map_or(0, |b| b.len() as u64);
+                h.set_lower(h.lower() + n);
+                if let Some(u) = h.upper() {
+                    h.set_upper(u + n);
+                }
+                h
+            }
         }
     }
 }
@@ -417,15 +448,97 @@ impl Shared {
                     // Phase `response_filter`.
                     let (mut rp, incoming) = res.into_parts();
                     strip_hop_by_hop(&mut rp.headers);
-                    let tee = mirror_tx.take().map(|tx| {
-                        let mut t = Tee::new(
-                            tx,
-                            rp.status,
-                            rp.headers.clone(),
-                            self.cfg.max_body_bytes as usize,
-                            start,
+                    let declared = rp
+                        .headers
+                        .get(header::CONTENT_LENGTH)
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.parse::<u64>().ok());
+                    let mut incoming = Some(incoming);
+                    // Take the body bytes that are already here, without waiting: a
+                    // small body usually came with the head. Head and body then leave in
+                    // one write with a Content-Length instead of chunks.
+                    let mut first = BytesMut::new();
+                    let mut ended = incoming.as_ref().is_none_or(|b| b.is_end_stream());
+                    let mut broken = None;
+                    let mut yields = 0;
+                    while let Some(body) = incoming
+                        .as_mut()
+                        .filter(|_| !ended && first.len() as u64 <= BUFFER_BODY_BYTES)
+                    {
+                        // Poll once with this task's waker: it tells the connection task
+                        // the body is wanted; a yield lets that task hand the bytes over.
+                        let polled = std::future::poll_fn(|cx| {
+                            Poll::Ready(Pin::new(&mut *body).poll_frame(cx))
+                        })
+                        .await;
+                        match polled {
+                            Poll::Ready(Some(Ok(f))) => {
+                                if let Some(d) = f.data_ref() {
+                                    first.extend_from_slice(d);
+                                }
+                                ended = body.is_end_stream();
+                            }
+                            Poll::Ready(None) => ended = true,
+                            Poll::Ready(Some(Err(e))) => {
+                                broken = Some(e);
+                                break;
+                            }
+                            Poll::Pending if yields < BODY_YIELDS => {
+                                yields += 1;
+                                tokio::task::yield_now().await;
+                            }
+                            Poll::Pending => break,
+                        }
+                    }
+                    // A small declared body not all here yet: wait for the rest, so a
+                    // worker that dies mid-body can still be retried.
+                    if broken.is_none()
+                        && !ended
+                        && declared.is_some_and(|n| n <= BUFFER_BODY_BYTES)
+                    {
+                        let rest = match incoming.take() {
+                            Some(b) => {
+                                tokio::time::timeout(self.cfg.upstream_timeout, b.collect()).await
+                            }
+                            None => Ok(Ok(http_body_util::Collected::default())),
+                        };
+                        match rest {
+                            Ok(Ok(rest)) => {
+                                first.extend_from_slice(&rest.to_bytes());
+                                ended = true;
+                            }
+                            Ok(Err(e)) => broken = Some(e),
+                            Err(_) => {
+                                let msg = format!(
+                                    "worker {}#{} did not finish its response within {} ms",
+                                    app.cfg.name,
+                                    backend.index(),
+                                    self.cfg.upstream_timeout.as_millis()
+                                );
+                                return json_error(StatusCode::GATEWAY_TIMEOUT, &msg);
+                            }
+                        }
+                    }
+                    if let Some(e) = broken {
+                        if attempt == 1 && retry_ok {
+                            app.metrics.retries.fetch_add(1, Ordering::Relaxed);
+                            avoid = Some(backend.clone());
+                            continue;
+                        }
+                        let msg = format!(
+                            "worker {}#{} broke off its response: {}",
+                            app.cfg.name,
+                            backend.index(),
+                            error_chain(&e)
                         );
-                        if incoming.is_end_stream() {
+                        return json_error(StatusCode::BAD_GATEWAY, &msg);
+                    }
+                    let first = first.freeze();
+                    let tee = mirror_tx.take().map(|tx| {
+                        let max = self.cfg.max_body_bytes as usize;
+                        let mut t = Tee::new(tx, rp.status, rp.headers.clone(), max, start);
+                        t.data(&first);
+                        if ended {
                             t.end();
                         }
                         t
@@ -435,14 +548,20 @@ impl Shared {
                         metrics: app.metrics.clone(),
                         start,
                     };
-                    return Response::from_parts(
-                        rp,
-                        ProxyBody::Upstream {
+                    let first = Some(first).filter(|b| !b.is_empty());
+                    let body = match (ended, incoming) {
+                        (false, Some(incoming)) => ProxyBody::Upstream {
+                            first,
                             body: incoming,
                             _finish: finish,
                             tee,
                         },
-                    );
+                        _ => ProxyBody::Buffered {
+                            data: first,
+                            _finish: finish,
+                        },
+                    };
+                    return Response::from_parts(rp, body);
                 }
                 Ok(Err(e)) => {
                     let name = format!("{}#{}", app.cfg.name, backend.index());

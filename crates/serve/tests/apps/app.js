@@ -7,6 +7,10 @@
 //   GET /slow?ms=N      answers after N ms without blocking (default 1000)
 //   ANY /echo           {"method","url","headers","body"} of the request as received
 //   GET /exit?code=N    exits at once with code N (a crash)
+//   GET /big?kb=N       N KiB of a repeating pattern, chunked, 16 KiB per write
+//   GET /stream         "first\n", then "second\n" 300 ms later (chunked)
+//   GET /half?die=I     worker I sends a head (Content-Length 100) and 10 bytes, then
+//                       exits; the others answer 100 bytes
 const http = require('node:http');
 
 const port = Number(process.env.PORT);
@@ -55,6 +59,35 @@ const server = http.createServer((req, res) => {
       }));
       return;
     }
+    case '/big': {
+      const total = Number(url.searchParams.get('kb') || 256) * 1024;
+      const chunk = Buffer.alloc(16 * 1024);
+      for (let i = 0; i < chunk.length; i++) chunk[i] = 97 + (i % 26);
+      res.writeHead(200, { 'content-type': 'application/octet-stream' });
+      let sent = 0;
+      const more = () => {
+        if (sent >= total) return res.end();
+        const n = Math.min(chunk.length, total - sent);
+        sent += n;
+        res.write(chunk.subarray(0, n));
+        setImmediate(more);
+      };
+      more();
+      return;
+    }
+    case '/stream':
+      res.writeHead(200, { 'content-type': 'text/plain' });
+      res.write('first\n');
+      setTimeout(() => res.end('second\n'), 300);
+      return;
+    case '/half':
+      res.writeHead(200, { 'content-length': '100' });
+      if (url.searchParams.get('die') === index) {
+        res.write('x'.repeat(10), () => process.exit(1));
+      } else {
+        res.end('y'.repeat(100));
+      }
+      return;
     case '/exit':
       process.exit(Number(url.searchParams.get('code') || 1));
       return;
