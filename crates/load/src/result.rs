@@ -92,9 +92,11 @@ pub struct StepResult {
     pub index: u32,
     /// Asked rate in requests/s; `null` in the closed model.
     pub offered_rps: Option<f64>,
-    /// Completed requests (any outcome) divided by the step's wall time.
+    /// Requests completed (any outcome) per second: time-bound steps count the completions
+    /// inside the scheduled window and divide by its length; count-bound steps divide all
+    /// completions by `duration_s`.
     pub achieved_rps: f64,
-    /// Wall time of the step in seconds.
+    /// Wall time of the step in seconds, from the start to the last completion.
     pub duration_s: f64,
     /// Requests completed in the step (successes and errors).
     pub requests: u64,

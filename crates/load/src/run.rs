@@ -335,6 +335,8 @@ fn resolve_all(plan: &Plan, targets: &[Target]) -> Result<Vec<std::net::SocketAd
 struct StepAcc {
     tally: Tally,
     wall: Duration,
+    /// Sum of the segments' time windows (time-bound steps).
+    window: Option<Duration>,
     usage: Option<ResourceUsage>,
 }
 
@@ -457,10 +459,15 @@ pub fn run(
                 let acc = accs[ti].get_or_insert_with(|| StepAcc {
                     tally: Tally::new(),
                     wall: Duration::ZERO,
+                    window: None,
                     usage: None,
                 });
                 acc.tally.merge(outcome.tally);
                 acc.wall += outcome.wall;
+                acc.window = match (acc.window, outcome.window) {
+                    (None, w) | (w, None) => w,
+                    (Some(a), Some(b)) => Some(a + b),
+                };
                 acc.usage = combine(acc.usage, usage);
             }
         }
@@ -548,13 +555,20 @@ fn combine(a: Option<ResourceUsage>, b: Option<ResourceUsage>) -> Option<Resourc
 fn step_result(index: u32, offered: Option<f64>, acc: StepAcc) -> StepResult {
     let t = acc.tally;
     let secs = acc.wall.as_secs_f64();
+    // Time-bound: completions inside the scheduled window ÷ its length (as wrk), so the
+    // wait for the last in-flight requests does not dilute the rate. Count-bound: all
+    // completions ÷ the wall time from start to the last completion.
+    let (done, span) = match acc.window {
+        Some(w) => (t.in_window, w.as_secs_f64()),
+        None => (t.requests, secs),
+    };
     let mb = |b: u64| b as f64 / (1024.0 * 1024.0);
     let u = acc.usage;
     StepResult {
         index,
         offered_rps: offered,
-        achieved_rps: if secs > 0.0 {
-            t.requests as f64 / secs
+        achieved_rps: if span > 0.0 {
+            done as f64 / span
         } else {
             0.0
         },

@@ -7,7 +7,7 @@
 //! counters); the segment merges them when the threads end. No message per request.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -64,6 +64,8 @@ pub(crate) struct Tally {
     pub(crate) errors: u64,
     pub(crate) late: u64,
     pub(crate) not_sent: u64,
+    /// Requests (any outcome) completed inside the segment's time window.
+    pub(crate) in_window: u64,
     pub(crate) error_kinds: BTreeMap<String, u64>,
     connect: u64,
     timeout: u64,
@@ -81,6 +83,7 @@ impl Tally {
             errors: 0,
             late: 0,
             not_sent: 0,
+            in_window: 0,
             error_kinds: BTreeMap::new(),
             connect: 0,
             timeout: 0,
@@ -145,6 +148,7 @@ impl Tally {
         self.errors += other.errors;
         self.late += other.late;
         self.not_sent += other.not_sent;
+        self.in_window += other.in_window;
         for (k, n) in other.error_kinds {
             *self.error_kinds.entry(k).or_default() += n;
         }
@@ -166,6 +170,8 @@ pub(crate) struct Outcome {
     pub(crate) tally: Tally,
     /// From the common start to the last completion.
     pub(crate) wall: Duration,
+    /// The time window of a time-bound segment (`tally.in_window` completed inside it).
+    pub(crate) window: Option<Duration>,
 }
 
 /// Runs one segment on `spec.threads` OS threads; `watch` is called every ~200 ms on the
@@ -219,6 +225,10 @@ pub(crate) fn run_segment(
     Ok(Outcome {
         tally: total,
         wall: end.saturating_duration_since(t0),
+        window: match spec.limit {
+            Limit::Time(d) => Some(d),
+            Limit::Count(_) => None,
+        },
     })
 }
 
@@ -311,6 +321,10 @@ fn thread_main(
     };
     let tally = Rc::new(RefCell::new(Tally::new()));
     let ctx = Rc::new(Ctx {
+        window_end: match spec.limit {
+            Limit::Time(d) => Some(t0 + d),
+            Limit::Count(_) => None,
+        },
         spec: spec.clone(),
         fixed: fixed_request(&spec),
         tally: tally.clone(),
@@ -337,7 +351,7 @@ fn thread_main(
                 let handles: Vec<_> = conns
                     .into_iter()
                     .take(slots as usize)
-                    .map(|c| tokio::task::spawn_local(slot(ctx.clone(), pacer.clone(), c)))
+                    .map(|c| tokio::task::spawn_local(slot(ctx.clone(), pacer.clone(), c, false)))
                     .collect();
                 for h in handles {
                     let _ = h.await;
@@ -370,6 +384,8 @@ fn fixed_request(spec: &SegmentSpec) -> Option<(Vec<u8>, bool)> {
 
 struct Ctx {
     spec: Arc<SegmentSpec>,
+    /// Completions up to this instant count towards the achieved rate (time-bound segments).
+    window_end: Option<Instant>,
     fixed: Option<(Vec<u8>, bool)>,
     tally: Rc<RefCell<Tally>>,
     live: Arc<Live>,
@@ -390,17 +406,8 @@ enum Pacer {
         count: Option<u64>,
         claim: Arc<AtomicU64>,
     },
-    /// Tickets released by the thread's dispatcher at their intended times.
-    Open(Rc<OpenQueue>),
-}
-
-struct OpenQueue {
-    queue: RefCell<VecDeque<Ticket>>,
-    /// Slots not working on a request (waiting for a ticket, or spawned and not yet run).
-    idle: Cell<usize>,
-    done: Cell<bool>,
-    work: Notify,
-    freed: Notify,
+    /// Claimed from the thread's share of the schedule when due.
+    Open(Rc<Schedule>),
 }
 
 impl Pacer {
@@ -423,24 +430,18 @@ impl Pacer {
                     intended: None,
                 })
             }
-            Pacer::Open(q) => loop {
-                if let Some(t) = q.queue.borrow_mut().pop_front() {
-                    q.idle.set(q.idle.get() - 1);
+            Pacer::Open(s) => loop {
+                if let Some(t) = s.claim(Instant::now()) {
                     return Some(t);
                 }
-                if q.done.get() {
-                    q.idle.set(q.idle.get() - 1);
+                if s.exhausted() {
                     return None;
                 }
-                q.work.notified().await;
+                // Nothing due yet: wait for the thread's timer to hand over a due request.
+                s.parked.set(s.parked.get() + 1);
+                s.wake.notified().await;
+                s.coming.set(s.coming.get().saturating_sub(1));
             },
-        }
-    }
-
-    fn finished(&self) {
-        if let Pacer::Open(q) = self {
-            q.idle.set(q.idle.get() + 1);
-            q.freed.notify_one();
         }
     }
 
@@ -449,9 +450,76 @@ impl Pacer {
     }
 }
 
-/// The one worker loop: take a ticket, (re)connect if needed, send, read, record.
-async fn slot(ctx: Rc<Ctx>, pacer: Rc<Pacer>, mut conn: Option<Conn>) {
+/// One thread's share of the open model's schedule: its `k`-th request is global request
+/// `i = first + k·stride`, due at `t0 + i / rate`. Shared (single-threaded) by the thread's
+/// slots and its timer loop ([`dispatch`]).
+///
+/// A slot that finishes a request claims the next one itself when it is already due — no
+/// hand-off, no wake-up; that is the common case under load. Otherwise the slot parks, and
+/// the timer loop, waking once per timer tick (1 ms resolution; latency runs from the
+/// intended time whatever the tick), hands every request that fell due to a parked slot or
+/// to a new connection — or, when neither is left, marks it late.
+struct Schedule {
+    t0: Instant,
+    period_s: f64,
+    first: u64,
+    stride: u64,
+    /// This thread's number of requests in the whole schedule.
+    mine: u64,
+    /// The next request (`k`) not yet claimed.
+    next: Cell<u64>,
+    /// Claims stop here (`mine`, lowered when the time is up).
+    stop: Cell<u64>,
+    /// Requests `k < late_through` found no free connection when they fell due.
+    late_through: Cell<u64>,
+    late: Cell<u64>,
+    /// Slots waiting for work and not yet woken.
+    parked: Cell<u64>,
+    /// Slots woken or spawned for due requests that have not claimed yet.
+    coming: Cell<u64>,
+    wake: Notify,
+}
+
+impl Schedule {
+    fn intended(&self, k: u64) -> Instant {
+        self.t0 + Duration::from_secs_f64((self.first + k * self.stride) as f64 * self.period_s)
+    }
+
+    /// Takes the next request if it is due by `now`.
+    fn claim(&self, now: Instant) -> Option<Ticket> {
+        let k = self.next.get();
+        if k >= self.stop.get() {
+            return None;
+        }
+        let intended = self.intended(k);
+        if intended > now {
+            return None;
+        }
+        self.next.set(k + 1);
+        if k < self.late_through.get() {
+            self.late.set(self.late.get() + 1);
+        }
+        if k + 1 >= self.stop.get() {
+            self.wake.notify_waiters(); // the parked slots have nothing left: let them end
+        }
+        Some(Ticket {
+            index: self.first + k * self.stride,
+            intended: Some(intended),
+        })
+    }
+
+    fn exhausted(&self) -> bool {
+        self.next.get() >= self.stop.get()
+    }
+}
+
+/// The one worker loop: take a ticket, (re)connect if needed, send, read, record. `handed`:
+/// the open model's timer started this slot for a due request.
+async fn slot(ctx: Rc<Ctx>, pacer: Rc<Pacer>, mut conn: Option<Conn>, handed: bool) {
     let spec = &ctx.spec;
+    if let (true, Pacer::Open(s)) = (handed, &*pacer) {
+        s.coming.set(s.coming.get().saturating_sub(1));
+    }
     let mut parts = RequestParts::default();
     let mut wire = Vec::new();
     while let Some(ticket) = pacer.next().await {
@@ -475,10 +543,14 @@ async fn slot(ctx: Rc<Ctx>, pacer: Rc<Pacer>, mut conn: Option<Conn>) {
             Ok(result) => result,
             Err(_) => Err(Failure::Timeout),
         };
-        let latency = start.elapsed();
+        let now = Instant::now();
+        let latency = now.saturating_duration_since(start);
         let mut connect_failed = false;
         {
             let mut tally = ctx.tally.borrow_mut();
+            if ctx.window_end.is_none_or(|end| now <= end) {
+                tally.in_window += 1;
+            }
             match outcome {
                 Ok((status, reusable)) => {
                     if !reusable {
@@ -501,7 +573,6 @@ async fn slot(ctx: Rc<Ctx>, pacer: Rc<Pacer>, mut conn: Option<Conn>) {
             }
         }
         ctx.live.completed.fetch_add(1, Ordering::Relaxed);
-        pacer.finished();
         if connect_failed && pacer.is_closed() {
             // A refused connection fails in microseconds; without a pause a closed loop
             // would spin on it. The open model needs none: its schedule paces it.
@@ -510,11 +581,12 @@ async fn slot(ctx: Rc<Ctx>, pacer: Rc<Pacer>, mut conn: Option<Conn>) {
     }
 }
 
-/// The open model's schedule for thread `w` of `threads`: global request `i = w + k·threads`
-/// is due at `t0 + i / rate`. A due request goes to an idle slot, or a new one (new
-/// connection) while fewer than `max_slots` exist; otherwise it waits for one to free up and
-/// is counted `late` (its latency still runs from its intended time). Requests still waiting
-/// when the segment's time is up are counted `not_sent`.
+
+/// The open model's timer loop for thread `w` of `threads` (see [`Schedule`]). A request
+/// that falls due goes to a parked slot, or a new slot (new connection) while fewer than
+/// `max_slots` exist; otherwise it waits for a slot to finish and is counted `late` (its
+/// latency still runs from its intended time). Requests still waiting when the segment's
+/// time is up are counted `not_sent`.
 async fn dispatch(
     ctx: Rc<Ctx>,
     conns: Vec<Option<Conn>>,
@@ -524,27 +596,6 @@ async fn dispatch(
     w: u64,
     threads: u64,
 ) {
-    let queue = Rc::new(OpenQueue {
-        queue: RefCell::new(VecDeque::new()),
-        idle: Cell::new(0),
-        done: Cell::new(false),
-        work: Notify::new(),
-        freed: Notify::new(),
-    });
-    let pacer = Rc::new(Pacer::Open(queue.clone()));
-    let mut handles: Vec<JoinHandle<()>> = Vec::new();
-    let spawn = |conn: Option<Conn>, handles: &mut Vec<JoinHandle<()>>| {
-        queue.idle.set(queue.idle.get() + 1);
-        handles.push(tokio::task::spawn_local(slot(
-            ctx.clone(),
-            pacer.clone(),
-            conn,
-        )));
-    };
-    for c in conns {
-        spawn(c, &mut handles);
-    }
-    let period_s = 1.0 / rate;
     // Number of requests of the whole schedule, over all threads.
     let (total, deadline) = match ctx.spec.limit {
         Limit::Count(n) => (n, None),
@@ -558,53 +609,83 @@ async fn dispatch(
     } else {
         0
     };
-    let mut late = 0;
-    let mut dispatched = 0;
-    'schedule: while dispatched < mine {
-        let i = w + dispatched * threads;
-        let intended = t0 + Duration::from_secs_f64(i as f64 * period_s);
-        if intended > Instant::now() {
-            tokio::time::sleep_until(intended.into()).await;
-        }
-        let mut waited = false;
-        loop {
-            if queue.idle.get() > queue.queue.borrow().len() {
-                break;
-            }
-            if (handles.len() as u64) < max_slots {
-                spawn(None, &mut handles);
-                break;
-            }
-            waited = true;
-            match deadline {
-                Some(d) => {
-                    if Instant::now() >= d {
-                        break 'schedule;
-                    }
-                    tokio::select! {
-                        _ = queue.freed.notified() => {}
-                        _ = tokio::time::sleep_until(d.into()) => {}
-                    }
-                }
-                None => queue.freed.notified().await,
-            }
-        }
-        if waited {
-            late += 1;
-        }
-        queue.queue.borrow_mut().push_back(Ticket {
-            index: i,
-            intended: Some(intended),
-        });
-        queue.work.notify_one();
-        dispatched += 1;
+    let sched = Rc::new(Schedule {
+        t0,
+        period_s: 1.0 / rate,
+        first: w,
+        stride: threads,
+        mine,
+        next: Cell::new(0),
+        stop: Cell::new(mine),
+        late_through: Cell::new(0),
+        late: Cell::new(0),
+        parked: Cell::new(0),
+        coming: Cell::new(0),
+        wake: Notify::new(),
+    });
+    let pacer = Rc::new(Pacer::Open(sched.clone()));
+    let mut handles: Vec<JoinHandle<()>> = Vec::new();
+    let spawn = |conn: Option<Conn>, handed: bool, handles: &mut Vec<JoinHandle<()>>| {
+        handles.push(tokio::task::spawn_local(slot(
+            ctx.clone(),
+            pacer.clone(),
+            conn,
+            handed,
+        )));
+    };
+    for c in conns {
+        spawn(c, false, &mut handles);
     }
-    queue.done.set(true);
-    queue.work.notify_waiters();
+    // Requests `k < scanned` have been handed to a slot or marked late.
+    let mut scanned = 0u64;
+    let timer = tokio::time::sleep_until(t0.into());
+    tokio::pin!(timer);
+    loop {
+        let now = Instant::now();
+        let time_up = deadline.is_some_and(|d| now >= d);
+        scanned = scanned.max(sched.next.get());
+        // Every request that fell due since the last tick and was not claimed already: to a
+        // parked slot, a new slot, or late.
+        while scanned < sched.mine && sched.intended(scanned) <= now {
+            if sched.parked.get() > 0 {
+                sched.parked.set(sched.parked.get() - 1);
+                sched.coming.set(sched.coming.get() + 1);
+                sched.wake.notify_one();
+            } else if (handles.len() as u64) < max_slots {
+                sched.coming.set(sched.coming.get() + 1);
+                spawn(None, true, &mut handles);
+            } else {
+                sched.late_through.set(scanned + 1);
+            }
+            scanned += 1;
+        }
+        if time_up {
+            // What is handed over still goes out; what waits for a connection is not sent.
+            let stop = (sched.next.get() + sched.coming.get()).min(sched.mine);
+            sched.stop.set(stop.max(sched.next.get()));
+            if sched.exhausted() {
+                sched.wake.notify_waiters();
+            }
+            break;
+        }
+        if sched.exhausted() || (scanned >= sched.mine && deadline.is_none()) {
+            break; // all claimed, or all handed over or late: the slots finish the rest
+        }
+        // The next request to fall due, or the end of the time (late ones may wait for it).
+        let next_due = (scanned < sched.mine).then(|| sched.intended(scanned));
+        let Some(at) = next_due.into_iter().chain(deadline).min() else {
+            break;
+        };
+        timer.as_mut().reset(at.into());
+        timer.as_mut().await;
+    }
+    if sched.exhausted() {
+        sched.wake.notify_waiters();
+    }
     for h in handles {
         let _ = h.await;
     }
     let mut tally = ctx.tally.borrow_mut();
-    tally.late += late;
-    tally.not_sent += mine - dispatched;
+    tally.late += sched.late.get();
+    tally.not_sent += sched.mine - sched.next.get();
 }
