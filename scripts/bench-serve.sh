@@ -3,6 +3,7 @@
 #
 #   scripts/bench-serve.sh                    # full run (DUR=10 s per run, REPEATS=3)
 #   DUR=5 REPEATS=2 scripts/bench-serve.sh    # short run (shared machine)
+#   SCENARIOS="3" RATE=300 scripts/bench-serve.sh   # only some scenarios
 #
 # Scenarios (the load generator runs on the same machine; say so next to figures):
 #   1. hello: two Node hello-world workers behind scalpel serve, behind nginx (keep-alive
@@ -28,6 +29,13 @@ CONNS=${CONNS:-64}
 QR_CONNS=${QR_CONNS:-16}
 BASE=${BASE:-18100}
 QR_TEXT=${QR_TEXT:-https://example.com/some/fairly/long/path?with=query}
+SCENARIOS=${SCENARIOS:-1 2 3}
+want() { [[ " $SCENARIOS " == *" $1 "* ]]; }
+cpu_ticks() { # pids... -> utime+stime summed
+  local s=0 p
+  for p in "$@"; do s=$((s + $(awk '{print $14+$15}' /proc/"$p"/stat 2>/dev/null || echo 0))); done
+  echo "$s"
+}
 mkdir -p "$OUT"
 RESULTS=$OUT/results.md
 : >"$RESULTS"
@@ -108,6 +116,7 @@ P_SERVE=$BASE P_ADMIN=$((BASE + 1)) P_NGINX=$((BASE + 2)) P_PM2=$((BASE + 3)) P_
 W1=$((BASE + 10)) W2=$((BASE + 20))
 
 # ---- 1. hello ----
+if want 1; then
 say "## 1. Two Node hello-world workers"
 serve_config "$OUT/hello.toml" hello "[\"node\", \"$HELLO\"]" 2 "$W1" least_conn "$P_SERVE" "$P_ADMIN"
 cat >"$OUT/nginx.conf" <<EOF
@@ -124,12 +133,16 @@ http {
   }
 }
 EOF
-declare -A RPS
+declare -A RPS CPUREQ
 for r in $(seq 1 "$REPEATS"); do
   # scalpel serve
   start_serve "$OUT/hello.toml" "$OUT/serve-hello.log"
   wait_http "http://127.0.0.1:$P_SERVE/"
+  T0=$(cpu_ticks "$SERVE_PID")
   RPS[serve]+=" $(wrk_rps "http://127.0.0.1:$P_SERVE/" "$CONNS")"
+  T1=$(cpu_ticks "$SERVE_PID")
+  N=$(tail -20 "$OUT/wrk.log" | awk '/requests in/ {n=$1} END {print n}')
+  CPUREQ[serve]+=" $(python3 -c "print(($T1-$T0)/$(getconf CLK_TCK)*1e6/$N)")"
   grep -E 'VmHWM|VmRSS' /proc/"$SERVE_PID"/status | tr -s ' \t' ' ' >"$OUT/serve-mem-$r.txt"
   grep '^Pss:' /proc/"$SERVE_PID"/smaps_rollup | tr -s ' ' >>"$OUT/serve-mem-$r.txt"
   stop_pid "$SERVE_PID"
@@ -141,7 +154,12 @@ for r in $(seq 1 "$REPEATS"); do
   nginx -c "$OUT/nginx.conf" -p "$OUT" -g 'daemon off;' & NGX=$!
   PIDS+=("$NGX")
   wait_http "http://127.0.0.1:$P_NGINX/"
+  NGX_PIDS="$NGX $(pgrep -P "$NGX" | xargs)"
+  T0=$(cpu_ticks $NGX_PIDS)
   RPS[nginx]+=" $(wrk_rps "http://127.0.0.1:$P_NGINX/" "$CONNS")"
+  T1=$(cpu_ticks $NGX_PIDS)
+  N=$(tail -20 "$OUT/wrk.log" | awk '/requests in/ {n=$1} END {print n}')
+  CPUREQ[nginx]+=" $(python3 -c "print(($T1-$T0)/$(getconf CLK_TCK)*1e6/$N)")"
   stop_pid "$NGX"; stop_pid "$N1"; stop_pid "$N2"
   # pm2 cluster mode
   PORT=$P_PM2 "$PM2" start "$HELLO" -i 2 --name hello >/dev/null
@@ -157,6 +175,13 @@ say "|---|---|"
 for k in serve nginx pm2; do say "| $k | $(stats ${RPS[$k]}) |"; done
 say ""
 say "serve/nginx = $(python3 -c "print(round($(median ${RPS[serve]})/$(median ${RPS[nginx]}),2))"), serve/pm2 = $(python3 -c "print(round($(median ${RPS[serve]})/$(median ${RPS[pm2]}),2))")"
+say ""
+say "Balancer CPU per proxied request during the wrk run (CPU time of the balancer's"
+say "processes ÷ requests; less sensitive to a shared machine than req/s), µs:"
+say ""
+say "| balancer | µs CPU / request |"
+say "|---|---|"
+for k in serve nginx; do say "| $k | $(stats ${CPUREQ[$k]}) |"; done
 say ""
 say "Balancer process memory after the wrk run (the scalpel process only, workers excluded):"
 say '```'
@@ -188,15 +213,17 @@ say "| direct to the worker | $(stats "${D50[@]}") | $(stats "${D99[@]}") |"
 say "| through scalpel serve | $(stats "${S50[@]}") | $(stats "${S99[@]}") |"
 say ""
 say "added p50 = $(python3 -c "print(round(($(median "${S50[@]}") - $(median "${D50[@]}"))*1000))") µs"
+fi
 
 # ---- 2. qr ----
-say ""
-say "## 2. Two CPU-heavy workers (QR tier 0-article)"
 QR_CMD="[\"node\", \"$ROOT/qr/node/server.js\", \"--tier\", \"0-article\", \"--port\", \"{port}\"]"
 serve_config "$OUT/qr-lc.toml" qr "$QR_CMD" 2 "$W1" least_conn "$P_SERVE" "$P_ADMIN"
 serve_config "$OUT/qr-rr.toml" qr "$QR_CMD" 2 "$W1" round_robin "$P_SERVE" "$P_ADMIN"
 QR_PATH="/qrcode?text=$(python3 -c "import urllib.parse,sys; print(urllib.parse.quote(sys.argv[1], safe=''))" "$QR_TEXT")"
-declare -A QRPS
+declare -A QRPS P50 P99 ERR
+if want 2; then
+say ""
+say "## 2. Two CPU-heavy workers (QR tier 0-article)"
 for r in $(seq 1 "$REPEATS"); do
   "$PM2" start "$ROOT/qr/node/server.js" -i 2 --name qr -- --tier 0-article --port "$P_PM2" >/dev/null
   wait_http "http://127.0.0.1:$P_PM2/healthz"
@@ -215,13 +242,12 @@ say ""
 say "| setup | req/s |"
 say "|---|---|"
 for k in pm2 serve-lc serve-rr; do say "| $k | $(stats ${QRPS[$k]}) |"; done
-RATE=$(python3 -c "print(int(0.8*$(median ${QRPS[pm2]})))")
+RATE=${RATE:-$(python3 -c "print(int(0.8*$(median ${QRPS[pm2]})))")}
 say ""
 say "Open model at $RATE req/s (80% of pm2's median max), ${DUR}s, latency ms:"
 say ""
 say "| setup | p50 | p99 | errors |"
 say "|---|---|---|---|"
-declare -A P50 P99 ERR
 for r in $(seq 1 "$REPEATS"); do
   "$PM2" start "$ROOT/qr/node/server.js" -i 2 --name qr -- --tier 0-article --port "$P_PM2" >/dev/null
   wait_http "http://127.0.0.1:$P_PM2/healthz"
@@ -243,8 +269,11 @@ done
 for k in pm2 serve-lc serve-rr; do
   say "| $k | $(stats ${P50[$k]}) | $(stats ${P99[$k]}) | $(stats ${ERR[$k]}) |"
 done
+fi
 
 # ---- 3. blocked ----
+if want 3; then
+: "${RATE:?set RATE (req/s) when scenario 2 is not run}"
 say ""
 say "## 3. One worker frozen for 10 s under the same open-model load (serve, least_conn)"
 DUR_B=$((DUR < 20 ? 20 : DUR))
@@ -259,7 +288,7 @@ for r in $(seq 1 "$REPEATS"); do
   wait "$FREEZER"
   B99+=("$(field "$OUT/qr-blocked-$r.json" "s['latency_ms']['p99']")")
   stop_pid "$SERVE_PID"
-  LINE=$(grep -a 'reason="unhealthy"\|reason=unhealthy' "$OUT/serve-blocked-$r.log" | sed 's/\x1b\[[0-9;]*m//g' | head -1)
+  LINE=$(sed 's/\x1b\[[0-9;]*m//g' "$OUT/serve-blocked-$r.log" | grep -a 'reason="unhealthy"' | head -1)
   RESTART_AT=$(python3 -c "import sys,datetime; t=sys.argv[1].split()[0].rstrip('Z'); print(datetime.datetime.fromisoformat(t).replace(tzinfo=datetime.timezone.utc).timestamp())" "$LINE")
   say ""
   say "run $r: detected $(python3 -c "print(round($RESTART_AT - $(cat "$OUT/stop-at-$r"), 2))") s after SIGSTOP; p99 $(field "$OUT/qr-blocked-$r.json" "s['latency_ms']['p99']") ms, errors $(field "$OUT/qr-blocked-$r.json" "s['errors']"), max $(field "$OUT/qr-blocked-$r.json" "s['latency_ms']['max']") ms"
@@ -268,5 +297,8 @@ for r in $(seq 1 "$REPEATS"); do
   say '```'
 done
 say ""
-say "p99 blocked / unblocked (serve least_conn, medians): $(python3 -c "print(round($(median "${B99[@]}")/$(median ${P99[serve-lc]}),2))")"
+if [ -n "${P99[serve-lc]:-}" ]; then
+  say "p99 blocked / unblocked (serve least_conn, medians): $(python3 -c "print(round($(median "${B99[@]}")/$(median ${P99[serve-lc]}),2))")"
+fi
+fi
 echo "bench-serve: results in $RESULTS"

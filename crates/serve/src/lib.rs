@@ -63,7 +63,10 @@
 //! `port_base + i + workers`), so a replacement can start and become ready while the
 //! process it replaces still holds its port. Request bodies are buffered (bounded by
 //! `max_body_bytes`) so that a request that never reached a worker can be sent again;
-//! response bodies stream.
+//! small response bodies are read whole before the head goes out (one write, and a
+//! retry stays possible), larger ones stream. A failed health probe counts only when the
+//! worker answered no proxied request since the previous probe, so an overloaded worker
+//! (its probe queued behind requests) is not mistaken for a blocked one.
 
 mod config;
 mod health;
