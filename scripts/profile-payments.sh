@@ -140,8 +140,8 @@ declare -A PATHS=(
 
 for ep in $ENDPOINTS; do
   # go: runtime/pprof; goperf: the same Go process under perf, so both languages are also
-  # seen through one tool (perf samples softirq time that the thread CPU clocks of pprof and
-  # /proc do not charge to the process); rust: perf.
+  # seen through one tool (pprof's 100 Hz profile samples less of the CPU time than perf and
+  # cannot split kernel from user time); rust: perf.
   for run in go goperf rust; do
     svc="${run%perf}"; svc="${svc:-go}"
     url_var="${svc^^}_URL"; pid_var="${svc^^}_PID"
