@@ -1,26 +1,35 @@
 #!/usr/bin/env bash
 # Benchmark of `scalpel load` against wrk on nginx (loopback), one command:
 #
-#   scripts/bench-load.sh            # short: ~4 min
-#   scripts/bench-load.sh --long     # adds a 10-minute generator-memory run
+#   scripts/bench-load.sh                # closed + open, both layouts (~10 min)
+#   scripts/bench-load.sh --long         # the same, then the 10-minute generator-memory run
+#   scripts/bench-load.sh --memory-only  # only the 10-minute generator-memory run
 #
+# Two CPU layouts, each measured on its own:
+#   pinned:   nginx (1 worker) on cpu 1; wrk -t1 / scalpel --threads 1 on cpu 0 (taskset)
+#   unpinned: nginx (1 worker), wrk -t2 / scalpel --threads 2, the scheduler places them
+# In each layout:
 # 1. closed model: wrk and scalpel alternately (wrk, scalpel, scalpel, wrk, …), same
 #    connections and threads, REPEATS times each; medians, min–max and the ratio;
-# 2. open model: achieved rate vs asked at 20/40/60/80% of scalpel's closed maximum;
-# 3. generator memory: RSS of scalpel over a run (60 s, or 600 s with --long).
+# 2. open model: achieved rate vs asked at 20/40/60/80% of scalpel's closed median,
+#    OPEN_REPEATS runs each; median error and min–max, late and not_sent;
+# 3. hyper's client::conn::http1 vs the lean client (crates/load/examples/hyper_vs_lean.rs),
+#    same closed loop, alternately, REPEATS times each.
+# Every figure is printed with the 1-minute load average just before it (shared machine).
 #
 # Installs wrk and nginx with apt-get if missing. Honors CARGO_TARGET_DIR.
-# Environment: CONNS (default 50), THREADS (default 2), DUR (default 10s), REPEATS (5).
+# Environment: CONNS (50), DUR (10s), REPEATS (5), OPEN_REPEATS (3), LAYOUTS ("pinned
+# unpinned"), MEM_RATE (memory run's rate, default half the last closed median or 25000).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 CONNS="${CONNS:-50}"
-THREADS="${THREADS:-2}"
 DUR="${DUR:-10s}"
 REPEATS="${REPEATS:-5}"
-LONG=0
-[[ "${1:-}" == "--long" ]] && LONG=1
+OPEN_REPEATS="${OPEN_REPEATS:-3}"
+LAYOUTS="${LAYOUTS:-pinned unpinned}"
+MODE="${1:-short}"
 
 need() { command -v "$1" >/dev/null 2>&1 || [[ -x "/usr/sbin/$1" ]]; }
 if ! need wrk || ! need nginx; then
@@ -29,8 +38,9 @@ if ! need wrk || ! need nginx; then
 fi
 NGINX="$(command -v nginx || echo /usr/sbin/nginx)"
 
-(cd "$ROOT" && cargo build --release -q -p scalpel)
+(cd "$ROOT" && cargo build --release -q -p scalpel && cargo build --release -q -p scalpel-load --example hyper_vs_lean)
 SCALPEL="$TARGET_DIR/release/scalpel"
+HYPER_VS_LEAN="$TARGET_DIR/release/examples/hyper_vs_lean"
 
 WORK="$(mktemp -d)"
 PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
@@ -56,61 +66,116 @@ EOF
 NGINX_PID=$!
 trap 'kill $NGINX_PID 2>/dev/null; rm -rf "$WORK"' EXIT
 for _ in $(seq 50); do curl -sf "http://127.0.0.1:$PORT/" >/dev/null && break; sleep 0.1; done
+NGINX_WORKER="$(pgrep -P "$NGINX_PID" | head -1)"
 URL="http://127.0.0.1:$PORT/"
 
 echo "# machine: $(nproc) cpus, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), kernel $(uname -r), $(date -u +%Y-%m-%dT%H:%MZ)"
-echo "# nginx worker_processes 1, body 14 bytes; -c $CONNS, $THREADS threads, $DUR per run"
+echo "# nginx worker_processes 1, body 14 bytes; -c $CONNS, $DUR per run"
 
-median() { sort -n | awk '{a[NR]=$1} END {m=(NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2; printf "%.0f", m}'; }
-minmax() { sort -n | awk 'NR==1{mn=$1} {mx=$1} END {printf "%.0f–%.0f", mn, mx}'; }
+load1() { cut -d' ' -f1 /proc/loadavg; }
+median() { sort -g | awk '{a[NR]=$1} END {m=(NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2; printf "%.0f", m}'; }
+minmax() { sort -g | awk 'NR==1{mn=$1} {mx=$1} END {printf "%.0f–%.0f", mn, mx}'; }
+median2() { sort -g | awk '{a[NR]=$1} END {m=(NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2; printf "%+.2f", m}'; }
+minmax2() { sort -g | awk 'NR==1{mn=$1} {mx=$1} END {printf "%+.2f…%+.2f", mn, mx}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", a/b}'; }
 
-run_wrk() { wrk -c "$CONNS" -t "$THREADS" -d "$DUR" "$URL" | awk '/Requests\/sec/ {print $2}'; }
-run_scalpel() {
-  "$SCALPEL" load --no-progress -c "$CONNS" --threads "$THREADS" -d "$DUR" --json "$WORK/s.json" "$URL" >/dev/null
-  python3 -c "import json; print(json.load(open('$WORK/s.json'))['targets'][0]['steps'][0]['achieved_rps'])"
+# PIN: command prefix for the generator; THREADS: generator threads.
+layout() {
+  case "$1" in
+    pinned) taskset -p -c 1 "$NGINX_WORKER" >/dev/null; PIN=(taskset -c 0); THREADS=1 ;;
+    unpinned) taskset -p -c "0-$(($(nproc) - 1))" "$NGINX_WORKER" >/dev/null; PIN=(); THREADS=2 ;;
+  esac
 }
 
-: >"$WORK/wrk.txt"; : >"$WORK/scalpel.txt"
-for i in $(seq "$REPEATS"); do
-  if (( i % 2 )); then
-    run_wrk >>"$WORK/wrk.txt"; run_scalpel >>"$WORK/scalpel.txt"
-  else
-    run_scalpel >>"$WORK/scalpel.txt"; run_wrk >>"$WORK/wrk.txt"
-  fi
-done
-W_MED=$(median <"$WORK/wrk.txt"); S_MED=$(median <"$WORK/scalpel.txt")
-echo
-echo "## closed model, req/s over $REPEATS runs each (alternating)"
-echo "wrk      median $W_MED  (min–max $(minmax <"$WORK/wrk.txt"))  runs: $(tr '\n' ' ' <"$WORK/wrk.txt")"
-echo "scalpel  median $S_MED  (min–max $(minmax <"$WORK/scalpel.txt"))  runs: $(xargs printf '%.0f ' <"$WORK/scalpel.txt")"
-echo "ratio scalpel/wrk: $(awk -v s="$S_MED" -v w="$W_MED" 'BEGIN {printf "%.3f", s/w}')"
+run_wrk() {
+  local la; la=$(load1)
+  local r; r=$("${PIN[@]}" wrk -c "$CONNS" -t "$THREADS" -d "$DUR" "$URL" | awk '/Requests\/sec/ {print $2}')
+  echo "$r" >>"$WORK/wrk.txt"; echo "    wrk      $r req/s  (load $la)"
+}
+run_scalpel() {
+  local la; la=$(load1)
+  "${PIN[@]}" "$SCALPEL" load --no-progress -c "$CONNS" --threads "$THREADS" -d "$DUR" --json "$WORK/s.json" "$URL" >/dev/null
+  local r; r=$(python3 -c "import json; print(round(json.load(open('$WORK/s.json'))['targets'][0]['steps'][0]['achieved_rps']))")
+  echo "$r" >>"$WORK/scalpel.txt"; echo "    scalpel  $r req/s  (load $la)"
+}
 
-echo
-echo "## open model: asked vs achieved (scalpel closed median = $S_MED req/s)"
-for pct in 20 40 60 80; do
-  RATE=$(awk -v m="$S_MED" -v p="$pct" 'BEGIN {printf "%d", m*p/100}')
-  "$SCALPEL" load --no-progress --rate "$RATE" -c "$CONNS" --threads "$THREADS" -d "$DUR" --json "$WORK/o.json" "$URL" >/dev/null
-  python3 - "$WORK/o.json" "$RATE" "$pct" <<'PY'
+closed() {
+  : >"$WORK/wrk.txt"; : >"$WORK/scalpel.txt"
+  echo "## [$L] closed model, -c $CONNS, $THREADS thread(s), req/s, $REPEATS runs each, alternating"
+  for i in $(seq "$REPEATS"); do
+    if (( i % 2 )); then run_wrk; run_scalpel; else run_scalpel; run_wrk; fi
+  done
+  W_MED=$(median <"$WORK/wrk.txt"); S_MED=$(median <"$WORK/scalpel.txt")
+  echo "[$L] wrk      median $W_MED  (min–max $(minmax <"$WORK/wrk.txt"))"
+  echo "[$L] scalpel  median $S_MED  (min–max $(minmax <"$WORK/scalpel.txt"))"
+  echo "[$L] ratio scalpel/wrk (medians): $(ratio "$S_MED" "$W_MED")"
+}
+
+open_model() {
+  echo "## [$L] open model: asked vs achieved at % of scalpel's closed median ($S_MED req/s), $OPEN_REPEATS runs each"
+  for pct in 20 40 60 80; do
+    RATE=$(awk -v m="$S_MED" -v p="$pct" 'BEGIN {printf "%d", m*p/100}')
+    : >"$WORK/err.txt"
+    for _ in $(seq "$OPEN_REPEATS"); do
+      local la; la=$(load1)
+      "${PIN[@]}" "$SCALPEL" load --no-progress --rate "$RATE" -c "$CONNS" --threads "$THREADS" -d "$DUR" --json "$WORK/o.json" "$URL" >/dev/null
+      python3 - "$WORK/o.json" "$RATE" "$la" "$WORK/err.txt" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))['targets'][0]['steps'][0]
 rate = float(sys.argv[2])
-print(f"{sys.argv[3]}%: asked {rate:.0f}  achieved {s['achieved_rps']:.1f}  "
-      f"({100*(s['achieved_rps']-rate)/rate:+.2f}%)  sent+not_sent {s['requests']+s['not_sent']}  "
-      f"late {s['late']}  not_sent {s['not_sent']}  p50 {s['latency_ms']['p50']} ms  p99 {s['latency_ms']['p99']} ms")
+err = 100 * (s['achieved_rps'] - rate) / rate
+open(sys.argv[4], 'a').write(f"{err}\n")
+print(f"    asked {rate:.0f}  achieved {s['achieved_rps']:.1f}  ({err:+.2f}%)  requests {s['requests']}  "
+      f"late {s['late']}  not_sent {s['not_sent']}  p50 {s['latency_ms']['p50']} ms  "
+      f"p99 {s['latency_ms']['p99']} ms  (load {sys.argv[3]})")
 PY
-done
+    done
+    echo "[$L] ${pct}%: asked $RATE, error median $(median2 <"$WORK/err.txt")% (min…max $(minmax2 <"$WORK/err.txt")%)"
+  done
+}
 
-echo
-MEM_DUR=60; (( LONG )) && MEM_DUR=600
-RATE=$(awk -v m="$S_MED" 'BEGIN {printf "%d", m/2}')
-echo "## generator memory: scalpel --rate $RATE for ${MEM_DUR}s, RSS sampled every 10 s (MiB)"
-"$SCALPEL" load --no-progress --rate "$RATE" -c "$CONNS" --threads "$THREADS" -d "${MEM_DUR}s" "$URL" >/dev/null &
-GEN=$!
-SAMPLES=()
-while kill -0 "$GEN" 2>/dev/null; do
-  RSS=$(awk '/VmRSS/ {printf "%.1f", $2/1024}' "/proc/$GEN/status" 2>/dev/null || true)
-  [[ -n "$RSS" ]] && SAMPLES+=("$RSS")
-  sleep 10
-done
-wait "$GEN" || true
-echo "rss: ${SAMPLES[*]}"
+hyper_vs_lean() {
+  : >"$WORK/lean.txt"; : >"$WORK/hyper.txt"
+  echo "## [$L] lean client vs hyper client::conn::http1, closed, -c $CONNS, $THREADS thread(s), $REPEATS runs each, alternating"
+  for i in $(seq "$REPEATS"); do
+    for client in $( (( i % 2 )) && echo "lean hyper" || echo "hyper lean"); do
+      local la; la=$(load1)
+      local r; r=$("${PIN[@]}" "$HYPER_VS_LEAN" "$client" "$URL" "$CONNS" "$THREADS" "$DUR")
+      echo "$r" >>"$WORK/$client.txt"; echo "    $client  $r req/s  (load $la)"
+    done
+  done
+  local l h; l=$(median <"$WORK/lean.txt"); h=$(median <"$WORK/hyper.txt")
+  echo "[$L] lean   median $l  (min–max $(minmax <"$WORK/lean.txt"))"
+  echo "[$L] hyper  median $h  (min–max $(minmax <"$WORK/hyper.txt"))"
+  echo "[$L] ratio hyper/lean (medians): $(ratio "$h" "$l")"
+}
+
+S_MED=""
+if [[ "$MODE" != "--memory-only" ]]; then
+  for L in $LAYOUTS; do
+    layout "$L"
+    echo
+    closed
+    open_model
+    hyper_vs_lean
+  done
+fi
+
+if [[ "$MODE" == "--long" || "$MODE" == "--memory-only" ]]; then
+  layout unpinned
+  MEM_RATE="${MEM_RATE:-$(if [[ -n "$S_MED" ]]; then awk -v m="$S_MED" 'BEGIN {printf "%d", m/2}'; else echo 25000; fi)}"
+  echo
+  echo "## generator memory: scalpel --rate $MEM_RATE --threads 2 for 600 s, RSS every 30 s (MiB) (load $(load1))"
+  "$SCALPEL" load --no-progress --rate "$MEM_RATE" -c "$CONNS" --threads 2 -d 600s --json "$WORK/m.json" "$URL" >/dev/null &
+  GEN=$!
+  SAMPLES=()
+  while kill -0 "$GEN" 2>/dev/null; do
+    RSS=$(awk '/VmRSS/ {printf "%.1f", $2/1024}' "/proc/$GEN/status" 2>/dev/null || true)
+    [[ -n "$RSS" ]] && SAMPLES+=("$RSS")
+    sleep 30
+  done
+  wait "$GEN" || true
+  echo "rss: ${SAMPLES[*]}"
+  python3 -c "import json; s=json.load(open('$WORK/m.json'))['targets'][0]['steps'][0]; print('memory run: requests', s['requests'], 'achieved', round(s['achieved_rps'],1), 'late', s['late'], 'not_sent', s['not_sent'], 'p99 ms', s['latency_ms']['p99'])"
+  echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+fi

@@ -102,6 +102,9 @@ impl Server {
 }
 
 fn serve_connection(stream: TcpStream, count: &AtomicU64, seen: &Mutex<Vec<Seen>>, h: &Handler) {
+    // The response goes out in two writes (below); without this, Nagle holds the second
+    // until the client's delayed ACK, ~40 ms per request.
+    let _ = stream.set_nodelay(true);
     let mut writer = stream.try_clone().unwrap();
     let mut reader = BufReader::new(stream);
     loop {
@@ -401,6 +404,43 @@ fn a_stall_shows_in_the_open_model_percentiles() {
     assert!(f(&lat["p99"]) >= 500.0, "{lat}");
     assert!(f(&lat["p90"]) >= 50.0, "{lat}");
     assert!(u(&s["late"]) >= 50, "{s}");
+}
+
+#[test]
+fn requests_still_waiting_when_time_is_up_are_not_sent_never_dropped() {
+    // One connection allowed; the server stalls 3 s on a request near the middle of a 2 s
+    // run. Everything due after it waits for the only connection: counted late while it
+    // waits, and `not_sent` when the time is up — the schedule adds up exactly.
+    let server = Server::start(|n, _| Reply {
+        delay: (n == 100).then_some(Duration::from_secs(3)),
+        ..Reply::ok()
+    });
+    let (code, r, _) = load_json(
+        "not_sent",
+        &[
+            "--rate",
+            "100",
+            "-d",
+            "2s",
+            "-c",
+            "1",
+            "--max-in-flight",
+            "1",
+            "--threads",
+            "1",
+            &server.url(),
+        ],
+    );
+    assert_eq!(code, 0);
+    let s = step(&r, 0, 0);
+    let (requests, not_sent) = (u(&s["requests"]), u(&s["not_sent"]));
+    assert_eq!(requests + not_sent, 200, "{s}");
+    // About 100 requests were due during the stall and before the end.
+    assert!(not_sent >= 50, "{s}");
+    assert_eq!(server.received(), requests + 1, "{s}");
+    // The stalled request's latency shows; the rate counts only what completed in time.
+    assert!(f(&s["latency_ms"]["max"]) >= 2900.0, "{s}");
+    assert!(f(&s["achieved_rps"]) < 80.0, "{s}");
 }
 
 #[test]

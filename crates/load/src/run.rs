@@ -567,11 +567,7 @@ fn step_result(index: u32, offered: Option<f64>, acc: StepAcc) -> StepResult {
     StepResult {
         index,
         offered_rps: offered,
-        achieved_rps: if span > 0.0 {
-            done as f64 / span
-        } else {
-            0.0
-        },
+        achieved_rps: if span > 0.0 { done as f64 / span } else { 0.0 },
         duration_s: secs,
         requests: t.requests,
         errors: t.errors,

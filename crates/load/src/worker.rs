@@ -581,7 +581,6 @@ async fn slot(ctx: Rc<Ctx>, pacer: Rc<Pacer>, mut conn: Option<Conn>, handed: bo
     }
 }
 
-
 /// The open model's timer loop for thread `w` of `threads` (see [`Schedule`]). A request
 /// that falls due goes to a parked slot, or a new slot (new connection) while fewer than
 /// `max_slots` exist; otherwise it waits for a slot to finish and is counted `late` (its
