@@ -99,6 +99,9 @@ pub enum ShadowError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// The proxy's mirror thread or its runtime could not be started.
+    #[error("cannot start the mirror thread: {0}")]
+    MirrorThread(std::io::Error),
     /// The store could not be opened, read or written.
     #[error("store {}: {reason}", path.display())]
     Store {

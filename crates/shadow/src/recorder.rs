@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use http::HeaderMap;
@@ -96,6 +97,10 @@ pub struct Recorder {
     settings: CompareSettings,
     inner: Mutex<Inner>,
     store: Option<Store>,
+    /// Skips counted without the lock (the proxy's request path must never wait on a
+    /// mutex that a low-priority mirror thread may hold), folded into the tally whenever
+    /// it is read or written. Indexed like [`SkipReason::ALL`].
+    pending_skips: [AtomicU64; SkipReason::ALL.len()],
 }
 
 impl Recorder {
@@ -105,6 +110,7 @@ impl Recorder {
             settings,
             inner: Mutex::new(Inner::default()),
             store,
+            pending_skips: Default::default(),
         }
     }
 
@@ -141,6 +147,7 @@ impl Recorder {
             settings,
             inner: Mutex::new(inner),
             store: Some(store),
+            pending_skips: Default::default(),
         })
     }
 
@@ -156,7 +163,15 @@ impl Recorder {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         // A panic elsewhere must not stop the counting.
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        for (reason, pending) in SkipReason::ALL.iter().zip(&self.pending_skips) {
+            let n = pending.swap(0, Ordering::Relaxed);
+            if n > 0 {
+                *inner.tally.skipped.entry(*reason).or_default() += n;
+                inner.dirty = true;
+            }
+        }
+        inner
     }
 
     /// Compares one exchange and records it. `candidate` (or the secondary) may have
@@ -231,10 +246,13 @@ impl Recorder {
     }
 
     /// Counts a request that was chosen for comparison but could not be compared.
+    /// Lock-free: safe to call on a latency-critical path.
     pub fn skip(&self, reason: SkipReason) {
-        let mut inner = self.lock();
-        *inner.tally.skipped.entry(reason).or_default() += 1;
-        inner.dirty = true;
+        let i = SkipReason::ALL
+            .iter()
+            .position(|r| *r == reason)
+            .unwrap_or(0);
+        self.pending_skips[i].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts a failed primary (replay: the pair cannot be compared).
