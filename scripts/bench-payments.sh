@@ -65,6 +65,8 @@ trap cleanup EXIT
 # start NAME CMD... : runs CMD pinned to SERVER_CPU, waits for its listening line.
 start() {
   local name="$1"; shift
+  # A previous run's output would be read as this run's "listening" line.
+  rm -f "$OUT/$name.stdout" "$OUT/$name.stderr"
   taskset -c "$SERVER_CPU" "$@" >"$OUT/$name.stdout" 2>"$OUT/$name.stderr" &
   local pid=$!
   PIDS+=("$pid")
