@@ -650,8 +650,15 @@ async fn large_and_slow_bodies_stream_intact() {
     let r = h.get("/big?kb=1000").await.unwrap();
     assert_eq!(r.status, 200);
     assert_eq!(r.body.len(), 1000 * 1024);
-    let pattern: String = (0..16 * 1024).map(|i| (b'a' + (i % 26) as u8) as char).collect();
-    assert!(r.body.as_bytes().chunks(16 * 1024).all(|c| pattern.as_bytes().starts_with(c)));
+    let pattern: String = (0..16 * 1024)
+        .map(|i| (b'a' + (i % 26) as u8) as char)
+        .collect();
+    assert!(
+        r.body
+            .as_bytes()
+            .chunks(16 * 1024)
+            .all(|c| pattern.as_bytes().starts_with(c))
+    );
     let r = h.get("/stream").await.unwrap();
     assert_eq!(r.body, "first\nsecond\n");
     // Small bodies get a Content-Length even when the worker sent chunks.
@@ -664,12 +671,19 @@ async fn large_and_slow_bodies_stream_intact() {
 /// again to another worker and the client sees one whole answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn response_broken_mid_body_is_retried_elsewhere() {
-    let h = start(&format!("{SERVER}{}", node_app("web", 2, "round_robin", ""))).await;
+    let h = start(&format!(
+        "{SERVER}{}",
+        node_app("web", 2, "round_robin", "")
+    ))
+    .await;
     // Round robin starts at worker 0, the one that dies.
     let r = h.get("/half?die=0").await.unwrap();
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.body, "y".repeat(100));
     let m = h.server.metrics_text();
-    assert!(m.contains("scalpel_serve_retries_total{app=\"web\"} 1"), "{m}");
+    assert!(
+        m.contains("scalpel_serve_retries_total{app=\"web\"} 1"),
+        "{m}"
+    );
     h.server.shutdown().await;
 }
