@@ -100,8 +100,9 @@ pub struct MirrorReport {
     pub summary: scalpel_shadow::Summary,
 }
 
-/// A running balancer with its supervised workers. Dropping it without
-/// [`Server::shutdown`] kills the workers.
+/// A running balancer with its supervised workers. The workers run until
+/// [`Server::shutdown`]; if the tokio runtime ends first, its tasks drop their child
+/// handles and the workers are killed (SIGKILL), never left behind by a test.
 #[derive(Debug)]
 pub struct Server {
     shared: Arc<Shared>,
