@@ -249,7 +249,7 @@ async function main() {
 
   console.log('\nPNG bytes per text');
   console.log(`${pad('tier', 34)} ${TEXTS.map((t) => lpad(t.label, 11)).join(' ')}`);
-  for (const [key, name] of [['0', '0 matched (pngjs, Up, zlib)'], ['0-article', '0-article (200 px RGBA)'], ['3-sync', '1-4 Rust (png crate, Up, fdeflate)']]) {
+  for (const [key, name] of [['0', '0 matched (pngjs, Up, zlib)'], ['0-article', '0-article (200 px RGBA)'], ['3-sync', '1-4 Rust (png crate, adaptive, fdeflate)']]) {
     console.log(`${pad(name, 34)} ${sizes[key].map((b) => lpad(b, 11)).join(' ')}`);
   }
 
