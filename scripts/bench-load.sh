@@ -18,7 +18,8 @@
 # Every figure is printed with the 1-minute load average just before it (shared machine).
 #
 # Installs wrk and nginx with apt-get if missing. Honors CARGO_TARGET_DIR.
-# Environment: CONNS (50), DUR (10s), REPEATS (5), OPEN_REPEATS (3), LAYOUTS ("pinned
+# Environment: CONNS (50), DUR (10s), REPEATS (5), OPEN_REPEATS (3), MAX_IN_FLIGHT (open
+# model, 1000 = the CLI default), LAYOUTS ("pinned
 # unpinned"), MEM_RATE (memory run's rate, default half the last closed median or 25000).
 set -euo pipefail
 
@@ -28,6 +29,7 @@ CONNS="${CONNS:-50}"
 DUR="${DUR:-10s}"
 REPEATS="${REPEATS:-5}"
 OPEN_REPEATS="${OPEN_REPEATS:-3}"
+MAX_IN_FLIGHT="${MAX_IN_FLIGHT:-1000}"
 LAYOUTS="${LAYOUTS:-pinned unpinned}"
 MODE="${1:-short}"
 
@@ -112,13 +114,13 @@ closed() {
 }
 
 open_model() {
-  echo "## [$L] open model: asked vs achieved at % of scalpel's closed median ($S_MED req/s), $OPEN_REPEATS runs each"
+  echo "## [$L] open model (--max-in-flight $MAX_IN_FLIGHT): asked vs achieved at % of scalpel's closed median ($S_MED req/s), $OPEN_REPEATS runs each"
   for pct in 20 40 60 80; do
     RATE=$(awk -v m="$S_MED" -v p="$pct" 'BEGIN {printf "%d", m*p/100}')
     : >"$WORK/err.txt"
     for _ in $(seq "$OPEN_REPEATS"); do
       local la; la=$(load1)
-      "${PIN[@]}" "$SCALPEL" load --no-progress --rate "$RATE" -c "$CONNS" --threads "$THREADS" -d "$DUR" --json "$WORK/o.json" "$URL" >/dev/null
+      "${PIN[@]}" "$SCALPEL" load --no-progress --rate "$RATE" -c "$CONNS" --max-in-flight "$MAX_IN_FLIGHT" --threads "$THREADS" -d "$DUR" --json "$WORK/o.json" "$URL" >/dev/null
       python3 - "$WORK/o.json" "$RATE" "$la" "$WORK/err.txt" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))['targets'][0]['steps'][0]

@@ -457,8 +457,10 @@ impl Pacer {
 /// A slot that finishes a request claims the next one itself when it is already due — no
 /// hand-off, no wake-up; that is the common case under load. Otherwise the slot parks, and
 /// the timer loop, waking once per timer tick (1 ms resolution; latency runs from the
-/// intended time whatever the tick), hands every request that fell due to a parked slot or
-/// to a new connection — or, when neither is left, marks it late.
+/// intended time whatever the tick), hands the requests that fell due to parked slots. A
+/// request still without a slot at the next tick gets a new connection (the pool grows by
+/// at most an eighth a tick), or, when the in-flight limit is reached, waits for a busy one
+/// and is counted late.
 struct Schedule {
     t0: Instant,
     period_s: f64,
@@ -582,9 +584,10 @@ async fn slot(ctx: Rc<Ctx>, pacer: Rc<Pacer>, mut conn: Option<Conn>, handed: bo
 }
 
 /// The open model's timer loop for thread `w` of `threads` (see [`Schedule`]). A request
-/// that falls due goes to a parked slot, or a new slot (new connection) while fewer than
-/// `max_slots` exist; otherwise it waits for a slot to finish and is counted `late` (its
-/// latency still runs from its intended time). Requests still waiting when the segment's
+/// that falls due goes to a slot that finishes or is parked; one still waiting a tick later
+/// gets a new slot (new connection) while fewer than `max_slots` exist; otherwise it waits
+/// for a slot to finish and is counted `late` (its latency still runs from its intended
+/// time). Requests still waiting when the segment's
 /// time is up are counted `not_sent`.
 async fn dispatch(
     ctx: Rc<Ctx>,
@@ -635,48 +638,72 @@ async fn dispatch(
     for c in conns {
         spawn(c, false, &mut handles);
     }
-    // Requests `k < scanned` have been handed to a slot or marked late.
-    let mut scanned = 0u64;
+    // Requests `k < due` have fallen due; `k < seen` were already due at the previous tick.
+    let mut due = 0u64;
+    let mut seen = 0u64;
+    let tick = Duration::from_millis(1);
     let timer = tokio::time::sleep_until(t0.into());
     tokio::pin!(timer);
     loop {
         let now = Instant::now();
         let time_up = deadline.is_some_and(|d| now >= d);
-        scanned = scanned.max(sched.next.get());
-        // Every request that fell due since the last tick and was not claimed already: to a
-        // parked slot, a new slot, or late.
-        while scanned < sched.mine && sched.intended(scanned) <= now {
-            if sched.parked.get() > 0 {
-                sched.parked.set(sched.parked.get() - 1);
-                sched.coming.set(sched.coming.get() + 1);
-                sched.wake.notify_one();
-            } else if (handles.len() as u64) < max_slots {
-                sched.coming.set(sched.coming.get() + 1);
-                spawn(None, true, &mut handles);
-            } else {
-                sched.late_through.set(scanned + 1);
-            }
-            scanned += 1;
+        while due < sched.mine && sched.intended(due) <= now {
+            due += 1;
         }
+        // Due and not claimed yet. Claims go in order, so the oldest are served first: by
+        // slots already on their way, then by parked slots woken now.
+        let next = sched.next.get();
+        let unclaimed = due.saturating_sub(next);
+        let on_way = sched.coming.get().min(unclaimed);
+        let wake = sched.parked.get().min(unclaimed - on_way);
+        for _ in 0..wake {
+            sched.parked.set(sched.parked.get() - 1);
+            sched.coming.set(sched.coming.get() + 1);
+            sched.wake.notify_one();
+        }
+        // Requests due since an earlier tick that still have no slot: a new connection each
+        // while the limit allows, otherwise they wait for a busy one — late. (Requests due
+        // for less than a tick get no new connection yet: a busy slot about to finish takes
+        // most of them, and opening connections for them would only grow the pool.)
+        // The pool grows by at most an eighth (at least one) a tick: a backlog left by a
+        // stall of this thread (another process ran) is worked off by the existing
+        // connections at closed-loop speed, where hundreds of new ones would only slow the
+        // target; a slow target still gets its connections within tens of ticks.
+        let waited = seen.saturating_sub(next).saturating_sub(on_way + wake);
+        let room = max_slots.saturating_sub(handles.len() as u64);
+        let growth = (handles.len() as u64 / 8).max(1);
+        let opened = waited.min(room).min(growth);
+        for _ in 0..opened {
+            sched.coming.set(sched.coming.get() + 1);
+            spawn(None, true, &mut handles);
+        }
+        if waited > opened && opened == room {
+            let late_end = next + on_way + wake + waited;
+            sched
+                .late_through
+                .set(sched.late_through.get().max(late_end));
+        }
+        seen = due;
         if time_up {
             // What is handed over still goes out; what waits for a connection is not sent.
             let stop = (sched.next.get() + sched.coming.get()).min(sched.mine);
             sched.stop.set(stop.max(sched.next.get()));
-            if sched.exhausted() {
-                sched.wake.notify_waiters();
-            }
             break;
         }
-        if sched.exhausted() || (scanned >= sched.mine && deadline.is_none()) {
-            break; // all claimed, or all handed over or late: the slots finish the rest
+        let unserved = unclaimed > on_way + wake;
+        if sched.exhausted() || (due >= sched.mine && !unserved && deadline.is_none()) {
+            break; // all claimed, or all handed over: the slots finish the rest
         }
-        // The next request to fall due, or the end of the time (late ones may wait for it).
-        let next_due = (scanned < sched.mine).then(|| sched.intended(scanned));
-        let Some(at) = next_due.into_iter().chain(deadline).min() else {
+        // The next request to fall due, the next tick while some wait, the end of the time.
+        let next_due = (due < sched.mine).then(|| sched.intended(due));
+        let retry = unserved.then(|| now + tick);
+        let Some(at) = next_due.into_iter().chain(retry).chain(deadline).min() else {
             break;
         };
         timer.as_mut().reset(at.into());
         timer.as_mut().await;
+        // Let the slots whose responses arrived with this wake-up claim due requests first.
+        tokio::task::yield_now().await;
     }
     if sched.exhausted() {
         sched.wake.notify_waiters();
