@@ -424,3 +424,49 @@ async fn sampling_by_key_mirrors_the_same_users_every_time() {
     let _ = p.stop.send(());
     let _ = p.task.await;
 }
+
+/// Mirrors and comparisons run on their own thread at the lowest CPU priority, so that on
+/// a busy machine they, not the clients' requests, fall behind (docs/shadow.md).
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mirrors_run_on_their_own_low_priority_thread() {
+    let primary = serve(|a| Answer::json(primary_body(user_id(a)))).await;
+    let candidate = serve(|a| Answer::json(primary_body(user_id(a)))).await;
+    let p = start(proxy_cfg(&primary.url(), &candidate.url())).await;
+    let c = support::client();
+    for id in 1..=5u64 {
+        assert_eq!(
+            get(&c, &format!("{}/v1/users/{id}/stats", p.url))
+                .await
+                .status,
+            200
+        );
+    }
+    eventually("5 compared", Duration::from_secs(30), async || {
+        (p.recorder.summary().compared == 5).then_some(())
+    })
+    .await;
+    let mirror_nice: Vec<i64> = std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| {
+            let dir = t.ok()?.path();
+            let comm = std::fs::read_to_string(dir.join("comm")).ok()?;
+            (comm.trim() == "scalpel-mirror").then_some(())?;
+            let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+            // Fields after "(comm) ": state is field 3, nice is field 19.
+            let rest = &stat[stat.rfind(')')? + 2..];
+            rest.split(' ').nth(16)?.parse().ok()
+        })
+        .collect();
+    // Other tests of this binary may run proxies at the same time: each has its own.
+    assert!(
+        !mirror_nice.is_empty() && mirror_nice.iter().all(|n| *n == 19),
+        "mirror threads and their nice values: {mirror_nice:?}"
+    );
+    let _ = p.stop.send(());
+    // `run` returns only after the mirror thread was joined.
+    tokio::time::timeout(Duration::from_secs(60), p.task)
+        .await
+        .expect("the proxy stops")
+        .unwrap();
+}
