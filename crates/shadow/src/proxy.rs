@@ -7,6 +7,10 @@
 //!             │                   └─ tee (≤ limit) ─┐
 //!             └─ try_send ─▶ queue ─▶ permit ─▶ candidate (+ secondary) ─▶ compare ─▶ counters, store
 //! ```
+//!
+//! Everything right of the queue runs on one thread of its own (`scalpel-mirror`, its own
+//! single-threaded runtime, nice 19), so mirror work never competes with forwarding as an
+//! equal: on a busy machine the mirrors fall behind and are skipped, not the clients.
 
 use std::convert::Infallible;
 use std::fmt::Write as _;
