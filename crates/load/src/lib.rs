@@ -38,20 +38,32 @@
 //!   locks on the hot path. Each thread records into its own histogram and counters, merged
 //!   when a segment ends: no message per request, memory flat however long the run.
 //! - **One worker loop** (`worker::slot`): take a ticket, send, read, record. The pacing is a
-//!   strategy handed to it: closed (next ticket at once) or open (tickets released by a
-//!   per-thread dispatcher at `t0 + i/R`).
+//!   strategy handed to it: closed (next ticket at once) or open (thread `w` of `T` owns
+//!   requests `w, w+T, …` of the schedule, request `i` due at `t0 + i/R`).
+//! - **Open model without a hand-off per request.** A slot that finishes a request claims
+//!   the thread's next request itself when it is already due — no wake-up, no queue; under
+//!   load that is most requests. Otherwise the slot parks, and one timer per thread (a single
+//!   reused deadline, 1 ms resolution) wakes once per tick, hands every request that fell due
+//!   to a parked slot or a new connection, and marks the rest `late`. The coarse tick costs
+//!   no accuracy: latency runs from the intended time, not from the wake-up.
 //! - **No coordinated omission.** In the open model a request's latency runs from its
 //!   intended send time. When the in-flight limit is reached the request waits for a free
 //!   connection and is counted `late`; requests still waiting when the step ends are
 //!   `not_sent`. Nothing is silently dropped.
-//! - **A lean HTTP/1.1 client** (`http1`): requests are encoded once when the template has
-//!   no placeholders, written with one `write`, the response head parsed by `httparse`, and
-//!   the body (Content-Length, chunked or until close) skipped in a reused buffer: no
-//!   per-request allocation, body channel or header map. With it the closed model reaches
-//!   ~0.97x of wrk's req/s on nginx (docs/load.md, Benchmarks), where oha, on hyper's client,
-//!   is reported at 0.7–0.9x. A side-by-side measurement against hyper's
-//!   `client::conn::http1` inside this crate has not been made yet; the project's rule
-//!   "hyper for HTTP" holds everywhere off this hot path.
+//! - **Achieved rate.** A time-bound step's rate is the completions inside its scheduled
+//!   window divided by the window (as wrk), so waiting for the last in-flight requests does
+//!   not dilute it; a count-bound step divides by the time to the last completion.
+//! - **A lean HTTP/1.1 client** (`http1`) rather than hyper's `client::conn::http1`:
+//!   requests are encoded once when the template has no placeholders, written with one
+//!   `write`, the response head parsed by `httparse`, and the body (Content-Length, chunked
+//!   or until close) skipped in a reused buffer: no per-request allocation, body channel,
+//!   header map or connection task. Measured side by side in the same closed loop
+//!   (`examples/hyper_vs_lean.rs`, docs/load.md "Benchmarks"), hyper reached 0.70x of the
+//!   lean client's req/s on one pinned thread and 0.54x on two (medians, shared machine;
+//!   lean ahead in every alternating pair): hyper hands each request to a connection task
+//!   and the response back over channels and builds a `Request` and header map per
+//!   request. The closed model reaches ~0.98x of wrk pinned, 1.4x unpinned. The project's
+//!   rule "hyper for HTTP" holds everywhere off this hot path.
 //! - **Alternation.** Each step of each target is split into `rounds` segments; the order
 //!   of targets is reversed every round (A,B, B,A, …), continuing across steps, so that
 //!   drift of the machine hits every target alike.
