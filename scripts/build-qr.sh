@@ -4,8 +4,16 @@
 #   $T/qr/wasm-bindgen/qr_wasm.js (+ _bg.wasm)     tier 2   (wasm-bindgen --target nodejs)
 #   $T/qr/qr_raw.wasm                              tier 2-raw (hand-written ABI)
 #   $T/qr/qr_napi.node                             tier 3   (napi-rs addon)
+#   $T/release/examples/percall                    the bare qr_core::png, timed (bench/percall.js)
 # where T = ${CARGO_TARGET_DIR:-<repo>/target}. Installs the wasm32 target and the
-# wasm-bindgen CLI matching the pinned crate version when they are missing.
+# wasm-bindgen CLI matching the pinned crate version when they are missing, and npm
+# `binaryen` (its wasm-opt, a JS/wasm build) under $T/qr/binaryen.
+#
+# Wasm flags (measured, docs/qr-node.md "Wasm build flags"): both wasm artifacts get the
+# same flags, `-C target-feature=+simd128` (wasm's SIMD, on in Node >= 16; the wasm
+# counterpart of the SSE2 baseline every x86-64 build has; no target-cpu=native on any
+# tier) and `-C strip=debuginfo` (the workspace's line tables made qr_raw.wasm 2.3 MB),
+# then `wasm-opt -O3`. opt-level stays the workspace's 3 (`s` measured slower).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -13,6 +21,10 @@ cd "$ROOT"
 T="${CARGO_TARGET_DIR:-$ROOT/target}"
 export CARGO_TARGET_DIR="$T"
 WASM_TARGET=wasm32-unknown-unknown
+BINARYEN_VERSION=132.0.0
+# rustc's default wasm32 features (Rust 1.95) plus simd128, spelled for wasm-opt.
+WASM_OPT_FEATURES=(--enable-bulk-memory --enable-multivalue --enable-mutable-globals
+  --enable-nontrapping-float-to-int --enable-reference-types --enable-sign-ext --enable-simd)
 
 # The CLI must be the exact version of the `wasm-bindgen = "=X"` pin in Cargo.toml.
 WB_VERSION="$(sed -n 's/^wasm-bindgen = "=\([0-9.]*\)".*/\1/p' Cargo.toml)"
@@ -29,8 +41,30 @@ if [[ "$(wasm-bindgen --version 2>/dev/null || true)" != "wasm-bindgen $WB_VERSI
     || cargo install wasm-bindgen-cli --version "$WB_VERSION"
 fi
 
-cargo build --release -p qr-cli -p qr-server -p qr-napi
+WASM_OPT="$T/qr/binaryen/node_modules/.bin/wasm-opt"
+if [[ ! -x "$WASM_OPT" ]] || ! grep -qs "\"version\": \"$BINARYEN_VERSION\"" "$T/qr/binaryen/node_modules/binaryen/package.json"; then
+  echo "build-qr: installing npm binaryen@$BINARYEN_VERSION (wasm-opt) under $T/qr/binaryen"
+  mkdir -p "$T/qr/binaryen"
+  npm install --prefix "$T/qr/binaryen" --no-save --no-audit --no-fund --loglevel=error \
+    "binaryen@$BINARYEN_VERSION" >&2 || echo "build-qr: WARNING: npm binaryen unavailable" >&2
+fi
 
+cargo build --release -p qr-cli -p qr-server -p qr-napi
+# The bare function, timed in the same run as the Node tiers (qr/node/bench/percall.js).
+cargo build --release -p qr-core --example percall
+
+# Same flags for both wasm artifacts (see the header).
+export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="-C target-feature=+simd128 -C strip=debuginfo"
+# wasm-opt -O3 in place, or the file as rustc left it (and a warning) without binaryen;
+# $T/qr/wasm-opt.txt says which, for the bench's header.
+wasm_opt() {
+  if [[ -x "$WASM_OPT" ]]; then
+    "$WASM_OPT" -O3 "${WASM_OPT_FEATURES[@]}" "$1" -o "$1.opt" && mv "$1.opt" "$1"
+  else
+    echo "build-qr: WARNING: no wasm-opt; $1 is not post-optimized (tier 2 ~1.1x slower)" >&2
+    return 1
+  fi
+}
 mkdir -p "$T/qr/wasm-bindgen"
 # Tier 2: wasm-bindgen build (default feature `bindgen`), then the JS glue.
 cargo build --release -p qr-wasm --target "$WASM_TARGET"
@@ -39,12 +73,18 @@ wasm-bindgen --target nodejs --out-dir "$T/qr/wasm-bindgen" \
 # Tier 2-raw: same crate, raw ABI only (no wasm-bindgen), copied under its own name.
 cargo build --release -p qr-wasm --target "$WASM_TARGET" --no-default-features --features raw
 cp "$T/$WASM_TARGET/release/qr_wasm.wasm" "$T/qr/qr_raw.wasm"
+if wasm_opt "$T/qr/wasm-bindgen/qr_wasm_bg.wasm" && wasm_opt "$T/qr/qr_raw.wasm"; then
+  echo "simd128, strip=debuginfo, wasm-opt -O3 (npm binaryen $BINARYEN_VERSION)" > "$T/qr/wasm-opt.txt"
+else
+  echo "simd128, strip=debuginfo, NO wasm-opt" > "$T/qr/wasm-opt.txt"
+fi
 
 # Tier 3: the cdylib is the addon; node loads it by the .node name.
 cp "$T/release/libqr_napi.so" "$T/qr/qr_napi.node"
 
 echo "build-qr: built"
 for f in "$T/release/qr-cli" "$T/release/qr-server" "$T/qr/wasm-bindgen/qr_wasm.js" \
-         "$T/qr/wasm-bindgen/qr_wasm_bg.wasm" "$T/qr/qr_raw.wasm" "$T/qr/qr_napi.node"; do
+         "$T/qr/wasm-bindgen/qr_wasm_bg.wasm" "$T/qr/qr_raw.wasm" "$T/qr/qr_napi.node" \
+         "$T/release/examples/percall"; do
   printf '  %8d  %s\n' "$(stat -c %s "$f")" "$f"
 done

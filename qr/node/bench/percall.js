@@ -10,15 +10,22 @@
 // variant timing a fixed set of texts of several lengths for a fixed time per text.
 // A variant's figure for a repeat is the mean of its per-text µs/call (equal weight per
 // text); the table shows the median over repeats and the min-max spread.
+//
+// The bare Rust function is one of the variants: `$T/release/examples/percall` (an
+// example of qr-core, built by scripts/build-qr.sh) times `qr_core::png` over the same
+// texts (written to a temp file) for the same time per text, started once per repeat in
+// its place in the rotation. So "tier 3 adds < 20 µs to the bare function" and "Rust >= 5x
+// faster than tier 0" are read off pairs measured in the same repeat, not across runs.
 
 const fs = require('node:fs');
 const os = require('node:os');
+const path = require('node:path');
 const { parseArgs } = require('node:util');
 const { execFileSync } = require('node:child_process');
 const npmQr = require('../lib/npm-qrcode');
 const { createCliTier } = require('../lib/cli-tier');
 const { loadRawQr } = require('../lib/raw-wasm');
-const { artifactPaths, requireArtifact } = require('../lib/artifacts');
+const { artifactPaths, requireArtifact, targetDir } = require('../lib/artifacts');
 
 const { TEXTS } = require('./texts');
 
@@ -40,14 +47,37 @@ function parseFlags() {
   };
 }
 
+/**
+ * The bare `qr_core::png` in its own process (the qr-core `percall` example): `run(ms)`
+ * returns [{ wall, cpu }] per text, `dump()` the PNGs for the byte-identity check.
+ */
+function bareRust() {
+  const bin = requireArtifact(path.join(targetDir(), 'release', 'examples', 'percall'), 'qr-core percall example');
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'qr-percall-'));
+  const textsFile = path.join(dir, 'texts.json');
+  fs.writeFileSync(textsFile, JSON.stringify(TEXTS.map((t) => t.text)));
+  const exec = (args) => JSON.parse(execFileSync(bin, ['--texts', textsFile, ...args], { encoding: 'utf8', maxBuffer: 64 << 20 }));
+  return {
+    run: (ms) =>
+      exec(['--ms', String(ms)]).texts.map((r) => {
+        if (r.cpu_us == null) throw new Error('bare Rust fn: no /proc/thread-self/schedstat, cannot measure its CPU');
+        return { wall: r.wall_us, cpu: r.cpu_us };
+      }),
+    dump: () => exec(['--dump']).png_hex.map((h) => Buffer.from(h, 'hex')),
+    close: () => fs.rmSync(dir, { recursive: true, force: true }),
+  };
+}
+
 /** Every variant: name, the tier it stands for, and how one call is made. */
 function variants(quick) {
   const paths = artifactPaths();
+  const bare = bareRust();
   const cli = createCliTier({ cliPath: requireArtifact(paths.cli, 'qr-cli'), timeoutMs: 10_000 });
   const wasm = require(requireArtifact(paths.wasmBindgen, 'wasm-bindgen module'));
   const raw = loadRawQr(requireArtifact(paths.wasmRaw, 'qr_raw.wasm'));
   const addon = require(requireArtifact(paths.napi, 'napi addon'));
   const list = [
+    { key: 'bare', name: 'bare Rust fn (qr_core::png)', kind: 'external', run: bare.run, dump: bare.dump },
     { key: '0', name: '0 npm qrcode, matched (sync)', kind: 'sync', call: npmQr.matchedPng },
     { key: '0-toBuffer', name: '0 npm qrcode, matched (toBuffer)', kind: 'async', call: npmQr.matchedPngViaToBuffer, full: true },
     { key: '0-article', name: '0-article (published settings)', kind: 'async', call: npmQr.articlePng },
@@ -58,7 +88,13 @@ function variants(quick) {
     { key: '3-async', name: '3 napi qrPngAsync, 1 in flight', kind: 'async', call: (t) => addon.qrPngAsync(t) },
     { key: '3-async-4', name: '3 napi qrPngAsync, 4 in flight', kind: 'batch', batch: 4, call: (t) => addon.qrPngAsync(t) },
   ];
-  return { list: list.filter((v) => !(quick && v.full)), close: () => cli.close() };
+  return {
+    list: list.filter((v) => !(quick && v.full)),
+    close: () => {
+      cli.close();
+      bare.close();
+    },
+  };
 }
 
 const CLK_TCK = (() => {
@@ -137,11 +173,12 @@ async function checkOutputs(list) {
   };
   const sizes = {};
   for (const v of list) sizes[v.key] = [];
-  for (const { text } of TEXTS) {
+  const external = Object.fromEntries(list.filter((v) => v.kind === 'external').map((v) => [v.key, v.dump()]));
+  for (const [t, { text }] of TEXTS.entries()) {
     const out = {};
-    for (const v of list) out[v.key] = Buffer.from(await (v.kind === 'batch' ? v.call(text) : v.call(text)));
+    for (const v of list) out[v.key] = v.kind === 'external' ? external[v.key][t] : Buffer.from(await v.call(text));
     const ref = out['3-sync'];
-    for (const key of ['1', '2', '2-raw', '3-async', '3-async-4']) {
+    for (const key of ['bare', '1', '2', '2-raw', '3-async', '3-async-4']) {
       if (!out[key].equals(ref)) throw new Error(`output check: tier ${key} differs from tier 3 for ${JSON.stringify(text.slice(0, 20))}`);
     }
     if (pixels(out['0']) !== pixels(ref)) throw new Error(`output check: tier 0 matched pixels differ for ${JSON.stringify(text.slice(0, 20))}`);
@@ -167,9 +204,46 @@ function machine() {
   };
 }
 
-const fmt = (us) => (us >= 1000 ? `${(us / 1000).toFixed(2)} ms` : `${us.toFixed(us < 10 ? 2 : 1)} µs`);
+const fmt = (us) => (Math.abs(us) >= 1000 ? `${(us / 1000).toFixed(2)} ms` : `${us.toFixed(Math.abs(us) < 10 ? 2 : 1)} µs`);
 const pad = (s, n) => String(s).padEnd(n);
 const lpad = (s, n) => String(s).padStart(n);
+
+/** Median and min-max of `f(r)` over the repeats r. */
+function spread(n, f) {
+  const xs = Array.from({ length: n }, (_, r) => f(r));
+  return { median: median(xs), min: Math.min(...xs), max: Math.max(...xs) };
+}
+
+/**
+ * The issue's three targets, each from pairs measured in the same repeat:
+ * tier 0 matched / bare fn >= 5x; napi sync - bare fn < 20 µs; 2-raw / napi sync <= 1.5x.
+ */
+function targetLines(results, cpuResults, perText, perTextCpu) {
+  const n = results.bare.length;
+  const ratio = (tbl, a, b) => spread(n, (r) => tbl[a][r] / tbl[b][r]);
+  const diff = (tbl, a, b) => spread(n, (r) => tbl[a][r] - tbl[b][r]);
+  const figures = {
+    tier0OverBare: { cpu: ratio(cpuResults, '0', 'bare'), wall: ratio(results, '0', 'bare') },
+    tier3Overhead: { cpu: diff(cpuResults, '3-sync', 'bare'), wall: diff(results, '3-sync', 'bare') },
+    // Shortest text: the overhead is a fixed cost, easiest to see where the work is least.
+    tier3OverheadShortest: {
+      cpu: spread(n, (r) => perTextCpu['3-sync'][0][r] - perTextCpu.bare[0][r]),
+      wall: spread(n, (r) => perText['3-sync'][0][r] - perText.bare[0][r]),
+    },
+    raw2OverTier3: { cpu: ratio(cpuResults, '2-raw', '3-sync'), wall: ratio(results, '2-raw', '3-sync') },
+  };
+  const x = (s) => `${s.median.toFixed(2)}x (${s.min.toFixed(2)}-${s.max.toFixed(2)})`;
+  const us = (s) => `${fmt(s.median)} (${fmt(s.min)}..${fmt(s.max)})`;
+  const verdict = (ok) => (ok ? 'MET' : 'NOT MET');
+  const f = figures;
+  const lines = [
+    `  Rust >= 5x faster than tier 0 (tier 0 matched / bare fn): cpu ${x(f.tier0OverBare.cpu)}, wall ${x(f.tier0OverBare.wall)} -> ${verdict(f.tier0OverBare.cpu.median >= 5)}`,
+    `  tier 3 adds < 20 µs (napi qrPng sync - bare fn, mean over texts): cpu ${us(f.tier3Overhead.cpu)}, wall ${us(f.tier3Overhead.wall)}; ` +
+      `at ${TEXTS[0].label}: cpu ${us(f.tier3OverheadShortest.cpu)} -> ${verdict(f.tier3Overhead.cpu.median < 20)}`,
+    `  tier 2-raw within 1.5x of tier 3 (2-raw / napi qrPng sync): cpu ${x(f.raw2OverTier3.cpu)}, wall ${x(f.raw2OverTier3.wall)} -> ${verdict(f.raw2OverTier3.cpu.median <= 1.5)}`,
+  ];
+  return { figures, lines };
+}
 
 async function main() {
   const flags = parseFlags();
@@ -179,7 +253,7 @@ async function main() {
   console.log(`machine: ${m.nproc} cpus, ${m.cpu}, kernel ${m.kernel}, node ${m.node}, loadavg ${m.loadavg}, ${m.date}`);
 
   const sizes = await checkOutputs(list);
-  console.log('outputs checked: tiers 1, 2, 2-raw, 3 byte-identical; tier 0 matched has the same pixels');
+  console.log('outputs checked: bare fn, tiers 1, 2, 2-raw, 3 byte-identical; tier 0 matched has the same pixels');
 
   // results[key][repeat] = mean over texts; perText[key][text] = [µs per repeat]; same for CPU.
   const results = Object.fromEntries(list.map((v) => [v.key, []]));
@@ -192,8 +266,9 @@ async function main() {
       const ms = v.slow ? flags.msPerText * 5 : flags.msPerText;
       const usPerText = [];
       const cpuPerText = [];
+      const external = v.kind === 'external' ? v.run(ms) : null;
       for (let t = 0; t < TEXTS.length; t++) {
-        const { wall, cpu } = await timeOne(v, TEXTS[t].text, ms);
+        const { wall, cpu } = external ? external[t] : await timeOne(v, TEXTS[t].text, ms);
         usPerText.push(wall);
         cpuPerText.push(cpu);
         perText[v.key][t].push(wall);
@@ -228,33 +303,53 @@ async function main() {
     };
   });
 
-  console.log('\nper call, mean over the texts: median of repeats (min-max); speed-up = tier 0 matched / variant');
-  console.log('wall = what the caller waits; cpu = CPU of this process + its reaped children (less disturbed by a busy machine)');
-  console.log(
-    `${pad('variant', 34)} ${lpad('wall/call', 10)} ${lpad('min-max', 21)} ${lpad('x', 7)} ${lpad('cpu/call', 10)} ${lpad('min-max', 21)} ${lpad('x', 7)} ${lpad('PNG B', 6)}`,
-  );
-  for (const r of rows) {
+  if (flags.quick) {
+    console.log('\nper call, mean over the texts, median of repeats; x = tier 0 matched / variant (cpu)');
+    console.log(`${pad('variant', 34)} ${lpad('wall/call', 10)} ${lpad('cpu/call', 10)} ${lpad('x', 7)}`);
+    for (const r of rows) {
+      console.log(`${pad(r.name, 34)} ${lpad(fmt(r.median), 10)} ${lpad(fmt(r.cpuMedian), 10)} ${lpad(`${r.cpuSpeedup.toFixed(2)}x`, 7)}`);
+    }
+  } else {
+    console.log('\nper call, mean over the texts: median of repeats (min-max); speed-up = tier 0 matched / variant');
+    console.log('wall = what the caller waits; cpu = CPU of this process + its reaped children (less disturbed by a busy machine)');
     console.log(
-      `${pad(r.name, 34)} ${lpad(fmt(r.median), 10)} ${lpad(`${fmt(r.min)} - ${fmt(r.max)}`, 21)} ${lpad(`${r.speedup.toFixed(2)}x`, 7)} ${lpad(fmt(r.cpuMedian), 10)} ${lpad(`${fmt(r.cpuMin)} - ${fmt(r.cpuMax)}`, 21)} ${lpad(`${r.cpuSpeedup.toFixed(2)}x`, 7)} ${lpad(Math.round(r.meanBytes), 6)}`,
+      `${pad('variant', 34)} ${lpad('wall/call', 10)} ${lpad('min-max', 21)} ${lpad('x', 7)} ${lpad('cpu/call', 10)} ${lpad('min-max', 21)} ${lpad('x', 7)} ${lpad('PNG B', 6)}`,
     );
-  }
+    for (const r of rows) {
+      console.log(
+        `${pad(r.name, 34)} ${lpad(fmt(r.median), 10)} ${lpad(`${fmt(r.min)} - ${fmt(r.max)}`, 21)} ${lpad(`${r.speedup.toFixed(2)}x`, 7)} ${lpad(fmt(r.cpuMedian), 10)} ${lpad(`${fmt(r.cpuMin)} - ${fmt(r.cpuMax)}`, 21)} ${lpad(`${r.cpuSpeedup.toFixed(2)}x`, 7)} ${lpad(Math.round(r.meanBytes), 6)}`,
+      );
+    }
 
-  for (const [what, table] of [['wall', perText], ['cpu', perTextCpu]]) {
-    console.log(`\nper text, ${what} per call (median of repeats)`);
-    console.log(`${pad('variant', 34)} ${TEXTS.map((t) => lpad(t.label, 11)).join(' ')}`);
-    for (const v of list) {
-      console.log(`${pad(v.name, 34)} ${table[v.key].map((xs) => lpad(fmt(median(xs)), 11)).join(' ')}`);
+    for (const [what, table] of [['wall', perText], ['cpu', perTextCpu]]) {
+      console.log(`\nper text, ${what} per call (median of repeats)`);
+      console.log(`${pad('variant', 34)} ${TEXTS.map((t) => lpad(t.label, 11)).join(' ')}`);
+      for (const v of list) {
+        console.log(`${pad(v.name, 34)} ${table[v.key].map((xs) => lpad(fmt(median(xs)), 11)).join(' ')}`);
+      }
+    }
+    console.log('\nper text, tier 3 overhead = napi qrPng (sync) - bare fn, per repeat: median (min-max)');
+    for (const [what, table] of [['wall', perText], ['cpu', perTextCpu]]) {
+      const cells = TEXTS.map((_, t) => {
+        const d = table['3-sync'][t].map((x, r) => x - table.bare[t][r]);
+        return lpad(`${fmt(median(d))} (${fmt(Math.min(...d))}..${fmt(Math.max(...d))})`, 28);
+      });
+      console.log(`${pad(what, 5)} ${cells.join(' ')}`);
+    }
+
+    console.log('\nPNG bytes per text');
+    console.log(`${pad('tier', 34)} ${TEXTS.map((t) => lpad(t.label, 11)).join(' ')}`);
+    for (const [key, name] of [['0', '0 matched (pngjs, Up, zlib)'], ['0-article', '0-article (200 px RGBA)'], ['3-sync', '1-4 Rust (png crate, adaptive, fdeflate)']]) {
+      console.log(`${pad(name, 34)} ${sizes[key].map((b) => lpad(b, 11)).join(' ')}`);
     }
   }
 
-  console.log('\nPNG bytes per text');
-  console.log(`${pad('tier', 34)} ${TEXTS.map((t) => lpad(t.label, 11)).join(' ')}`);
-  for (const [key, name] of [['0', '0 matched (pngjs, Up, zlib)'], ['0-article', '0-article (200 px RGBA)'], ['3-sync', '1-4 Rust (png crate, adaptive, fdeflate)']]) {
-    console.log(`${pad(name, 34)} ${sizes[key].map((b) => lpad(b, 11)).join(' ')}`);
-  }
+  const targets = targetLines(results, cpuResults, perText, perTextCpu);
+  console.log('\nissue targets (pairs from the same repeat: median (min-max) over repeats; judged on cpu)');
+  for (const line of targets.lines) console.log(line);
 
   if (flags.json) {
-    const doc = { machine: m, flags, texts: TEXTS.map((t) => t.label), rows, perText, perTextCpu, sizes };
+    const doc = { machine: m, flags, texts: TEXTS.map((t) => t.label), rows, perText, perTextCpu, sizes, targets: targets.figures };
     fs.writeFileSync(flags.json, JSON.stringify(doc, null, 2));
     console.log(`\nwrote ${flags.json}`);
   }
