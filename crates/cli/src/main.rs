@@ -5,6 +5,7 @@
 //! objects that do the work and maps the outcome to an exit code:
 //! 0 success, 1 the check failed (SLO broken, responses differ), 2 bad usage.
 
+use std::io::IsTerminal as _;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -59,6 +60,8 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        // Colour codes only for a person at a terminal, never in a log file.
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let result = match cli.command {
         Command::Load(args) => load::run(args),

@@ -59,6 +59,7 @@ struct Record {
 #[derive(Debug)]
 struct State {
     root: u32,
+    interval: Duration,
     started: Instant,
     /// The reading before the first retained record (the start, or the last evicted one).
     base: TreeReading,
@@ -115,13 +116,14 @@ impl TreeSampler {
     /// `/proc` cannot be read or the thread cannot be spawned.
     pub fn start(root: u32, interval: Duration) -> Result<TreeSampler, ProcStatError> {
         let first = read_tree(root)?;
+        let interval = interval.max(Duration::from_millis(1));
         let state = Arc::new(Mutex::new(State {
             root,
+            interval,
             started: first.at,
             base: first,
             records: VecDeque::new(),
         }));
-        let interval = interval.max(Duration::from_millis(1));
         let (stop, stopped) = mpsc::channel::<()>();
         let thread_state = Arc::clone(&state);
         let thread = std::thread::Builder::new()
@@ -162,12 +164,22 @@ impl TreeSampler {
 
     /// Resource use over the samples taken after `mark`.
     ///
-    /// Takes one fresh sample first, so even a step shorter than the interval has data;
+    /// Takes one fresh sample first unless the last one is under half an interval old, so
+    /// even a step shorter than the interval has data and no sliver of an interval fakes a
+    /// CPU peak;
     /// CPU% is measured from the last reading at or before the mark. All zero when there
     /// is no sample after the mark (the root has exited).
     pub fn summary_since(&self, mark: SampleMark) -> ResourceSummary {
         let mut state = lock(&self.state);
-        state.sample();
+        // A fresh sample only when the last one is not recent: one taken a few ms after
+        // the background sample would divide a few ticks by a few ms and fake a CPU peak.
+        let recent = state
+            .records
+            .back()
+            .is_some_and(|r| r.reading.at > mark.0 && r.reading.at.elapsed() < state.interval / 2);
+        if !recent {
+            state.sample();
+        }
         summarize(&state, mark.0)
     }
 
