@@ -36,4 +36,7 @@ step "go: gofmt, vet, test"
 step "node tests (qr/node)"
 (cd qr/node && node --test)
 
+step "end to end: scalpel against the payments services"
+bash scripts/e2e.sh
+
 step "all tests passed in $((SECONDS - start))s"

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# End-to-end checks that join the toolkit and the examples through processes only (they
+# never import each other): the real `scalpel` binary against the real payments services.
+#
+#   1. `scalpel shadow replay` over the whole id list of a generated ledger, Go as primary
+#      and Rust as candidate, stats (several windows) and balance: 100% consistent, every
+#      id compared, exit 0.
+#   2. The same replay against a candidate that answers from a different ledger (another
+#      seed): it must find the differences and exit 1.
+#   3. `scalpel load` against both services side by side with their CPU and memory watched:
+#      every step reports both targets, JSON keys present, exit 0.
+#
+# Needs the release binaries (./run build). Honors CARGO_TARGET_DIR.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+T="${CARGO_TARGET_DIR:-$ROOT/target}"
+SCALPEL="$T/release/scalpel"
+PAYMENTS="$T/release/payments"
+GO="$T/payments-go"
+for bin in "$SCALPEL" "$PAYMENTS" "$GO"; do
+    [ -x "$bin" ] || { echo "e2e: missing $bin (run ./run build)" >&2; exit 2; }
+done
+
+WORK="$(mktemp -d)"
+PIDS=()
+cleanup() {
+    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+passed=0
+failed=0
+check() { # name, then a command that must succeed
+    local name="$1"; shift
+    if "$@"; then
+        passed=$((passed + 1)); echo "ok - $name"
+    else
+        failed=$((failed + 1)); echo "not ok - $name"
+    fi
+}
+
+# Starts a service on port 0 and sets URL and PID from its "listening on http://…" line.
+start() {
+    local name="$1"; shift
+    "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" &
+    PID=$!
+    PIDS+=("$PID")
+    for _ in $(seq 600); do
+        if URL="$(grep -o 'http://[0-9.]*:[0-9]*' "$WORK/$name.out" 2>/dev/null | head -1)" && [ -n "$URL" ]; then
+            return 0
+        fi
+        kill -0 "$PID" 2>/dev/null || { cat "$WORK/$name.err" >&2; return 1; }
+        sleep 0.1
+    done
+    echo "e2e: $name did not start within 60 s" >&2
+    return 1
+}
+
+json_field() { # file, python expression over `d`
+    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"
+}
+
+"$PAYMENTS" generate --users 1500 --seed 11 --db "$WORK/ledger.db" --ids-out "$WORK/ids.txt" >/dev/null
+"$PAYMENTS" generate --users 1500 --seed 12 --db "$WORK/other.db" >/dev/null
+ids=$(wc -l <"$WORK/ids.txt")
+
+start go "$GO" --db "$WORK/ledger.db" --port 0
+GO_URL="$URL"; GO_PID="$PID"
+start rust "$PAYMENTS" serve --db "$WORK/ledger.db" --port 0
+RUST_URL="$URL"; RUST_PID="$PID"
+start other "$PAYMENTS" serve --db "$WORK/other.db" --port 0
+OTHER_URL="$URL"
+
+replay() { # template, json out, candidate url
+    timeout 300 "$SCALPEL" shadow replay --primary "$GO_URL" --candidate "$3" \
+        --template "$1" --data "$WORK/ids.txt" --concurrency 8 --json "$2" >"$2.txt" 2>&1
+}
+
+consistent_over_all_ids() { # template
+    local out="$WORK/replay-$RANDOM.json"
+    replay "$1" "$out" "$RUST_URL" || { cat "$out.txt" >&2; return 1; }
+    [ "$(json_field "$out" 'd["compared"]')" = "$ids" ] &&
+        [ "$(json_field "$out" 'd["mismatched"]')" = "0" ] &&
+        [ "$(json_field "$out" 'd["consistency_percent"]')" = "100.0" ]
+}
+
+for template in '/v1/users/{id}/stats?days=30' '/v1/users/{id}/stats?days=365' \
+    '/v1/users/{id}/stats?days=1' '/v1/users/{id}/balance'; do
+    check "shadow replay Go vs Rust over all $ids ids: $template" consistent_over_all_ids "$template"
+done
+
+finds_differences() {
+    local out="$WORK/replay-other.json" code=0
+    replay '/v1/users/{id}/balance' "$out" "$OTHER_URL" || code=$?
+    [ "$code" = 1 ] && [ "$(json_field "$out" 'd["mismatched"] > 0')" = "True" ]
+}
+check "shadow replay against a different ledger finds differences and exits 1" finds_differences
+
+load_side_by_side() {
+    local out="$WORK/load.json"
+    timeout 120 "$SCALPEL" load --rate 200 -d 2s --data "$WORK/ids.txt" --no-progress \
+        --target go="$GO_URL" --target rust="$RUST_URL" \
+        --watch-pid go="$GO_PID" --watch-pid rust="$RUST_PID" \
+        --json "$out" '/v1/users/{id}/stats?days=30' >"$WORK/load.txt" 2>&1 || { cat "$WORK/load.txt" >&2; return 1; }
+    [ "$(json_field "$out" '[t["name"] for t in d["targets"]]')" = "['go', 'rust']" ] &&
+        [ "$(json_field "$out" 'all(s["errors"] == 0 and s["requests"] > 0 and s["cpu_percent"] is not None and s["rss_mb"] > 1 for t in d["targets"] for s in t["steps"])')" = "True" ]
+}
+check "scalpel load runs Go and Rust side by side with their CPU and memory" load_side_by_side
+
+echo "e2e: $passed passed, $failed failed"
+[ "$failed" = 0 ]
