@@ -5,6 +5,7 @@
 #   bash scripts/bench-qr.sh            # the recorded run (~1 min)
 #   bash scripts/bench-qr.sh --quick    # a few seconds, used by ./run demo
 #   bash scripts/bench-qr.sh --napi-load  # the napi sync/async choice under HTTP load (wrk, ~2 min)
+#   bash scripts/bench-qr.sh --wasm-flags # wasm build flags (opt-level, simd128, wasm-opt), ~3 min
 #
 # Other flags go to qr/node/bench/percall.js (--repeats N, --ms-per-text MS, --json FILE).
 # Builds the Rust artifacts and installs the Node packages when they are missing.
@@ -15,7 +16,8 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 T="$CARGO_TARGET_DIR"
 
 missing=0
-for f in "$T/release/qr-cli" "$T/release/qr-server" "$T/qr/wasm-bindgen/qr_wasm.js" "$T/qr/qr_raw.wasm" "$T/qr/qr_napi.node"; do
+for f in "$T/release/qr-cli" "$T/release/qr-server" "$T/qr/wasm-bindgen/qr_wasm.js" "$T/qr/qr_raw.wasm" \
+         "$T/qr/qr_napi.node" "$T/release/examples/percall"; do
     [ -e "$f" ] || missing=1
 done
 if [ "$missing" = 1 ]; then
@@ -29,5 +31,28 @@ fi
 if [ "${1:-}" = "--napi-load" ]; then
     shift
     exec node qr/node/bench/napi-mode.js "$@"
+fi
+if [ "${1:-}" = "--wasm-flags" ]; then
+    shift
+    # Raw-ABI builds of qr-wasm, one target dir per flag set (no rebuild when flipping),
+    # each also passed through wasm-opt -O3 (npm binaryen, installed by build-qr.sh).
+    out="$T/qr/wasm-flags"
+    rm -rf "$out" && mkdir -p "$out"
+    WASM_OPT="$T/qr/binaryen/node_modules/.bin/wasm-opt"
+    for cfg in "o3:3:" "o3-simd128:3:-C target-feature=+simd128" "os:s:" "os-simd128:s:-C target-feature=+simd128"; do
+        IFS=: read -r name opt flags <<<"$cfg"
+        echo "==> building $name (opt-level=$opt, rustflags: ${flags:-none})" >&2
+        CARGO_TARGET_DIR="$T/wasm-flags/$name" CARGO_PROFILE_RELEASE_OPT_LEVEL="$opt" \
+            CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="$flags -C strip=debuginfo" \
+            cargo build --quiet --release -p qr-wasm --target wasm32-unknown-unknown \
+            --no-default-features --features raw >&2
+        cp "$T/wasm-flags/$name/wasm32-unknown-unknown/release/qr_wasm.wasm" "$out/$name.wasm"
+        if [ -x "$WASM_OPT" ]; then
+            "$WASM_OPT" -O3 --enable-bulk-memory --enable-multivalue --enable-mutable-globals \
+                --enable-nontrapping-float-to-int --enable-reference-types --enable-sign-ext \
+                --enable-simd "$out/$name.wasm" -o "$out/$name+wasm-opt.wasm"
+        fi
+    done
+    exec node qr/node/bench/wasm-flags.js "$out" "$@"
 fi
 exec node qr/node/bench/percall.js "$@"

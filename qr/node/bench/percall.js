@@ -200,6 +200,13 @@ function machine() {
     kernel,
     node: process.version,
     loadavg: os.loadavg().map((x) => x.toFixed(2)).join(' '),
+    wasmBuild: (() => {
+      try {
+        return fs.readFileSync(path.join(targetDir(), 'qr', 'wasm-opt.txt'), 'utf8').trim();
+      } catch {
+        return 'unknown (no qr/wasm-opt.txt: built before scripts/build-qr.sh wrote it)';
+      }
+    })(),
     uvThreadpool: process.env.UV_THREADPOOL_SIZE || '4 (default)',
   };
 }
@@ -251,6 +258,7 @@ async function main() {
   const m = machine();
   console.log(`qr per-call bench: ${flags.quick ? 'quick' : 'full'}, ${flags.repeats} repeats x ${TEXTS.length} texts x ${flags.msPerText} ms per variant (CLI spawn: 5x that)`);
   console.log(`machine: ${m.nproc} cpus, ${m.cpu}, kernel ${m.kernel}, node ${m.node}, loadavg ${m.loadavg}, ${m.date}`);
+  console.log(`wasm build: ${m.wasmBuild}`);
 
   const sizes = await checkOutputs(list);
   console.log('outputs checked: bare fn, tiers 1, 2, 2-raw, 3 byte-identical; tier 0 matched has the same pixels');
@@ -328,25 +336,27 @@ async function main() {
         console.log(`${pad(v.name, 34)} ${table[v.key].map((xs) => lpad(fmt(median(xs)), 11)).join(' ')}`);
       }
     }
-    console.log('\nper text, tier 3 overhead = napi qrPng (sync) - bare fn, per repeat: median (min-max)');
-    for (const [what, table] of [['wall', perText], ['cpu', perTextCpu]]) {
-      const cells = TEXTS.map((_, t) => {
+    console.log('\nper text, tier 3 overhead = napi qrPng (sync) - bare fn, per repeat: median (min..max)');
+    for (const [t, { label }] of TEXTS.entries()) {
+      const cells = [perText, perTextCpu].map((table) => {
         const d = table['3-sync'][t].map((x, r) => x - table.bare[t][r]);
-        return lpad(`${fmt(median(d))} (${fmt(Math.min(...d))}..${fmt(Math.max(...d))})`, 28);
+        return lpad(`${fmt(median(d))} (${fmt(Math.min(...d))}..${fmt(Math.max(...d))})`, 32);
       });
-      console.log(`${pad(what, 5)} ${cells.join(' ')}`);
+      console.log(`${pad(label, 12)} wall ${cells[0]}   cpu ${cells[1]}`);
     }
 
     console.log('\nPNG bytes per text');
-    console.log(`${pad('tier', 34)} ${TEXTS.map((t) => lpad(t.label, 11)).join(' ')}`);
+    console.log(`${pad('tier', 40)} ${TEXTS.map((t) => lpad(t.label, 11)).join(' ')}`);
     for (const [key, name] of [['0', '0 matched (pngjs, Up, zlib)'], ['0-article', '0-article (200 px RGBA)'], ['3-sync', '1-4 Rust (png crate, adaptive, fdeflate)']]) {
-      console.log(`${pad(name, 34)} ${sizes[key].map((b) => lpad(b, 11)).join(' ')}`);
+      console.log(`${pad(name, 40)} ${sizes[key].map((b) => lpad(b, 11)).join(' ')}`);
     }
   }
 
+  m.loadavgEnd = os.loadavg().map((x) => x.toFixed(2)).join(' ');
   const targets = targetLines(results, cpuResults, perText, perTextCpu);
   console.log('\nissue targets (pairs from the same repeat: median (min-max) over repeats; judged on cpu)');
   for (const line of targets.lines) console.log(line);
+  console.log(`loadavg at the end: ${m.loadavgEnd}`);
 
   if (flags.json) {
     const doc = { machine: m, flags, texts: TEXTS.map((t) => t.label), rows, perText, perTextCpu, sizes, targets: targets.figures };
