@@ -41,70 +41,18 @@ SERVER_CPU="${SERVER_CPU:-1}"
 LOAD_CPU="${LOAD_CPU:-0}"
 ENDPOINTS="${ENDPOINTS:-stats balance}"
 
-echo "== build"
-cargo build --release -p payments-service -p scalpel
-bash scripts/build-go.sh
-PAY="$TGT/release/payments"
-GO="$TGT/payments-go"
-SCALPEL="$TGT/release/scalpel"
-
-DB="$OUT/ledger-$USERS-$SEED.db"
-IDS="$OUT/ids-$USERS-$SEED.txt"
-if [[ ! -f "$DB" || ! -f "$IDS" ]]; then
-  echo "== generate"
-  "$PAY" generate --users "$USERS" --seed "$SEED" --db "$DB" --ids-out "$IDS" --force
-fi
-
-PIDS=()
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-}
-trap cleanup EXIT
-
-# start NAME CMD... : runs CMD pinned to SERVER_CPU, waits for its listening line.
-start() {
-  local name="$1"; shift
-  # A previous run's output would be read as this run's "listening" line.
-  rm -f "$OUT/$name.stdout" "$OUT/$name.stderr"
-  taskset -c "$SERVER_CPU" "$@" >"$OUT/$name.stdout" 2>"$OUT/$name.stderr" &
-  local pid=$!
-  PIDS+=("$pid")
-  for _ in $(seq 1200); do
-    if grep -q 'http://' "$OUT/$name.stdout" 2>/dev/null; then break; fi
-    if ! kill -0 "$pid" 2>/dev/null; then cat "$OUT/$name.stderr" >&2; exit 1; fi
-    sleep 0.1
-  done
-  local url
-  url="$(grep -o 'http://[0-9.:]*' "$OUT/$name.stdout" | head -1)"
-  [[ -n "$url" ]] || { echo "$name did not start" >&2; exit 1; }
-  eval "${name^^}_URL=$url; ${name^^}_PID=$pid"
-  echo "$name: pid $pid, $url, pinned to cpu $SERVER_CPU"
-}
+LEDGER_DIR="$OUT"
+# shellcheck source=scripts/lib/payments-services.sh
+source "$ROOT/scripts/lib/payments-services.sh"
+payments_build
+payments_binaries
+payments_ledger
+trap payments_cleanup EXIT
 
 echo "== start (servers on cpu $SERVER_CPU, load on cpu $LOAD_CPU)"
 start go "$GO" --db "$DB" --port 0
 start rust "$PAY" serve --db "$DB" --port 0
-
-echo "== parity check"
-python3 - "$GO_URL" "$RUST_URL" "$IDS" <<'PY'
-import sys, urllib.request, urllib.error, random
-go, rust, ids = sys.argv[1], sys.argv[2], [l.strip() for l in open(sys.argv[3]) if l.strip()]
-def get(u):
-    try:
-        r = urllib.request.urlopen(u, timeout=30); return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
-random.seed(7)
-n = 0
-for i in random.sample(ids, min(300, len(ids))):
-    for q in ("/balance", "/stats", "/stats?days=7", "/stats?days=365"):
-        a, b = get(go + "/v1/users/" + i + q), get(rust + "/v1/users/" + i + q)
-        if a != b:
-            sys.exit(f"DIFFERENT answers for {i}{q}:\n go:   {a}\n rust: {b}")
-        n += 1
-print(f"identical status and bytes for {n} requests")
-PY
+payments_parity 300 7 /balance /stats '/stats?days=7' '/stats?days=365'
 
 MACHINE="$(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), kernel $(uname -r), load avg $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "machine: $MACHINE"

@@ -57,47 +57,15 @@ command -v perf >/dev/null || { echo "perf not found: apt-get install -y linux-p
 perf stat -e task-clock true >/dev/null 2>&1 || {
   echo "perf cannot count here (kernel.perf_event_paranoid = $(cat /proc/sys/kernel/perf_event_paranoid))" >&2; exit 2; }
 
+LEDGER_DIR="$BENCH"
+# shellcheck source=scripts/lib/payments-services.sh
+source "$ROOT/scripts/lib/payments-services.sh"
 if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
-  echo "== build"
-  cargo build --release -p payments-service -p scalpel
-  bash scripts/build-go.sh
+  payments_build
 fi
-PAY="$TGT/release/payments"
-GO="$TGT/payments-go"
-SCALPEL="$TGT/release/scalpel"
-
-DB="$BENCH/ledger-$USERS-$SEED.db"
-IDS="$BENCH/ids-$USERS-$SEED.txt"
-if [[ ! -f "$DB" || ! -f "$IDS" ]]; then
-  echo "== generate"
-  "$PAY" generate --users "$USERS" --seed "$SEED" --db "$DB" --ids-out "$IDS" --force
-fi
-
-PIDS=()
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-}
-trap cleanup EXIT
-
-# start NAME CMD... : runs CMD pinned to SERVER_CPU, waits for its listening line.
-start() {
-  local name="$1"; shift
-  rm -f "$OUT/$name.stdout"  # a stale file from an earlier run must not be read as this one's
-  taskset -c "$SERVER_CPU" "$@" >"$OUT/$name.stdout" 2>"$OUT/$name.stderr" &
-  local pid=$!
-  PIDS+=("$pid")
-  for _ in $(seq 1200); do
-    if grep -q 'listening on http://' "$OUT/$name.stdout" 2>/dev/null; then break; fi
-    if ! kill -0 "$pid" 2>/dev/null; then cat "$OUT/$name.stderr" >&2; exit 1; fi
-    sleep 0.1
-  done
-  local url
-  url="$(grep -o 'listening on http://[0-9.:]*' "$OUT/$name.stdout" | head -1 | cut -d' ' -f3)"
-  [[ -n "$url" ]] || { echo "$name did not start" >&2; exit 1; }
-  eval "${name^^}_URL=$url; ${name^^}_PID=$pid"
-  echo "$name: pid $pid, $url, pinned to cpu $SERVER_CPU"
-}
+payments_binaries
+payments_ledger
+trap payments_cleanup EXIT
 
 echo "== start"
 start go "$GO" --db "$DB" --port 0 --pprof 127.0.0.1:0
@@ -106,25 +74,7 @@ for _ in $(seq 100); do grep -q '^pprof on' "$OUT/go.stdout" && break; sleep 0.1
 PPROF="$(grep -o 'pprof on http://[0-9.:]*' "$OUT/go.stdout" | cut -d' ' -f3)"
 [[ -n "$PPROF" ]] || { echo "go did not print its pprof address" >&2; exit 1; }
 
-echo "== parity check"
-python3 - "$GO_URL" "$RUST_URL" "$IDS" <<'PY'
-import sys, urllib.request, urllib.error, random
-go, rust, ids = sys.argv[1], sys.argv[2], [l.strip() for l in open(sys.argv[3]) if l.strip()]
-def get(u):
-    try:
-        r = urllib.request.urlopen(u, timeout=30); return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
-random.seed(11)
-n = 0
-for i in random.sample(ids, min(100, len(ids))):
-    for q in ("/balance", "/stats?days=30"):
-        a, b = get(go + "/v1/users/" + i + q), get(rust + "/v1/users/" + i + q)
-        if a != b:
-            sys.exit(f"DIFFERENT answers for {i}{q}:\n go:   {a}\n rust: {b}")
-        n += 1
-print(f"identical status and bytes for {n} requests")
-PY
+payments_parity 100 11 /balance '/stats?days=30'
 
 MACHINE="$(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), kernel $(uname -r)"
 echo "machine: $MACHINE"
