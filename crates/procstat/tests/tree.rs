@@ -299,10 +299,18 @@ fn missing_process_is_an_error_not_a_panic() {
 
 #[test]
 fn a_process_in_two_trees_counts_once_and_gone_roots_are_skipped() {
-    let me = std::process::id();
-    let single = read_tree(me).expect("own tree");
-    let set = read_set(&[me, me, NO_SUCH_PID]);
-    assert_eq!(set.processes, single.processes);
+    // A child of its own, not this test process: other tests in this binary start and
+    // reap children at any moment, so this process's tree changes between two readings.
+    let mut child = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .expect("spawn sleep");
+    let pid = child.id();
+    let single = read_tree(pid).expect("child's tree");
+    let set = read_set(&[pid, pid, NO_SUCH_PID]);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!((single.processes, set.processes), (1, 1));
     assert!(set.rss_bytes > 0);
 }
 
