@@ -22,7 +22,7 @@ step "build (release)"
 bash scripts/build.sh
 
 step "rust tests (release)"
-cargo test --release --workspace
+cargo test --release --workspace --no-fail-fast
 
 step "go: gofmt, vet, test"
 (
