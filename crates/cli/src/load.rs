@@ -179,10 +179,6 @@ pub(crate) fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
 
 /// The error's own message only: `scalpel-requests` errors already include their cause, and
 /// the `{:#}` chain printed by main would repeat it.
-fn one_line(e: impl std::fmt::Display) -> anyhow::Error {
-    anyhow!("{e}")
-}
-
 fn duration_arg(flag: &str, text: &str) -> anyhow::Result<Duration> {
     scalpel_load::parse_duration(text).map_err(|e| anyhow!("{flag}: {e}"))
 }
@@ -224,11 +220,10 @@ fn build(args: &LoadArgs) -> anyhow::Result<(Plan, Vec<Target>)> {
         ),
         (None, None) => None,
     };
-    let request = RequestTemplate::parse(&args.method, &template, &args.headers, body.as_deref())
-        .map_err(one_line)?;
+    let request = RequestTemplate::parse(&args.method, &template, &args.headers, body.as_deref())?;
     let fixed = request.placeholders().is_empty();
     let data = match &args.data {
-        Some(path) => Some(DataSet::from_path(path).map_err(one_line)?),
+        Some(path) => Some(DataSet::from_path(path)?),
         None => None,
     };
     if args.shuffle.is_some() && data.is_none() {
@@ -238,7 +233,7 @@ fn build(args: &LoadArgs) -> anyhow::Result<(Plan, Vec<Target>)> {
         Some(seed) => Order::Shuffled { seed },
         None => Order::Sequential,
     };
-    let set = RequestSet::new(request, data, order).map_err(one_line)?;
+    let set = RequestSet::new(request, data, order)?;
     let source: Arc<dyn RequestSource> = Arc::new(TemplateSource { set, fixed });
 
     // Model and limits.

@@ -37,9 +37,9 @@ impl DataSet {
     /// number of fields than the header, a repeated column name, or bytes that are not
     /// UTF-8; each error names the path and, where it applies, the line.
     pub fn from_path(path: &Path) -> Result<DataSet, RequestsError> {
-        let bytes = std::fs::read(path).map_err(|source| RequestsError::Io {
+        let bytes = std::fs::read(path).map_err(|error| RequestsError::Io {
             path: path.to_path_buf(),
-            source,
+            error,
         })?;
         let is_csv = path
             .extension()
@@ -210,9 +210,9 @@ fn csv_error(path: &Path, error: csv::Error) -> RequestsError {
             path: path.to_path_buf(),
             line: pos.map_or(line, |p| p.line()),
         },
-        csv::ErrorKind::Io(source) => RequestsError::Io {
+        csv::ErrorKind::Io(error) => RequestsError::Io {
             path: path.to_path_buf(),
-            source,
+            error,
         },
         _ => RequestsError::Csv {
             path: path.to_path_buf(),

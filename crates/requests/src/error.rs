@@ -8,12 +8,14 @@ use std::path::PathBuf;
 #[non_exhaustive]
 pub enum RequestsError {
     /// The data file could not be opened or read.
-    #[error("cannot read data file {}: {source}", path.display())]
+    // The cause is part of the message and deliberately not a `source`, so a report that
+    // prints the error chain shows it once.
+    #[error("cannot read data file {}: {error}", path.display())]
     Io {
         /// The data file.
         path: PathBuf,
         /// The underlying error.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The data file holds no values (no non-blank line, or a CSV header and no rows).
     #[error("data file {} has no values", path.display())]
