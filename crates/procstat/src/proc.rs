@@ -129,26 +129,58 @@ pub(crate) fn tree_pids(root: u32) -> Result<Vec<u32>, ProcStatError> {
 /// One reading over the trees of `roots`; `Err` only if `/proc` itself is unreadable.
 /// `required` makes a missing first root an error.
 pub(crate) fn read_roots(roots: &[u32], required: bool) -> Result<TreeReading, ProcStatError> {
+    let (all, pids) = discover_with(roots, required)?;
+    Ok(read_pids_with(&pids, true, |pid| all.get(&pid).copied()))
+}
+
+/// The roots that exist and all their descendants now (one pass over `/proc`).
+/// `required` makes a missing first root an error.
+pub(crate) fn discover(roots: &[u32], required: bool) -> Result<Vec<u32>, ProcStatError> {
+    discover_with(roots, required).map(|(_, pids)| pids)
+}
+
+fn discover_with(
+    roots: &[u32],
+    required: bool,
+) -> Result<(HashMap<u32, Stat>, Vec<u32>), ProcStatError> {
     let all = scan_all()?;
     if required && roots.first().is_some_and(|root| !all.contains_key(root)) {
         return Err(ProcStatError::NoSuchProcess { pid: roots[0] });
     }
     let pids = descendants(&all, roots);
+    Ok((all, pids))
+}
+
+/// One reading of already discovered processes: a few small files each, no scan of
+/// `/proc`. `with_pss` reads smaps_rollup too (it walks page tables: milliseconds for a
+/// few hundred MiB); without it `pss_bytes` is `None`.
+pub(crate) fn read_pids(pids: &[u32], with_pss: bool) -> TreeReading {
+    read_pids_with(pids, with_pss, read_stat)
+}
+
+fn read_pids_with(
+    pids: &[u32],
+    with_pss: bool,
+    stat_of: impl Fn(u32) -> Option<Stat>,
+) -> TreeReading {
     let at = Instant::now();
     let page = page_size();
     let mut reading = TreeReading {
         at,
         cpu_ticks: 0,
         rss_bytes: 0,
-        pss_bytes: Some(0),
+        pss_bytes: with_pss.then_some(0),
         processes: 0,
     };
-    for pid in pids {
-        let Some(stat) = all.get(&pid) else { continue };
+    for &pid in pids {
+        let Some(stat) = stat_of(pid) else { continue };
         reading.cpu_ticks += stat.ticks;
         reading.processes += 1;
         if let Some(pages) = read_statm_resident(pid) {
             reading.rss_bytes += pages * page;
+        }
+        if !with_pss {
+            continue;
         }
         match read_pss(pid) {
             Pss::Bytes(bytes) => {
@@ -160,7 +192,7 @@ pub(crate) fn read_roots(roots: &[u32], required: bool) -> Result<TreeReading, P
             Pss::Unreadable => reading.pss_bytes = None,
         }
     }
-    Ok(reading)
+    reading
 }
 
 fn read_statm_resident(pid: u32) -> Option<u64> {

@@ -6,10 +6,17 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::{ProcStatError, TreeReading, cpu_percent, read_tree};
+use crate::proc::{discover, read_pids};
+use crate::{ProcStatError, TreeReading, cpu_percent};
 
 /// How many samples a sampler keeps: at 100 ms, well over two hours.
 const RETAINED: usize = 100_000;
+/// How often the tree is re-discovered (a pass over every process in `/proc`, ~1 ms here).
+/// Every other sample reads two small files a process.
+const DISCOVER_EVERY: Duration = Duration::from_secs(1);
+/// The sampler thread's nice value: the lowest, so a load generator on the same core
+/// preempts it at once instead of waiting out a reading.
+const SAMPLER_NICE: i32 = 19;
 
 /// One point of a sampler's series.
 #[derive(Debug, Clone, Copy)]
@@ -20,7 +27,9 @@ pub struct Sample {
     pub cpu_percent: f64,
     /// Summed resident set size of the tree.
     pub rss_bytes: u64,
-    /// Summed proportional set size, when readable for every process.
+    /// Summed proportional set size, when readable for every process; read only by
+    /// [`TreeSampler::summary_since`], at the end of a window (see the crate doc), so
+    /// `None` in the background samples.
     pub pss_bytes: Option<u64>,
     /// Processes in the tree.
     pub processes: u32,
@@ -40,9 +49,10 @@ pub struct ResourceSummary {
     pub rss_bytes_mean: u64,
     /// Highest RSS of one sample.
     pub rss_bytes_peak: u64,
-    /// Mean PSS, when every sample of the window had it.
+    /// Mean PSS over the samples of the window that have it (in practice the one read
+    /// when the window was summarized); `None` when unreadable.
     pub pss_bytes_mean: Option<u64>,
-    /// Highest PSS, when every sample of the window had it.
+    /// Highest PSS of those samples.
     pub pss_bytes_peak: Option<u64>,
 }
 
@@ -64,14 +74,26 @@ struct State {
     /// The reading before the first retained record (the start, or the last evicted one).
     base: TreeReading,
     records: VecDeque<Record>,
+    /// The tree as last discovered, and when.
+    pids: Vec<u32>,
+    discovered: Instant,
 }
 
 impl State {
     /// Takes one reading and appends it; `false` if the root is gone.
     fn sample(&mut self) -> bool {
-        let Ok(reading) = read_tree(self.root) else {
+        let now = Instant::now();
+        if now.duration_since(self.discovered) >= DISCOVER_EVERY {
+            let Ok(pids) = discover(&[self.root], true) else {
+                return false;
+            };
+            self.pids = pids;
+            self.discovered = now;
+        }
+        let reading = read_pids(&self.pids, false);
+        if crate::proc::read_stat(self.root).is_none() {
             return false;
-        };
+        }
         let previous = self.records.back().map_or(self.base, |r| r.reading);
         let sample = Sample {
             elapsed: reading.at.saturating_duration_since(self.started),
@@ -88,6 +110,13 @@ impl State {
         self.records.push_back(Record { reading, sample });
         true
     }
+}
+
+/// Lowers the calling thread's priority (Linux: `setpriority` on a thread id affects that
+/// thread only). Best effort: a sampler that keeps nice 0 still samples.
+fn lower_own_priority() {
+    let tid = rustix::thread::gettid();
+    let _ = rustix::process::setpriority_process(Some(tid), SAMPLER_NICE);
 }
 
 /// Samples a process tree on a background thread every `interval`.
@@ -115,7 +144,8 @@ impl TreeSampler {
     /// [`ProcStatError::NoSuchProcess`] if `root` does not exist, or an I/O error if
     /// `/proc` cannot be read or the thread cannot be spawned.
     pub fn start(root: u32, interval: Duration) -> Result<TreeSampler, ProcStatError> {
-        let first = read_tree(root)?;
+        let pids = discover(&[root], true)?;
+        let first = read_pids(&pids, false);
         let interval = interval.max(Duration::from_millis(1));
         let state = Arc::new(Mutex::new(State {
             root,
@@ -123,12 +153,15 @@ impl TreeSampler {
             started: first.at,
             base: first,
             records: VecDeque::new(),
+            pids,
+            discovered: first.at,
         }));
         let (stop, stopped) = mpsc::channel::<()>();
         let thread_state = Arc::clone(&state);
         let thread = std::thread::Builder::new()
             .name(format!("procstat-{root}"))
             .spawn(move || {
+                lower_own_priority();
                 let mut next = Instant::now() + interval;
                 loop {
                     let wait = next.saturating_duration_since(Instant::now());
@@ -166,7 +199,7 @@ impl TreeSampler {
     ///
     /// Takes one fresh sample first unless the last one is under half an interval old, so
     /// even a step shorter than the interval has data and no sliver of an interval fakes a
-    /// CPU peak;
+    /// CPU peak, and reads PSS into it (the window's only PSS reading);
     /// CPU% is measured from the last reading at or before the mark. All zero when there
     /// is no sample after the mark (the root has exited).
     pub fn summary_since(&self, mark: SampleMark) -> ResourceSummary {
@@ -179,6 +212,13 @@ impl TreeSampler {
             .is_some_and(|r| r.reading.at > mark.0 && r.reading.at.elapsed() < state.interval / 2);
         if !recent {
             state.sample();
+        }
+        // PSS once, now that the window is over: reading it mid-window stalls the target.
+        let pss = read_pids(&state.pids, true).pss_bytes;
+        if let Some(last) = state.records.back_mut()
+            && last.reading.at > mark.0
+        {
+            last.sample.pss_bytes = pss;
         }
         summarize(&state, mark.0)
     }
@@ -221,7 +261,8 @@ fn summarize(state: &State, since: Instant) -> ResourceSummary {
 
     let count = window.len() as u64;
     let rss_total: u64 = window.iter().map(|r| r.sample.rss_bytes).sum();
-    let pss: Option<Vec<u64>> = window.iter().map(|r| r.sample.pss_bytes).collect();
+    let pss: Vec<u64> = window.iter().filter_map(|r| r.sample.pss_bytes).collect();
+    let pss = (!pss.is_empty()).then_some(pss);
     ResourceSummary {
         samples: u32::try_from(window.len()).unwrap_or(u32::MAX),
         cpu_percent_mean: cpu_percent(&before, &last.reading),
@@ -231,7 +272,7 @@ fn summarize(state: &State, since: Instant) -> ResourceSummary {
             .fold(0.0, f64::max),
         rss_bytes_mean: rss_total / count,
         rss_bytes_peak: window.iter().map(|r| r.sample.rss_bytes).max().unwrap_or(0),
-        pss_bytes_mean: pss.as_ref().map(|p| p.iter().sum::<u64>() / count),
+        pss_bytes_mean: pss.as_ref().map(|p| p.iter().sum::<u64>() / p.len() as u64),
         pss_bytes_peak: pss.as_ref().and_then(|p| p.iter().copied().max()),
     }
 }

@@ -358,3 +358,32 @@ fn cpu_percent_of_this_process_while_it_spins() {
         "backwards is 0, not negative"
     );
 }
+
+/// The sampler thread must never compete with the load it measures: it lowers itself to
+/// nice 19 (field 19 of its /proc task stat), while this test's thread keeps its own.
+#[test]
+fn the_sampler_thread_runs_at_the_lowest_priority() {
+    let me = std::process::id();
+    let sampler = TreeSampler::start(me, Duration::from_millis(20)).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let name = format!("procstat-{me}");
+    let mut nice_of_sampler = None;
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        let Some((comm, rest)) = stat.split_once(") ") else {
+            continue;
+        };
+        // Fields after the name start at field 3 (state); nice is field 19.
+        let nice: i32 = rest.split_whitespace().nth(16).unwrap().parse().unwrap();
+        if comm.ends_with(&format!("({name}")) {
+            nice_of_sampler = Some(nice);
+        }
+    }
+    assert_eq!(
+        nice_of_sampler,
+        Some(19),
+        "sampler thread not found or not at nice 19"
+    );
+    assert!(sampler.latest().is_some());
+    sampler.stop();
+}
