@@ -42,10 +42,11 @@
 //!   requests `w, w+T, …` of the schedule, request `i` due at `t0 + i/R`).
 //! - **Open model without a hand-off per request.** A slot that finishes a request claims
 //!   the thread's next request itself when it is already due — no wake-up, no queue; under
-//!   load that is most requests. Otherwise the slot parks, and one timer per thread (a single
-//!   reused deadline, 1 ms resolution) wakes once per tick, hands every request that fell due
-//!   to a parked slot or a new connection, and marks the rest `late`. The coarse tick costs
-//!   no accuracy: latency runs from the intended time, not from the wake-up.
+//!   load that is most requests. Otherwise the slot parks, and one timer per thread wakes at
+//!   the next intended time, hands every request that fell due to a parked slot or a new
+//!   connection, and marks the rest `late`. The timer is a timerfd (`timer`), not tokio's
+//!   1 ms wheel: latency runs from the intended time, so a coarse tick would add the
+//!   generator's own 0–1 ms wait to every measurement and send requests in bursts.
 //! - **No coordinated omission.** In the open model a request's latency runs from its
 //!   intended send time. When the in-flight limit is reached the request waits for a free
 //!   connection and is counted `late`; requests still waiting when the step ends are
@@ -72,6 +73,7 @@ mod http1;
 pub mod result;
 mod run;
 mod slo;
+mod timer;
 mod worker;
 
 pub use http1::{Endpoint, RequestParts, UrlError};

@@ -21,6 +21,7 @@ use tokio::task::JoinHandle;
 use crate::RequestSource;
 use crate::http1::{Conn, Endpoint, Failure, RequestParts};
 use crate::result::new_histogram;
+use crate::timer::PreciseTimer;
 
 /// How many requests a segment may send.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -456,11 +457,11 @@ impl Pacer {
 ///
 /// A slot that finishes a request claims the next one itself when it is already due — no
 /// hand-off, no wake-up; that is the common case under load. Otherwise the slot parks, and
-/// the timer loop, waking once per timer tick (1 ms resolution; latency runs from the
-/// intended time whatever the tick), hands the requests that fell due to parked slots. A
-/// request still without a slot at the next tick gets a new connection (the pool grows by
-/// at most an eighth a tick), or, when the in-flight limit is reached, waits for a busy one
-/// and is counted late.
+/// the timer loop, waking at the next request's intended time (a timerfd, microsecond
+/// precision: see [`crate::timer`]), hands the requests that fell due to parked slots. A
+/// request still without a slot a tick (1 ms) later gets a new connection (the pool grows
+/// by at most an eighth a tick), or, when the in-flight limit is reached, waits for a busy
+/// one and is counted late.
 struct Schedule {
     t0: Instant,
     period_s: f64,
@@ -642,8 +643,7 @@ async fn dispatch(
     let mut due = 0u64;
     let mut seen = 0u64;
     let tick = Duration::from_millis(1);
-    let timer = tokio::time::sleep_until(t0.into());
-    tokio::pin!(timer);
+    let timer = PreciseTimer::new();
     loop {
         let now = Instant::now();
         let time_up = deadline.is_some_and(|d| now >= d);
@@ -700,8 +700,7 @@ async fn dispatch(
         let Some(at) = next_due.into_iter().chain(retry).chain(deadline).min() else {
             break;
         };
-        timer.as_mut().reset(at.into());
-        timer.as_mut().await;
+        timer.sleep_until(at).await;
         // Let the slots whose responses arrived with this wake-up claim due requests first.
         tokio::task::yield_now().await;
     }
