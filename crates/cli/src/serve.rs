@@ -42,7 +42,9 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         );
         return Ok(ExitCode::SUCCESS);
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
+    // The control plane (supervision, health, admin) only: the proxy runs on its own
+    // data-plane threads (`[server] threads`).
+    let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;

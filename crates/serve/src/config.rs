@@ -110,6 +110,7 @@ struct RawServer {
     drain_timeout_ms: u64,
     #[serde(default = "d_sample_interval_ms")]
     sample_interval_ms: u64,
+    threads: Option<Spanned<u64>>,
 }
 
 fn d_max_header_bytes() -> Spanned<u64> {
@@ -300,6 +301,8 @@ pub(crate) struct ServerConfig {
     pub(crate) pool_max_idle_per_worker: usize,
     pub(crate) drain_timeout: Duration,
     pub(crate) sample_interval: Duration,
+    /// Data-plane threads (each its own runtime and worker connections).
+    pub(crate) threads: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -430,6 +433,16 @@ impl Config {
                 "max_header_bytes must be between 8192 and 1048576".into(),
             ));
         }
+        let threads = match &s.threads {
+            None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            Some(t) if (1..=256).contains(t.get_ref()) => *t.get_ref() as usize,
+            Some(t) => {
+                return Err(fail(
+                    Some(t.span()),
+                    "threads must be between 1 and 256".into(),
+                ));
+            }
+        };
         let ms = Duration::from_millis;
         let server = ServerConfig {
             listen,
@@ -446,6 +459,7 @@ impl Config {
             pool_max_idle_per_worker: s.pool_max_idle_per_worker,
             drain_timeout: ms(s.drain_timeout_ms),
             sample_interval: ms(s.sample_interval_ms.max(100)),
+            threads,
         };
 
         if raw.app.is_empty() {

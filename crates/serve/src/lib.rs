@@ -67,6 +67,11 @@
 //! retry stays possible), larger ones stream. A failed health probe counts only when the
 //! worker answered no proxied request since the previous probe, so an overloaded worker
 //! (its probe queued behind requests) is not mistaken for a blocked one.
+//!
+//! The data plane is `threads` OS threads, each a current-thread runtime with its own
+//! accept loop on the shared listening socket and its own keep-alive connections to the
+//! workers (`upstream`), so a request and everything it wakes stay on one thread; the
+//! control plane (supervisor, health checks, admin, sampler) runs on the caller's runtime.
 
 mod config;
 mod health;
@@ -76,6 +81,7 @@ mod pool;
 mod proxy;
 mod server;
 mod supervisor;
+mod upstream;
 
 pub use config::{ADMIN_TOKEN_ENV, Balance, Config, ConfigError};
 pub use health::{HealthCheck, HttpHealthCheck};

@@ -21,6 +21,7 @@ use tokio::sync::{Semaphore, oneshot};
 use crate::config::MirrorConfig;
 use crate::pool::fast_random;
 use crate::proxy::Shared;
+use crate::upstream::Upstreams;
 
 /// Mirror exchanges in flight per route; beyond it copies are skipped (`queue_full`).
 pub(crate) const MIRROR_CONCURRENCY: usize = 64;
@@ -66,6 +67,7 @@ impl Mirror {
     pub(crate) fn begin(
         &self,
         shared: &Arc<Shared>,
+        up: &Arc<Upstreams>,
         method: &Method,
         path_and_query: &str,
         headers: &HeaderMap,
@@ -80,6 +82,7 @@ impl Mirror {
         };
         let (tx, rx) = oneshot::channel::<Captured>();
         let shared = shared.clone();
+        let up = up.clone();
         let recorder = self.recorder.clone();
         let app = self.app;
         // ShadowRequest has no body/header accessors, so the copy is built from ours.
@@ -97,7 +100,7 @@ impl Mirror {
         );
         tokio::spawn(async move {
             let _permit = permit;
-            let candidate = send_copy(&shared, app, copy).await;
+            let candidate = send_copy(&shared, &up, app, copy).await;
             match rx.await {
                 Ok(Ok((status, headers, body, latency))) => {
                     let primary = ShadowResponse::new(status, headers, body, latency);
@@ -113,6 +116,7 @@ impl Mirror {
 
 async fn send_copy(
     shared: &Shared,
+    up: &Arc<Upstreams>,
     app: usize,
     (method, path_and_query, headers, body): (Method, String, HeaderMap, Bytes),
 ) -> Result<ShadowResponse, Failure> {
@@ -120,17 +124,15 @@ async fn send_copy(
     let backend = app.pool.select(None).ok_or(Failure::Connect)?;
     let _in_flight = backend.begin();
     app.metrics.mirrored.fetch_add(1, Ordering::Relaxed);
-    let uri = format!("http://{}{}", backend.addr(), path_and_query);
-    let mut up = Request::new(Full::new(body));
-    *up.method_mut() = method;
-    *up.headers_mut() = headers;
-    *up.uri_mut() = uri.parse().map_err(|_| Failure::Connect)?;
+    let mut request = Request::new(Full::new(body));
+    *request.method_mut() = method;
+    *request.headers_mut() = headers;
+    *request.uri_mut() = path_and_query.parse().map_err(|_| Failure::Connect)?;
     let start = Instant::now();
     let max = shared.cfg.max_body_bytes as usize;
     let exchange = async {
-        let res = shared
-            .client
-            .request(up)
+        let (res, lease) = up
+            .send(backend.addr(), request)
             .await
             .map_err(|_| Failure::Connect)?;
         backend.answered();
@@ -142,6 +144,7 @@ async fn send_copy(
                 Failure::Connect
             }
         })?;
+        lease.release();
         Ok(ShadowResponse::new(
             parts.status,
             parts.headers,

@@ -19,16 +19,13 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 
 use crate::config::{RouteConfig, ServerConfig, StickyKey};
 use crate::metrics::AppMetrics;
 use crate::mirror::{Mirror, Tee};
 use crate::pool::{Backend, InFlight, fast_random};
 use crate::supervisor::App;
-
-pub(crate) type UpstreamClient = Client<HttpConnector, Full<Bytes>>;
+use crate::upstream::{Lease, Upstreams};
 
 /// Worker bodies up to this size (by `Content-Length`) are read whole before the
 /// response goes out; larger or chunked ones stream.
@@ -137,7 +134,6 @@ pub(crate) struct Shared {
     pub(crate) cfg: ServerConfig,
     pub(crate) apps: Vec<Arc<App>>,
     pub(crate) routes: Vec<Route>,
-    pub(crate) client: UpstreamClient,
     pub(crate) no_route: AtomicU64,
     pub(crate) too_large: AtomicU64,
 }
@@ -156,8 +152,11 @@ pub(crate) enum ProxyBody {
         /// Bytes already read from `body`, sent first.
         first: Option<Bytes>,
         body: Incoming,
+        /// The worker connection, back to its pool when the body has ended (boxed: only
+        /// streamed bodies carry one, and it would double every body's size).
+        lease: Option<Box<Lease>>,
         _finish: Finish,
-        tee: Option<Tee>,
+        tee: Option<Box<Tee>>,
     },
 }
 
@@ -174,12 +173,24 @@ impl Body for ProxyBody {
                 Poll::Ready(b.take().map(|b| Ok(Frame::data(b))))
             }
             ProxyBody::Upstream {
-                first, body, tee, ..
+                first,
+                body,
+                tee,
+                lease,
+                ..
             } => {
                 if let Some(b) = first.take() {
                     return Poll::Ready(Some(Ok(Frame::data(b))));
                 }
                 let r = Pin::new(&mut *body).poll_frame(cx);
+                let ended = match &r {
+                    Poll::Ready(None) => true,
+                    Poll::Ready(Some(Ok(_))) => body.is_end_stream(),
+                    _ => false,
+                };
+                if ended && let Some(l) = lease.take() {
+                    l.release();
+                }
                 if let Some(t) = tee {
                     match &r {
                         Poll::Ready(Some(Ok(f))) => {
@@ -302,8 +313,11 @@ impl Shared {
             .ok_or(())
     }
 
+    /// Serves one client request on the calling data-plane thread, whose connections to
+    /// the workers are `up`.
     pub(crate) async fn handle(
         self: &Arc<Self>,
+        up: &Arc<Upstreams>,
         peer: SocketAddr,
         req: Request<Incoming>,
     ) -> Response<ProxyBody> {
@@ -324,7 +338,7 @@ impl Shared {
         let app = &self.apps[app_index];
         let start = Instant::now();
         app.metrics.requests.fetch_add(1, Ordering::Relaxed);
-        let res = self.forward(app, mirror, peer, req, start).await;
+        let res = self.forward(up, app, mirror, peer, req, start).await;
         if res.status().is_server_error() {
             app.metrics.errors.fetch_add(1, Ordering::Relaxed);
         }
@@ -333,6 +347,7 @@ impl Shared {
 
     async fn forward(
         self: &Arc<Self>,
+        up: &Arc<Upstreams>,
         app: &App,
         mirror: Option<&Mirror>,
         peer: SocketAddr,
@@ -393,15 +408,26 @@ impl Shared {
             );
         }
         headers.append(header::VIA, HeaderValue::from_static("1.1 scalpel"));
-        let path_and_query = parts
-            .uri
-            .path_and_query()
-            .map_or("/", |p| p.as_str())
-            .to_string();
+        // Workers get origin form (`/path?query`); a client's absolute form is reduced.
+        let target = if parts.uri.scheme().is_none() && parts.uri.authority().is_none() {
+            parts.uri
+        } else {
+            match parts
+                .uri
+                .path_and_query()
+                .map_or("/", |p| p.as_str())
+                .parse()
+            {
+                Ok(u) => u,
+                Err(_) => return json_error(StatusCode::BAD_REQUEST, "bad request target"),
+            }
+        };
         let method = parts.method;
         let retry_ok = self.cfg.retry_idempotent && idempotent(&method);
-        let mut mirror_tx =
-            mirror.and_then(|m| m.begin(self, &method, &path_and_query, &headers, &body));
+        let mut mirror_tx = mirror.and_then(|m| {
+            let path_and_query = target.path_and_query().map_or("/", |p| p.as_str());
+            m.begin(self, up, &method, path_and_query, &headers, &body)
+        });
 
         // Phase `upstream`.
         let mut avoid: Option<Arc<Backend>> = None;
@@ -422,16 +448,24 @@ impl Shared {
                     );
                 }
             };
-            let uri = format!("http://{}{}", backend.addr(), path_and_query);
-            let mut up = Request::new(Full::new(body.clone()));
-            *up.method_mut() = method.clone();
-            *up.headers_mut() = headers.clone();
-            match uri.parse() {
-                Ok(u) => *up.uri_mut() = u,
-                Err(_) => return json_error(StatusCode::BAD_REQUEST, "bad request target"),
+            let mut request = Request::new(Full::new(body.clone()));
+            *request.method_mut() = method.clone();
+            *request.uri_mut() = target.clone();
+            // The last attempt can have the headers; earlier ones keep them for a retry.
+            *request.headers_mut() = if attempt == 1 {
+                headers.clone()
+            } else {
+                std::mem::take(&mut headers)
+            };
+            if !request.headers().contains_key(header::HOST) {
+                // HTTP/1.0 clients may omit it; HTTP/1.1 workers require it.
+                if let Ok(v) = HeaderValue::from_str(&backend.addr().to_string()) {
+                    request.headers_mut().insert(header::HOST, v);
+                }
             }
             let in_flight = backend.begin();
-            let exchange = tokio::time::timeout(self.cfg.upstream_timeout, self.client.request(up));
+            let exchange =
+                tokio::time::timeout(self.cfg.upstream_timeout, up.send(backend.addr(), request));
             let sent = tokio::select! {
                 r = exchange => r,
                 // The supervisor found the worker stuck: no answer will come. Dropping the
@@ -443,7 +477,7 @@ impl Shared {
                 }
             };
             match sent {
-                Ok(Ok(res)) => {
+                Ok(Ok((res, lease))) => {
                     backend.answered();
                     // Phase `response_filter`.
                     let (mut rp, incoming) = res.into_parts();
@@ -541,7 +575,7 @@ impl Shared {
                         if ended {
                             t.end();
                         }
-                        t
+                        Box::new(t)
                     });
                     let finish = Finish {
                         _in_flight: in_flight,
@@ -553,21 +587,25 @@ impl Shared {
                         (false, Some(incoming)) => ProxyBody::Upstream {
                             first,
                             body: incoming,
+                            lease: Some(Box::new(lease)),
                             _finish: finish,
                             tee,
                         },
-                        _ => ProxyBody::Buffered {
-                            data: first,
-                            _finish: finish,
-                        },
+                        _ => {
+                            lease.release();
+                            ProxyBody::Buffered {
+                                data: first,
+                                _finish: finish,
+                            }
+                        }
                     };
                     return Response::from_parts(rp, body);
                 }
                 Ok(Err(e)) => {
                     let name = format!("{}#{}", app.cfg.name, backend.index());
-                    // A connect error means the worker never saw the request: safe to
+                    // A request that never left means the worker never saw it: safe to
                     // resend whatever the method. Otherwise only idempotent requests.
-                    if attempt == 1 && (e.is_connect() || retry_ok) {
+                    if attempt == 1 && (e.never_sent() || retry_ok) {
                         app.metrics.retries.fetch_add(1, Ordering::Relaxed);
                         tracing::debug!(worker = %name, error = %e, "retrying on another worker");
                         avoid = Some(in_flight.backend().clone());

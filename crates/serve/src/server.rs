@@ -10,9 +10,7 @@ use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, oneshot, watch};
@@ -22,6 +20,7 @@ use crate::metrics::{PromText, RestartReason};
 use crate::pool::WorkerState;
 use crate::proxy::{ProxyBody, Route, Shared, json_error};
 use crate::supervisor::{SlotCmd, WorkerLogs, start_app};
+use crate::upstream::Upstreams;
 
 /// What went wrong starting or running the server.
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +34,9 @@ pub enum ServeError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// A data-plane thread could not be started.
+    #[error("cannot start the balancer's threads: {0}")]
+    Threads(#[source] std::io::Error),
     /// A reload did not replace every worker (the old ones of those keep serving).
     #[error("reload incomplete: {}", .0.join("; "))]
     Reload(Vec<String>),
@@ -109,6 +111,8 @@ pub struct Server {
     listen: SocketAddr,
     admin: Option<SocketAddr>,
     stop_accepting: watch::Sender<bool>,
+    /// Tells the data-plane threads to end their runtimes (drained or given up on).
+    stop_threads: watch::Sender<bool>,
     connections: Arc<ConnCount>,
     reload_lock: Arc<tokio::sync::Mutex<()>>,
 }
@@ -155,16 +159,6 @@ impl Server {
         })?;
         let admin = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
 
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(cfg.connect_timeout));
-        connector.enforce_http(true);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(cfg.pool_idle_timeout)
-            .pool_max_idle_per_host(cfg.pool_max_idle_per_worker)
-            .build(connector);
-
         let apps = config
             .apps
             .iter()
@@ -181,19 +175,14 @@ impl Server {
             cfg,
             apps,
             routes,
-            client,
             no_route: Default::default(),
             too_large: Default::default(),
         });
         let (stop_tx, stop_rx) = watch::channel(false);
+        let (stop_threads, threads_rx) = watch::channel(false);
         let connections = Arc::new(ConnCount::default());
         let reload_lock = Arc::new(tokio::sync::Mutex::new(()));
-        tokio::spawn(accept_loop(
-            listener,
-            shared.clone(),
-            stop_rx.clone(),
-            connections.clone(),
-        ));
+        start_data_plane(listener, &shared, &stop_rx, &threads_rx, &connections)?;
         if let Some(l) = admin_listener {
             tokio::spawn(admin_loop(
                 l,
@@ -208,6 +197,7 @@ impl Server {
             listen,
             admin,
             stop_accepting: stop_tx,
+            stop_threads,
             connections,
             reload_lock,
         })
@@ -297,6 +287,8 @@ impl Server {
                 }
             }
         }
+        // The data-plane runtimes end with their (drained or abandoned) connections.
+        let _ = self.stop_threads.send(true);
         for w in waits {
             let _ = w.await;
         }
@@ -329,11 +321,61 @@ async fn reload(shared: &Shared, lock: &tokio::sync::Mutex<()>) -> Result<(), Se
     }
 }
 
+/// Starts the data plane: `threads` OS threads, each with a current-thread runtime, an
+/// accept loop on a clone of the listening socket and its own connections to the workers
+/// (nginx's worker-process model, in threads). A client connection, the worker
+/// connection its request borrows and every task they wake stay on one thread: no
+/// work stealing, no cross-thread wake-up per request. Supervision, health checks and
+/// the admin address run on the caller's runtime.
+fn start_data_plane(
+    listener: TcpListener,
+    shared: &Arc<Shared>,
+    stop: &watch::Receiver<bool>,
+    end: &watch::Receiver<bool>,
+    conns: &Arc<ConnCount>,
+) -> Result<(), ServeError> {
+    let std_listener = listener.into_std().map_err(ServeError::Threads)?;
+    for i in 0..shared.cfg.threads {
+        let listener = std_listener.try_clone().map_err(ServeError::Threads)?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(ServeError::Threads)?;
+        let (shared, stop, mut end, conns) =
+            (shared.clone(), stop.clone(), end.clone(), conns.clone());
+        std::thread::Builder::new()
+            .name(format!("serve-io-{i}"))
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let listener = match TcpListener::from_std(listener) {
+                        Ok(l) => l,
+                        Err(e) => {
+                            tracing::error!(error = %e, "data-plane thread {i}: no listener");
+                            return;
+                        }
+                    };
+                    let up = Upstreams::new(
+                        shared.cfg.connect_timeout,
+                        shared.cfg.pool_idle_timeout,
+                        shared.cfg.pool_max_idle_per_worker,
+                    );
+                    accept_loop(listener, shared, stop, conns, up).await;
+                    // Keep serving the open connections until the server is done with
+                    // them (drained, or the drain timed out) or is gone.
+                    let _ = end.wait_for(|e| *e).await;
+                });
+            })
+            .map_err(ServeError::Threads)?;
+    }
+    Ok(())
+}
+
 async fn accept_loop(
     listener: TcpListener,
     shared: Arc<Shared>,
     mut stop: watch::Receiver<bool>,
     conns: Arc<ConnCount>,
+    up: Arc<Upstreams>,
 ) {
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
@@ -352,19 +394,21 @@ async fn accept_loop(
                     continue;
                 }
             },
-            _ = stop.changed() => return,
+            _ = stop.wait_for(|s| *s) => return,
         };
         let _ = stream.set_nodelay(true);
         conns.active.fetch_add(1, Ordering::AcqRel);
         let guard = ConnGuard(conns.clone());
         let shared = shared.clone();
+        let up = up.clone();
         let mut stop = stop.clone();
         let builder = builder.clone();
         tokio::spawn(async move {
             let _guard = guard;
             let svc = service_fn(move |req: Request<Incoming>| {
                 let shared = shared.clone();
-                async move { Ok::<_, Infallible>(shared.handle(peer, req).await) }
+                let up = up.clone();
+                async move { Ok::<_, Infallible>(shared.handle(&up, peer, req).await) }
             });
             let conn = builder.serve_connection(TokioIo::new(stream), svc);
             tokio::pin!(conn);

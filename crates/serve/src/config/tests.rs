@@ -167,3 +167,20 @@ fn no_app_is_an_error_and_a_bad_balance_names_its_line() {
     let text = MINIMAL.replace("workers = 2", "workers = 2\nbalance = \"random\"");
     assert_rejected(&text, Some(9), "unknown variant `random`");
 }
+
+#[test]
+fn data_plane_threads_default_to_the_cores_and_are_bounded() {
+    let c = Config::parse(MINIMAL, Path::new("x.toml")).unwrap();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert_eq!(c.server.threads, cores);
+    let text = MINIMAL.replace("[server]\n", "[server]\nthreads = 1\n");
+    assert_eq!(
+        Config::parse(&text, Path::new("x.toml"))
+            .unwrap()
+            .server
+            .threads,
+        1
+    );
+    let text = MINIMAL.replace("[server]\n", "[server]\nthreads = 0\n");
+    assert_rejected(&text, Some(2), "threads must be between 1 and 256");
+}
