@@ -19,7 +19,8 @@
 #   6. writes every result (JSON with histograms, text tables) and summary.md with medians,
 #      min-max over repeats and Rust/Go ratios.
 #
-# Environment knobs: USERS SEED RAMP STEP FIXED REPEATS SERVER_CPU LOAD_CPU ENDPOINTS.
+# Environment knobs: USERS SEED RAMP STEP FIXED REPEATS SERVER_CPU LOAD_CPU ENDPOINTS;
+# SUMMARY_ONLY=1 re-writes summary.md from the JSON of the last run without measuring.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -35,7 +36,7 @@ SEED="${SEED:-1}"
 if [[ "${QUICK:-0}" == 1 ]]; then
   RAMP="${RAMP:-1000,1500,25000}"; STEP="${STEP:-2s}"; FIXED="${FIXED:-10s}"; REPEATS="${REPEATS:-1}"
 else
-  RAMP="${RAMP:-1000,1000,30000}"; STEP="${STEP:-5s}"; FIXED="${FIXED:-30s}"; REPEATS="${REPEATS:-3}"
+  RAMP="${RAMP:-1500,1500,60000}"; STEP="${STEP:-5s}"; FIXED="${FIXED:-30s}"; REPEATS="${REPEATS:-3}"
 fi
 SERVER_CPU="${SERVER_CPU:-1}"
 LOAD_CPU="${LOAD_CPU:-0}"
@@ -44,6 +45,8 @@ ENDPOINTS="${ENDPOINTS:-stats balance}"
 LEDGER_DIR="$OUT"
 # shellcheck source=scripts/lib/payments-services.sh
 source "$ROOT/scripts/lib/payments-services.sh"
+MACHINE="$(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), kernel $(uname -r), load avg $(cut -d' ' -f1-3 /proc/loadavg)"
+if [[ "${SUMMARY_ONLY:-0}" != 1 ]]; then
 payments_build
 payments_binaries
 payments_ledger
@@ -54,7 +57,6 @@ start go "$GO" --db "$DB" --port 0
 start rust "$PAY" serve --db "$DB" --port 0
 payments_parity 300 7 /balance /stats '/stats?days=7' '/stats?days=365'
 
-MACHINE="$(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), kernel $(uname -r), load avg $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "machine: $MACHINE"
 
 load() {
@@ -87,7 +89,10 @@ PY
     load --rate "$half" -d "$FIXED" --json "$OUT/fixed-$ep-$r.json" "$path" >"$OUT/fixed-$ep-$r.txt" || true
   done
 done
+echo "$MACHINE" >"$OUT/machine.txt"
+fi
 
+MACHINE="$(cat "$OUT/machine.txt" 2>/dev/null || echo "$MACHINE")"
 python3 - "$OUT" "$REPEATS" "$MACHINE" "$ENDPOINTS" <<'PY' | tee "$OUT/summary.md"
 import json, statistics, sys, datetime
 out, n, machine, endpoints = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4].split()
@@ -134,7 +139,8 @@ for ep in endpoints:
             q = (">= " if "rust" in held_all and "go" not in held_all else "") + spread(ratios, 2)
             print(f"| {label} | {g} | {r} | {q} |")
             continue
-        print(f"| {label} | {spread(d['go'])} | {spread(d['rust'])} | {spread(ratios, 2)} |")
+        digits = 3 if label.endswith(" ms") else 1
+        print(f"| {label} | {spread(d['go'], digits)} | {spread(d['rust'], digits)} | {spread(ratios, 2)} |")
     print()
 PY
 echo "results in $OUT"
