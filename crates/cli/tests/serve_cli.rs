@@ -238,3 +238,52 @@ fn sighup_reloads_and_sigterm_drains_then_exits_0() {
         "{err:?}"
     );
 }
+
+/// A balancer killed with SIGKILL cannot stop its workers; the kernel does
+/// (PR_SET_PDEATHSIG): no worker is left holding its port.
+#[test]
+fn workers_die_with_a_sigkilled_balancer() {
+    let dir = tempfile::tempdir().unwrap();
+    let (listen, admin, base) = (free_port(), free_port(), free_base(4));
+    let path = dir.path().join("serve.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:{listen}\"\nadmin = \"127.0.0.1:{admin}\"\n\n[[app]]\nname = \"web\"\ncommand = [\"node\", \"{}\"]\nworkers = 2\nport_base = {base}\n",
+            app_js().display()
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(BIN)
+        .args(["serve", "--config"])
+        .arg(&path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut status = String::new();
+    assert!(
+        poll(Duration::from_secs(60), || {
+            status = http(admin, "GET", "/status")
+                .map(|r| r.1)
+                .unwrap_or_default();
+            status.matches("\"state\": \"ready\"").count() == 2
+        }),
+        "not ready: {status}"
+    );
+    let workers = pids(&status);
+    assert_eq!(workers.len(), 2, "{status}");
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    assert!(
+        poll(Duration::from_secs(10), || {
+            // Gone, or a zombie waiting for whoever inherited it to reap it.
+            workers.iter().all(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+                    s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z'))
+                })
+            })
+        }),
+        "workers {workers:?} outlived a SIGKILLed balancer"
+    );
+}

@@ -190,6 +190,7 @@ impl SlotCtx {
             // then drains before stopping workers; stopping signals the whole group.
             .process_group(0)
             .kill_on_drop(true);
+        die_with_parent(&mut cmd);
         let capture = !matches!(self.logs, WorkerLogs::Discard);
         let pipe = || {
             if capture {
@@ -611,5 +612,28 @@ async fn forward_lines(
             WorkerLogs::Capture(b) => b.push(line),
             WorkerLogs::Discard => {}
         }
+    }
+}
+
+/// Makes the worker die (SIGKILL) when the balancer dies, even by SIGKILL, when nobody
+/// is left to stop it. (Linux: the signal follows the *thread* that spawned the child;
+/// workers are spawned from the control-plane runtime, whose threads live as long as it.)
+fn die_with_parent(cmd: &mut tokio::process::Command) {
+    let parent = rustix::process::getpid();
+    // SAFETY: the closure runs in the forked child before exec and only makes two
+    // async-signal-safe system calls (prctl, getppid); it allocates nothing and takes no
+    // lock.
+    #[allow(unsafe_code)]
+    unsafe {
+        cmd.pre_exec(move || {
+            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
+            // The balancer died between fork and prctl: no signal will come.
+            if rustix::process::getppid() != Some(parent) {
+                return Err(std::io::Error::other(
+                    "the balancer exited during the spawn",
+                ));
+            }
+            Ok(())
+        });
     }
 }
