@@ -137,6 +137,9 @@ fn d_true() -> bool {
 fn d_pool_idle_timeout_ms() -> u64 {
     60_000
 }
+fn d_avoid_stalled_ms() -> u64 {
+    500
+}
 fn d_pool_max_idle() -> usize {
     256
 }
@@ -164,6 +167,8 @@ struct RawApp {
     cwd: Option<PathBuf>,
     #[serde(default = "d_balance")]
     balance: Balance,
+    #[serde(default = "d_avoid_stalled_ms")]
+    avoid_stalled_ms: u64,
     #[serde(default = "d_start_timeout_ms")]
     start_timeout_ms: u64,
     #[serde(default = "d_stop_grace_ms")]
@@ -316,6 +321,9 @@ pub(crate) struct AppConfig {
     pub(crate) env: BTreeMap<String, String>,
     pub(crate) cwd: Option<PathBuf>,
     pub(crate) balance: Balance,
+    /// A worker with requests in flight and no response head for this long gets no new
+    /// requests until it answers again (zero: never).
+    pub(crate) avoid_stalled: Duration,
     pub(crate) start_timeout: Duration,
     pub(crate) stop_grace: Duration,
     pub(crate) health_path: String,
@@ -564,6 +572,7 @@ impl Config {
                 env: a.env.clone(),
                 cwd: a.cwd.as_ref().map(|c| base_dir.join(c)),
                 balance: a.balance,
+                avoid_stalled: ms(a.avoid_stalled_ms),
                 start_timeout: ms(a.start_timeout_ms.max(1)),
                 stop_grace: ms(a.stop_grace_ms),
                 health_path: h.path.clone(),

@@ -6,8 +6,8 @@ use std::cell::Cell;
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use tokio::sync::Notify;
@@ -61,8 +61,19 @@ pub struct Backend {
     in_flight: AtomicUsize,
     requests: AtomicU64,
     answered: AtomicU64,
+    /// When it last made progress: a response head, or its first request after idling
+    /// (µs since [`epoch_us`]'s origin).
+    progress_us: AtomicU64,
+    /// [`Backend::stalled`] after this many µs without progress (0: never).
+    stall_after_us: u64,
     ejected: AtomicBool,
     on_eject: Notify,
+}
+
+/// Microseconds on one process-wide monotonic clock.
+fn epoch_us() -> u64 {
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    ORIGIN.get_or_init(Instant::now).elapsed().as_micros() as u64
 }
 
 impl fmt::Debug for Backend {
@@ -90,6 +101,8 @@ impl Backend {
             in_flight: AtomicUsize::new(0),
             requests: AtomicU64::new(0),
             answered: AtomicU64::new(0),
+            progress_us: AtomicU64::new(epoch_us()),
+            stall_after_us: 0,
             ejected: AtomicBool::new(false),
             on_eject: Notify::new(),
         }
@@ -142,6 +155,24 @@ impl Backend {
     /// Counts a response head received from the worker: proof that it is not stuck.
     pub(crate) fn answered(&self) {
         self.answered.fetch_add(1, Ordering::Relaxed);
+        self.progress_us.store(epoch_us(), Ordering::Relaxed);
+    }
+
+    /// Sets how long it may hold requests without answering any before it counts as
+    /// stalled (zero: never).
+    pub(crate) fn with_stall_after(mut self, after: Duration) -> Self {
+        self.stall_after_us = after.as_micros() as u64;
+        self
+    }
+
+    /// It has requests in flight and has answered none of them for the app's
+    /// `avoid_stalled_ms`: a blocked event loop, long before health checks can tell.
+    /// Selection sends it nothing new until it answers again (or all workers stall).
+    pub fn stalled(&self) -> bool {
+        self.stall_after_us > 0
+            && self.in_flight() > 0
+            && epoch_us().saturating_sub(self.progress_us.load(Ordering::Relaxed))
+                > self.stall_after_us
     }
 
     /// Response heads received from the worker so far.
@@ -169,7 +200,10 @@ impl Backend {
 
     /// Counts a request as in flight until the guard drops.
     pub(crate) fn begin(self: &Arc<Self>) -> InFlight {
-        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        if self.in_flight.fetch_add(1, Ordering::Relaxed) == 0 {
+            // Idle until now: the wait for an answer starts here.
+            self.progress_us.store(epoch_us(), Ordering::Relaxed);
+        }
         self.requests.fetch_add(1, Ordering::Relaxed);
         InFlight(self.clone())
     }
@@ -192,7 +226,8 @@ impl Drop for InFlight {
 }
 
 /// Which ready worker takes the next request. `avoid` is a worker that just failed this
-/// request (a retry goes elsewhere when there is an elsewhere).
+/// request (a retry goes elsewhere when there is an elsewhere); a [`Backend::stalled`]
+/// worker is passed over like it while another can be had.
 pub trait Selection: Send + Sync + fmt::Debug {
     /// Picks one of `backends` (never empty).
     fn select<'a>(&self, backends: &'a [Arc<Backend>], avoid: Option<&Backend>)
@@ -200,7 +235,7 @@ pub trait Selection: Send + Sync + fmt::Debug {
 }
 
 fn avoided(b: &Arc<Backend>, avoid: Option<&Backend>) -> bool {
-    avoid.is_some_and(|a| std::ptr::eq(Arc::as_ptr(b), a))
+    avoid.is_some_and(|a| std::ptr::eq(Arc::as_ptr(b), a)) || b.stalled()
 }
 
 /// Each worker in turn.
@@ -442,5 +477,47 @@ mod tests {
             assert_eq!(rr.select(&b, Some(&b[0])).index(), 1);
             assert_eq!(lc.select(&b, Some(&b[1])).index(), 0);
         }
+    }
+
+    /// A worker holding requests it does not answer is passed over by every method until
+    /// it answers; an idle one or one that answers is not stalled, however long it idled.
+    #[test]
+    fn a_stalled_worker_gets_nothing_new_until_it_answers() {
+        let addr = |p| SocketAddr::from(([127, 0, 0, 1], p));
+        let quick = |i| {
+            Arc::new(
+                Backend::new("t".into(), i, addr(2000 + i as u16), 0)
+                    .with_stall_after(Duration::from_millis(1)),
+            )
+        };
+        // Worker 1 never stalls in this test, however the machine pauses it.
+        let never = Arc::new(
+            Backend::new("t".into(), 1, addr(2001), 0).with_stall_after(Duration::from_secs(3600)),
+        );
+        let b = vec![quick(0), never];
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(!b[0].stalled(), "idle is not stalled");
+        let stuck = b[0].begin(); // the wait starts now, not at creation
+        assert!(!Backend::new("t".into(), 9, addr(2009), 0).stalled());
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(b[0].stalled());
+        // Worker 1 is busier, yet the only one that can answer.
+        let _busy: Vec<_> = (0..3).map(|_| b[1].begin()).collect();
+        b[1].answered();
+        let (rr, lc) = (RoundRobin::default(), LeastConn::default());
+        for _ in 0..4 {
+            assert_eq!(rr.select(&b, None).index(), 1);
+            assert_eq!(lc.select(&b, None).index(), 1);
+            assert_eq!(PowerOfTwo.select(&b, None).index(), 1);
+        }
+        // An answer makes it eligible again (checked with a threshold no pause can reach).
+        let patient = Arc::new(
+            Backend::new("t".into(), 3, addr(2003), 0).with_stall_after(Duration::from_secs(3600)),
+        );
+        let _g = patient.begin();
+        patient.answered();
+        assert!(!patient.stalled());
+        drop(stuck);
+        assert!(!b[0].stalled(), "nothing in flight: not stalled");
     }
 }

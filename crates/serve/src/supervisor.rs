@@ -223,7 +223,10 @@ impl SlotCtx {
             let _ = tx.send(Some(desc));
         });
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        let backend = Arc::new(Backend::new(cfg.name.clone(), self.slot.index, addr, pid));
+        let backend = Arc::new(
+            Backend::new(cfg.name.clone(), self.slot.index, addr, pid)
+                .with_stall_after(cfg.avoid_stalled),
+        );
         self.slot.current.store(Some(backend.clone()));
         Ok(Proc { backend, exit: rx })
     }

@@ -687,3 +687,58 @@ async fn response_broken_mid_body_is_retried_elsewhere() {
     );
     h.server.shutdown().await;
 }
+
+/// A worker whose event loop is blocked while it holds a request gets nothing new once
+/// `avoid_stalled_ms` has passed, long before the health checks (here: never) take it out.
+/// Round robin would otherwise send it every other request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_worker_is_passed_over_before_health_checks_decide() {
+    let h = start(&format!(
+        "{SERVER}{}",
+        node_app(
+            "web",
+            2,
+            "round_robin",
+            "avoid_stalled_ms = 200\n[app.health]\nfailures = 100000\n"
+        )
+    ))
+    .await;
+    let pids = h.pids(0);
+    let (stuck, other) = (pids[0].unwrap() as u64, pids[1].unwrap() as u64);
+    // Through the balancer, so it counts the request in flight: round robin's turn order
+    // decides which worker gets it, so block whichever answers to `stuck`'s turn.
+    let c = h.client.clone();
+    let listen = h.server.listen_addr();
+    let mut blocked = None;
+    for _ in 0..2 {
+        let c = c.clone();
+        let task = tokio::spawn(async move { get_at(&c, listen, "/block?ms=6000").await });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        if h.server.status().apps[0].workers[0].in_flight == 1 {
+            blocked = Some(task);
+            break;
+        }
+        // It went to the other worker, which is now blocked instead: wait it out.
+        let _ = task.await;
+    }
+    let blocked = blocked.expect("a /block request on worker 0");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    for i in 0..10 {
+        let r = tokio::time::timeout(Duration::from_secs(3), h.get("/"))
+            .await
+            .unwrap_or_else(|_| panic!("request {i} waited on the stalled worker"))
+            .expect("request");
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert_eq!(pid_of(&r), other, "request {i} went to the stalled worker");
+        assert_ne!(pid_of(&r), stuck);
+    }
+    // Once it answers, it is back in turn.
+    let done = blocked
+        .await
+        .unwrap()
+        .expect("the blocked request is answered");
+    assert_eq!(done.status, 200);
+    let seen = spread(&h, 10).await;
+    assert_eq!(seen.len(), 2, "both workers serve again: {seen:?}");
+    h.server.shutdown().await;
+}
