@@ -644,6 +644,7 @@ async fn dispatch(
     let mut seen = 0u64;
     let tick = Duration::from_millis(1);
     let timer = PreciseTimer::new();
+    const MIN_WAKE_GAP: Duration = Duration::from_micros(50);
     loop {
         let now = Instant::now();
         let time_up = deadline.is_some_and(|d| now >= d);
@@ -700,7 +701,11 @@ async fn dispatch(
         let Some(at) = next_due.into_iter().chain(retry).chain(deadline).min() else {
             break;
         };
-        timer.sleep_until(at).await;
+        // At most one timer wake-up per MIN_WAKE_GAP: a wake-up costs three system calls,
+        // and at 100k req/s one per request would eat half the generator's core. Requests
+        // falling due within the gap leave together, at most MIN_WAKE_GAP late (still
+        // measured from their intended time).
+        timer.sleep_until(at.max(now + MIN_WAKE_GAP)).await;
         // Let the slots whose responses arrived with this wake-up claim due requests first.
         tokio::task::yield_now().await;
     }
