@@ -253,6 +253,7 @@ struct RawRoute {
     mirror_percent: Spanned<f64>,
     #[serde(default = "d_no_patterns")]
     mirror_ignore: Spanned<Vec<String>>,
+    mirror_store: Option<Spanned<String>>,
 }
 
 fn d_prefix() -> Spanned<String> {
@@ -363,6 +364,8 @@ pub(crate) struct MirrorConfig {
     pub(crate) app: usize,
     pub(crate) percent: f64,
     pub(crate) comparer: scalpel_diff::Comparer,
+    /// The SQLite store of counters and samples (`scalpel shadow report --store`), if any.
+    pub(crate) store: Option<PathBuf>,
 }
 
 /// What a sticky split hashes.
@@ -688,6 +691,7 @@ impl Config {
                         app: idx,
                         percent: pct,
                         comparer,
+                        store: r.mirror_store.as_ref().map(|p| base_dir.join(p.get_ref())),
                     })
                 }
                 None => {
@@ -696,6 +700,9 @@ impl Config {
                             Some(r.mirror_ignore.span()),
                             "mirror_ignore without mirror".into(),
                         ));
+                    }
+                    if let Some(p) = &r.mirror_store {
+                        return Err(fail(Some(p.span()), "mirror_store without mirror".into()));
                     }
                     None
                 }

@@ -41,7 +41,11 @@ pub(crate) struct Mirror {
 }
 
 impl Mirror {
-    pub(crate) fn new(cfg: &MirrorConfig) -> Self {
+    /// Opens the route's store when it has one (its counters and samples resume).
+    pub(crate) fn new(
+        cfg: &MirrorConfig,
+        route: &str,
+    ) -> Result<Self, scalpel_shadow::ShadowError> {
         let settings = CompareSettings::new(
             cfg.comparer.clone(),
             RouteNormalizer::default(),
@@ -50,12 +54,23 @@ impl Mirror {
             MAX_SAMPLES,
             false,
         );
-        Self {
+        let recorder = match &cfg.store {
+            Some(path) => Recorder::with_store(
+                settings,
+                path,
+                &[
+                    ("mode", "scalpel serve mirror".to_string()),
+                    ("route", route.to_string()),
+                ],
+            )?,
+            None => Recorder::new(settings, None),
+        };
+        Ok(Self {
             app: cfg.app,
             percent: cfg.percent,
-            recorder: Arc::new(Recorder::new(settings, None)),
+            recorder: Arc::new(recorder),
             slots: Arc::new(Semaphore::new(MIRROR_CONCURRENCY)),
-        }
+        })
     }
 
     fn sampled(&self) -> bool {

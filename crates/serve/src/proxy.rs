@@ -45,13 +45,17 @@ pub(crate) struct Route {
 }
 
 impl Route {
-    pub(crate) fn new(cfg: RouteConfig) -> Self {
-        Self {
-            mirror: cfg.mirror.as_ref().map(Mirror::new),
+    pub(crate) fn new(cfg: RouteConfig) -> Result<Self, scalpel_shadow::ShadowError> {
+        let mirror = match &cfg.mirror {
+            Some(m) => Some(Mirror::new(m, &cfg.prefix)?),
+            None => None,
+        };
+        Ok(Self {
+            mirror,
             total_weight: cfg.arms.iter().map(|a| a.1).sum(),
             arm_requests: cfg.arms.iter().map(|_| AtomicU64::new(0)).collect(),
             cfg,
-        }
+        })
     }
 
     fn matches(&self, method: &Method, path: &str, headers: &HeaderMap) -> bool {

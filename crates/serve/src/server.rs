@@ -34,6 +34,9 @@ pub enum ServeError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// A mirrored route's store could not be opened.
+    #[error("mirror store: {0}")]
+    MirrorStore(#[source] scalpel_shadow::ShadowError),
     /// A data-plane thread could not be started.
     #[error("cannot start the balancer's threads: {0}")]
     Threads(#[source] std::io::Error),
@@ -159,6 +162,14 @@ impl Server {
         })?;
         let admin = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
 
+        // Before any worker starts: a store that cannot be opened stops the start.
+        let routes = config
+            .routes
+            .iter()
+            .cloned()
+            .map(Route::new)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(ServeError::MirrorStore)?;
         let apps = config
             .apps
             .iter()
@@ -170,7 +181,6 @@ impl Server {
                 ))
             })
             .collect();
-        let routes = config.routes.iter().cloned().map(Route::new).collect();
         let shared = Arc::new(Shared {
             cfg,
             apps,
@@ -289,6 +299,21 @@ impl Server {
         }
         // The data-plane runtimes end with their (drained or abandoned) connections.
         let _ = self.stop_threads.send(true);
+        // Every comparison so far reaches the mirror stores before the process may exit.
+        let recorders: Vec<_> = self
+            .shared
+            .routes
+            .iter()
+            .filter_map(|r| r.mirror.as_ref().map(|m| m.recorder.clone()))
+            .collect();
+        if !recorders.is_empty() {
+            let _ = tokio::task::spawn_blocking(move || {
+                for r in recorders {
+                    r.flush_and_sync();
+                }
+            })
+            .await;
+        }
         for w in waits {
             let _ = w.await;
         }
@@ -829,6 +854,12 @@ async fn sample_resources(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) 
         tokio::select! {
             _ = tick.tick() => {}
             _ = stop.changed() => return,
+        }
+        // Mirror counters to their stores (queued for the store's own thread; never blocks).
+        for route in &shared.routes {
+            if let Some(m) = &route.mirror {
+                m.recorder.flush();
+            }
         }
         for (i, app) in shared.apps.iter().enumerate() {
             let mut pids: Vec<u32> = app

@@ -547,6 +547,8 @@ async fn go_workers_get_their_own_ports_and_prefixed_logs() {
 /// the scalpel-shadow engine; ignored fields do not count.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mirrored_routes_compare_served_and_mirror_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("ab.db");
     let toml = format!(
         r#"{SERVER}{a}{c}
 [[route]]
@@ -559,7 +561,9 @@ prefix = "/"
 app = "a"
 mirror = "c"
 mirror_ignore = ["$.pid"]
+mirror_store = "{store}"
 "#,
+        store = store.display(),
         a = node_app("a", 1, "round_robin", "env = { APP_TAG = \"A\" }"),
         c = node_app("c", 1, "round_robin", "env = { APP_TAG = \"C\" }"),
     );
@@ -598,6 +602,14 @@ mirror_ignore = ["$.pid"]
         "{m}"
     );
     h.server.shutdown().await;
+    // The second route's comparisons survive the process, as `scalpel shadow report
+    // --store` reads them.
+    let stored = scalpel_shadow::Store::read(&store).expect("mirror store written");
+    let summary = stored.summary(None);
+    assert_eq!(summary.compared, differ.compared, "{summary:?}");
+    assert_eq!(summary.mismatched, differ.mismatched);
+    assert!(!stored.samples().is_empty());
+    assert_eq!(stored.meta()["route"], "/");
 }
 
 /// `{port}` and `{index}` in the command's arguments, for programs that take a flag.

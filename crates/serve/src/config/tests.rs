@@ -140,6 +140,8 @@ fn sticky_keys_and_mirrors_are_checked() {
     assert_rejected(&text, Some(16), "bad sticky key `query:id`");
     let text = format!("{MINIMAL}\n[[route]]\napp = \"web\"\nmirror = \"web\"\n");
     assert_rejected(&text, Some(16), "also an arm");
+    let text = format!("{MINIMAL}\n[[route]]\napp = \"web\"\nmirror_store = \"x.db\"\n");
+    assert_rejected(&text, Some(16), "mirror_store without mirror");
 }
 
 #[test]
