@@ -136,8 +136,9 @@ fn the_example_config_passes_check() {
     assert!(String::from_utf8_lossy(&out.stdout).contains(": ok"));
 }
 
-#[test]
-fn sighup_reloads_and_sigterm_drains_then_exits_0() {
+/// Writes a config with two workers of the test Node app and starts `scalpel serve` on it
+/// with piped stdout and stderr; (temp dir to keep alive, child, listen port, admin port).
+fn spawn_two_node_workers() -> (tempfile::TempDir, Child, u16, u16) {
     let dir = tempfile::tempdir().unwrap();
     let (listen, admin, base) = (free_port(), free_port(), free_base(4));
     let path = dir.path().join("serve.toml");
@@ -149,7 +150,7 @@ fn sighup_reloads_and_sigterm_drains_then_exits_0() {
         ),
     )
     .unwrap();
-    let mut child = Command::new(BIN)
+    let child = Command::new(BIN)
         .args(["serve", "--config"])
         .arg(&path)
         .env("SCALPEL_LOG", "info")
@@ -157,6 +158,27 @@ fn sighup_reloads_and_sigterm_drains_then_exits_0() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    (dir, child, listen, admin)
+}
+
+/// Polls `/status` until both workers are ready; the last body.
+fn wait_both_ready(admin: u16) -> String {
+    let mut status = String::new();
+    assert!(
+        poll(Duration::from_secs(60), || {
+            status = http(admin, "GET", "/status")
+                .map(|r| r.1)
+                .unwrap_or_default();
+            status.matches("\"state\": \"ready\"").count() == 2
+        }),
+        "not ready: {status}"
+    );
+    status
+}
+
+#[test]
+fn sighup_reloads_and_sigterm_drains_then_exits_0() {
+    let (_dir, mut child, listen, admin) = spawn_two_node_workers();
     let stdout = child.stdout.take().unwrap();
     let out_lines = std::thread::spawn(move || {
         BufReader::new(stdout)
@@ -172,16 +194,7 @@ fn sighup_reloads_and_sigterm_drains_then_exits_0() {
             .collect::<Vec<_>>()
     });
     let ready = |body: &str| body.matches("\"state\": \"ready\"").count() == 2;
-    let mut status = String::new();
-    assert!(
-        poll(Duration::from_secs(60), || {
-            status = http(admin, "GET", "/status")
-                .map(|r| r.1)
-                .unwrap_or_default();
-            ready(&status)
-        }),
-        "not ready: {status}"
-    );
+    let mut status = wait_both_ready(admin);
     let before = pids(&status);
     assert_eq!(http(listen, "GET", "/").unwrap().0, 200);
 
@@ -243,38 +256,20 @@ fn sighup_reloads_and_sigterm_drains_then_exits_0() {
 /// (PR_SET_PDEATHSIG): no worker is left holding its port.
 #[test]
 fn workers_die_with_a_sigkilled_balancer() {
-    let dir = tempfile::tempdir().unwrap();
-    let (listen, admin, base) = (free_port(), free_port(), free_base(4));
-    let path = dir.path().join("serve.toml");
-    std::fs::write(
-        &path,
-        format!(
-            "[server]\nlisten = \"127.0.0.1:{listen}\"\nadmin = \"127.0.0.1:{admin}\"\n\n[[app]]\nname = \"web\"\ncommand = [\"node\", \"{}\"]\nworkers = 2\nport_base = {base}\n",
-            app_js().display()
-        ),
-    )
-    .unwrap();
-    let mut child = Command::new(BIN)
-        .args(["serve", "--config"])
-        .arg(&path)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut status = String::new();
-    assert!(
-        poll(Duration::from_secs(60), || {
-            status = http(admin, "GET", "/status")
-                .map(|r| r.1)
-                .unwrap_or_default();
-            status.matches("\"state\": \"ready\"").count() == 2
-        }),
-        "not ready: {status}"
-    );
+    let (_dir, mut child, _listen, admin) = spawn_two_node_workers();
+    // Drain the pipes (closed, the workers' forwarded output would fail with EPIPE).
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let drains = [
+        std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink())),
+        std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink())),
+    ];
+    let status = wait_both_ready(admin);
     let workers = pids(&status);
     assert_eq!(workers.len(), 2, "{status}");
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
+    drop(drains); // detached: they end with the pipes, closed by the kill
     assert!(
         poll(Duration::from_secs(10), || {
             // Gone, or a zombie waiting for whoever inherited it to reap it.
