@@ -83,6 +83,9 @@ field() { # json-file expr-on-step
 stats() { # numbers... -> "median (min–max)"
   python3 -c "import sys,statistics as st; v=sorted(float(x) for x in sys.argv[1:]); print(f'{st.median(v):.1f} ({v[0]:.1f}–{v[-1]:.1f})')" "$@"
 }
+stats3() { # numbers... -> "median (min–max)", 3 decimals (latencies in ms)
+  python3 -c "import sys,statistics as st; v=sorted(float(x) for x in sys.argv[1:]); print(f'{st.median(v):.3f} ({v[0]:.3f}–{v[-1]:.3f})')" "$@"
+}
 median() { python3 -c "import sys,statistics as st; print(st.median(float(x) for x in sys.argv[1:]))" "$@"; }
 
 serve_config() { # file app-name command-json workers port_base balance listen admin
@@ -129,7 +132,14 @@ http {
   upstream app { server 127.0.0.1:$((W2)); server 127.0.0.1:$((W2 + 1)); keepalive 64; }
   server {
     listen 127.0.0.1:$P_NGINX;
-    location / { proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; }
+    # Like for like: the same forwarding headers scalpel serve adds (X-Forwarded-For,
+    # X-Forwarded-Proto, Via), so both upstreams parse the same request.
+    location / {
+      proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection "";
+      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+      proxy_set_header X-Forwarded-Proto \$scheme;
+      proxy_set_header Via "1.1 nginx";
+    }
   }
 }
 EOF
@@ -188,31 +198,62 @@ say '```'
 cat "$OUT"/serve-mem-*.txt | tee -a "$RESULTS" >/dev/null
 say '```'
 
-# Added latency: one worker behind serve vs the same kind of worker direct, open model.
+# Added latency: one Node worker direct, behind nginx and behind scalpel serve, the three
+# targets alternating within each `scalpel load` run (open model), so drift hits all alike.
 serve_config "$OUT/hello1.toml" hello "[\"node\", \"$HELLO\"]" 1 "$W1" least_conn "$P_SERVE" "$P_ADMIN"
+P_NGINX1=$((BASE + 5))
+cat >"$OUT/nginx1.conf" <<EOF
+worker_processes 1;
+pid $OUT/nginx1.pid;
+error_log $OUT/nginx1-error.log;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  upstream app { server 127.0.0.1:$P_DIRECT; keepalive 64; }
+  server {
+    listen 127.0.0.1:$P_NGINX1;
+    location / {
+      proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection "";
+      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+      proxy_set_header X-Forwarded-Proto \$scheme;
+      proxy_set_header Via "1.1 nginx";
+    }
+  }
+}
+EOF
 RATE1=${RATE1:-1000}
-D50=(); S50=(); D99=(); S99=()
+PORT=$P_DIRECT node "$HELLO" >/dev/null & ND=$!; PIDS+=("$ND")
+wait_http "http://127.0.0.1:$P_DIRECT/healthz"
+nginx -c "$OUT/nginx1.conf" -p "$OUT" -g 'daemon off;' & NGX1=$!; PIDS+=("$NGX1")
+wait_http "http://127.0.0.1:$P_NGINX1/"
+start_serve "$OUT/hello1.toml" "$OUT/serve-hello1.log"
+wait_http "http://127.0.0.1:$P_SERVE/"
+declare -A L50 L99
+pick() { # json target field
+  python3 -c "import json,sys; t=[t for t in json.load(open(sys.argv[1]))['targets'] if t['name']==sys.argv[2]][0]; print(t['steps'][0]['latency_ms'][sys.argv[3]])" "$@"
+}
 for r in $(seq 1 "$REPEATS"); do
-  PORT=$P_DIRECT node "$HELLO" >/dev/null & ND=$!; PIDS+=("$ND")
-  wait_http "http://127.0.0.1:$P_DIRECT/healthz"
-  load_json "http://127.0.0.1:$P_DIRECT/" "$RATE1" "$OUT/direct-$r.json"
-  D50+=("$(field "$OUT/direct-$r.json" "s['latency_ms']['p50']")"); D99+=("$(field "$OUT/direct-$r.json" "s['latency_ms']['p99']")")
-  stop_pid "$ND"
-  start_serve "$OUT/hello1.toml" "$OUT/serve-hello1.log"
-  wait_http "http://127.0.0.1:$P_SERVE/"
-  load_json "http://127.0.0.1:$P_SERVE/" "$RATE1" "$OUT/serve1-$r.json"
-  S50+=("$(field "$OUT/serve1-$r.json" "s['latency_ms']['p50']")"); S99+=("$(field "$OUT/serve1-$r.json" "s['latency_ms']['p99']")")
-  stop_pid "$SERVE_PID"
+  "$SCALPEL" load --rate "$RATE1" -d "${DUR}s" -c 16 --no-progress --json "$OUT/added-$r.json" \
+    --target "direct=http://127.0.0.1:$P_DIRECT" --target "nginx=http://127.0.0.1:$P_NGINX1" \
+    --target "serve=http://127.0.0.1:$P_SERVE" / >>"$OUT/load.log" 2>&1
+  for k in direct nginx serve; do
+    L50[$k]+=" $(pick "$OUT/added-$r.json" "$k" p50)"
+    L99[$k]+=" $(pick "$OUT/added-$r.json" "$k" p99)"
+  done
 done
+stop_pid "$SERVE_PID"
+kill "$NGX1" 2>/dev/null || true
+stop_pid "$ND"
 say ""
-say "Added latency, open model at $RATE1 req/s for ${DUR}s, one worker, ms, median (min–max):"
+say "Added latency, open model at $RATE1 req/s for ${DUR}s per target, one worker, the three"
+say "targets alternating in each run, ms, median (min–max) of $REPEATS:"
 say ""
-say "| path | p50 | p99 |"
-say "|---|---|---|"
-say "| direct to the worker | $(stats "${D50[@]}") | $(stats "${D99[@]}") |"
-say "| through scalpel serve | $(stats "${S50[@]}") | $(stats "${S99[@]}") |"
-say ""
-say "added p50 = $(python3 -c "print(round(($(median "${S50[@]}") - $(median "${D50[@]}"))*1000))") µs"
+say "| path | p50 | p99 | added p50 |"
+say "|---|---|---|---|"
+say "| direct to the worker | $(stats3 ${L50[direct]}) | $(stats3 ${L99[direct]}) | — |"
+for k in nginx serve; do
+  say "| through $k | $(stats3 ${L50[$k]}) | $(stats3 ${L99[$k]}) | $(python3 -c "print(round(($(median ${L50[$k]}) - $(median ${L50[direct]}))*1000))") µs |"
+done
 fi
 
 # ---- 2. qr ----
