@@ -384,6 +384,14 @@ fn start_data_plane(
                         shared.cfg.pool_idle_timeout,
                         shared.cfg.pool_max_idle_per_worker,
                     );
+                    let sweeper = Arc::clone(&up);
+                    tokio::spawn(async move {
+                        let mut tick = tokio::time::interval(sweeper.prune_every());
+                        loop {
+                            tick.tick().await;
+                            sweeper.prune();
+                        }
+                    });
                     accept_loop(listener, shared, stop, conns, up).await;
                     // Keep serving the open connections until the server is done with
                     // them (drained, or the drain timed out) or is gone.

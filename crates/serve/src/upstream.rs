@@ -182,6 +182,30 @@ impl Upstreams {
         }
     }
 
+    /// Closes idle connections older than the idle time-out or already closed by their
+    /// worker (a worker replaced on another port leaves its old ones behind); run
+    /// periodically by each data-plane thread, so `pool_idle_timeout_ms` holds without
+    /// traffic too.
+    pub(crate) fn prune(&self) {
+        let mut map = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        for list in map.values_mut() {
+            list.retain(|i| !i.tx.is_closed() && i.since.elapsed() < self.idle_timeout);
+        }
+        map.retain(|_, list| !list.is_empty());
+    }
+
+    /// How often [`Upstreams::prune`] should run: a quarter of the idle time-out, between
+    /// 100 ms and 5 s.
+    pub(crate) fn prune_every(&self) -> Duration {
+        (self.idle_timeout / 4).clamp(Duration::from_millis(100), Duration::from_secs(5))
+    }
+
+    #[cfg(test)]
+    fn idle_count(&self) -> usize {
+        let map = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        map.values().map(Vec::len).sum()
+    }
+
     async fn connect(&self, addr: SocketAddr) -> Result<Sender, UpstreamError> {
         let stream = tokio::time::timeout(self.connect_timeout, TcpStream::connect(addr))
             .await
@@ -199,5 +223,40 @@ impl Upstreams {
             }
         });
         Ok(tx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncReadExt;
+    use tokio::net::TcpListener;
+
+    /// An idle connection past the time-out is closed by `prune` (the worker side reads
+    /// EOF), without any request coming along to notice it.
+    #[tokio::test]
+    async fn prune_closes_expired_idle_connections() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let worker = tokio::spawn(async move {
+            let (mut sock, _) = listener.accept().await.unwrap();
+            let mut buf = [0u8; 64];
+            // No request is ever sent: the first read ends only when the pool closes it.
+            sock.read(&mut buf).await.unwrap()
+        });
+        let pool = Upstreams::new(Duration::from_secs(2), Duration::from_millis(50), 8);
+        let tx = pool.connect(addr).await.unwrap();
+        pool.checkin(addr, tx);
+        assert_eq!(pool.idle_count(), 1);
+        pool.prune();
+        assert_eq!(pool.idle_count(), 1, "not expired yet");
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        pool.prune();
+        assert_eq!(pool.idle_count(), 0);
+        let read = tokio::time::timeout(Duration::from_secs(10), worker)
+            .await
+            .expect("the worker saw the connection close")
+            .unwrap();
+        assert_eq!(read, 0, "EOF, no bytes");
     }
 }
