@@ -162,6 +162,7 @@ impl Server {
         })?;
         let admin = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
 
+        warn_about_ephemeral_ports(&config);
         // Before any worker starts: a store that cannot be opened stops the start.
         let routes = config
             .routes
@@ -893,6 +894,33 @@ async fn sample_resources(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) 
             app.metrics
                 .set_resources(cpu, reading.rss_bytes, reading.pss_bytes);
             last[i] = Some((pids, reading));
+        }
+    }
+}
+
+/// Worker ports inside the kernel's ephemeral range can be taken by any outgoing
+/// connection (the balancer's own included) between a probe and a replacement's bind.
+fn warn_about_ephemeral_ports(config: &Config) {
+    let Ok(text) = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range") else {
+        return;
+    };
+    let mut it = text
+        .split_whitespace()
+        .filter_map(|v| v.parse::<u32>().ok());
+    let (Some(lo), Some(hi)) = (it.next(), it.next()) else {
+        return;
+    };
+    for app in &config.apps {
+        let first = u32::from(app.port_base);
+        let last = first + 2 * app.workers as u32 - 1;
+        if first <= hi && last >= lo {
+            tracing::warn!(
+                app = %app.name,
+                ports = %format!("{first}-{last}"),
+                ephemeral = %format!("{lo}-{hi}"),
+                "worker ports overlap the kernel's ephemeral range: an outgoing connection \
+                 can hold a port a replacement needs; choose port_base below {lo}"
+            );
         }
     }
 }

@@ -21,10 +21,13 @@ pub fn app_js() -> PathBuf {
 }
 
 /// A base port with `count` free ports above it (bind-probed), random so parallel tests
-/// and other users of the machine do not collide.
+/// and other users of the machine do not collide. Below Linux's ephemeral range (32768 and
+/// up): a port probed free now must still be free when a replacement worker binds it
+/// seconds later, and outgoing connections (the tests' clients, the balancer's pool) take
+/// their local ports from the ephemeral range — one landed on a reload's spare port once.
 pub fn free_base(count: u16) -> u16 {
     for _ in 0..200 {
-        let base = 20_000 + (rand::random::<u16>() % 40_000);
+        let base = 20_000 + (rand::random::<u16>() % 12_000);
         if (0..count).all(|i| TcpListener::bind(("127.0.0.1", base + i)).is_ok()) {
             return base;
         }
