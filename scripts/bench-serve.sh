@@ -101,6 +101,29 @@ port_base = $5
 balance = "$6"
 EOF
 }
+nginx_config() { # name worker_processes listen-port "server …; …" -> $OUT/name.conf
+  cat >"$OUT/$1.conf" <<EOF
+worker_processes $2;
+pid $OUT/$1.pid;
+error_log $OUT/$1-error.log;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  upstream app { $4 keepalive 64; }
+  server {
+    listen 127.0.0.1:$3;
+    # Like for like: the same forwarding headers scalpel serve adds (X-Forwarded-For,
+    # X-Forwarded-Proto, Via), so both upstreams parse the same request.
+    location / {
+      proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection "";
+      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+      proxy_set_header X-Forwarded-Proto \$scheme;
+      proxy_set_header Via "1.1 nginx";
+    }
+  }
+}
+EOF
+}
 start_serve() { # config logfile -> sets SERVE_PID
   "$SCALPEL" serve --config "$1" >/dev/null 2>"$2" &
   SERVE_PID=$!
@@ -122,27 +145,7 @@ W1=$((BASE + 10)) W2=$((BASE + 20))
 if want 1; then
 say "## 1. Two Node hello-world workers"
 serve_config "$OUT/hello.toml" hello "[\"node\", \"$HELLO\"]" 2 "$W1" least_conn "$P_SERVE" "$P_ADMIN"
-cat >"$OUT/nginx.conf" <<EOF
-worker_processes auto;
-pid $OUT/nginx.pid;
-error_log $OUT/nginx-error.log;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  upstream app { server 127.0.0.1:$((W2)); server 127.0.0.1:$((W2 + 1)); keepalive 64; }
-  server {
-    listen 127.0.0.1:$P_NGINX;
-    # Like for like: the same forwarding headers scalpel serve adds (X-Forwarded-For,
-    # X-Forwarded-Proto, Via), so both upstreams parse the same request.
-    location / {
-      proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection "";
-      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
-      proxy_set_header X-Forwarded-Proto \$scheme;
-      proxy_set_header Via "1.1 nginx";
-    }
-  }
-}
-EOF
+nginx_config nginx auto "$P_NGINX" "server 127.0.0.1:$W2; server 127.0.0.1:$((W2 + 1));"
 declare -A RPS CPUREQ
 for r in $(seq 1 "$REPEATS"); do
   # scalpel serve
@@ -202,25 +205,7 @@ say '```'
 # targets alternating within each `scalpel load` run (open model), so drift hits all alike.
 serve_config "$OUT/hello1.toml" hello "[\"node\", \"$HELLO\"]" 1 "$W1" least_conn "$P_SERVE" "$P_ADMIN"
 P_NGINX1=$((BASE + 5))
-cat >"$OUT/nginx1.conf" <<EOF
-worker_processes 1;
-pid $OUT/nginx1.pid;
-error_log $OUT/nginx1-error.log;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  upstream app { server 127.0.0.1:$P_DIRECT; keepalive 64; }
-  server {
-    listen 127.0.0.1:$P_NGINX1;
-    location / {
-      proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection "";
-      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
-      proxy_set_header X-Forwarded-Proto \$scheme;
-      proxy_set_header Via "1.1 nginx";
-    }
-  }
-}
-EOF
+nginx_config nginx1 1 "$P_NGINX1" "server 127.0.0.1:$P_DIRECT;"
 RATE1=${RATE1:-1000}
 PORT=$P_DIRECT node "$HELLO" >/dev/null & ND=$!; PIDS+=("$ND")
 wait_http "http://127.0.0.1:$P_DIRECT/healthz"
