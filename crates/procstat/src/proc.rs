@@ -151,11 +151,33 @@ fn discover_with(
     Ok((all, pids))
 }
 
-/// One reading of already discovered processes: a few small files each, no scan of
-/// `/proc`. `with_pss` reads smaps_rollup too (it walks page tables: milliseconds for a
-/// few hundred MiB); without it `pss_bytes` is `None`.
-pub(crate) fn read_pids(pids: &[u32], with_pss: bool) -> TreeReading {
-    read_pids_with(pids, with_pss, read_stat)
+/// One reading of already discovered processes, root first: two small files each, no scan
+/// of `/proc`, no PSS. `None` when the root (`pids[0]`) is gone.
+pub(crate) fn read_known(pids: &[u32]) -> Option<TreeReading> {
+    let root = *pids.first()?;
+    let root_seen = std::cell::Cell::new(false);
+    let reading = read_pids_with(pids, false, |pid| {
+        let stat = read_stat(pid);
+        if pid == root && stat.is_some() {
+            root_seen.set(true);
+        }
+        stat
+    });
+    root_seen.get().then_some(reading)
+}
+
+/// Summed PSS of `pids` (smaps_rollup walks page tables: milliseconds for a few hundred
+/// MiB); processes gone meanwhile are skipped; `None` when any is unreadable.
+pub(crate) fn pss_of(pids: &[u32]) -> Option<u64> {
+    let mut total = 0;
+    for &pid in pids {
+        match read_pss(pid) {
+            Pss::Bytes(bytes) => total += bytes,
+            Pss::Gone => {}
+            Pss::Unreadable => return None,
+        }
+    }
+    Some(total)
 }
 
 fn read_pids_with(
@@ -169,7 +191,7 @@ fn read_pids_with(
         at,
         cpu_ticks: 0,
         rss_bytes: 0,
-        pss_bytes: with_pss.then_some(0),
+        pss_bytes: None,
         processes: 0,
     };
     for &pid in pids {
@@ -179,18 +201,9 @@ fn read_pids_with(
         if let Some(pages) = read_statm_resident(pid) {
             reading.rss_bytes += pages * page;
         }
-        if !with_pss {
-            continue;
-        }
-        match read_pss(pid) {
-            Pss::Bytes(bytes) => {
-                if let Some(total) = reading.pss_bytes.as_mut() {
-                    *total += bytes;
-                }
-            }
-            Pss::Gone => {}
-            Pss::Unreadable => reading.pss_bytes = None,
-        }
+    }
+    if with_pss {
+        reading.pss_bytes = pss_of(pids);
     }
     reading
 }

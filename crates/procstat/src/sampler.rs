@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::proc::{discover, read_pids};
+use crate::proc::{discover, pss_of, read_known};
 use crate::{ProcStatError, TreeReading, cpu_percent};
 
 /// How many samples a sampler keeps: at 100 ms, well over two hours.
@@ -90,10 +90,9 @@ impl State {
             self.pids = pids;
             self.discovered = now;
         }
-        let reading = read_pids(&self.pids, false);
-        if crate::proc::read_stat(self.root).is_none() {
-            return false;
-        }
+        let Some(reading) = read_known(&self.pids) else {
+            return false; // the root is gone
+        };
         let previous = self.records.back().map_or(self.base, |r| r.reading);
         let sample = Sample {
             elapsed: reading.at.saturating_duration_since(self.started),
@@ -145,7 +144,7 @@ impl TreeSampler {
     /// `/proc` cannot be read or the thread cannot be spawned.
     pub fn start(root: u32, interval: Duration) -> Result<TreeSampler, ProcStatError> {
         let pids = discover(&[root], true)?;
-        let first = read_pids(&pids, false);
+        let first = read_known(&pids).ok_or(ProcStatError::NoSuchProcess { pid: root })?;
         let interval = interval.max(Duration::from_millis(1));
         let state = Arc::new(Mutex::new(State {
             root,
@@ -214,7 +213,7 @@ impl TreeSampler {
             state.sample();
         }
         // PSS once, now that the window is over: reading it mid-window stalls the target.
-        let pss = read_pids(&state.pids, true).pss_bytes;
+        let pss = pss_of(&state.pids);
         if let Some(last) = state.records.back_mut()
             && last.reading.at > mark.0
         {
