@@ -163,7 +163,13 @@ impl Server {
         let admin = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
 
         warn_about_ephemeral_ports(&config);
-        // Before any worker starts: a store that cannot be opened stops the start.
+        // Everything that can fail comes before any worker starts: the data-plane threads
+        // (they wait for the shared state) and the mirror stores.
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let (stop_threads, threads_rx) = watch::channel(false);
+        let connections = Arc::new(ConnCount::default());
+        let hand_over =
+            start_data_plane(listener, cfg.threads, &stop_rx, &threads_rx, &connections)?;
         let routes = config
             .routes
             .iter()
@@ -189,11 +195,10 @@ impl Server {
             no_route: Default::default(),
             too_large: Default::default(),
         });
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let (stop_threads, threads_rx) = watch::channel(false);
-        let connections = Arc::new(ConnCount::default());
+        for tx in hand_over {
+            let _ = tx.send(shared.clone());
+        }
         let reload_lock = Arc::new(tokio::sync::Mutex::new(()));
-        start_data_plane(listener, &shared, &stop_rx, &threads_rx, &connections)?;
         if let Some(l) = admin_listener {
             tokio::spawn(admin_loop(
                 l,
@@ -353,26 +358,32 @@ async fn reload(shared: &Shared, lock: &tokio::sync::Mutex<()>) -> Result<(), Se
 /// connection its request borrows and every task they wake stay on one thread: no
 /// work stealing, no cross-thread wake-up per request. Supervision, health checks and
 /// the admin address run on the caller's runtime.
+///
+/// The threads start before the workers and wait for the shared state, sent through the
+/// returned senders; dropped instead (the start failed later), they end.
 fn start_data_plane(
     listener: TcpListener,
-    shared: &Arc<Shared>,
+    threads: usize,
     stop: &watch::Receiver<bool>,
     end: &watch::Receiver<bool>,
     conns: &Arc<ConnCount>,
-) -> Result<(), ServeError> {
+) -> Result<Vec<oneshot::Sender<Arc<Shared>>>, ServeError> {
     let std_listener = listener.into_std().map_err(ServeError::Threads)?;
-    for i in 0..shared.cfg.threads {
+    let mut hand_over = Vec::with_capacity(threads);
+    for i in 0..threads {
         let listener = std_listener.try_clone().map_err(ServeError::Threads)?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(ServeError::Threads)?;
-        let (shared, stop, mut end, conns) =
-            (shared.clone(), stop.clone(), end.clone(), conns.clone());
+        let (tx, rx) = oneshot::channel::<Arc<Shared>>();
+        hand_over.push(tx);
+        let (stop, mut end, conns) = (stop.clone(), end.clone(), conns.clone());
         std::thread::Builder::new()
             .name(format!("serve-io-{i}"))
             .spawn(move || {
                 runtime.block_on(async move {
+                    let Ok(shared) = rx.await else { return };
                     let listener = match TcpListener::from_std(listener) {
                         Ok(l) => l,
                         Err(e) => {
@@ -401,7 +412,7 @@ fn start_data_plane(
             })
             .map_err(ServeError::Threads)?;
     }
-    Ok(())
+    Ok(hand_over)
 }
 
 async fn accept_loop(
