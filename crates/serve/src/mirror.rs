@@ -10,8 +10,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use http::{HeaderMap, Method, Request, StatusCode};
-use http_body_util::{BodyExt, Full, Limited};
+use http::{HeaderMap, Method, StatusCode};
 use scalpel_diff::{NoiseRule, RouteNormalizer};
 use scalpel_shadow::{
     CompareSettings, Failure, Recorder, Redactor, ShadowRequest, ShadowResponse, SkipReason,
@@ -19,6 +18,7 @@ use scalpel_shadow::{
 use tokio::sync::{Semaphore, oneshot};
 
 use crate::config::MirrorConfig;
+use crate::h1::Outgoing;
 use crate::pool::fast_random;
 use crate::proxy::Shared;
 use crate::upstream::Upstreams;
@@ -83,10 +83,7 @@ impl Mirror {
         &self,
         shared: &Arc<Shared>,
         up: &Arc<Upstreams>,
-        method: &Method,
-        path_and_query: &str,
-        headers: &HeaderMap,
-        body: &Bytes,
+        req: &Outgoing<'_>,
     ) -> Option<oneshot::Sender<Captured>> {
         if !self.sampled() {
             return None;
@@ -100,26 +97,27 @@ impl Mirror {
         let up = up.clone();
         let recorder = self.recorder.clone();
         let app = self.app;
+        let copy = Copy {
+            method: req.method.clone(),
+            target: req.target.to_string(),
+            headers: req.headers.clone(),
+            client_ip: req.client_ip.to_string(),
+            body: req.body.clone(),
+        };
         // ShadowRequest has no body/header accessors, so the copy is built from ours.
-        let copy = (
-            method.clone(),
-            path_and_query.to_string(),
-            headers.clone(),
-            body.clone(),
-        );
-        let req = ShadowRequest::new(
-            copy.0.clone(),
-            copy.1.clone(),
-            copy.2.clone(),
-            copy.3.clone(),
+        let shadow = ShadowRequest::new(
+            copy.method.clone(),
+            copy.target.clone(),
+            copy.headers.clone(),
+            copy.body.clone(),
         );
         tokio::spawn(async move {
             let _permit = permit;
-            let candidate = send_copy(&shared, &up, app, copy).await;
+            let candidate = send_copy(&shared, &up, app, &copy).await;
             match rx.await {
                 Ok(Ok((status, headers, body, latency))) => {
                     let primary = ShadowResponse::new(status, headers, body, latency);
-                    recorder.observe(&req, &primary, candidate.as_ref().map_err(|f| *f), None);
+                    recorder.observe(&shadow, &primary, candidate.as_ref().map_err(|f| *f), None);
                 }
                 Ok(Err(reason)) => recorder.skip(reason),
                 Err(_) => recorder.skip(SkipReason::PrimaryIncomplete),
@@ -129,41 +127,54 @@ impl Mirror {
     }
 }
 
+/// The mirror's own copy of a request, sent after the client's request has moved on.
+struct Copy {
+    method: Method,
+    target: String,
+    headers: HeaderMap,
+    client_ip: String,
+    body: Bytes,
+}
+
 async fn send_copy(
     shared: &Shared,
     up: &Arc<Upstreams>,
     app: usize,
-    (method, path_and_query, headers, body): (Method, String, HeaderMap, Bytes),
+    copy: &Copy,
 ) -> Result<ShadowResponse, Failure> {
     let app = &shared.apps[app];
     let backend = app.pool.select(None).ok_or(Failure::Connect)?;
     let _in_flight = backend.begin();
     app.metrics.mirrored.fetch_add(1, Ordering::Relaxed);
-    let mut request = Request::new(Full::new(body));
-    *request.method_mut() = method;
-    *request.headers_mut() = headers;
-    *request.uri_mut() = path_and_query.parse().map_err(|_| Failure::Connect)?;
+    let req = Outgoing {
+        method: &copy.method,
+        target: &copy.target,
+        headers: &copy.headers,
+        client_ip: &copy.client_ip,
+        body: &copy.body,
+    };
     let start = Instant::now();
     let max = shared.cfg.max_body_bytes as usize;
     let exchange = async {
-        let (res, lease) = up
-            .send(backend.addr(), request)
+        let mut answer = up
+            .send(backend.addr(), &req)
             .await
             .map_err(|_| Failure::Connect)?;
         backend.answered();
-        let (parts, body) = res.into_parts();
-        let body = Limited::new(body, max).collect().await.map_err(|e| {
-            if e.is::<http_body_util::LengthLimitError>() {
-                Failure::TooLarge
-            } else {
-                Failure::Connect
+        if answer.body.remaining().is_some_and(|n| n > max as u64) {
+            return Err(Failure::TooLarge);
+        }
+        let mut body = BytesMut::new();
+        while let Some(d) = std::future::poll_fn(|cx| answer.body.poll_data(cx)).await {
+            body.extend_from_slice(&d.map_err(|_| Failure::Connect)?);
+            if body.len() > max {
+                return Err(Failure::TooLarge);
             }
-        })?;
-        lease.release();
+        }
         Ok(ShadowResponse::new(
-            parts.status,
-            parts.headers,
-            body.to_bytes(),
+            answer.status,
+            answer.headers,
+            body.freeze(),
             start.elapsed(),
         ))
     };

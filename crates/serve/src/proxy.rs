@@ -7,33 +7,29 @@
 //! (limits, headers), `upstream` (select, send, maybe retry), `response_filter`
 //! (headers back), then `finish` (metrics, when the body ends).
 
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use bytes::{Bytes, BytesMut};
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
 use crate::config::{RouteConfig, ServerConfig, StickyKey};
+use crate::h1::Outgoing;
 use crate::metrics::AppMetrics;
 use crate::mirror::{Mirror, Tee};
 use crate::pool::{Backend, InFlight, fast_random};
 use crate::supervisor::App;
-use crate::upstream::{Lease, Upstreams};
+use crate::upstream::{UpstreamBody, UpstreamError, Upstreams};
 
 /// Worker bodies up to this size (by `Content-Length`) are read whole before the
 /// response goes out; larger or chunked ones stream.
 const BUFFER_BODY_BYTES: u64 = 64 * 1024;
-
-/// How many times the proxy yields while waiting for body bytes that are not there
-/// yet before it sends the head alone and streams the body.
-const BODY_YIELDS: u32 = 2;
 
 /// A route at run time: its rule and a request counter per arm.
 #[derive(Debug)]
@@ -152,13 +148,12 @@ pub(crate) enum ProxyBody {
         data: Option<Bytes>,
         _finish: Finish,
     },
+    /// A worker body streamed as it arrives; its connection goes back to the pool at
+    /// the end.
     Upstream {
         /// Bytes already read from `body`, sent first.
         first: Option<Bytes>,
-        body: Incoming,
-        /// The worker connection, back to its pool when the body has ended (boxed: only
-        /// streamed bodies carry one, and it would double every body's size).
-        lease: Option<Box<Lease>>,
+        body: UpstreamBody,
         _finish: Finish,
         tee: Option<Box<Tee>>,
     },
@@ -166,42 +161,28 @@ pub(crate) enum ProxyBody {
 
 impl Body for ProxyBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = UpstreamError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, UpstreamError>>> {
         match self.get_mut() {
             ProxyBody::Full(b) | ProxyBody::Buffered { data: b, .. } => {
                 Poll::Ready(b.take().map(|b| Ok(Frame::data(b))))
             }
             ProxyBody::Upstream {
-                first,
-                body,
-                tee,
-                lease,
-                ..
+                first, body, tee, ..
             } => {
                 if let Some(b) = first.take() {
                     return Poll::Ready(Some(Ok(Frame::data(b))));
                 }
-                let r = Pin::new(&mut *body).poll_frame(cx);
-                let ended = match &r {
-                    Poll::Ready(None) => true,
-                    Poll::Ready(Some(Ok(_))) => body.is_end_stream(),
-                    _ => false,
-                };
-                if ended && let Some(l) = lease.take() {
-                    l.release();
-                }
+                let r = body.poll_data(cx);
                 if let Some(t) = tee {
                     match &r {
-                        Poll::Ready(Some(Ok(f))) => {
-                            if let Some(d) = f.data_ref() {
-                                t.data(d);
-                            }
-                            if body.is_end_stream() {
+                        Poll::Ready(Some(Ok(d))) => {
+                            t.data(d);
+                            if body.is_end() {
                                 t.end();
                             }
                         }
@@ -210,7 +191,7 @@ impl Body for ProxyBody {
                         Poll::Pending => {}
                     }
                 }
-                r
+                r.map(|o| o.map(|r| r.map(Frame::data)))
             }
         }
     }
@@ -218,7 +199,7 @@ impl Body for ProxyBody {
     fn is_end_stream(&self) -> bool {
         match self {
             ProxyBody::Full(b) | ProxyBody::Buffered { data: b, .. } => b.is_none(),
-            ProxyBody::Upstream { first, body, .. } => first.is_none() && body.is_end_stream(),
+            ProxyBody::Upstream { first, body, .. } => first.is_none() && body.is_end(),
         }
     }
 
@@ -228,13 +209,15 @@ impl Body for ProxyBody {
                 SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64))
             }
             ProxyBody::Upstream { first, body, .. } => {
-                let mut h = body.size_hint();
                 let n = first.as_ref().map_or(0, |b| b.len() as u64);
-                h.set_lower(h.lower() + n);
-                if let Some(u) = h.upper() {
-                    h.set_upper(u + n);
+                match body.remaining() {
+                    Some(rest) => SizeHint::with_exact(n + rest),
+                    None => {
+                        let mut h = SizeHint::new();
+                        h.set_lower(n);
+                        h
+                    }
                 }
-                h
             }
         }
     }
@@ -265,36 +248,6 @@ pub(crate) fn json_error(status: StatusCode, msg: &str) -> Response<ProxyBody> {
     res
 }
 
-/// Headers that describe one connection, never forwarded (RFC 9110 §7.6.1), plus the
-/// non-standard ones proxies agree to drop.
-const HOP_BY_HOP: [HeaderName; 8] = [
-    header::CONNECTION,
-    HeaderName::from_static("keep-alive"),
-    HeaderName::from_static("proxy-connection"),
-    header::TE,
-    header::TRAILER,
-    header::TRANSFER_ENCODING,
-    header::UPGRADE,
-    header::PROXY_AUTHORIZATION,
-];
-
-/// Removes hop-by-hop headers, including every header named in `Connection`.
-pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
-        .collect();
-    for n in named {
-        headers.remove(n);
-    }
-    for n in &HOP_BY_HOP {
-        headers.remove(n);
-    }
-}
-
 fn idempotent(m: &Method) -> bool {
     matches!(
         *m,
@@ -322,7 +275,7 @@ impl Shared {
     pub(crate) async fn handle(
         self: &Arc<Self>,
         up: &Arc<Upstreams>,
-        peer: SocketAddr,
+        client_ip: &str,
         req: Request<Incoming>,
     ) -> Response<ProxyBody> {
         let (app_index, mirror) = match self.route(&req) {
@@ -342,7 +295,7 @@ impl Shared {
         let app = &self.apps[app_index];
         let start = Instant::now();
         app.metrics.requests.fetch_add(1, Ordering::Relaxed);
-        let res = self.forward(up, app, mirror, peer, req, start).await;
+        let res = self.forward(up, app, mirror, client_ip, req, start).await;
         if res.status().is_server_error() {
             app.metrics.errors.fetch_add(1, Ordering::Relaxed);
         }
@@ -354,7 +307,7 @@ impl Shared {
         up: &Arc<Upstreams>,
         app: &App,
         mirror: Option<&Mirror>,
-        peer: SocketAddr,
+        client_ip: &str,
         req: Request<Incoming>,
         start: Instant,
     ) -> Response<ProxyBody> {
@@ -395,43 +348,18 @@ impl Shared {
                 }
             }
         };
-        let mut headers = parts.headers;
-        strip_hop_by_hop(&mut headers);
-        let ip = peer.ip().to_string();
-        let xff = match headers.get(HeaderName::from_static("x-forwarded-for")) {
-            Some(prev) => format!("{}, {ip}", prev.to_str().unwrap_or_default()),
-            None => ip,
-        };
-        if let Ok(v) = HeaderValue::from_str(&xff) {
-            headers.insert(HeaderName::from_static("x-forwarded-for"), v);
-        }
-        if !headers.contains_key("x-forwarded-proto") {
-            headers.insert(
-                HeaderName::from_static("x-forwarded-proto"),
-                HeaderValue::from_static("http"),
-            );
-        }
-        headers.append(header::VIA, HeaderValue::from_static("1.1 scalpel"));
         // Workers get origin form (`/path?query`); a client's absolute form is reduced.
-        let target = if parts.uri.scheme().is_none() && parts.uri.authority().is_none() {
-            parts.uri
-        } else {
-            match parts
-                .uri
-                .path_and_query()
-                .map_or("/", |p| p.as_str())
-                .parse()
-            {
-                Ok(u) => u,
-                Err(_) => return json_error(StatusCode::BAD_REQUEST, "bad request target"),
-            }
-        };
+        let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         let method = parts.method;
         let retry_ok = self.cfg.retry_idempotent && idempotent(&method);
-        let mut mirror_tx = mirror.and_then(|m| {
-            let path_and_query = target.path_and_query().map_or("/", |p| p.as_str());
-            m.begin(self, up, &method, path_and_query, &headers, &body)
-        });
+        let out = Outgoing {
+            method: &method,
+            target,
+            headers: &parts.headers,
+            client_ip,
+            body: &body,
+        };
+        let mut mirror_tx = mirror.and_then(|m| m.begin(self, up, &out));
 
         // Phase `upstream`.
         let mut avoid: Option<Arc<Backend>> = None;
@@ -452,26 +380,28 @@ impl Shared {
                     );
                 }
             };
-            let mut request = Request::new(Full::new(body.clone()));
-            *request.method_mut() = method.clone();
-            *request.uri_mut() = target.clone();
-            // The last attempt can have the headers; earlier ones keep them for a retry.
-            *request.headers_mut() = if attempt == 1 {
-                headers.clone()
-            } else {
-                std::mem::take(&mut headers)
-            };
-            if !request.headers().contains_key(header::HOST) {
-                // HTTP/1.0 clients may omit it; HTTP/1.1 workers require it.
-                if let Ok(v) = HeaderValue::from_str(&backend.addr().to_string()) {
-                    request.headers_mut().insert(header::HOST, v);
-                }
-            }
             let in_flight = backend.begin();
-            let exchange =
-                tokio::time::timeout(self.cfg.upstream_timeout, up.send(backend.addr(), request));
+            let exchange = async {
+                let mut answer = up.send(backend.addr(), &out).await?;
+                backend.answered();
+                // Phase `response_filter` (hop-by-hop headers were left out already).
+                // A small declared body is read whole, so a worker that dies mid-body
+                // can still be retried; otherwise what is here goes first and the rest
+                // streams.
+                let small = answer
+                    .body
+                    .remaining()
+                    .is_some_and(|n| n <= BUFFER_BODY_BYTES);
+                let first = if small {
+                    answer.body.read_to_end().await?
+                } else {
+                    answer.body.take_buffered()?
+                };
+                Ok::<_, UpstreamError>((answer, first))
+            };
+            let timed = tokio::time::timeout(self.cfg.upstream_timeout, exchange);
             let sent = tokio::select! {
-                r = exchange => r,
+                r = timed => r,
                 // The supervisor found the worker stuck: no answer will come. Dropping the
                 // exchange closes its connection; an idempotent request goes elsewhere.
                 _ = backend.ejected(), if attempt == 1 && retry_ok => {
@@ -481,100 +411,11 @@ impl Shared {
                 }
             };
             match sent {
-                Ok(Ok((res, lease))) => {
-                    backend.answered();
-                    // Phase `response_filter`.
-                    let (mut rp, incoming) = res.into_parts();
-                    strip_hop_by_hop(&mut rp.headers);
-                    let declared = rp
-                        .headers
-                        .get(header::CONTENT_LENGTH)
-                        .and_then(|v| v.to_str().ok())
-                        .and_then(|v| v.parse::<u64>().ok());
-                    let mut incoming = Some(incoming);
-                    // Take the body bytes that are already here, without waiting: a
-                    // small body usually came with the head. Head and body then leave in
-                    // one write with a Content-Length instead of chunks.
-                    let mut first = BytesMut::new();
-                    let mut ended = incoming.as_ref().is_none_or(|b| b.is_end_stream());
-                    let mut broken = None;
-                    let mut yields = 0;
-                    while let Some(body) = incoming
-                        .as_mut()
-                        .filter(|_| !ended && first.len() as u64 <= BUFFER_BODY_BYTES)
-                    {
-                        // Poll once with this task's waker: it tells the connection task
-                        // the body is wanted; a yield lets that task hand the bytes over.
-                        let polled = std::future::poll_fn(|cx| {
-                            Poll::Ready(Pin::new(&mut *body).poll_frame(cx))
-                        })
-                        .await;
-                        match polled {
-                            Poll::Ready(Some(Ok(f))) => {
-                                if let Some(d) = f.data_ref() {
-                                    first.extend_from_slice(d);
-                                }
-                                ended = body.is_end_stream();
-                            }
-                            Poll::Ready(None) => ended = true,
-                            Poll::Ready(Some(Err(e))) => {
-                                broken = Some(e);
-                                break;
-                            }
-                            Poll::Pending if yields < BODY_YIELDS => {
-                                yields += 1;
-                                tokio::task::yield_now().await;
-                            }
-                            Poll::Pending => break,
-                        }
-                    }
-                    // A small declared body not all here yet: wait for the rest, so a
-                    // worker that dies mid-body can still be retried.
-                    if broken.is_none()
-                        && !ended
-                        && declared.is_some_and(|n| n <= BUFFER_BODY_BYTES)
-                    {
-                        let rest = match incoming.take() {
-                            Some(b) => {
-                                tokio::time::timeout(self.cfg.upstream_timeout, b.collect()).await
-                            }
-                            None => Ok(Ok(http_body_util::Collected::default())),
-                        };
-                        match rest {
-                            Ok(Ok(rest)) => {
-                                first.extend_from_slice(&rest.to_bytes());
-                                ended = true;
-                            }
-                            Ok(Err(e)) => broken = Some(e),
-                            Err(_) => {
-                                let msg = format!(
-                                    "worker {}#{} did not finish its response within {} ms",
-                                    app.cfg.name,
-                                    backend.index(),
-                                    self.cfg.upstream_timeout.as_millis()
-                                );
-                                return json_error(StatusCode::GATEWAY_TIMEOUT, &msg);
-                            }
-                        }
-                    }
-                    if let Some(e) = broken {
-                        if attempt == 1 && retry_ok {
-                            app.metrics.retries.fetch_add(1, Ordering::Relaxed);
-                            avoid = Some(backend.clone());
-                            continue;
-                        }
-                        let msg = format!(
-                            "worker {}#{} broke off its response: {}",
-                            app.cfg.name,
-                            backend.index(),
-                            error_chain(&e)
-                        );
-                        return json_error(StatusCode::BAD_GATEWAY, &msg);
-                    }
-                    let first = first.freeze();
+                Ok(Ok((answer, first))) => {
+                    let ended = answer.body.is_end();
                     let tee = mirror_tx.take().map(|tx| {
                         let max = self.cfg.max_body_bytes as usize;
-                        let mut t = Tee::new(tx, rp.status, rp.headers.clone(), max, start);
+                        let mut t = Tee::new(tx, answer.status, answer.headers.clone(), max, start);
                         t.data(&first);
                         if ended {
                             t.end();
@@ -587,23 +428,23 @@ impl Shared {
                         start,
                     };
                     let first = Some(first).filter(|b| !b.is_empty());
-                    let body = match (ended, incoming) {
-                        (false, Some(incoming)) => ProxyBody::Upstream {
+                    let body = if ended {
+                        ProxyBody::Buffered {
+                            data: first,
+                            _finish: finish,
+                        }
+                    } else {
+                        ProxyBody::Upstream {
                             first,
-                            body: incoming,
-                            lease: Some(Box::new(lease)),
+                            body: answer.body,
                             _finish: finish,
                             tee,
-                        },
-                        _ => {
-                            lease.release();
-                            ProxyBody::Buffered {
-                                data: first,
-                                _finish: finish,
-                            }
                         }
                     };
-                    return Response::from_parts(rp, body);
+                    let mut res = Response::new(body);
+                    *res.status_mut() = answer.status;
+                    *res.headers_mut() = answer.headers;
+                    return res;
                 }
                 Ok(Err(e)) => {
                     let name = format!("{}#{}", app.cfg.name, backend.index());
@@ -650,22 +491,7 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn hop_by_hop_and_connection_named_headers_are_removed() {
-        let mut h = HeaderMap::new();
-        h.insert(
-            header::CONNECTION,
-            HeaderValue::from_static("keep-alive, X-Secret"),
-        );
-        h.insert("x-secret", HeaderValue::from_static("1"));
-        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
-        h.insert(header::TE, HeaderValue::from_static("trailers"));
-        h.insert("x-kept", HeaderValue::from_static("yes"));
-        strip_hop_by_hop(&mut h);
-        let names: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
-        assert_eq!(names, vec!["x-kept"]);
-    }
+    use http::header::HeaderName;
 
     #[test]
     fn sticky_values_from_header_cookie_and_path() {

@@ -448,12 +448,15 @@ async fn accept_loop(
         let up = up.clone();
         let mut stop = stop.clone();
         let builder = builder.clone();
+        // Formatted once per connection, for every request's X-Forwarded-For.
+        let client_ip: Arc<str> = peer.ip().to_string().into();
         tokio::spawn(async move {
             let _guard = guard;
             let svc = service_fn(move |req: Request<Incoming>| {
                 let shared = shared.clone();
                 let up = up.clone();
-                async move { Ok::<_, Infallible>(shared.handle(&up, peer, req).await) }
+                let client_ip = client_ip.clone();
+                async move { Ok::<_, Infallible>(shared.handle(&up, &client_ip, req).await) }
             });
             let conn = builder.serve_connection(TokioIo::new(stream), svc);
             tokio::pin!(conn);

@@ -1,48 +1,54 @@
 //! Keep-alive connections to the workers: one pool per data-plane thread, so a request,
-//! its upstream connection's task and its response all stay on the thread that accepted
-//! the client.
+//! its upstream connection and its response all stay on the thread that accepted the
+//! client. The exchange itself (write the request, read the head, read the body) runs
+//! in the request's own task, over the wire format of `h1`.
 //!
-//! Why not hyper-util's legacy `Client` (used before, measured in docs/serve.md): it needs
-//! an absolute URI per request (a `format!` and a parse), keeps one pool for every thread
-//! behind a lock, and hands requests to connection tasks on whichever runtime thread they
-//! landed. Here a checkout pops this thread's idle stack for the worker's address; the
-//! request goes out in origin form with the client's own `Host`. hyper's
-//! `client::conn::http1` still does the HTTP/1.1.
-//!
-//! A connection goes back to the pool only once its response body has ended; one dropped
-//! earlier is closed (hyper closes a connection whose response is abandoned).
+//! A connection goes back to the pool only once its response body has ended; one
+//! dropped earlier is closed. A pooled connection the worker closed meanwhile (its own
+//! keep-alive time-out) is noticed before the request is written, from the readiness
+//! the event loop already has, and replaced: the request never reached anyone.
 
 use std::collections::HashMap;
+use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http::{Request, Response};
-use http_body_util::Full;
-use hyper::body::Incoming;
-use hyper::client::conn::http1::{Builder, SendRequest};
-use hyper_util::rt::TokioIo;
+use bytes::{Bytes, BytesMut};
+use http::{HeaderMap, Method, StatusCode};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// The sending half of one upstream connection.
-pub(crate) type Sender = SendRequest<Full<Bytes>>;
+use crate::h1::{self, Chunked, Framing, Outgoing, WireError};
+
+/// Bodies up to this size go out in the same write as the request head.
+const COALESCE_BODY_BYTES: usize = 16 * 1024;
+/// Free space kept in a connection's read buffer before each read.
+const READ_RESERVE: usize = 16 * 1024;
 
 /// Why an exchange with a worker failed.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum UpstreamError {
     /// No connection could be made: the worker never saw the request.
     #[error("connect: {0}")]
-    Connect(#[source] std::io::Error),
+    Connect(#[source] io::Error),
     /// Connecting took longer than the configured time-out.
     #[error("connect: no connection within {0} ms")]
     ConnectTimeout(u128),
-    /// The connection closed before the request was written: the worker never saw it.
-    #[error("connection closed before the request was sent: {0}")]
-    NotSent(#[source] hyper::Error),
-    /// The request was written (or may have been) and then the exchange failed.
+    /// Writing the request failed before any byte of it left: the worker never saw it.
+    #[error("connection failed before the request was sent: {0}")]
+    NotSent(#[source] io::Error),
+    /// The request was written (or may have been) and then the connection failed.
     #[error("{0}")]
-    Exchange(#[source] hyper::Error),
+    Io(#[source] io::Error),
+    /// The connection closed before the response was complete.
+    #[error("connection closed before the response was complete")]
+    Closed,
+    /// The worker's answer is not HTTP/1.1 this proxy can forward.
+    #[error("{0}")]
+    Wire(#[from] WireError),
 }
 
 impl UpstreamError {
@@ -57,8 +63,41 @@ impl UpstreamError {
     }
 }
 
+/// One connection to a worker with its read buffer (bytes read, not yet consumed) and
+/// a reused write buffer.
+#[derive(Debug)]
+struct Conn {
+    io: TcpStream,
+    rbuf: BytesMut,
+    wbuf: Vec<u8>,
+}
+
+impl Conn {
+    /// Did the worker close this idle connection (or send bytes nobody asked for)? Asks
+    /// the event loop's readiness first, so a live connection costs no system call.
+    fn is_closed(&self) -> bool {
+        let mut cx = Context::from_waker(Waker::noop());
+        match self.io.poll_read_ready(&mut cx) {
+            Poll::Pending => false,
+            Poll::Ready(Err(_)) => true,
+            // Readable while idle: EOF, a reset, or stray bytes. Only `WouldBlock`
+            // (stale readiness) leaves it usable.
+            Poll::Ready(Ok(())) => {
+                let mut probe = [0u8; 1];
+                !matches!(self.io.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+            }
+        }
+    }
+
+    /// Fills the read buffer from the socket: the number of bytes read, 0 at EOF.
+    async fn fill(&mut self) -> io::Result<usize> {
+        self.rbuf.reserve(READ_RESERVE);
+        self.io.read_buf(&mut self.rbuf).await
+    }
+}
+
 struct Idle {
-    tx: Sender,
+    conn: Conn,
     since: Instant,
 }
 
@@ -79,20 +118,13 @@ impl std::fmt::Debug for Upstreams {
     }
 }
 
-/// A connection in use, returned to its pool by [`Lease::release`] once the response has
-/// ended; dropped instead, it closes.
+/// A worker's answer: status and headers (hop-by-hop ones left out) and the body still
+/// to read from the connection.
 #[derive(Debug)]
-pub(crate) struct Lease {
-    tx: Sender,
-    addr: SocketAddr,
-    pool: Arc<Upstreams>,
-}
-
-impl Lease {
-    /// The response is complete: the connection may carry the next request.
-    pub(crate) fn release(self) {
-        self.pool.checkin(self.addr, self.tx);
-    }
+pub(crate) struct Answer {
+    pub(crate) status: StatusCode,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: UpstreamBody,
 }
 
 impl Upstreams {
@@ -109,74 +141,96 @@ impl Upstreams {
         })
     }
 
-    /// Sends `req` (origin-form URI) to the worker at `addr` on an idle connection, or a
-    /// new one. A pooled connection that turns out closed before the request left (the
-    /// worker timed it out meanwhile) is replaced by a fresh one, once: the request never
-    /// reached anyone.
+    /// Sends `req` to the worker at `addr` on an idle connection, or a new one, and reads
+    /// the response head. A pooled connection whose write fails before any byte left is
+    /// replaced by a fresh one, once: the request never reached anyone.
     pub(crate) async fn send(
         self: &Arc<Self>,
         addr: SocketAddr,
-        req: Request<Full<Bytes>>,
-    ) -> Result<(Response<Incoming>, Lease), UpstreamError> {
-        let mut req = req;
-        let mut fresh = false;
+        req: &Outgoing<'_>,
+    ) -> Result<Answer, UpstreamError> {
         loop {
-            let mut tx = match self.checkout(addr).await {
-                Some(tx) => tx,
-                None => {
-                    fresh = true;
-                    self.connect(addr).await?
+            let (mut conn, pooled) = match self.checkout(addr) {
+                Some(c) => (c, true),
+                None => (self.connect(addr).await?, false),
+            };
+            conn.wbuf.clear();
+            h1::encode_request(req, addr, &mut conn.wbuf);
+            let coalesce = req.body.len() <= COALESCE_BODY_BYTES;
+            if coalesce {
+                conn.wbuf.extend_from_slice(req.body);
+            }
+            // The first write tells whether anything left at all.
+            let sent = match conn.io.write(&conn.wbuf).await {
+                Ok(0) => Err(io::Error::from(io::ErrorKind::WriteZero)),
+                Ok(n) => Ok(n),
+                Err(e) => Err(e),
+            };
+            let n = match sent {
+                Ok(n) => n,
+                Err(_) if pooled => continue,
+                Err(e) => return Err(UpstreamError::NotSent(e)),
+            };
+            let rest = async {
+                conn.io.write_all(&conn.wbuf[n..]).await?;
+                if !coalesce {
+                    conn.io.write_all(req.body).await?;
+                }
+                Ok(())
+            };
+            rest.await.map_err(UpstreamError::Io)?;
+            let is_head = *req.method == Method::HEAD;
+            let head = loop {
+                if !conn.rbuf.is_empty()
+                    && let Some(head) = h1::parse_response(&mut conn.rbuf, is_head)?
+                {
+                    break head;
+                }
+                if conn.fill().await.map_err(UpstreamError::Io)? == 0 {
+                    return Err(UpstreamError::Closed);
                 }
             };
-            match tx.try_send_request(req).await {
-                Ok(res) => {
-                    let lease = Lease {
-                        tx,
-                        addr,
-                        pool: Arc::clone(self),
-                    };
-                    return Ok((res, lease));
-                }
-                Err(mut e) => match e.take_message() {
-                    Some(unsent) if !fresh => req = unsent,
-                    Some(_) => return Err(UpstreamError::NotSent(e.into_error())),
-                    None => return Err(UpstreamError::Exchange(e.into_error())),
-                },
-            }
+            let state = match head.framing {
+                Framing::Empty | Framing::Length(0) => BodyState::Done,
+                Framing::Length(n) => BodyState::Length(n),
+                Framing::Chunked => BodyState::Chunked(Chunked::new()),
+                Framing::Close => BodyState::Close,
+            };
+            let mut body = UpstreamBody {
+                conn: Some(Box::new(conn)),
+                state,
+                keep_alive: head.keep_alive,
+                pool: Arc::clone(self),
+                addr,
+            };
+            body.settle();
+            return Ok(Answer {
+                status: head.status,
+                headers: head.headers,
+                body,
+            });
         }
     }
 
-    /// An idle connection to `addr` that is ready for a request, if any.
-    async fn checkout(&self, addr: SocketAddr) -> Option<Sender> {
+    /// An idle connection to `addr` that is still open, if any.
+    fn checkout(&self, addr: SocketAddr) -> Option<Conn> {
         loop {
             let idle = {
                 let mut map = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
                 map.get_mut(&addr).and_then(Vec::pop)
             }?;
-            if idle.tx.is_closed() || idle.since.elapsed() >= self.idle_timeout {
-                continue; // dropping it closes the connection
-            }
-            let mut tx = idle.tx;
-            if tx.is_ready() {
-                return Some(tx);
-            }
-            // Checked in right after its body ended: the connection task may not have
-            // marked it ready yet. It will, or it is closed (an error).
-            if tx.ready().await.is_ok() {
-                return Some(tx);
-            }
+            if idle.since.elapsed() < self.idle_timeout && !idle.conn.is_closed() {
+                return Some(idle.conn);
+            } // else dropping it closes the connection
         }
     }
 
-    fn checkin(&self, addr: SocketAddr, tx: Sender) {
-        if tx.is_closed() {
-            return;
-        }
+    fn checkin(&self, addr: SocketAddr, conn: Conn) {
         let mut map = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         let list = map.entry(addr).or_default();
         if list.len() < self.max_idle_per_worker {
             list.push(Idle {
-                tx,
+                conn,
                 since: Instant::now(),
             });
         }
@@ -189,7 +243,7 @@ impl Upstreams {
     pub(crate) fn prune(&self) {
         let mut map = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         for list in map.values_mut() {
-            list.retain(|i| !i.tx.is_closed() && i.since.elapsed() < self.idle_timeout);
+            list.retain(|i| i.since.elapsed() < self.idle_timeout && !i.conn.is_closed());
         }
         map.retain(|_, list| !list.is_empty());
     }
@@ -206,23 +260,181 @@ impl Upstreams {
         map.values().map(Vec::len).sum()
     }
 
-    async fn connect(&self, addr: SocketAddr) -> Result<Sender, UpstreamError> {
-        let stream = tokio::time::timeout(self.connect_timeout, TcpStream::connect(addr))
+    async fn connect(&self, addr: SocketAddr) -> Result<Conn, UpstreamError> {
+        let io = tokio::time::timeout(self.connect_timeout, TcpStream::connect(addr))
             .await
             .map_err(|_| UpstreamError::ConnectTimeout(self.connect_timeout.as_millis()))?
             .map_err(UpstreamError::Connect)?;
-        let _ = stream.set_nodelay(true);
-        let (tx, conn) = Builder::new()
-            .handshake(TokioIo::new(stream))
-            .await
-            .map_err(UpstreamError::Exchange)?;
-        // The connection's task runs on this thread's runtime, next to its requests.
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "upstream connection ended");
+        let _ = io.set_nodelay(true);
+        Ok(Conn {
+            io,
+            rbuf: BytesMut::new(),
+            wbuf: Vec::new(),
+        })
+    }
+}
+
+/// Where a response body stands.
+#[derive(Debug)]
+enum BodyState {
+    Length(u64),
+    Chunked(Chunked),
+    Close,
+    Done,
+}
+
+/// A response body still on its worker connection. Once it has been read to its end,
+/// the connection goes back to the pool (when the worker keeps it alive); dropped
+/// before that, the connection closes.
+#[derive(Debug)]
+pub(crate) struct UpstreamBody {
+    /// Boxed: the body lives in every response, the connection only while it streams.
+    conn: Option<Box<Conn>>,
+    state: BodyState,
+    keep_alive: bool,
+    pool: Arc<Upstreams>,
+    addr: SocketAddr,
+}
+
+impl UpstreamBody {
+    /// The whole body has been read.
+    pub(crate) fn is_end(&self) -> bool {
+        matches!(self.state, BodyState::Done)
+    }
+
+    /// The declared length still to come, when the worker declared one.
+    pub(crate) fn remaining(&self) -> Option<u64> {
+        match self.state {
+            BodyState::Length(n) => Some(n),
+            BodyState::Done => Some(0),
+            _ => None,
+        }
+    }
+
+    /// The next piece of body from what has been read already, consumed.
+    fn next_buffered(&mut self) -> Result<Option<Bytes>, UpstreamError> {
+        let Some(conn) = self.conn.as_mut() else {
+            return Ok(None);
+        };
+        let buf = &mut conn.rbuf;
+        let chunked = matches!(self.state, BodyState::Chunked(_));
+        let data = match &mut self.state {
+            BodyState::Done => None,
+            _ if buf.is_empty() && !chunked => None,
+            BodyState::Length(left) => {
+                let n = (buf.len() as u64).min(*left) as usize;
+                *left -= n as u64;
+                if *left == 0 {
+                    self.state = BodyState::Done;
+                }
+                Some(buf.split_to(n).freeze())
             }
-        });
-        Ok(tx)
+            BodyState::Chunked(dec) => {
+                let d = dec.decode(buf)?;
+                if dec.is_done() {
+                    self.state = BodyState::Done;
+                }
+                d
+            }
+            BodyState::Close => Some(buf.split().freeze()),
+        };
+        self.settle();
+        Ok(data)
+    }
+
+    /// At the body's end, the connection goes back to the pool: only when the worker
+    /// keeps it alive and sent nothing past the response.
+    fn settle(&mut self) {
+        if self.is_end()
+            && let Some(conn) = self.conn.take()
+            && self.keep_alive
+            && conn.rbuf.is_empty()
+        {
+            self.pool.checkin(self.addr, *conn);
+        }
+    }
+
+    /// Everything of the body that has been read already, without waiting.
+    pub(crate) fn take_buffered(&mut self) -> Result<Bytes, UpstreamError> {
+        let Some(first) = self.next_buffered()? else {
+            return Ok(Bytes::new());
+        };
+        let Some(second) = self.next_buffered()? else {
+            return Ok(first);
+        };
+        let mut all = BytesMut::from(&first[..]);
+        all.extend_from_slice(&second);
+        while let Some(more) = self.next_buffered()? {
+            all.extend_from_slice(&more);
+        }
+        Ok(all.freeze())
+    }
+
+    /// Reads the rest of the body.
+    pub(crate) async fn read_to_end(&mut self) -> Result<Bytes, UpstreamError> {
+        let first = self.take_buffered()?;
+        if self.is_end() {
+            return Ok(first);
+        }
+        let mut all = BytesMut::from(&first[..]);
+        while let Some(d) = std::future::poll_fn(|cx| self.poll_data(cx)).await {
+            all.extend_from_slice(&d?);
+        }
+        Ok(all.freeze())
+    }
+
+    /// The next piece of body, reading from the connection as needed; `None` at the end.
+    pub(crate) fn poll_data(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Bytes, UpstreamError>>> {
+        loop {
+            match self.next_buffered() {
+                Ok(Some(d)) if !d.is_empty() => return Poll::Ready(Some(Ok(d))),
+                Ok(_) if self.is_end() => return Poll::Ready(None),
+                Ok(_) => {}
+                Err(e) => return Poll::Ready(Some(Err(e))),
+            }
+            let Some(conn) = self.conn.as_mut() else {
+                return Poll::Ready(None);
+            };
+            conn.rbuf.reserve(READ_RESERVE);
+            match conn.io.try_read_buf(&mut conn.rbuf) {
+                Ok(0) if matches!(self.state, BodyState::Close) => {
+                    self.state = BodyState::Done;
+                    self.conn = None;
+                    return Poll::Ready(None);
+                }
+                Ok(0) => return Poll::Ready(Some(Err(UpstreamError::Closed))),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    match conn.io.poll_read_ready(cx) {
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(Ok(())) => {}
+                        Poll::Ready(Err(e)) => return Poll::Ready(Some(Err(UpstreamError::Io(e)))),
+                    }
+                }
+                Err(e) => return Poll::Ready(Some(Err(UpstreamError::Io(e)))),
+            }
+        }
+    }
+}
+
+impl hyper::body::Body for UpstreamBody {
+    type Data = Bytes;
+    type Error = UpstreamError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, UpstreamError>>> {
+        self.get_mut()
+            .poll_data(cx)
+            .map(|o| o.map(|r| r.map(hyper::body::Frame::data)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.is_end()
     }
 }
 
@@ -231,6 +443,207 @@ mod tests {
     use super::*;
     use tokio::io::AsyncReadExt;
     use tokio::net::TcpListener;
+
+    /// Reads one request head (and a `content-length` body) off a raw worker socket.
+    async fn read_request(sock: &mut TcpStream, buf: &mut Vec<u8>) -> Option<String> {
+        loop {
+            if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&buf[..end + 4]).to_string();
+                let len = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length: "))
+                    .map_or(0, |v| v.trim().parse::<usize>().unwrap());
+                while buf.len() < end + 4 + len {
+                    let mut chunk = [0u8; 4096];
+                    let n = sock.read(&mut chunk).await.unwrap();
+                    buf.extend_from_slice(&chunk[..n]);
+                }
+                buf.drain(..end + 4 + len);
+                return Some(head);
+            }
+            let mut chunk = [0u8; 4096];
+            let n = sock.read(&mut chunk).await.ok()?;
+            if n == 0 {
+                return None;
+            }
+            buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    /// Writes `bytes` a few at a time, so every parser state meets a read boundary.
+    async fn dribble(sock: &mut TcpStream, bytes: &[u8]) {
+        for piece in bytes.chunks(7) {
+            sock.write_all(piece).await.unwrap();
+            sock.flush().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    fn get<'a>(method: &'a Method, body: &'a Bytes, headers: &'a HeaderMap) -> Outgoing<'a> {
+        Outgoing {
+            method,
+            target: "/x",
+            headers,
+            client_ip: "127.0.0.1",
+            body,
+        }
+    }
+
+    async fn body_of(answer: &mut Answer) -> Vec<u8> {
+        let mut out = Vec::new();
+        while let Some(d) = std::future::poll_fn(|cx| answer.body.poll_data(cx)).await {
+            out.extend_from_slice(&d.unwrap());
+        }
+        out
+    }
+
+    /// A worker answering in 7-byte pieces: a chunked body, then a length-delimited one
+    /// on the same connection (it went back to the pool), then a body delimited by
+    /// closing the connection (which is then not pooled).
+    #[tokio::test]
+    async fn bodies_of_every_framing_arrive_whole_across_read_boundaries() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let worker = tokio::spawn(async move {
+            let (mut sock, _) = listener.accept().await.unwrap();
+            let mut buf = Vec::new();
+            let first = read_request(&mut sock, &mut buf).await.unwrap();
+            dribble(&mut sock, b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\nx-a: 1\r\n\r\n5\r\nhello\r\n7\r\n, world\r\n0\r\n\r\n").await;
+            let second = read_request(&mut sock, &mut buf).await.unwrap();
+            dribble(
+                &mut sock,
+                b"HTTP/1.1 201 Created\r\ncontent-length: 10\r\n\r\n0123456789",
+            )
+            .await;
+            let third = read_request(&mut sock, &mut buf).await.unwrap();
+            dribble(
+                &mut sock,
+                b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\nuntil the end",
+            )
+            .await;
+            drop(sock);
+            (first, second, third)
+        });
+        let pool = Upstreams::new(Duration::from_secs(2), Duration::from_secs(60), 8);
+        let (get_m, post_m, no_body, headers) =
+            (Method::GET, Method::POST, Bytes::new(), HeaderMap::new());
+        let mut a = pool
+            .send(addr, &get(&get_m, &no_body, &headers))
+            .await
+            .unwrap();
+        assert_eq!(a.headers["x-a"], "1");
+        assert!(a.headers.get("transfer-encoding").is_none());
+        assert_eq!(body_of(&mut a).await, b"hello, world");
+        assert_eq!(
+            pool.idle_count(),
+            1,
+            "back in the pool after the last chunk"
+        );
+        let payload = Bytes::from_static(b"payload");
+        let mut a = pool
+            .send(addr, &get(&post_m, &payload, &headers))
+            .await
+            .unwrap();
+        assert_eq!(a.status, StatusCode::CREATED);
+        let first = a.body.take_buffered().unwrap();
+        assert_eq!(a.body.remaining(), Some(10 - first.len() as u64));
+        let rest = a.body.read_to_end().await.unwrap();
+        assert_eq!([&first[..], &rest[..]].concat(), b"0123456789");
+        assert!(a.body.is_end());
+        assert_eq!(pool.idle_count(), 1);
+        let mut a = pool
+            .send(addr, &get(&get_m, &no_body, &headers))
+            .await
+            .unwrap();
+        assert_eq!(body_of(&mut a).await, b"until the end");
+        assert_eq!(
+            pool.idle_count(),
+            0,
+            "a close-delimited connection is not reused"
+        );
+        let (first, second, third) = worker.await.unwrap();
+        assert!(first.starts_with("GET /x HTTP/1.1\r\n"), "{first}");
+        assert!(
+            second.starts_with("POST /x HTTP/1.1\r\n") && second.contains("content-length: 7\r\n"),
+            "{second}"
+        );
+        assert!(third.contains("x-forwarded-for: 127.0.0.1\r\n"), "{third}");
+    }
+
+    /// The worker closes an idle pooled connection (its keep-alive time-out): the next
+    /// request notices before writing and goes out on a fresh connection.
+    #[tokio::test]
+    async fn a_pooled_connection_closed_by_the_worker_is_replaced() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let worker = tokio::spawn(async move {
+            let mut served = 0;
+            for _ in 0..2 {
+                let (mut sock, _) = listener.accept().await.unwrap();
+                let mut buf = Vec::new();
+                read_request(&mut sock, &mut buf).await.unwrap();
+                sock.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                    .await
+                    .unwrap();
+                served += 1;
+                // Closes right after answering, as a keep-alive time-out would.
+            }
+            served
+        });
+        let pool = Upstreams::new(Duration::from_secs(2), Duration::from_secs(60), 8);
+        let (m, b, h) = (Method::POST, Bytes::from_static(b"once"), HeaderMap::new());
+        for _ in 0..2 {
+            let mut a = pool.send(addr, &get(&m, &b, &h)).await.unwrap();
+            assert_eq!(a.body.read_to_end().await.unwrap(), "ok");
+            // Let the event loop see the worker's FIN.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(
+            worker.await.unwrap(),
+            2,
+            "each request got its own connection"
+        );
+    }
+
+    /// Garbage, an upgrade and a connection closed before the head are errors, and a
+    /// body cut short is an error, not a short body.
+    #[tokio::test]
+    async fn broken_answers_are_errors() {
+        let answers: [&[u8]; 4] = [
+            b"NOT HTTP\r\n\r\n",
+            b"HTTP/1.1 101 Switching Protocols\r\n\r\n",
+            b"",
+            b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nshort",
+        ];
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            for answer in answers {
+                let (mut sock, _) = listener.accept().await.unwrap();
+                let mut buf = Vec::new();
+                read_request(&mut sock, &mut buf).await.unwrap();
+                sock.write_all(answer).await.unwrap();
+            }
+        });
+        let pool = Upstreams::new(Duration::from_secs(2), Duration::from_secs(60), 8);
+        let (m, b, h) = (Method::GET, Bytes::new(), HeaderMap::new());
+        let e = pool.send(addr, &get(&m, &b, &h)).await.unwrap_err();
+        assert!(matches!(e, UpstreamError::Wire(WireError::Head(_))), "{e}");
+        let e = pool.send(addr, &get(&m, &b, &h)).await.unwrap_err();
+        assert!(matches!(e, UpstreamError::Wire(WireError::Upgrade)), "{e}");
+        let e = pool.send(addr, &get(&m, &b, &h)).await.unwrap_err();
+        assert!(matches!(e, UpstreamError::Closed) && !e.never_sent(), "{e}");
+        let mut a = pool.send(addr, &get(&m, &b, &h)).await.unwrap();
+        let e = a.body.read_to_end().await.unwrap_err();
+        assert!(matches!(e, UpstreamError::Closed), "{e}");
+        assert_eq!(pool.idle_count(), 0);
+        let refused = {
+            let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            l.local_addr().unwrap()
+        };
+        let e = pool.send(refused, &get(&m, &b, &h)).await.unwrap_err();
+        assert!(e.never_sent(), "{e}");
+    }
 
     /// An idle connection past the time-out is closed by `prune` (the worker side reads
     /// EOF), without any request coming along to notice it.
@@ -245,8 +658,8 @@ mod tests {
             sock.read(&mut buf).await.unwrap()
         });
         let pool = Upstreams::new(Duration::from_secs(2), Duration::from_millis(50), 8);
-        let tx = pool.connect(addr).await.unwrap();
-        pool.checkin(addr, tx);
+        let conn = pool.connect(addr).await.unwrap();
+        pool.checkin(addr, conn);
         assert_eq!(pool.idle_count(), 1);
         pool.prune();
         assert_eq!(pool.idle_count(), 1, "not expired yet");
