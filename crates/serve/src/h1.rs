@@ -267,7 +267,10 @@ pub(crate) fn parse_response(buf: &mut BytesMut, head: bool) -> Result<Option<He
             };
         let mut map = HeaderMap::with_capacity(count);
         for (name, value) in headers {
-            if hop_by_hop(name) || listed(&named, name) {
+            // With Transfer-Encoding, a Content-Length is wrong and must go (RFC 9112
+            // §6.3): the body is re-framed on the way out.
+            let stale_length = chunked.is_some() && name.eq_ignore_ascii_case(b"content-length");
+            if hop_by_hop(name) || listed(&named, name) || stale_length {
                 continue;
             }
             let name = HeaderName::from_bytes(name).map_err(|e| WireError::Head(e.to_string()))?;
@@ -531,12 +534,16 @@ mod tests {
         assert_eq!(&rest[..], b"abc", "the head is consumed, the body left");
 
         let (r, _) = response(
-            "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\nContent-Length: 9\r\n\r\n",
             false,
         );
         let h = r.unwrap().unwrap();
         assert_eq!(h.framing, Framing::Chunked);
         assert!(h.headers.get("transfer-encoding").is_none());
+        assert!(
+            h.headers.get("content-length").is_none(),
+            "chunked wins, the length goes"
+        );
 
         let (r, _) = response("HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n", true);
         assert_eq!(r.unwrap().unwrap().framing, Framing::Empty, "HEAD");
