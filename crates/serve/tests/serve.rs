@@ -655,6 +655,47 @@ async fn busy_but_answering_worker_is_not_replaced() {
     h.server.shutdown().await;
 }
 
+/// A HEAD answer has no body whatever its headers say (Node sends neither length nor
+/// chunking for one, or the app's own Content-Length): the proxy must not wait for a
+/// body, and the worker connection must stay in step and be reused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn head_answers_have_no_body_and_the_connection_stays_in_step() {
+    let h = start(&format!("{SERVER}{}", node_app("web", 1, "least_conn", ""))).await;
+    let conns = || async {
+        h.get("/conns").await.unwrap().json()["connections"]
+            .as_u64()
+            .unwrap()
+    };
+    let before = conns().await;
+    for _ in 0..3 {
+        for path in ["/big?kb=64", "/", "/half"] {
+            let req = http::Request::head(h.url(path))
+                .body(Full::new(Bytes::new()))
+                .unwrap();
+            let r = tokio::time::timeout(Duration::from_secs(5), send(&h.client, req))
+                .await
+                .expect("a HEAD answer does not wait for a body")
+                .unwrap();
+            assert_eq!(r.status, 200, "HEAD {path}");
+            assert!(r.body.is_empty(), "HEAD {path}: {:?}", r.body);
+        }
+        let r = h.get("/").await.unwrap();
+        assert_eq!(r.status, 200);
+        assert!(
+            r.json()["pid"].is_u64(),
+            "the next GET reads its own answer: {}",
+            r.body
+        );
+    }
+    // Twelve requests on the pooled connection; a health probe may open one of its own.
+    let opened = conns().await - before;
+    assert!(
+        opened <= 2,
+        "{opened} new worker connections for 12 requests"
+    );
+    h.server.shutdown().await;
+}
+
 /// Small bodies are read whole before the head goes out; large and slow ones stream.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_and_slow_bodies_stream_intact() {

@@ -11,7 +11,10 @@
 //   GET /stream         "first\n", then "second\n" 300 ms later (chunked)
 //   GET /half?die=I     worker I sends a head (Content-Length 100) and 10 bytes, then
 //                       exits; the others answer 100 bytes
+//   GET /conns          {"connections"}: how many connections this worker has accepted
 const http = require('node:http');
+
+let connections = 0;
 
 const port = Number(process.env.PORT);
 const index = process.env.WORKER_INDEX;
@@ -37,6 +40,9 @@ const server = http.createServer((req, res) => {
       return;
     case '/':
       json(200, { pid: process.pid, index, tag: process.env.APP_TAG || null });
+      return;
+    case '/conns':
+      json(200, { connections });
       return;
     case '/pid':
       res.end(String(process.pid));
@@ -95,6 +101,7 @@ const server = http.createServer((req, res) => {
       json(404, { error: 'not found' });
   }
 });
+server.on('connection', () => connections++);
 server.keepAliveTimeout = 65000;
 server.listen(port, '127.0.0.1', () => console.log(`worker ${index} listening on ${port}`));
 process.on('SIGTERM', () => {
