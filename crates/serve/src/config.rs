@@ -110,6 +110,8 @@ struct RawServer {
     drain_timeout_ms: u64,
     #[serde(default = "d_sample_interval_ms")]
     sample_interval_ms: u64,
+    #[serde(default = "d_tunnel_idle_timeout_ms")]
+    tunnel_idle_timeout_ms: u64,
     threads: Option<Spanned<u64>>,
 }
 
@@ -130,6 +132,9 @@ fn d_upstream_timeout_ms() -> u64 {
 }
 fn d_wait_for_worker_ms() -> u64 {
     5_000
+}
+fn d_tunnel_idle_timeout_ms() -> u64 {
+    300_000
 }
 fn d_true() -> bool {
     true
@@ -307,6 +312,8 @@ pub(crate) struct ServerConfig {
     pub(crate) pool_max_idle_per_worker: usize,
     pub(crate) drain_timeout: Duration,
     pub(crate) sample_interval: Duration,
+    /// An upgraded connection (WebSocket) with no bytes either way for this long closes.
+    pub(crate) tunnel_idle_timeout: Duration,
     /// Data-plane threads (each its own runtime and worker connections).
     pub(crate) threads: usize,
 }
@@ -470,6 +477,7 @@ impl Config {
             pool_max_idle_per_worker: s.pool_max_idle_per_worker,
             drain_timeout: ms(s.drain_timeout_ms),
             sample_interval: ms(s.sample_interval_ms.max(100)),
+            tunnel_idle_timeout: ms(s.tunnel_idle_timeout_ms.max(1)),
             threads,
         };
 

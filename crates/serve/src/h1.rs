@@ -36,8 +36,8 @@ pub(crate) enum WireError {
     /// The response head is over [`MAX_HEAD_BYTES`] or [`MAX_HEADERS`].
     #[error("response head over {MAX_HEAD_BYTES} bytes or {MAX_HEADERS} headers")]
     HeadTooLarge,
-    /// A `101 Switching Protocols`: upgrades are not proxied.
-    #[error("the worker switched protocols (101); upgrades are not proxied")]
+    /// A `101 Switching Protocols` to a request that asked for no upgrade.
+    #[error("the worker switched protocols (101) unasked")]
     Upgrade,
     /// `Content-Length` is not a number, or several disagree.
     #[error("invalid Content-Length")]
@@ -59,6 +59,9 @@ pub(crate) struct Outgoing<'a> {
     pub(crate) client_ip: &'a str,
     /// The whole body (bodies are buffered, so a failed attempt can be sent again).
     pub(crate) body: &'a Bytes,
+    /// The client asked to switch to this protocol (`Upgrade`, with `Connection:
+    /// upgrade`): the two headers go to the worker instead of being dropped.
+    pub(crate) upgrade: Option<&'a HeaderValue>,
 }
 
 /// Is `name` one of the headers that describe one connection, never forwarded (RFC 9110
@@ -144,6 +147,10 @@ pub(crate) fn encode_request(req: &Outgoing<'_>, worker: SocketAddr, out: &mut V
         out.extend_from_slice(b"x-forwarded-proto: http\r\n");
     }
     out.extend_from_slice(b"via: 1.1 scalpel\r\n");
+    if let Some(protocol) = req.upgrade {
+        out.extend_from_slice(b"connection: upgrade\r\n");
+        header_line(out, b"upgrade", protocol.as_bytes());
+    }
     let needs_length = matches!(*req.method, Method::POST | Method::PUT | Method::PATCH);
     if !req.body.is_empty() || needs_length {
         out.extend_from_slice(b"content-length: ");
@@ -185,8 +192,14 @@ pub(crate) struct Head {
 
 /// Parses the response head at the start of `buf` and consumes it; `Ok(None)` when it
 /// is not all there yet. Interim (1xx) responses are consumed and skipped. `head` says
-/// the request was a `HEAD`.
-pub(crate) fn parse_response(buf: &mut BytesMut, head: bool) -> Result<Option<Head>, WireError> {
+/// the request was a `HEAD`; `upgrade` that it asked for an upgrade, so a 101 is the
+/// answer (its `Upgrade` header kept, no body: the connection is the worker's protocol
+/// from then on).
+pub(crate) fn parse_response(
+    buf: &mut BytesMut,
+    head: bool,
+    upgrade: bool,
+) -> Result<Option<Head>, WireError> {
     loop {
         // Where each header's name and value sit in the head, so the values can point
         // into the head's bytes once httparse lets go of `buf`: no copy per header.
@@ -212,10 +225,11 @@ pub(crate) fn parse_response(buf: &mut BytesMut, head: bool) -> Result<Option<He
             let code = res.code.unwrap_or(0);
             (len, code, res.version == Some(1), res.headers.len())
         };
-        if code == 101 {
+        let switched = code == 101;
+        if switched && !upgrade {
             return Err(WireError::Upgrade);
         }
-        if (100..200).contains(&code) {
+        if (100..200).contains(&code) && !switched {
             buf.advance(len);
             continue;
         }
@@ -249,7 +263,7 @@ pub(crate) fn parse_response(buf: &mut BytesMut, head: bool) -> Result<Option<He
         }
         let named = connection_named(conn_values.iter().copied());
         let close = listed(&named, b"close");
-        let framing = if head || code == 204 || code == 304 {
+        let framing = if head || switched || code == 204 || code == 304 {
             Framing::Empty
         } else {
             match (chunked, length) {
@@ -260,6 +274,7 @@ pub(crate) fn parse_response(buf: &mut BytesMut, head: bool) -> Result<Option<He
             }
         };
         let keep_alive = framing != Framing::Close
+            && !switched
             && if http11 {
                 !close
             } else {
@@ -270,7 +285,8 @@ pub(crate) fn parse_response(buf: &mut BytesMut, head: bool) -> Result<Option<He
             // With Transfer-Encoding, a Content-Length is wrong and must go (RFC 9112
             // §6.3): the body is re-framed on the way out.
             let stale_length = chunked.is_some() && name.eq_ignore_ascii_case(b"content-length");
-            if hop_by_hop(name) || listed(&named, name) || stale_length {
+            let protocol = switched && name.eq_ignore_ascii_case(b"upgrade");
+            if (hop_by_hop(name) || listed(&named, name) || stale_length) && !protocol {
                 continue;
             }
             let name = HeaderName::from_bytes(name).map_err(|e| WireError::Head(e.to_string()))?;
@@ -411,6 +427,7 @@ mod tests {
             headers: &map,
             client_ip: "10.0.0.7",
             body: &body,
+            upgrade: None,
         };
         let mut out = Vec::new();
         encode_request(&req, "127.0.0.1:3001".parse().unwrap(), &mut out);
@@ -512,9 +529,54 @@ mod tests {
         assert!(get(&parsed(&get_req).2, "content-length").is_empty());
     }
 
+    #[test]
+    fn upgrades_carry_their_two_headers_and_a_101_is_their_answer() {
+        let mut map = HeaderMap::new();
+        map.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+        map.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        map.insert(
+            "sec-websocket-key",
+            HeaderValue::from_static("dGhlIHNhbXBsZSBub25jZQ=="),
+        );
+        let body = Bytes::new();
+        let protocol = HeaderValue::from_static("websocket");
+        let req = Outgoing {
+            method: &Method::GET,
+            target: "/ws",
+            headers: &map,
+            client_ip: "10.0.0.7",
+            body: &body,
+            upgrade: Some(&protocol),
+        };
+        let mut out = Vec::new();
+        encode_request(&req, "127.0.0.1:3001".parse().unwrap(), &mut out);
+        let head = String::from_utf8(out).unwrap();
+        let (_, _, hs) = parsed(&head);
+        assert_eq!(get(&hs, "connection"), ["upgrade"], "{head}");
+        assert_eq!(get(&hs, "upgrade"), ["websocket"]);
+        assert_eq!(get(&hs, "sec-websocket-key"), ["dGhlIHNhbXBsZSBub25jZQ=="]);
+
+        let raw = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n\x01\x02hi";
+        let mut buf = BytesMut::from(raw);
+        let h = parse_response(&mut buf, false, true).unwrap().unwrap();
+        assert_eq!(h.status, StatusCode::SWITCHING_PROTOCOLS);
+        assert_eq!((h.framing, h.keep_alive), (Framing::Empty, false));
+        assert_eq!(h.headers["upgrade"], "websocket");
+        assert!(h.headers.get("connection").is_none());
+        assert_eq!(
+            h.headers["sec-websocket-accept"],
+            "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+        );
+        assert_eq!(&buf[..], b"\x01\x02hi", "the new protocol's bytes stay");
+        // Declined: an ordinary answer.
+        let mut buf = BytesMut::from("HTTP/1.1 426 Upgrade Required\r\nContent-Length: 0\r\n\r\n");
+        let h = parse_response(&mut buf, false, true).unwrap().unwrap();
+        assert_eq!((h.status.as_u16(), h.keep_alive), (426, true));
+    }
+
     fn response(raw: &str, head: bool) -> (Result<Option<Head>, WireError>, BytesMut) {
         let mut buf = BytesMut::from(raw);
-        let r = parse_response(&mut buf, head);
+        let r = parse_response(&mut buf, head, false);
         (r, buf)
     }
 

@@ -75,7 +75,8 @@
 //! Clients are served by hyper; the exchange with a worker runs in the request's own
 //! task over a small HTTP/1.1 client (`h1`: request head, response head, framing), which
 //! halved the balancer's user-space CPU per request against hyper's client connection
-//! (docs/serve.md).
+//! (docs/serve.md). A request that switches protocols (WebSocket) ends as a `tunnel`
+//! between the two connections.
 
 mod config;
 mod h1;
@@ -86,6 +87,7 @@ mod pool;
 mod proxy;
 mod server;
 mod supervisor;
+mod tunnel;
 mod upstream;
 
 pub use config::{ADMIN_TOKEN_ENV, Balance, Config, ConfigError};

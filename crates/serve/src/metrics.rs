@@ -45,6 +45,10 @@ pub(crate) struct AppMetrics {
     pub(crate) retries: AtomicU64,
     pub(crate) no_worker: AtomicU64,
     pub(crate) mirrored: AtomicU64,
+    /// Requests answered with a protocol switch (WebSocket handshakes).
+    pub(crate) upgrades: AtomicU64,
+    /// Switched connections still open.
+    pub(crate) tunnels_open: AtomicU64,
     pub(crate) restarts: [AtomicU64; 3],
     pub(crate) reloads: AtomicU64,
     latency: Mutex<Histogram<u64>>,
@@ -62,6 +66,8 @@ impl AppMetrics {
             retries: AtomicU64::new(0),
             no_worker: AtomicU64::new(0),
             mirrored: AtomicU64::new(0),
+            upgrades: AtomicU64::new(0),
+            tunnels_open: AtomicU64::new(0),
             restarts: Default::default(),
             reloads: AtomicU64::new(0),
             latency: Mutex::new(

@@ -152,6 +152,7 @@ async fn send_copy(
         headers: &copy.headers,
         client_ip: &copy.client_ip,
         body: &copy.body,
+        upgrade: None,
     };
     let start = Instant::now();
     let max = shared.cfg.max_body_bytes as usize;

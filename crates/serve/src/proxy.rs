@@ -18,6 +18,8 @@ use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::upgrade::OnUpgrade;
+use hyper_util::rt::TokioIo;
 
 use crate::config::{RouteConfig, ServerConfig, StickyKey};
 use crate::h1::Outgoing;
@@ -25,7 +27,8 @@ use crate::metrics::AppMetrics;
 use crate::mirror::{Mirror, Tee};
 use crate::pool::{Backend, InFlight, fast_random};
 use crate::supervisor::App;
-use crate::upstream::{UpstreamBody, UpstreamError, Upstreams};
+use crate::tunnel;
+use crate::upstream::{Answer, UpstreamBody, UpstreamError, Upstreams};
 
 /// Worker bodies up to this size (by `Content-Length`) are read whole before the
 /// response goes out; larger or chunked ones stream.
@@ -312,6 +315,9 @@ impl Shared {
         start: Instant,
     ) -> Response<ProxyBody> {
         // Phase `request_filter`: limits and headers.
+        let mut req = req;
+        let upgrade = upgrade_asked(&req);
+        let on_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
         let (parts, body) = req.into_parts();
         let max = self.cfg.max_body_bytes;
         let declared = parts
@@ -358,8 +364,12 @@ impl Shared {
             headers: &parts.headers,
             client_ip,
             body: &body,
+            upgrade: upgrade.as_ref(),
         };
-        let mut mirror_tx = mirror.and_then(|m| m.begin(self, up, &out));
+        // A switched connection is not a response a mirror could compare.
+        let mut mirror_tx = mirror
+            .filter(|_| upgrade.is_none())
+            .and_then(|m| m.begin(self, up, &out));
 
         // Phase `upstream`.
         let mut avoid: Option<Arc<Backend>> = None;
@@ -411,6 +421,14 @@ impl Shared {
                 }
             };
             match sent {
+                Ok(Ok((answer, _))) if answer.switched.is_some() => {
+                    let finish = Finish {
+                        _in_flight: in_flight,
+                        metrics: app.metrics.clone(),
+                        start,
+                    };
+                    return self.switch(app, answer, on_upgrade, finish);
+                }
                 Ok(Ok((answer, first))) => {
                     let ended = answer.body.is_end();
                     let tee = mirror_tx.take().map(|tx| {
@@ -475,6 +493,79 @@ impl Shared {
             }
         }
     }
+}
+
+impl Shared {
+    /// The worker agreed to switch protocols (a WebSocket handshake): the 101 goes to the
+    /// client, and once hyper hands over the client's connection the two are joined by a
+    /// tunnel task on this thread. An open tunnel is not a request in flight (it would
+    /// make its worker look busy, or stalled, for as long as it lasts); it counts in
+    /// `scalpel_tunnels_open`.
+    fn switch(
+        &self,
+        app: &App,
+        answer: Answer,
+        on_upgrade: Option<OnUpgrade>,
+        finish: Finish,
+    ) -> Response<ProxyBody> {
+        let (Some(switched), Some(on_upgrade)) = (answer.switched, on_upgrade) else {
+            // parse_response accepts a 101 only when the request asked for it.
+            return json_error(StatusCode::BAD_GATEWAY, "unexpected protocol switch");
+        };
+        let metrics = app.metrics.clone();
+        metrics.upgrades.fetch_add(1, Ordering::Relaxed);
+        metrics.tunnels_open.fetch_add(1, Ordering::Relaxed);
+        let idle = self.cfg.tunnel_idle_timeout;
+        let app_name = app.cfg.name.clone();
+        tokio::spawn(async move {
+            let _open = TunnelOpen(metrics);
+            let client = match on_upgrade.await {
+                Ok(c) => TokioIo::new(c),
+                Err(e) => {
+                    tracing::debug!(app = %app_name, error = %e, "client left before the switch");
+                    return;
+                }
+            };
+            match tunnel::join(client, switched.io, &switched.early, idle).await {
+                Ok(end) => tracing::debug!(app = %app_name, ?end, "tunnel closed"),
+                Err(e) => tracing::debug!(app = %app_name, error = %e, "tunnel broke"),
+            }
+        });
+        let mut res = Response::new(ProxyBody::Buffered {
+            data: None,
+            _finish: finish,
+        });
+        *res.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+        *res.headers_mut() = answer.headers;
+        res.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        res
+    }
+}
+
+/// Decrements the app's open-tunnel gauge when the tunnel task ends.
+struct TunnelOpen(Arc<AppMetrics>);
+
+impl Drop for TunnelOpen {
+    fn drop(&mut self) {
+        self.0.tunnels_open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The protocol a request asks to switch to: an HTTP/1.1 `Upgrade` header together with
+/// `upgrade` among its `Connection` tokens (RFC 9110 §7.8).
+fn upgrade_asked(req: &Request<Incoming>) -> Option<HeaderValue> {
+    if req.version() != http::Version::HTTP_11 {
+        return None;
+    }
+    let protocol = req.headers().get(header::UPGRADE)?;
+    let asked = req
+        .headers()
+        .get_all(header::CONNECTION)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+        .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"upgrade"));
+    asked.then(|| protocol.clone())
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {

@@ -458,7 +458,9 @@ async fn accept_loop(
                 let client_ip = client_ip.clone();
                 async move { Ok::<_, Infallible>(shared.handle(&up, &client_ip, req).await) }
             });
-            let conn = builder.serve_connection(TokioIo::new(stream), svc);
+            let conn = builder
+                .serve_connection(TokioIo::new(stream), svc)
+                .with_upgrades();
             tokio::pin!(conn);
             let stopping = async move {
                 let _ = stop.wait_for(|s| *s).await;
@@ -640,7 +642,7 @@ fn metrics_text(shared: &Shared) -> String {
     let mut p = PromText::default();
     let load = |f: &std::sync::atomic::AtomicU64| f.load(Ordering::Relaxed) as f64;
     type Counter = fn(&crate::metrics::AppMetrics) -> &std::sync::atomic::AtomicU64;
-    let counters: [(&str, &str, Counter); 6] = [
+    let counters: [(&str, &str, Counter); 7] = [
         (
             "scalpel_serve_requests_total",
             "Requests routed to the app (an A/B arm).",
@@ -671,12 +673,29 @@ fn metrics_text(shared: &Shared) -> String {
             "Requests copied to the app as a mirror.",
             |m| &m.mirrored,
         ),
+        (
+            "scalpel_serve_upgrades_total",
+            "Requests the app answered by switching protocols (WebSocket handshakes).",
+            |m| &m.upgrades,
+        ),
     ];
     for (name, help, get) in counters {
         p.family(name, "counter", help);
         for app in &shared.apps {
             p.sample(name, &[("app", &app.cfg.name)], load(get(&app.metrics)));
         }
+    }
+    p.family(
+        "scalpel_serve_tunnels_open",
+        "gauge",
+        "Switched connections (WebSockets) between clients and the app's workers still open.",
+    );
+    for app in &shared.apps {
+        p.sample(
+            "scalpel_serve_tunnels_open",
+            &[("app", &app.cfg.name)],
+            load(&app.metrics.tunnels_open),
+        );
     }
     p.family(
         "scalpel_serve_restarts_total",

@@ -125,6 +125,17 @@ pub(crate) struct Answer {
     pub(crate) status: StatusCode,
     pub(crate) headers: HeaderMap,
     pub(crate) body: UpstreamBody,
+    /// After a `101 Switching Protocols` (asked for by the request): the connection,
+    /// which now speaks the new protocol.
+    pub(crate) switched: Option<Switched>,
+}
+
+/// A worker connection switched to another protocol: the socket, and the bytes of the
+/// new protocol that arrived with the 101.
+#[derive(Debug)]
+pub(crate) struct Switched {
+    pub(crate) io: TcpStream,
+    pub(crate) early: Bytes,
 }
 
 impl Upstreams {
@@ -182,7 +193,8 @@ impl Upstreams {
             let is_head = *req.method == Method::HEAD;
             let head = loop {
                 if !conn.rbuf.is_empty()
-                    && let Some(head) = h1::parse_response(&mut conn.rbuf, is_head)?
+                    && let Some(head) =
+                        h1::parse_response(&mut conn.rbuf, is_head, req.upgrade.is_some())?
                 {
                     break head;
                 }
@@ -190,6 +202,21 @@ impl Upstreams {
                     return Err(UpstreamError::Closed);
                 }
             };
+            if head.status == StatusCode::SWITCHING_PROTOCOLS {
+                let early = conn.rbuf.split().freeze();
+                return Ok(Answer {
+                    status: head.status,
+                    headers: head.headers,
+                    body: UpstreamBody {
+                        conn: None,
+                        state: BodyState::Done,
+                        keep_alive: false,
+                        pool: Arc::clone(self),
+                        addr,
+                    },
+                    switched: Some(Switched { io: conn.io, early }),
+                });
+            }
             let state = match head.framing {
                 Framing::Empty | Framing::Length(0) => BodyState::Done,
                 Framing::Length(n) => BodyState::Length(n),
@@ -208,6 +235,7 @@ impl Upstreams {
                 status: head.status,
                 headers: head.headers,
                 body,
+                switched: None,
             });
         }
     }
@@ -486,6 +514,7 @@ mod tests {
             headers,
             client_ip: "127.0.0.1",
             body,
+            upgrade: None,
         }
     }
 

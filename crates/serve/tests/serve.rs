@@ -655,6 +655,99 @@ async fn busy_but_answering_worker_is_not_replaced() {
     h.server.shutdown().await;
 }
 
+/// Reads from `sock` into `got` until it holds `want`.
+async fn read_until(sock: &mut tokio::net::TcpStream, got: &mut Vec<u8>, want: &str) {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 1024];
+    while !String::from_utf8_lossy(got).contains(want) {
+        let n = tokio::time::timeout(Duration::from_secs(10), sock.read(&mut buf))
+            .await
+            .unwrap_or_else(|_| panic!("no {want:?} in {:?}", String::from_utf8_lossy(got)))
+            .unwrap();
+        assert!(
+            n > 0,
+            "closed before {want:?}: {:?}",
+            String::from_utf8_lossy(got)
+        );
+        got.extend_from_slice(&buf[..n]);
+    }
+}
+
+/// An Upgrade request (a WebSocket handshake, here the test app's "shout" protocol)
+/// gets the worker's 101, then bytes flow both ways through the balancer until the
+/// client closes; the open tunnel shows in the metrics, not as a request in flight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgraded_connections_are_tunnelled_to_the_worker() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let h = start(&format!("{SERVER}{}", node_app("web", 2, "least_conn", ""))).await;
+    let mut sock = tokio::net::TcpStream::connect(h.server.listen_addr())
+        .await
+        .unwrap();
+    sock.write_all(
+        b"GET /ws HTTP/1.1\r\nHost: t\r\nConnection: keep-alive, Upgrade\r\nUpgrade: shout\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    read_until(&mut sock, &mut got, "\r\n\r\nworker ").await;
+    let text = String::from_utf8_lossy(&got).to_lowercase();
+    assert!(text.starts_with("http/1.1 101 "), "{text}");
+    assert!(
+        text.contains("upgrade: shout\r\n") && text.contains("connection: upgrade\r\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("x-forwarded-for-seen: 127.0.0.1\r\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("\r\n\r\nworker "),
+        "the worker's first bytes follow the head: {text}"
+    );
+    sock.write_all(b"hello").await.unwrap();
+    read_until(&mut sock, &mut got, "HELLO").await;
+    sock.write_all(b" again").await.unwrap();
+    read_until(&mut sock, &mut got, "HELLO AGAIN").await;
+    let metrics = h.server.metrics_text();
+    assert!(
+        metrics.contains("scalpel_serve_tunnels_open{app=\"web\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("scalpel_serve_upgrades_total{app=\"web\"} 1"),
+        "{metrics}"
+    );
+    let busy: u64 = h.status_json()["apps"][0]["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["in_flight"].as_u64().unwrap())
+        .sum();
+    assert_eq!(busy, 0, "an open tunnel is not a request in flight");
+    // Ordinary requests go on meanwhile.
+    assert_eq!(h.get("/").await.unwrap().status, 200);
+    // The client closes its side: the worker ends too, and the tunnel is gone.
+    sock.shutdown().await.unwrap();
+    let eof = tokio::time::timeout(Duration::from_secs(10), sock.read(&mut buf)).await;
+    assert!(matches!(eof, Ok(Ok(0))), "{eof:?}");
+    assert!(
+        eventually(Duration::from_secs(10), || h
+            .server
+            .metrics_text()
+            .contains("scalpel_serve_tunnels_open{app=\"web\"} 0"))
+        .await
+    );
+    // A protocol the worker declines: its ordinary answer comes back.
+    let req = http::Request::get(h.url("/ws"))
+        .header("connection", "upgrade")
+        .header("upgrade", "whisper")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    assert_eq!(send(&h.client, req).await.unwrap().status, 400);
+    h.server.shutdown().await;
+}
+
 /// A HEAD answer has no body whatever its headers say (Node sends neither length nor
 /// chunking for one, or the app's own Content-Length): the proxy must not wait for a
 /// body, and the worker connection must stay in step and be reused.

@@ -12,6 +12,8 @@
 //   GET /half?die=I     worker I sends a head (Content-Length 100) and 10 bytes, then
 //                       exits; the others answer 100 bytes
 //   GET /conns          {"connections"}: how many connections this worker has accepted
+//   Upgrade: shout      101, then every byte received comes back upper-cased, prefixed
+//                       once by "worker I:" (a stand-in for a WebSocket)
 const http = require('node:http');
 
 let connections = 0;
@@ -102,6 +104,16 @@ const server = http.createServer((req, res) => {
   }
 });
 server.on('connection', () => connections++);
+server.on('upgrade', (req, socket) => {
+  if ((req.headers.upgrade || '').toLowerCase() !== 'shout') {
+    socket.end('HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n');
+    return;
+  }
+  socket.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: shout\r\nConnection: Upgrade\r\n' +
+    `x-forwarded-for-seen: ${req.headers['x-forwarded-for']}\r\n\r\nworker ${index}:`);
+  socket.on('data', (d) => socket.write(d.toString().toUpperCase()));
+  socket.on('end', () => socket.end());
+});
 server.keepAliveTimeout = 65000;
 server.listen(port, '127.0.0.1', () => console.log(`worker ${index} listening on ${port}`));
 process.on('SIGTERM', () => {
