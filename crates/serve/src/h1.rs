@@ -686,6 +686,54 @@ mod tests {
         }
     }
 
+    /// Whatever a worker sends, parsing answers Ok or Err — never a panic — and never
+    /// consumes more than it was given. Inputs: mutations of valid heads and chunked
+    /// bodies (bytes replaced, cut, duplicated), from a fixed seed.
+    #[test]
+    fn arbitrary_worker_bytes_never_panic() {
+        let seeds: [&[u8]; 3] = [
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close, x\r\nTransfer-Encoding: chunked\r\n\r\nhello",
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: ws\r\n\r\n",
+            b"5;a=b\r\nhello\r\n0\r\nT: 1\r\n\r\n",
+        ];
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..20_000 {
+            let mut input = seeds[(next() % 3) as usize].to_vec();
+            for _ in 0..(next() % 6) {
+                let at = (next() as usize) % (input.len() + 1);
+                match next() % 4 {
+                    0 if at < input.len() => input[at] = next() as u8,
+                    1 => input.truncate(at),
+                    2 => input.insert(
+                        at.min(input.len()),
+                        b"\r\n:;0 \x00\xff"[(next() % 8) as usize],
+                    ),
+                    _ => {
+                        let tail = input[at.min(input.len())..].to_vec();
+                        input.extend_from_slice(&tail);
+                    }
+                }
+            }
+            let mut buf = BytesMut::from(&input[..]);
+            let _ = parse_response(&mut buf, next() % 2 == 0, next() % 2 == 0);
+            assert!(buf.len() <= input.len());
+            let mut buf = BytesMut::from(&input[..]);
+            let mut dec = Chunked::new();
+            for _ in 0..64 {
+                match dec.decode(&mut buf) {
+                    Ok(Some(_)) => {}
+                    _ => break,
+                }
+            }
+        }
+    }
+
     #[test]
     fn bad_chunked_bodies_are_errors() {
         for wire in [
