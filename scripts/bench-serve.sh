@@ -217,6 +217,12 @@ declare -A L50 L99
 pick() { # json target field
   python3 -c "import json,sys; t=[t for t in json.load(open(sys.argv[1]))['targets'] if t['name']==sys.argv[2]][0]; print(t['steps'][0]['latency_ms'][sys.argv[3]])" "$@"
 }
+# Warm-up, discarded: the first seconds at a new rate open every connection (generator →
+# targets, proxies → worker) at once; at 10,000 req/s on two cores that burst overflowed
+# Node's accept queue (SYN retransmits, 1 s stalls) for direct and proxied targets alike.
+"$SCALPEL" load --rate "$RATE1" -d 2s -c 16 --no-progress \
+  --target "direct=http://127.0.0.1:$P_DIRECT" --target "nginx=http://127.0.0.1:$P_NGINX1" \
+  --target "serve=http://127.0.0.1:$P_SERVE" / >>"$OUT/load.log" 2>&1 || true
 for r in $(seq 1 "$REPEATS"); do
   "$SCALPEL" load --rate "$RATE1" -d "${DUR}s" -c 16 --no-progress --json "$OUT/added-$r.json" \
     --target "direct=http://127.0.0.1:$P_DIRECT" --target "nginx=http://127.0.0.1:$P_NGINX1" \
