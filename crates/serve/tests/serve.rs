@@ -655,6 +655,44 @@ async fn busy_but_answering_worker_is_not_replaced() {
     h.server.shutdown().await;
 }
 
+/// A worker that closes idle keep-alive connections early (Node's time-out set to 100 ms;
+/// Node closes after it plus a 1 s buffer): POSTs spaced wider than that, which must not
+/// be resent, all succeed — each finds its pooled connection closed before use and takes
+/// a fresh one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_closed_by_idle_workers_are_replaced_before_use() {
+    let h = start(&format!(
+        "{SERVER}{}",
+        node_app("web", 1, "round_robin", "env = { KEEP_ALIVE_MS = \"100\" }")
+    ))
+    .await;
+    let conns = || async {
+        h.get("/conns").await.unwrap().json()["connections"]
+            .as_u64()
+            .unwrap()
+    };
+    let before = conns().await;
+    for i in 0..3 {
+        tokio::time::sleep(Duration::from_millis(1600)).await;
+        let req = http::Request::post(h.url("/echo"))
+            .body(Full::new(Bytes::from(format!("n{i}"))))
+            .unwrap();
+        let r = send(&h.client, req).await.unwrap();
+        assert_eq!(r.status, 200, "POST {i}: {}", r.body);
+        assert_eq!(r.json()["body"], format!("n{i}"));
+    }
+    assert!(
+        conns().await - before >= 3,
+        "the worker did close its idle connections"
+    );
+    let metrics = h.server.metrics_text();
+    assert!(
+        metrics.contains("scalpel_serve_retries_total{app=\"web\"} 0"),
+        "nothing had to be resent: {metrics}"
+    );
+    h.server.shutdown().await;
+}
+
 /// Reads from `sock` into `got` until it holds `want`.
 async fn read_until(sock: &mut tokio::net::TcpStream, got: &mut Vec<u8>, want: &str) {
     use tokio::io::AsyncReadExt;

@@ -114,7 +114,7 @@ server.on('upgrade', (req, socket) => {
   socket.on('data', (d) => socket.write(d.toString().toUpperCase()));
   socket.on('end', () => socket.end());
 });
-server.keepAliveTimeout = 65000;
+server.keepAliveTimeout = Number(process.env.KEEP_ALIVE_MS || 65000);
 server.listen(port, '127.0.0.1', () => console.log(`worker ${index} listening on ${port}`));
 process.on('SIGTERM', () => {
   console.log(`worker ${index} stopping`);
