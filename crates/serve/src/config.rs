@@ -210,6 +210,7 @@ struct RawHealth {
     interval_ms: u64,
     timeout_ms: u64,
     failures: u32,
+    prestart: bool,
 }
 
 impl Default for RawHealth {
@@ -219,6 +220,7 @@ impl Default for RawHealth {
             interval_ms: 500,
             timeout_ms: 500,
             failures: 3,
+            prestart: false,
         }
     }
 }
@@ -338,6 +340,8 @@ pub(crate) struct AppConfig {
     pub(crate) health_interval: Duration,
     pub(crate) health_timeout: Duration,
     pub(crate) health_failures: u32,
+    /// Start a stalled worker's successor at its first failed probe (see Supervision).
+    pub(crate) health_prestart: bool,
     pub(crate) backoff: Duration,
     pub(crate) backoff_max: Duration,
     pub(crate) max_restarts: u32,
@@ -590,6 +594,7 @@ impl Config {
                 health_interval: ms(h.interval_ms),
                 health_timeout: ms(h.timeout_ms),
                 health_failures: h.failures,
+                health_prestart: h.prestart,
                 backoff: ms(r.backoff_ms),
                 backoff_max: ms(r.backoff_max_ms.max(r.backoff_ms)),
                 max_restarts: r.max_restarts,

@@ -163,8 +163,24 @@ impl Proc {
 enum Event {
     Exited(String),
     Unhealthy(String),
+    /// With `prestart`: the first failed probe of a worker answering nothing.
+    Suspect(String),
+    /// A suspect passed a probe (or answered a request) again.
+    Recovered,
     Cmd(SlotCmd),
     CmdsClosed,
+}
+
+/// How the `prestart` path ended for a slot.
+enum Early {
+    /// The successor serves; the suspect is gone or leaving.
+    Replaced(Proc),
+    /// The successor failed to start; the suspect is still the slot's worker.
+    Kept(Proc),
+    /// Neither: the successor failed and the suspect is gone (the slot restarts).
+    Lost,
+    /// The slot was told to stop.
+    Stopped,
 }
 
 impl SlotCtx {
@@ -276,8 +292,12 @@ impl SlotCtx {
     /// probe waits behind queued requests, but it keeps answering them, while a blocked
     /// event loop answers nothing. Without this rule a burst of load would get healthy
     /// workers killed, and the load would fall on the others.
-    async fn monitor(&self, p: &Proc, cmds: &mut mpsc::Receiver<SlotCmd>) -> Event {
-        let mut failures = 0u32;
+    ///
+    /// `suspect`: the worker has failed one probe already (the `prestart` path); a
+    /// passing probe then ends the watch with [`Event::Recovered`]. Otherwise, with
+    /// `prestart`, the first failure ends it with [`Event::Suspect`].
+    async fn monitor(&self, p: &Proc, cmds: &mut mpsc::Receiver<SlotCmd>, suspect: bool) -> Event {
+        let mut failures = u32::from(suspect);
         let mut answers = p.backend.answers();
         let mut last_error = String::new();
         let mut tick = tokio::time::interval(self.cfg.health_interval);
@@ -304,6 +324,12 @@ impl SlotCtx {
                         return Event::Unhealthy(format!(
                             "{failures} health checks failed in a row (last: {last_error})"
                         ));
+                    }
+                    if suspect && failures == 0 {
+                        return Event::Recovered;
+                    }
+                    if !suspect && failures == 1 && self.cfg.health_prestart {
+                        return Event::Suspect(last_error.clone());
                     }
                 }
             }
@@ -335,6 +361,153 @@ impl SlotCtx {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         Self::stop(p, self.cfg.stop_grace).await;
+    }
+
+    /// Takes a worker declared unhealthy out at once: out of rotation, its waiting
+    /// requests sent elsewhere (ejected), stopped in the background.
+    fn eject_and_stop(&self, p: Proc, why: &str) {
+        self.pool.remove(&p.backend);
+        p.backend.eject();
+        self.log_restart(
+            RestartReason::Unhealthy,
+            why,
+            p.backend.pid(),
+            p.backend.uptime_s(),
+        );
+        let grace = self.cfg.stop_grace;
+        tokio::spawn(async move { SlotCtx::stop(&p, grace).await });
+    }
+
+    /// The `prestart` path: worker `p` answers nothing and failed a probe, so its
+    /// successor starts now on `port`, while `p` is still watched. The successor joins
+    /// the rotation as soon as it is ready, next to `p` (which gets no new requests while
+    /// stalled); then `p` leaves — ejected and stopped once declared unhealthy, or
+    /// drained and stopped if it recovered (a long blocking request that ended). If the
+    /// successor fails to start, `p` stays the slot's worker unless it is gone too.
+    async fn replace_suspect(
+        &self,
+        p: Proc,
+        port: u16,
+        why: &str,
+        cmds: &mut mpsc::Receiver<SlotCmd>,
+    ) -> Early {
+        info!(
+            app = %self.cfg.name,
+            worker = self.slot.index,
+            pid = p.backend.pid(),
+            reason = why,
+            "worker stalled: starting its successor now"
+        );
+        let start = self.start(port);
+        tokio::pin!(start);
+        // `p`'s verdict, once there is one; an unhealthy or exited `p` leaves at once.
+        let mut verdict: Option<Event> = None;
+        let mut gone = false;
+        let started = loop {
+            tokio::select! {
+                r = &mut start => break r,
+                e = self.monitor(&p, cmds, true), if verdict.is_none() => {
+                    match &e {
+                        Event::Unhealthy(why) => {
+                            // Out now, its waiting requests elsewhere; stopped below.
+                            self.pool.remove(&p.backend);
+                            p.backend.eject();
+                            self.log_restart(RestartReason::Unhealthy, why, p.backend.pid(), p.backend.uptime_s());
+                            gone = true;
+                        }
+                        Event::Exited(why) => {
+                            self.pool.remove(&p.backend);
+                            p.backend.set_state(WorkerState::Stopped);
+                            self.log_restart(RestartReason::Exited, why, p.backend.pid(), p.backend.uptime_s());
+                            gone = true;
+                        }
+                        _ => {}
+                    }
+                    verdict = Some(e);
+                }
+            }
+        };
+        let new = match started {
+            Ok(new) => new,
+            Err((new, why)) => {
+                if let Some(new) = &new {
+                    SlotCtx::stop(new, self.cfg.stop_grace).await;
+                }
+                self.slot.current.store(Some(p.backend.clone()));
+                warn!(app = %self.cfg.name, worker = self.slot.index, reason = %why,
+                    "early successor did not become ready");
+                return match verdict {
+                    _ if gone => {
+                        let grace = self.cfg.stop_grace;
+                        tokio::spawn(async move { SlotCtx::stop(&p, grace).await });
+                        Early::Lost
+                    }
+                    Some(Event::Cmd(SlotCmd::Stop(reply))) => {
+                        self.drain_and_stop(&p).await;
+                        let _ = reply.send(());
+                        Early::Stopped
+                    }
+                    Some(Event::CmdsClosed) => {
+                        self.drain_and_stop(&p).await;
+                        Early::Stopped
+                    }
+                    Some(Event::Cmd(SlotCmd::Reload(reply))) => {
+                        let _ = reply.send(Err(format!("{}: {why}", self.name())));
+                        Early::Kept(p)
+                    }
+                    _ => Early::Kept(p),
+                };
+            }
+        };
+        self.admit(&new);
+        let verdict = match verdict {
+            Some(v) => v,
+            None => self.monitor(&p, cmds, true).await,
+        };
+        match verdict {
+            _ if gone => {
+                let grace = self.cfg.stop_grace;
+                tokio::spawn(async move { SlotCtx::stop(&p, grace).await });
+            }
+            Event::Unhealthy(why) => self.eject_and_stop(p, &why),
+            Event::Exited(why) => {
+                self.pool.remove(&p.backend);
+                p.backend.set_state(WorkerState::Stopped);
+                self.log_restart(
+                    RestartReason::Exited,
+                    &why,
+                    p.backend.pid(),
+                    p.backend.uptime_s(),
+                );
+            }
+            Event::Cmd(SlotCmd::Stop(reply)) => {
+                self.drain_and_stop(&p).await;
+                self.drain_and_stop(&new).await;
+                let _ = reply.send(());
+                return Early::Stopped;
+            }
+            Event::CmdsClosed => {
+                self.drain_and_stop(&p).await;
+                self.drain_and_stop(&new).await;
+                return Early::Stopped;
+            }
+            // Recovered, or a reload (which the fresh successor answers): `p` retires
+            // gracefully, its requests finishing.
+            Event::Cmd(SlotCmd::Reload(reply)) => {
+                let _ = reply.send(Ok(()));
+                self.drain_and_stop(&p).await;
+            }
+            Event::Recovered | Event::Suspect(_) => {
+                self.log_restart(
+                    RestartReason::Unhealthy,
+                    "stalled and failed a probe, then recovered: retired for its early successor",
+                    p.backend.pid(),
+                    p.backend.uptime_s(),
+                );
+                self.drain_and_stop(&p).await;
+            }
+        }
+        Early::Replaced(new)
     }
 
     fn log_restart(&self, reason: RestartReason, detail: &str, pid: u32, uptime_s: f64) -> u64 {
@@ -471,7 +644,7 @@ async fn run_slot(ctx: SlotCtx, mut cmds: mpsc::Receiver<SlotCmd>) {
                 }
             }
         };
-        match ctx.monitor(&p, &mut cmds).await {
+        match ctx.monitor(&p, &mut cmds, false).await {
             Event::Exited(why) => {
                 ctx.pool.remove(&p.backend);
                 p.backend.set_state(WorkerState::Stopped);
@@ -489,19 +662,31 @@ async fn run_slot(ctx: SlotCtx, mut cmds: mpsc::Receiver<SlotCmd>) {
                     return;
                 }
             }
+            Event::Suspect(why) => {
+                let port = ports[next_port];
+                match ctx.replace_suspect(p, port, &why, &mut cmds).await {
+                    Early::Replaced(new) => {
+                        next_port ^= 1;
+                        current = Some(new);
+                    }
+                    Early::Kept(p) => current = Some(p),
+                    Early::Lost => {
+                        if ctx
+                            .pause_before_restart(&mut recent, &mut cmds)
+                            .await
+                            .is_err()
+                        {
+                            return;
+                        }
+                    }
+                    Early::Stopped => return,
+                }
+            }
+            Event::Recovered => current = Some(p),
             Event::Unhealthy(why) => {
                 // Out of rotation at once, its waiting requests sent elsewhere; the
                 // replacement starts on the other port while the stuck one is stopped.
-                ctx.pool.remove(&p.backend);
-                p.backend.eject();
-                ctx.log_restart(
-                    RestartReason::Unhealthy,
-                    &why,
-                    p.backend.pid(),
-                    p.backend.uptime_s(),
-                );
-                let grace = ctx.cfg.stop_grace;
-                tokio::spawn(async move { SlotCtx::stop(&p, grace).await });
+                ctx.eject_and_stop(p, &why);
                 if ctx
                     .pause_before_restart(&mut recent, &mut cmds)
                     .await
