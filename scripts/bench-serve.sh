@@ -308,29 +308,51 @@ if want 3; then
 : "${RATE:?set RATE (req/s) when scenario 2 is not run}"
 say ""
 say "## 3. One worker frozen for 10 s under the same open-model load (serve, least_conn)"
+say ""
+say "Default health settings, then with \`[app.health] prestart = true\` (the successor starts"
+say "at the frozen worker's first failed probe). Times are seconds after the SIGSTOP."
 DUR_B=$((DUR < 20 ? 20 : DUR))
-B99=()
-for r in $(seq 1 "$REPEATS"); do
-  start_serve "$OUT/qr-lc.toml" "$OUT/serve-blocked-$r.log"
-  wait_http "http://127.0.0.1:$P_SERVE/healthz"
-  VICTIM=$(curl -s "http://127.0.0.1:$P_ADMIN/status" | python3 -c "import json,sys; print(json.load(sys.stdin)['apps'][0]['workers'][0]['pid'])")
-  ( sleep 3; date +%s.%N >"$OUT/stop-at-$r"; kill -STOP "$VICTIM"; sleep 10; kill -CONT "$VICTIM" 2>/dev/null || true ) &
-  FREEZER=$!
-  "$SCALPEL" load --rate "$RATE" -d "${DUR_B}s" -c 64 --no-progress --json "$OUT/qr-blocked-$r.json" "http://127.0.0.1:$P_SERVE$QR_PATH" >>"$OUT/load.log" 2>&1
-  wait "$FREEZER"
-  B99+=("$(field "$OUT/qr-blocked-$r.json" "s['latency_ms']['p99']")")
-  stop_pid "$SERVE_PID"
-  LINE=$(sed 's/\x1b\[[0-9;]*m//g' "$OUT/serve-blocked-$r.log" | grep -a 'reason="unhealthy"' | head -1)
-  RESTART_AT=$(python3 -c "import sys,datetime; t=sys.argv[1].split()[0].rstrip('Z'); print(datetime.datetime.fromisoformat(t).replace(tzinfo=datetime.timezone.utc).timestamp())" "$LINE")
-  say ""
-  say "run $r: detected $(python3 -c "print(round($RESTART_AT - $(cat "$OUT/stop-at-$r"), 2))") s after SIGSTOP; p99 $(field "$OUT/qr-blocked-$r.json" "s['latency_ms']['p99']") ms, errors $(field "$OUT/qr-blocked-$r.json" "s['errors']"), max $(field "$OUT/qr-blocked-$r.json" "s['latency_ms']['max']") ms"
-  say '```'
-  say "$LINE"
-  say '```'
+{ cat "$OUT/qr-lc.toml"; printf '\n[app.health]\nprestart = true\n'; } >"$OUT/qr-lc-prestart.toml"
+after_stop() { # log stop-at-file pattern -> seconds from the SIGSTOP to the first matching line after it
+  python3 - "$@" <<'PY'
+import datetime, re, sys
+log, stop_file, pattern = sys.argv[1:4]
+stop = float(open(stop_file).read())
+for line in open(log, errors="replace"):
+    line = re.sub(r"\x1b\[[0-9;]*m", "", line)
+    if pattern not in line:
+        continue
+    t = datetime.datetime.fromisoformat(line.split()[0].rstrip("Z")).replace(tzinfo=datetime.timezone.utc).timestamp()
+    if t > stop:
+        print(round(t - stop, 2))
+        break
+else:
+    print("none")
+PY
+}
+declare -A B99
+for variant in default prestart; do
+  cfg="$OUT/qr-lc.toml"; [ "$variant" = prestart ] && cfg="$OUT/qr-lc-prestart.toml"
+  for r in $(seq 1 "$REPEATS"); do
+    log="$OUT/serve-blocked-$variant-$r.log"
+    start_serve "$cfg" "$log"
+    wait_http "http://127.0.0.1:$P_SERVE/healthz"
+    VICTIM=$(curl -s "http://127.0.0.1:$P_ADMIN/status" | python3 -c "import json,sys; print(json.load(sys.stdin)['apps'][0]['workers'][0]['pid'])")
+    ( sleep 3; date +%s.%N >"$OUT/stop-at-$variant-$r"; kill -STOP "$VICTIM"; sleep 10; kill -CONT "$VICTIM" 2>/dev/null || true ) &
+    FREEZER=$!
+    json="$OUT/qr-blocked-$variant-$r.json"
+    "$SCALPEL" load --rate "$RATE" -d "${DUR_B}s" -c 64 --no-progress --json "$json" "http://127.0.0.1:$P_SERVE$QR_PATH" >>"$OUT/load.log" 2>&1
+    wait "$FREEZER"
+    B99[$variant]+=" $(field "$json" "s['latency_ms']['p99']")"
+    stop_pid "$SERVE_PID"
+    say ""
+    say "$variant run $r: out of rotation $(after_stop "$log" "$OUT/stop-at-$variant-$r" 'reason="unhealthy"') s, successor ready $(after_stop "$log" "$OUT/stop-at-$variant-$r" 'worker ready') s; p99 $(field "$json" "s['latency_ms']['p99']") ms, errors $(field "$json" "s['errors']"), max $(field "$json" "s['latency_ms']['max']") ms"
+  done
 done
 say ""
+say "p99 of the frozen runs, ms, median (min–max): default $(stats ${B99[default]}), prestart $(stats ${B99[prestart]})"
 if [ -n "${P99[serve-lc]:-}" ]; then
-  say "p99 blocked / unblocked (serve least_conn, medians): $(python3 -c "print(round($(median "${B99[@]}")/$(median ${P99[serve-lc]}),2))")"
+  say "p99 blocked / unblocked (serve least_conn, medians): default $(python3 -c "print(round($(median ${B99[default]})/$(median ${P99[serve-lc]}),2))"), prestart $(python3 -c "print(round($(median ${B99[prestart]})/$(median ${P99[serve-lc]}),2))")"
 fi
 fi
 echo "bench-serve: results in $RESULTS"

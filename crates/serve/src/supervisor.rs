@@ -400,13 +400,17 @@ impl SlotCtx {
         );
         let start = self.start(port);
         tokio::pin!(start);
+        // One watch of `p` for both phases (before and after the successor is ready), so
+        // its failure count and probe rhythm carry on; boxed to be dropped before `p`
+        // moves.
+        let mut watch = Box::pin(self.monitor(&p, cmds, true));
         // `p`'s verdict, once there is one; an unhealthy or exited `p` leaves at once.
         let mut verdict: Option<Event> = None;
         let mut gone = false;
         let started = loop {
             tokio::select! {
                 r = &mut start => break r,
-                e = self.monitor(&p, cmds, true), if verdict.is_none() => {
+                e = &mut watch, if verdict.is_none() => {
                     match &e {
                         Event::Unhealthy(why) => {
                             // Out now, its waiting requests elsewhere; stopped below.
@@ -430,6 +434,7 @@ impl SlotCtx {
         let new = match started {
             Ok(new) => new,
             Err((new, why)) => {
+                drop(watch);
                 if let Some(new) = &new {
                     SlotCtx::stop(new, self.cfg.stop_grace).await;
                 }
@@ -462,8 +467,9 @@ impl SlotCtx {
         self.admit(&new);
         let verdict = match verdict {
             Some(v) => v,
-            None => self.monitor(&p, cmds, true).await,
+            None => watch.as_mut().await,
         };
+        drop(watch);
         match verdict {
             _ if gone => {
                 let grace = self.cfg.stop_grace;
