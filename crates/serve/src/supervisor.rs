@@ -302,7 +302,11 @@ impl SlotCtx {
         let mut last_error = String::new();
         let mut tick = tokio::time::interval(self.cfg.health_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        tick.tick().await;
+        // A fresh worker gets an interval before its first probe; a suspect (which just
+        // failed one) is probed again at once, keeping the rhythm of the failed ones.
+        if !suspect {
+            tick.tick().await;
+        }
         loop {
             tokio::select! {
                 e = p.wait_exit() => return Event::Exited(e),
