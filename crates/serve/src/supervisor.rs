@@ -471,7 +471,15 @@ impl SlotCtx {
         self.admit(&new);
         let verdict = match verdict {
             Some(v) => v,
-            None => watch.as_mut().await,
+            None => {
+                // The successor serves: the suspect leaves the rotation now, and its
+                // waiting idempotent requests go to the others (a request that was only
+                // slow is done twice); its other requests may still finish while the
+                // watch decides between recovered (drained) and unhealthy (stopped).
+                self.pool.remove(&p.backend);
+                p.backend.eject();
+                watch.as_mut().await
+            }
         };
         drop(watch);
         match verdict {
