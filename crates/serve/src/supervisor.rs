@@ -367,6 +367,18 @@ impl SlotCtx {
         Self::stop(p, self.cfg.stop_grace).await;
     }
 
+    /// A worker that exited: out of rotation, marked stopped, its restart logged.
+    fn note_exited(&self, p: &Proc, why: &str) {
+        self.pool.remove(&p.backend);
+        p.backend.set_state(WorkerState::Stopped);
+        self.log_restart(
+            RestartReason::Exited,
+            why,
+            p.backend.pid(),
+            p.backend.uptime_s(),
+        );
+    }
+
     /// Takes a worker declared unhealthy out at once: out of rotation, its waiting
     /// requests sent elsewhere (ejected), stopped in the background.
     fn eject_and_stop(&self, p: Proc, why: &str) {
@@ -424,9 +436,7 @@ impl SlotCtx {
                             gone = true;
                         }
                         Event::Exited(why) => {
-                            self.pool.remove(&p.backend);
-                            p.backend.set_state(WorkerState::Stopped);
-                            self.log_restart(RestartReason::Exited, why, p.backend.pid(), p.backend.uptime_s());
+                            self.note_exited(&p, why);
                             gone = true;
                         }
                         _ => {}
@@ -489,14 +499,7 @@ impl SlotCtx {
             }
             Event::Unhealthy(why) => self.eject_and_stop(p, &why),
             Event::Exited(why) => {
-                self.pool.remove(&p.backend);
-                p.backend.set_state(WorkerState::Stopped);
-                self.log_restart(
-                    RestartReason::Exited,
-                    &why,
-                    p.backend.pid(),
-                    p.backend.uptime_s(),
-                );
+                self.note_exited(&p, &why);
             }
             Event::Cmd(SlotCmd::Stop(reply)) => {
                 self.drain_and_stop(&p).await;
@@ -664,14 +667,7 @@ async fn run_slot(ctx: SlotCtx, mut cmds: mpsc::Receiver<SlotCmd>) {
         };
         match ctx.monitor(&p, &mut cmds, false).await {
             Event::Exited(why) => {
-                ctx.pool.remove(&p.backend);
-                p.backend.set_state(WorkerState::Stopped);
-                ctx.log_restart(
-                    RestartReason::Exited,
-                    &why,
-                    p.backend.pid(),
-                    p.backend.uptime_s(),
-                );
+                ctx.note_exited(&p, &why);
                 if ctx
                     .pause_before_restart(&mut recent, &mut cmds)
                     .await
