@@ -77,7 +77,7 @@ fn hop_by_hop(name: &[u8]) -> bool {
         b"upgrade",
         b"proxy-authorization",
     ];
-    NAMES.iter().any(|n| n.eq_ignore_ascii_case(name))
+    listed(&NAMES, name)
 }
 
 /// The header names listed in `Connection` values: hop-by-hop too.

@@ -162,20 +162,16 @@ async fn send_copy(
             .await
             .map_err(|_| Failure::Connect)?;
         backend.answered();
-        if answer.body.remaining().is_some_and(|n| n > max as u64) {
-            return Err(Failure::TooLarge);
-        }
-        let mut body = BytesMut::new();
-        while let Some(d) = std::future::poll_fn(|cx| answer.body.poll_data(cx)).await {
-            body.extend_from_slice(&d.map_err(|_| Failure::Connect)?);
-            if body.len() > max {
-                return Err(Failure::TooLarge);
-            }
-        }
+        let body = answer
+            .body
+            .read_up_to(max)
+            .await
+            .map_err(|_| Failure::Connect)?
+            .ok_or(Failure::TooLarge)?;
         Ok(ShadowResponse::new(
             answer.status,
             answer.headers,
-            body.freeze(),
+            body,
             start.elapsed(),
         ))
     };

@@ -380,8 +380,8 @@ impl SlotCtx {
     }
 
     /// Takes a worker declared unhealthy out at once: out of rotation, its waiting
-    /// requests sent elsewhere (ejected), stopped in the background.
-    fn eject_and_stop(&self, p: Proc, why: &str) {
+    /// requests sent elsewhere (ejected), its restart logged. See [`Self::stop_later`].
+    fn eject(&self, p: &Proc, why: &str) {
         self.pool.remove(&p.backend);
         p.backend.eject();
         self.log_restart(
@@ -390,6 +390,10 @@ impl SlotCtx {
             p.backend.pid(),
             p.backend.uptime_s(),
         );
+    }
+
+    /// Stops `p` in the background (a stuck worker may take the whole grace period).
+    fn stop_later(&self, p: Proc) {
         let grace = self.cfg.stop_grace;
         tokio::spawn(async move { SlotCtx::stop(&p, grace).await });
     }
@@ -430,9 +434,7 @@ impl SlotCtx {
                     match &e {
                         Event::Unhealthy(why) => {
                             // Out now, its waiting requests elsewhere; stopped below.
-                            self.pool.remove(&p.backend);
-                            p.backend.eject();
-                            self.log_restart(RestartReason::Unhealthy, why, p.backend.pid(), p.backend.uptime_s());
+                            self.eject(&p, why);
                             gone = true;
                         }
                         Event::Exited(why) => {
@@ -457,8 +459,7 @@ impl SlotCtx {
                     "early successor did not become ready");
                 return match verdict {
                     _ if gone => {
-                        let grace = self.cfg.stop_grace;
-                        tokio::spawn(async move { SlotCtx::stop(&p, grace).await });
+                        self.stop_later(p);
                         Early::Lost
                     }
                     Some(Event::Cmd(SlotCmd::Stop(reply))) => {
@@ -493,11 +494,11 @@ impl SlotCtx {
         };
         drop(watch);
         match verdict {
-            _ if gone => {
-                let grace = self.cfg.stop_grace;
-                tokio::spawn(async move { SlotCtx::stop(&p, grace).await });
+            _ if gone => self.stop_later(p),
+            Event::Unhealthy(why) => {
+                self.eject(&p, &why);
+                self.stop_later(p);
             }
-            Event::Unhealthy(why) => self.eject_and_stop(p, &why),
             Event::Exited(why) => {
                 self.note_exited(&p, &why);
             }
@@ -700,7 +701,8 @@ async fn run_slot(ctx: SlotCtx, mut cmds: mpsc::Receiver<SlotCmd>) {
             Event::Unhealthy(why) => {
                 // Out of rotation at once, its waiting requests sent elsewhere; the
                 // replacement starts on the other port while the stuck one is stopped.
-                ctx.eject_and_stop(p, &why);
+                ctx.eject(&p, &why);
+                ctx.stop_later(p);
                 if ctx
                     .pause_before_restart(&mut recent, &mut cmds)
                     .await

@@ -11,7 +11,6 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -400,15 +399,29 @@ impl UpstreamBody {
 
     /// Reads the rest of the body.
     pub(crate) async fn read_to_end(&mut self) -> Result<Bytes, UpstreamError> {
+        Ok(self.read_up_to(usize::MAX).await?.unwrap_or_default())
+    }
+
+    /// Reads the rest of the body, or `None` once it is over `limit` bytes.
+    pub(crate) async fn read_up_to(
+        &mut self,
+        limit: usize,
+    ) -> Result<Option<Bytes>, UpstreamError> {
+        if self.remaining().is_some_and(|n| n > limit as u64) {
+            return Ok(None);
+        }
         let first = self.take_buffered()?;
         if self.is_end() {
-            return Ok(first);
+            return Ok((first.len() <= limit).then_some(first));
         }
         let mut all = BytesMut::from(&first[..]);
         while let Some(d) = std::future::poll_fn(|cx| self.poll_data(cx)).await {
             all.extend_from_slice(&d?);
+            if all.len() > limit {
+                return Ok(None);
+            }
         }
-        Ok(all.freeze())
+        Ok(Some(all.freeze()))
     }
 
     /// The next piece of body, reading from the connection as needed; `None` at the end.
@@ -445,24 +458,6 @@ impl UpstreamBody {
                 Err(e) => return Poll::Ready(Some(Err(UpstreamError::Io(e)))),
             }
         }
-    }
-}
-
-impl hyper::body::Body for UpstreamBody {
-    type Data = Bytes;
-    type Error = UpstreamError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, UpstreamError>>> {
-        self.get_mut()
-            .poll_data(cx)
-            .map(|o| o.map(|r| r.map(hyper::body::Frame::data)))
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.is_end()
     }
 }
 
