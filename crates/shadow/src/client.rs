@@ -2,17 +2,20 @@
 
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
 use http::header::{
-    CONNECTION, HOST, HeaderName, PROXY_AUTHORIZATION, TE, TRAILER, TRANSFER_ENCODING, UPGRADE,
+    CONNECTION, HOST, HeaderName, PROXY_AUTHORIZATION, TE, TRANSFER_ENCODING, UPGRADE,
 };
 use http::{HeaderMap, Request, Uri};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
 use crate::ShadowError;
+use crate::budget::Budget;
 use crate::model::{Failure, ShadowRequest, ShadowResponse};
 
 /// A service to send requests to: `http://host:port[/prefix]`.
@@ -63,11 +66,12 @@ impl std::fmt::Display for Upstream {
     }
 }
 
-/// Headers that belong to one hop and are never forwarded; `Host` is set per upstream.
+/// Headers that belong to one hop and are never forwarded (RFC 9110 §7.6.1), plus `Host`,
+/// which is set per upstream. `Trailer` is not among them: it is end to end (RFC 9110
+/// §6.6.2), and a server needs it to send the trailers a client asked for.
 pub(crate) fn is_hop_by_hop(name: &HeaderName) -> bool {
     name == CONNECTION
         || name == TE
-        || name == TRAILER
         || name == TRANSFER_ENCODING
         || name == UPGRADE
         || name == HOST
@@ -76,14 +80,66 @@ pub(crate) fn is_hop_by_hop(name: &HeaderName) -> bool {
         || name.as_str() == "proxy-connection"
 }
 
+/// The header names listed in `Connection`: hop-by-hop too (RFC 9110 §7.6.1).
+fn connection_named(headers: &HeaderMap) -> Vec<HeaderName> {
+    headers
+        .get_all(CONNECTION)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|b| *b == b','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim_ascii()).ok())
+        .collect()
+}
+
+/// `headers` without hop-by-hop ones, those named in `Connection` included.
 pub(crate) fn forwardable(headers: &HeaderMap) -> HeaderMap {
+    let named = connection_named(headers);
     let mut out = HeaderMap::with_capacity(headers.len());
     for (k, v) in headers {
-        if !is_hop_by_hop(k) {
+        if !is_hop_by_hop(k) && !named.contains(k) {
             out.append(k.clone(), v.clone());
         }
     }
     out
+}
+
+/// Removes hop-by-hop headers, those named in `Connection` included, in place.
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let mut names = connection_named(headers);
+    names.extend(headers.keys().filter(|k| is_hop_by_hop(k)).cloned());
+    for n in names {
+        headers.remove(n);
+    }
+}
+
+/// Whether a client's `TE` accepts trailers.
+pub(crate) fn accepts_trailers(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(TE)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|b| *b == b','))
+        .any(|t| {
+            let t = t.trim_ascii();
+            t.eq_ignore_ascii_case(b"trailers")
+        })
+}
+
+/// The kind of failure behind a client error that came before any response head.
+pub(crate) fn head_failure(e: &hyper_util::client::legacy::Error) -> Failure {
+    if e.is_connect() {
+        return Failure::Connect;
+    }
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(h) = s.downcast_ref::<hyper::Error>() {
+            return if h.is_parse() || h.is_parse_status() {
+                Failure::Protocol
+            } else {
+                Failure::Connect
+            };
+        }
+        source = s.source();
+    }
+    Failure::Connect
 }
 
 /// A pooled client for whole-body exchanges.
@@ -103,51 +159,72 @@ pub(crate) fn buffered_client(connect_timeout: Duration, max_idle: usize) -> Buf
         .build(connector(connect_timeout))
 }
 
-/// Sends `req` to `upstream` and reads the whole response, all within `timeout`.
+/// Why an exchange gave no response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ExchangeError {
+    /// The side failed.
+    Failed(Failure),
+    /// The mirror byte budget could not hold the body: not the side's fault.
+    OverBudget,
+}
+
+/// Sends `req` to `upstream` and reads the whole response, all within `timeout`. With a
+/// `budget`, every body byte read is charged to it first (the charge travels with the
+/// response).
 pub(crate) async fn exchange(
     client: &BufferedClient,
     upstream: &Upstream,
     req: &ShadowRequest,
     timeout: Duration,
     max_body: usize,
-) -> Result<ShadowResponse, Failure> {
+    budget: Option<&Arc<Budget>>,
+) -> Result<ShadowResponse, ExchangeError> {
+    let failed = ExchangeError::Failed;
     let start = Instant::now();
     let mut builder = Request::builder()
         .method(req.method.clone())
-        .uri(upstream.uri(&req.path_and_query)?);
+        .uri(upstream.uri(&req.path_and_query).map_err(failed)?);
     if let Some(h) = builder.headers_mut() {
         *h = forwardable(&req.headers);
     }
     let request = builder
         .body(Full::new(req.body.clone()))
-        .map_err(|_| Failure::Connect)?;
+        .map_err(|_| failed(Failure::Connect))?;
     let work = async {
         let resp = client
             .request(request)
             .await
-            .map_err(|_| Failure::Connect)?;
-        let (parts, body) = resp.into_parts();
-        let body = Limited::new(body, max_body)
-            .collect()
-            .await
-            .map_err(|e| {
-                if e.is::<http_body_util::LengthLimitError>() {
-                    Failure::TooLarge
-                } else {
-                    Failure::Connect
-                }
-            })?
-            .to_bytes();
+            .map_err(|e| failed(head_failure(&e)))?;
+        let (parts, mut body) = resp.into_parts();
+        let mut buf = BytesMut::new();
+        let mut charge = budget.map(|b| b.charge());
+        while let Some(frame) = body.frame().await {
+            // A body cut short, or a broken chunk: the head came, the body did not.
+            let frame = frame.map_err(|_| failed(Failure::Body))?;
+            let Ok(data) = frame.into_data() else {
+                continue; // trailers end the body
+            };
+            if buf.len() + data.len() > max_body {
+                return Err(failed(Failure::TooLarge));
+            }
+            if let Some(c) = charge.as_mut()
+                && !c.grow(data.len())
+            {
+                return Err(ExchangeError::OverBudget);
+            }
+            buf.extend_from_slice(&data);
+        }
         Ok(ShadowResponse {
             status: parts.status,
             headers: parts.headers,
-            body,
+            body: buf.freeze(),
             latency: start.elapsed(),
+            charge,
         })
     };
     tokio::time::timeout(timeout, work)
         .await
-        .unwrap_or(Err(Failure::Timeout))
+        .unwrap_or(Err(failed(Failure::Timeout)))
 }
 
 #[cfg(test)]

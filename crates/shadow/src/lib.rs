@@ -54,6 +54,7 @@
 //! mismatch is decided at report time from counted "difference signatures" (the set of
 //! fields that differed), because whether a field is noise depends on all requests.
 
+mod budget;
 mod client;
 mod html;
 mod model;
@@ -67,12 +68,14 @@ mod tally;
 pub use client::Upstream;
 pub use html::render_html;
 pub use model::{Failure, ShadowRequest, ShadowResponse, SkipReason};
-pub use proxy::{Proxy, ProxyConfig};
-pub use recorder::{CompareSettings, Observation, Recorder};
+pub use proxy::{Proxy, ProxyConfig, ProxyStats};
+pub use recorder::{CompareSettings, DEFAULT_MAX_DECODED_BODY, Observation, Recorder};
 pub use redact::{REDACTED, Redactor};
 pub use replay::{ReplayConfig, ReplayProgress, ReplayStats, replay};
 pub use store::{Store, StoredRun};
-pub use tally::{EndpointSummary, FieldSummary, NoiseField, Sample, SampleResponse, Summary};
+pub use tally::{
+    EndpointSummary, FieldSummary, NoiseField, Sample, SampleResponse, Summary, consistency_text,
+};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -24,7 +24,8 @@ const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS skipped (reason TEXT PRIMARY KEY, count INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS endpoints (
-    endpoint TEXT PRIMARY KEY, compared INTEGER NOT NULL, signature_overflow INTEGER NOT NULL);
+    endpoint TEXT PRIMARY KEY, compared INTEGER NOT NULL, signature_overflow INTEGER NOT NULL,
+    failed INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS endpoint_errors (
     endpoint TEXT NOT NULL, kind TEXT NOT NULL, count INTEGER NOT NULL,
     PRIMARY KEY (endpoint, kind));
@@ -104,7 +105,23 @@ fn open_connection(path: &Path) -> Result<Connection, ShadowError> {
     conn.busy_timeout(std::time::Duration::from_secs(5))
         .map_err(db_err(path))?;
     conn.execute_batch(SCHEMA).map_err(db_err(path))?;
+    // Stores written before failed requests were counted apart get the column.
+    if !has_failed_column(&conn).map_err(db_err(path))? {
+        conn.execute_batch("ALTER TABLE endpoints ADD COLUMN failed INTEGER NOT NULL DEFAULT 0")
+            .map_err(db_err(path))?;
+    }
     Ok(conn)
+}
+
+fn has_failed_column(conn: &Connection) -> rusqlite::Result<bool> {
+    let mut st = conn.prepare("SELECT name FROM pragma_table_info('endpoints')")?;
+    let names = st.query_map([], |r| r.get::<_, String>(0))?;
+    for n in names {
+        if n? == "failed" {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 impl Store {
@@ -262,7 +279,8 @@ fn write_tally(tx: &rusqlite::Transaction<'_>, t: &Tally) -> rusqlite::Result<()
         st.execute(params![r.as_str(), *n as i64])?;
     }
     let mut ep_st = tx.prepare_cached(
-        "INSERT INTO endpoints (endpoint, compared, signature_overflow) VALUES (?1, ?2, ?3)",
+        "INSERT INTO endpoints (endpoint, compared, signature_overflow, failed)
+         VALUES (?1, ?2, ?3, ?4)",
     )?;
     let mut err_st = tx.prepare_cached(
         "INSERT INTO endpoint_errors (endpoint, kind, count) VALUES (?1, ?2, ?3)",
@@ -277,7 +295,8 @@ fn write_tally(tx: &rusqlite::Transaction<'_>, t: &Tally) -> rusqlite::Result<()
         ep_st.execute(params![
             name,
             ep.compared as i64,
-            ep.signature_overflow as i64
+            ep.signature_overflow as i64,
+            ep.failed as i64
         ])?;
         for (k, n) in &ep.errors {
             err_st.execute(params![name, k, *n as i64])?;
@@ -334,6 +353,11 @@ fn insert_sample(tx: &rusqlite::Transaction<'_>, s: &Sample) -> rusqlite::Result
     Ok(())
 }
 
+/// A stored count; a negative one (a damaged or hand-edited file) reads as 0.
+fn count(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
+
 fn read_run(conn: &Connection, path: &Path) -> Result<StoredRun, ShadowError> {
     read_run_inner(conn).map_err(db_err(path))
 }
@@ -350,23 +374,33 @@ fn read_run_inner(conn: &Connection) -> rusqlite::Result<StoredRun> {
     for row in st.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))? {
         let (reason, n) = row?;
         if let Some(r) = SkipReason::ALL.iter().find(|r| r.as_str() == reason) {
-            tally.skipped.insert(*r, n as u64);
+            tally.skipped.insert(*r, count(n));
         }
     }
-    let mut st = conn.prepare("SELECT endpoint, compared, signature_overflow FROM endpoints")?;
+    // A store from before failed requests were counted apart (read-only, so not
+    // migrated): each primary or candidate error was one failed request then.
+    let has_failed = has_failed_column(conn)?;
+    let sql = if has_failed {
+        "SELECT endpoint, compared, signature_overflow, failed FROM endpoints"
+    } else {
+        "SELECT endpoint, compared, signature_overflow, -1 FROM endpoints"
+    };
+    let mut st = conn.prepare(sql)?;
     for row in st.query_map([], |r| {
         Ok((
             r.get::<_, String>(0)?,
             r.get::<_, i64>(1)?,
             r.get::<_, i64>(2)?,
+            r.get::<_, i64>(3)?,
         ))
     })? {
-        let (name, compared, overflow) = row?;
+        let (name, compared, overflow, failed) = row?;
         tally.endpoints.insert(
             name,
             EndpointTally {
-                compared: compared as u64,
-                signature_overflow: overflow as u64,
+                compared: count(compared),
+                failed: count(failed),
+                signature_overflow: count(overflow),
                 errors: BTreeMap::new(),
                 fields: BTreeMap::new(),
                 signatures: HashMap::new(),
@@ -382,7 +416,11 @@ fn read_run_inner(conn: &Connection) -> rusqlite::Result<StoredRun> {
         ))
     })? {
         let (name, kind, n) = row?;
-        tally.endpoint(&name).errors.insert(kind, n as u64);
+        let ep = tally.endpoint(&name);
+        if !has_failed && !kind.starts_with("secondary:") {
+            ep.failed += count(n);
+        }
+        ep.errors.insert(kind, count(n));
     }
     let mut st = conn.prepare("SELECT endpoint, path, kind, raw, noise FROM fields")?;
     for row in st.query_map([], |r| {
@@ -399,8 +437,8 @@ fn read_run_inner(conn: &Connection) -> rusqlite::Result<StoredRun> {
             tally.endpoint(&name).fields.insert(
                 (path, kind),
                 FieldTally {
-                    raw: raw as u64,
-                    noise: noise as u64,
+                    raw: count(raw),
+                    noise: count(noise),
                 },
             );
         }
@@ -414,7 +452,7 @@ fn read_run_inner(conn: &Connection) -> rusqlite::Result<StoredRun> {
         ))
     })? {
         let (name, sig, n) = row?;
-        tally.endpoint(&name).signatures.insert(sig, n as u64);
+        tally.endpoint(&name).signatures.insert(sig, count(n));
     }
     let mut samples = Vec::new();
     let mut st = conn.prepare(
@@ -436,7 +474,7 @@ fn read_run_inner(conn: &Connection) -> rusqlite::Result<StoredRun> {
             None => None,
         };
         Ok(Sample {
-            recorded_at_ms: r.get::<_, i64>(0)? as u64,
+            recorded_at_ms: count(r.get::<_, i64>(0)?),
             endpoint: r.get(1)?,
             method: r.get(2)?,
             target: r.get(3)?,
