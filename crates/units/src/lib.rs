@@ -125,9 +125,9 @@ pub fn format_duration(d: Duration) -> String {
         return format!("{us}us");
     } else if us < 1_000_000 {
         (us as f64 / 1e3, "ms")
-    } else if us < 60_000_000 || us % 60_000_000 != 0 {
+    } else if us < 60_000_000 || !us.is_multiple_of(60_000_000) {
         (us as f64 / 1e6, "s")
-    } else if us % 3_600_000_000 != 0 {
+    } else if !us.is_multiple_of(3_600_000_000) {
         (us as f64 / 60e6, "m")
     } else {
         (us as f64 / 3600e6, "h")
@@ -147,7 +147,7 @@ pub fn format_size(bytes: u64) -> String {
         (1 << 10, "KiB"),
     ];
     for (size, unit) in UNITS {
-        if bytes >= size && bytes % size == 0 {
+        if bytes >= size && bytes.is_multiple_of(size) {
             return format!("{}{unit}", bytes / size);
         }
     }
