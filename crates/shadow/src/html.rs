@@ -320,6 +320,9 @@ mod tests {
         assert_eq!(crate::tally::consistency_text(99_999, 100_000, 0), "99.99%");
         assert_eq!(crate::tally::consistency_text(5, 5, 0), "100.00%");
         // Never 100 % over requests that were not compared.
-        assert_eq!(crate::tally::consistency_text(680, 680, 417), "61.98–100.00%");
+        assert_eq!(
+            crate::tally::consistency_text(680, 680, 417),
+            "61.98–100.00%"
+        );
     }
 }

@@ -101,7 +101,6 @@ impl ShadowResponse {
     pub fn latency(&self) -> Duration {
         self.latency
     }
-
 }
 
 /// Why a side gave no comparable response.

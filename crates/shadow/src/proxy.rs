@@ -505,7 +505,8 @@ async fn run_mirror(job: MirrorJob, ctx: &Ctx, client: &BufferedClient) {
         Some(Some(s)) => Some(s),
         Some(None) => return job.pending.skip(SkipReason::OverBudget),
     };
-    ctx.recorder.record(&job.request, primary.as_ref().map_err(|f| *f), c, s);
+    ctx.recorder
+        .record(&job.request, primary.as_ref().map_err(|f| *f), c, s);
     job.pending.resolved();
 }
 
@@ -1010,10 +1011,7 @@ fn metrics_text(ctx: &Ctx) -> String {
         ctx.queue.max_capacity() - ctx.queue.capacity()
     );
     let mut gauge = |name: &str, help: &str, v: String| {
-        let _ = writeln!(
-            out,
-            "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}"
-        );
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
     };
     let b = &ctx.budget;
     gauge(

@@ -13,9 +13,7 @@ use std::cell::OnceCell;
 use bytes::Bytes;
 use http::HeaderMap;
 use http::header::CONTENT_ENCODING;
-use scalpel_diff::{
-    Comparer, DecodeError, Difference, NoiseRule, RouteNormalizer, decode_body,
-};
+use scalpel_diff::{Comparer, DecodeError, Difference, NoiseRule, RouteNormalizer, decode_body};
 
 use crate::ShadowError;
 use crate::model::{Failure, ShadowRequest, ShadowResponse, SkipReason};
@@ -398,10 +396,11 @@ impl Recorder {
             ),
         };
         // A compressed request body is decoded too, so that redaction can see into it.
-        let request_body = match decode_body(&req.headers, &req.body, self.settings.max_decoded_body) {
-            Ok(b) => Bytes::copy_from_slice(&b),
-            Err(_) => req.body.clone(),
-        };
+        let request_body =
+            match decode_body(&req.headers, &req.body, self.settings.max_decoded_body) {
+                Ok(b) => Bytes::copy_from_slice(&b),
+                Err(_) => req.body.clone(),
+            };
         let redact_all = |ds: &[Difference]| -> Vec<Difference> {
             ds.iter()
                 .cloned()
@@ -450,22 +449,23 @@ impl<'a> Side<'a> {
     /// body is over the cap.
     fn decoded(&self) -> Option<&Cow<'a, [u8]>> {
         self.decoded
-            .get_or_init(|| match decode_body(&self.raw.headers, &self.raw.body, self.max) {
-                Ok(b) => Some(b),
-                Err(DecodeError::TooLarge { .. }) => None,
-                Err(_) => Some(Cow::Borrowed(&self.raw.body[..])),
-            })
+            .get_or_init(
+                || match decode_body(&self.raw.headers, &self.raw.body, self.max) {
+                    Ok(b) => Some(b),
+                    Err(DecodeError::TooLarge { .. }) => None,
+                    Err(_) => Some(Cow::Borrowed(&self.raw.body[..])),
+                },
+            )
             .as_ref()
     }
 
     fn encoding_and_body_equal(&self, other: &Side<'_>) -> bool {
         self.raw.body == other.raw.body
-            && self
+            && self.raw.headers.get_all(CONTENT_ENCODING).iter().eq(other
                 .raw
                 .headers
                 .get_all(CONTENT_ENCODING)
-                .iter()
-                .eq(other.raw.headers.get_all(CONTENT_ENCODING).iter())
+                .iter())
     }
 }
 
