@@ -672,3 +672,57 @@ async fn replay_interrupted_by_sigint_still_writes_its_counts_and_exits_130() {
     let stored = scalpel_shadow::Store::read(&store).unwrap().summary(None);
     assert_eq!((stored.compared, stored.skipped), (4, 2));
 }
+
+/// A sibling in the store: a write SQLite refused was only logged (the `failed` counter
+/// was never counted), and the final flush was skipped when nothing had changed since the
+/// failed write — a replay passed with its counters missing from the file. Now the final
+/// counters are always written and waited for, and a store that could not be completed
+/// is one line on stderr and a FAIL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_cannot_be_written_fails_the_run_loudly() {
+    let primary = serve(|a| Answer::json(body(user_id(a), 1))).await;
+    let candidate =
+        serve(|a| Answer::json(body(user_id(a), 1)).delay(Duration::from_secs(1))).await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("s.db");
+    let child = Command::new(BIN)
+        .args(strings(&[
+            "shadow",
+            "replay",
+            "--primary",
+            &primary.url(),
+            "--candidate",
+            &candidate.url(),
+            "--template",
+            "/v1/users/7/stats",
+            "--store",
+            store.to_str().unwrap(),
+        ]))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    eventually(
+        "the replay is running",
+        Duration::from_secs(30),
+        async || (candidate.hits() >= 1).then_some(()),
+    )
+    .await;
+    // Another process holds the write lock for as long as the replay runs.
+    let lock = rusqlite::Connection::open(&store).unwrap();
+    lock.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    lock.execute_batch("ROLLBACK").unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(stdout.contains("FAIL: the store is incomplete"), "{stdout}");
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with("scalpel: store ") && l.contains("the file is incomplete")),
+        "{stderr}"
+    );
+}

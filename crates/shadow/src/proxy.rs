@@ -1000,6 +1000,11 @@ fn metrics_text(ctx: &Ctx) -> String {
         "Store writes dropped because the writer was behind.",
         vec![(String::new(), ctx.recorder.store_dropped())],
     );
+    counter(
+        "scalpel_shadow_store_failed_total",
+        "Store transactions SQLite refused (disk full, file locked).",
+        vec![(String::new(), ctx.recorder.store_failed())],
+    );
     let _ = writeln!(
         out,
         "# HELP scalpel_shadow_mirror_in_flight Mirror exchanges running now.\n# TYPE scalpel_shadow_mirror_in_flight gauge\nscalpel_shadow_mirror_in_flight {}",

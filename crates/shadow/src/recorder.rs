@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use std::borrow::Cow;
@@ -119,6 +119,7 @@ pub struct Recorder {
     /// mutex that a low-priority mirror thread may hold), folded into the tally whenever
     /// it is read or written. Indexed like [`SkipReason::ALL`].
     pending_skips: [AtomicU64; SkipReason::ALL.len()],
+    final_commit_ok: AtomicBool,
 }
 
 impl Recorder {
@@ -129,6 +130,7 @@ impl Recorder {
             inner: Mutex::new(Inner::default()),
             store,
             pending_skips: Default::default(),
+            final_commit_ok: AtomicBool::new(true),
         }
     }
 
@@ -166,6 +168,7 @@ impl Recorder {
             inner: Mutex::new(inner),
             store: Some(store),
             pending_skips: Default::default(),
+            final_commit_ok: AtomicBool::new(true),
         })
     }
 
@@ -357,18 +360,37 @@ impl Recorder {
 
     /// Flushes and waits until the store committed everything (shutdown). Blocking.
     pub fn flush_and_sync(&self) {
-        self.flush();
-        if let Some(store) = &self.store {
-            store.sync();
-            // A flush dropped because the writer was behind gets one more chance.
-            self.flush();
-            store.sync();
-        }
+        let Some(store) = &self.store else { return };
+        store.sync();
+        let failed_before = store.failed();
+        // Always the whole counters, waited for: an earlier write may have been dropped
+        // or refused by SQLite although nothing changed since.
+        let tally = {
+            let mut inner = self.lock();
+            inner.dirty = false;
+            inner.tally.clone()
+        };
+        let queued = store.write_waiting(tally);
+        store.sync();
+        self.final_commit_ok
+            .store(queued && store.failed() == failed_before, Ordering::Relaxed);
     }
 
     /// Store messages dropped because the writer was behind.
     pub fn store_dropped(&self) -> u64 {
         self.store.as_ref().map_or(0, Store::dropped)
+    }
+
+    /// Store transactions SQLite refused (disk full, file locked past the busy time-out):
+    /// what they held is not on disk unless a later write carried it.
+    pub fn store_failed(&self) -> u64 {
+        self.store.as_ref().map_or(0, Store::failed)
+    }
+
+    /// After [`Recorder::flush_and_sync`]: whether its final commit of the counters
+    /// reached the disk (always `true` without a store).
+    pub fn store_complete(&self) -> bool {
+        self.final_commit_ok.load(Ordering::Relaxed)
     }
 
     #[allow(clippy::too_many_arguments)]
