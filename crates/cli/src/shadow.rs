@@ -346,7 +346,29 @@ fn run_proxy(a: ProxyArgs) -> anyhow::Result<ExitCode> {
         stats.chosen,
         stats.shutdown.as_secs_f64()
     );
-    Ok(ExitCode::SUCCESS)
+    Ok(
+        if store_lost_writes(&recorder, a.compare.store.as_deref()) {
+            ExitCode::from(1)
+        } else {
+            ExitCode::SUCCESS
+        },
+    )
+}
+
+/// Says so (one line on stderr) when the store's final counters did not reach the disk;
+/// the run's figures on the terminal are then the only complete ones.
+fn store_lost_writes(recorder: &Recorder, store: Option<&Path>) -> bool {
+    let Some(path) = store else { return false };
+    if recorder.store_complete() {
+        return false;
+    }
+    eprintln!(
+        "scalpel: store {}: the final counters could not be written ({} writes failed, {} dropped); the file is incomplete",
+        path.display(),
+        recorder.store_failed(),
+        recorder.store_dropped()
+    );
+    true
 }
 
 async fn shutdown_signal() {
@@ -458,11 +480,18 @@ fn run_replay(a: ReplayArgs) -> anyhow::Result<ExitCode> {
         a.json.as_deref(),
         a.html.as_deref(),
     )?;
+    let lost = store_lost_writes(&recorder, a.compare.store.as_deref());
     if interrupted {
         // 128 + SIGINT, like any interrupted command; a partial run is never a pass.
         return Ok(ExitCode::from(130));
     }
-    Ok(verdict(&summary, a.min_consistency))
+    let code = verdict(&summary, a.min_consistency);
+    if lost {
+        // The check may have passed, but its evidence on disk is not whole.
+        println!("FAIL: the store is incomplete");
+        return Ok(ExitCode::from(1));
+    }
+    Ok(code)
 }
 
 async fn show_progress(p: Arc<ReplayProgress>, r: Arc<Recorder>) {

@@ -7,9 +7,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use bytes::Bytes;
@@ -65,7 +65,8 @@ pub struct Store {
     tx: SyncSender<Msg>,
     thread: Mutex<Option<JoinHandle<()>>>,
     dropped: AtomicU64,
-    failed: AtomicU64,
+    /// Shared with the writer thread, which counts each transaction SQLite refused.
+    failed: Arc<AtomicU64>,
 }
 
 /// What a store file holds.
@@ -141,9 +142,11 @@ impl Store {
         let existing = read_run(&conn, path)?;
         let (tx, rx) = mpsc::sync_channel(CHANNEL);
         let thread_path = path.to_path_buf();
+        let failed = Arc::new(AtomicU64::new(0));
+        let writer_failed = failed.clone();
         let thread = std::thread::Builder::new()
             .name("scalpel-store".into())
-            .spawn(move || writer(conn, rx, &thread_path))
+            .spawn(move || writer(conn, rx, &thread_path, &writer_failed))
             .map_err(|e| ShadowError::Store {
                 path: path.to_path_buf(),
                 reason: e.to_string(),
@@ -154,7 +157,7 @@ impl Store {
                 tx,
                 thread: Mutex::new(Some(thread)),
                 dropped: AtomicU64::new(0),
-                failed: AtomicU64::new(0),
+                failed,
             },
             existing,
         ))
@@ -213,6 +216,16 @@ impl Store {
         }
     }
 
+    /// Queues the counters, waiting for room if the writer is behind (shutdown only:
+    /// blocking). `false` when the writer is gone.
+    pub(crate) fn write_waiting(&self, tally: Tally) -> bool {
+        let msg = Msg::Write {
+            tally: Some(Box::new(tally)),
+            sample: None,
+        };
+        self.tx.send(msg).is_ok()
+    }
+
     /// Blocks until everything queued so far is committed. Blocking: call it from a
     /// plain thread or `spawn_blocking`, not from an async task.
     pub fn sync(&self) {
@@ -239,7 +252,7 @@ impl Drop for Store {
     }
 }
 
-fn writer(mut conn: Connection, rx: Receiver<Msg>, path: &Path) {
+fn writer(mut conn: Connection, rx: Receiver<Msg>, path: &Path, failed: &AtomicU64) {
     while let Ok(msg) = rx.recv() {
         match msg {
             Msg::Sync(done) => {
@@ -247,6 +260,9 @@ fn writer(mut conn: Connection, rx: Receiver<Msg>, path: &Path) {
             }
             Msg::Write { tally, sample } => {
                 if let Err(e) = write_tx(&mut conn, tally.as_deref(), sample.as_deref()) {
+                    // Counted, not only logged: a run whose evidence did not reach the
+                    // disk must say so at the end (`Recorder::store_failed`).
+                    failed.fetch_add(1, Ordering::Relaxed);
                     tracing::error!(store = %path.display(), error = %e, "store write failed");
                 }
             }
