@@ -120,6 +120,9 @@ struct ProxyArgs {
     /// A mirror that waited longer than this in the queue is dropped (too_old) instead of compared late.
     #[arg(long = "mirror-max-age", value_name = "DUR", default_value = "10s", value_parser = positive_duration)]
     mirror_max_age: Duration,
+    /// The most a client may take to send a request head or a mirrored request body (408 past it); idle client connections close after it.
+    #[arg(long = "client-timeout", value_name = "DUR", default_value = "30s", value_parser = positive_duration)]
+    client_timeout: Duration,
     /// How often counters are written to the store.
     #[arg(long = "flush-interval", value_name = "DUR", default_value = "1s", value_parser = positive_duration)]
     flush_interval: Duration,
@@ -315,6 +318,7 @@ fn run_proxy(a: ProxyArgs) -> anyhow::Result<ExitCode> {
         max_response_body: a.max_response_body,
         mirror_budget: a.mirror_budget as u64,
         mirror_max_age: a.mirror_max_age,
+        client_timeout: a.client_timeout,
         flush_interval: a.flush_interval,
     };
     let recorder = recorder(

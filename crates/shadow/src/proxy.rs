@@ -30,7 +30,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::service::service_fn;
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use scalpel_diff::{SampleKey, Sampler};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
@@ -87,6 +87,10 @@ pub struct ProxyConfig {
     /// A mirror that waited longer than this in the queue is dropped and counted
     /// (`too_old`) instead of comparing a candidate answer with an old primary answer.
     pub mirror_max_age: Duration,
+    /// The most a client may take to send a request head, or a request body that is
+    /// buffered for mirroring (408 past it); an idle keep-alive connection is closed
+    /// after it too. A slow client then holds a connection for a bounded time only.
+    pub client_timeout: Duration,
     /// How often counters are written to the store.
     pub flush_interval: Duration,
 }
@@ -101,6 +105,7 @@ struct PathCounters {
     not_mirrored_method: AtomicU64,
     not_mirrored_sampled_out: AtomicU64,
     informational_dropped: AtomicU64,
+    client_timeouts: AtomicU64,
     in_flight: AtomicU64,
     connections: AtomicU64,
 }
@@ -331,12 +336,16 @@ async fn until_closing(closing: &mut watch::Receiver<bool>) {
 /// One client connection. At shutdown it finishes the request in progress and closes.
 async fn serve_client(stream: TcpStream, ctx: Arc<Ctx>, mut closing: watch::Receiver<bool>) {
     let counters = ctx.counters.clone();
+    let client_timeout = ctx.cfg.client_timeout;
     counters.connections.fetch_add(1, Ordering::Relaxed);
     let svc = service_fn(move |req| handle(req, ctx.clone()));
     let mut builder = hyper::server::conn::http1::Builder::new();
     // The client must see the primary's headers, not ours: no `date` the primary did
     // not send.
     builder.auto_date_header(false);
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(client_timeout);
     let conn = builder.serve_connection(TokioIo::new(stream), svc);
     tokio::pin!(conn);
     let result = tokio::select! {
@@ -575,7 +584,15 @@ async fn handle(req: Request<Incoming>, ctx: Arc<Ctx>) -> Result<Response<ProxyB
         .to_string();
     let mut mirror_tx = None;
     let forward_body: ProxyBody = if wants_mirror(&ctx, &parts.method, &pq, &parts.headers) {
-        match buffer_body(&mut body, ctx.cfg.max_request_body).await {
+        let read = buffer_body(&mut body, ctx.cfg.max_request_body);
+        let Ok(read) = tokio::time::timeout(ctx.cfg.client_timeout, read).await else {
+            ctx.counters.client_timeouts.fetch_add(1, Ordering::Relaxed);
+            return Ok(json_error(
+                StatusCode::REQUEST_TIMEOUT,
+                "the request body did not arrive in time",
+            ));
+        };
+        match read {
             Ok(Ok(full)) => {
                 ctx.counters.chosen.fetch_add(1, Ordering::Relaxed);
                 mirror_tx = queue_mirror(&ctx, &parts.method, &pq, &parts.headers, &full);
@@ -826,6 +843,9 @@ impl Drop for TeeBody {
     }
 }
 
+/// A scraper has this long to send its request head.
+const ADMIN_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
 async fn serve_admin(listener: TcpListener, ctx: Arc<Ctx>) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
@@ -839,6 +859,8 @@ async fn serve_admin(listener: TcpListener, ctx: Arc<Ctx>) {
                 async move { Ok::<_, Infallible>(admin_response(req.uri().path(), &ctx)) }
             });
             let _ = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(ADMIN_HEADER_TIMEOUT)
                 .serve_connection(TokioIo::new(stream), svc)
                 .await;
         });
@@ -907,6 +929,11 @@ fn metrics_text(ctx: &Ctx) -> String {
         "scalpel_shadow_mirrored_total",
         "Chosen requests queued for the candidate.",
         one(&c.mirrored),
+    );
+    counter(
+        "scalpel_shadow_client_timeouts_total",
+        "Requests whose body did not arrive within the client time-out (408).",
+        one(&c.client_timeouts),
     );
     counter(
         "scalpel_shadow_informational_dropped_total",

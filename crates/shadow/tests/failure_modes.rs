@@ -45,6 +45,7 @@ fn proxy_cfg(primary: &str, candidate: &str) -> ProxyConfig {
         max_response_body: 4 << 20,
         mirror_budget: 256 << 20,
         mirror_max_age: Duration::from_secs(60),
+        client_timeout: Duration::from_secs(30),
         flush_interval: Duration::from_millis(200),
     }
 }
@@ -625,6 +626,55 @@ async fn the_proxy_adds_no_date_drops_connection_named_headers_and_counts_early_
         Some(1.0),
         "{m}"
     );
+    let _ = p.stop.send(());
+    let _ = p.task.await;
+}
+
+/// A sibling in the proxy's client side: no deadline on a request head or on a body
+/// buffered for mirroring, so a client trickling bytes held a connection (and a chosen
+/// mirror) forever. Now: the head within the client time-out (else the connection is
+/// closed), the body within it (else 408, counted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_clients_are_cut_off_at_the_client_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let primary = serve(|_| Answer::json("{}")).await;
+    let candidate = serve(|_| Answer::json("{}")).await;
+    let mut cfg = proxy_cfg(&primary.url(), &candidate.url());
+    cfg.client_timeout = Duration::from_secs(1);
+    let p = start(cfg).await;
+    let addr = p.url.trim_start_matches("http://").to_string();
+
+    // Half a head, then silence: the proxy closes the connection.
+    let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    s.write_all(b"GET /slow HTTP/1.1\r\nhost: x\r\n")
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut buf))
+        .await
+        .expect("a half-sent head must not hold the connection open")
+        .unwrap();
+
+    // A whole head, part of the body, then silence: 408 with a JSON body.
+    let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    s.write_all(b"GET /slow HTTP/1.1\r\nhost: x\r\ncontent-length: 10\r\n\r\n12")
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(30), s.read(&mut buf))
+        .await
+        .expect("a trickled body must be answered")
+        .unwrap();
+    let text = String::from_utf8_lossy(&buf[..n]);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(text.contains("{\"error\":"), "{text}");
+    let m = metrics(&p.admin).await;
+    assert_eq!(
+        metric(&m, "scalpel_shadow_client_timeouts_total"),
+        Some(1.0),
+        "{m}"
+    );
+    assert_eq!(primary.hits(), 0);
     let _ = p.stop.send(());
     let _ = p.task.await;
 }

@@ -191,6 +191,7 @@ fn proxy_cfg(primary: &str, candidate: &str) -> ProxyConfig {
         max_response_body: 64 * 1024,
         mirror_budget: 256 << 20,
         mirror_max_age: Duration::from_secs(60),
+        client_timeout: Duration::from_secs(30),
         flush_interval: Duration::from_millis(200),
     }
 }
