@@ -41,7 +41,7 @@ impl Stream {
     /// through the TLS layer, which consumes tickets and reports a close as end of stream.
     pub fn is_idle_closed(&mut self) -> bool {
         let mut cx = Context::from_waker(Waker::noop());
-        if let Poll::Pending = self.tcp().poll_read_ready(&mut cx) {
+        if self.tcp().poll_read_ready(&mut cx).is_pending() {
             return false;
         }
         let mut probe = [0u8; 1];
