@@ -401,7 +401,9 @@ fn h2_kind(phase: Phase, e: &h2::Error) -> ErrorKind {
 /// proxy's own such as `bad_request`, `no_route`, `client_timeout`); the detail is for a
 /// person.
 pub fn error_body(kind: &str, detail: &str) -> Bytes {
-    Bytes::from(serde_json::json!({ "error": kind, "detail": detail }).to_string())
+    // Written by hand so `error` comes first whatever serde_json's map order.
+    let quote = |s: &str| serde_json::Value::from(s).to_string();
+    Bytes::from(format!(r#"{{"error":{},"detail":{}}}"#, quote(kind), quote(detail)))
 }
 
 /// A response carrying [`error_body`] with `Content-Type: application/json`. Map the
