@@ -44,3 +44,8 @@ step "go modules (payments/go)"
 if [ -f payments/go/go.mod ]; then
     (cd payments/go && go mod download)
 fi
+
+step "python packages (kubernetes-validate: the deploy manifests checked offline)"
+if ! command -v kubernetes-validate >/dev/null 2>&1; then
+    python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore kubernetes-validate
+fi
