@@ -403,7 +403,11 @@ fn h2_kind(phase: Phase, e: &h2::Error) -> ErrorKind {
 pub fn error_body(kind: &str, detail: &str) -> Bytes {
     // Written by hand so `error` comes first whatever serde_json's map order.
     let quote = |s: &str| serde_json::Value::from(s).to_string();
-    Bytes::from(format!(r#"{{"error":{},"detail":{}}}"#, quote(kind), quote(detail)))
+    Bytes::from(format!(
+        r#"{{"error":{},"detail":{}}}"#,
+        quote(kind),
+        quote(detail)
+    ))
 }
 
 /// A response carrying [`error_body`] with `Content-Type: application/json`. Map the

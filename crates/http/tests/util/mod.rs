@@ -164,10 +164,19 @@ impl Drop for Server {
     }
 }
 
-/// nginx on five ports: [0] TLS + h2 (good cert, keep-alive 1 s, 20 requests per
+/// nginx on five ports (started again on new ports if a port was taken meanwhile): [0] TLS + h2 (good cert, keep-alive 1 s, 20 requests per
 /// connection), [1] TLS without h2, [2] h2c (prior knowledge), [3] TLS with the expired
 /// certificate, [4] TLS with the wrong-name certificate.
 pub fn nginx(certs: &Certs) -> Server {
+    for _ in 0..3 {
+        if let Some(server) = try_nginx(certs) {
+            return server;
+        }
+    }
+    panic!("nginx did not start in three tries (see its errors above)");
+}
+
+fn try_nginx(certs: &Certs) -> Option<Server> {
     let nginx = ["/usr/sbin/nginx", "nginx"]
         .into_iter()
         .find(|n| Command::new(n).arg("-v").output().is_ok())
@@ -232,14 +241,22 @@ http {{
         .stderr(Stdio::inherit())
         .spawn()
         .expect("start nginx");
+    let deadline = Instant::now() + Duration::from_secs(20);
     for &p in &ports {
-        wait_for_port(p, &mut child, "nginx");
+        while std::net::TcpStream::connect(("127.0.0.1", p)).is_err() {
+            if matches!(child.try_wait(), Ok(Some(_))) || Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None; // most likely a port taken between choosing and binding
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
-    Server {
+    Some(Server {
         child,
         ports,
         _dir: Some(dir),
-    }
+    })
 }
 
 /// Runs a Node script (given the certificate paths as argv) that prints `PORT n` once
