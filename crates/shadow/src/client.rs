@@ -5,9 +5,7 @@ use std::time::{Duration, Instant};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use http::header::{
-    CONNECTION, HOST, HeaderName, PROXY_AUTHORIZATION, TE, TRANSFER_ENCODING, UPGRADE,
-};
+use http::header::{HOST, PROXY_AUTHORIZATION, TE, TRAILER};
 use http::{HeaderMap, Request, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
@@ -66,48 +64,26 @@ impl std::fmt::Display for Upstream {
     }
 }
 
-/// Headers that belong to one hop and are never forwarded (RFC 9110 §7.6.1), plus `Host`,
-/// which is set per upstream. `Trailer` is not among them: it is end to end (RFC 9110
-/// §6.6.2), and a server needs it to send the trailers a client asked for.
-pub(crate) fn is_hop_by_hop(name: &HeaderName) -> bool {
-    name == CONNECTION
-        || name == TE
-        || name == TRANSFER_ENCODING
-        || name == UPGRADE
-        || name == HOST
-        || name == PROXY_AUTHORIZATION
-        || name.as_str() == "keep-alive"
-        || name.as_str() == "proxy-connection"
-}
-
-/// The header names listed in `Connection`: hop-by-hop too (RFC 9110 §7.6.1).
-fn connection_named(headers: &HeaderMap) -> Vec<HeaderName> {
-    headers
-        .get_all(CONNECTION)
-        .iter()
-        .flat_map(|v| v.as_bytes().split(|b| *b == b','))
-        .filter_map(|n| HeaderName::from_bytes(n.trim_ascii()).ok())
-        .collect()
-}
-
-/// `headers` without hop-by-hop ones, those named in `Connection` included.
+/// A copy of `headers` for an upstream: without hop-by-hop headers (the toolkit's one
+/// list, `scalpel_http`, with what `Connection` names), without `Host`, which the client
+/// sets per upstream, and without `Proxy-Authorization`: credentials meant for a proxy
+/// are never handed to the services behind it, least of all to a candidate.
 pub(crate) fn forwardable(headers: &HeaderMap) -> HeaderMap {
-    let named = connection_named(headers);
-    let mut out = HeaderMap::with_capacity(headers.len());
-    for (k, v) in headers {
-        if !is_hop_by_hop(k) && !named.contains(k) {
-            out.append(k.clone(), v.clone());
-        }
-    }
+    let mut out = scalpel_http::forwardable(headers);
+    out.remove(HOST);
+    out.remove(PROXY_AUTHORIZATION);
     out
 }
 
-/// Removes hop-by-hop headers, those named in `Connection` included, in place.
+/// Removes hop-by-hop headers from a response head in place (the toolkit's one list,
+/// with what `Connection` names), except `Trailer`: it is end to end (RFC 9110 §6.6.2,
+/// not among §7.6.1's hop-by-hop fields), and hyper's server sends a client the
+/// trailers it asked for only when the head declares them.
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    let mut names = connection_named(headers);
-    names.extend(headers.keys().filter(|k| is_hop_by_hop(k)).cloned());
-    for n in names {
-        headers.remove(n);
+    let trailer: Vec<_> = headers.get_all(TRAILER).iter().cloned().collect();
+    scalpel_http::strip_hop_by_hop(headers);
+    for v in trailer {
+        headers.append(TRAILER, v);
     }
 }
 
@@ -230,6 +206,29 @@ pub(crate) async fn exchange(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hop_by_hop_rules_keep_trailer_and_drop_what_connection_names() {
+        let mut h = HeaderMap::new();
+        for (k, v) in [
+            ("connection", "x-hop, close"),
+            ("x-hop", "1"),
+            ("host", "proxy:9000"),
+            ("proxy-authorization", "Basic c2VjcmV0"),
+            ("te", "trailers"),
+            ("trailer", "x-sum"),
+            ("x-keep", "1"),
+        ] {
+            h.append(k, http::HeaderValue::from_static(v));
+        }
+        let fwd = forwardable(&h);
+        let names: Vec<&str> = fwd.keys().map(|k| k.as_str()).collect();
+        assert_eq!(names, ["x-keep"]);
+        assert!(accepts_trailers(&h));
+        strip_hop_by_hop(&mut h);
+        assert!(h.contains_key("trailer") && h.contains_key("x-keep"));
+        assert!(!h.contains_key("x-hop") && !h.contains_key("connection") && !h.contains_key("te"));
+    }
 
     #[test]
     fn upstreams_parse_with_prefix_and_reject_what_cannot_work() {

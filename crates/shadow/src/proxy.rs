@@ -519,13 +519,11 @@ async fn run_mirror(job: MirrorJob, ctx: &Ctx, client: &BufferedClient) {
     job.pending.resolved();
 }
 
-fn json_error(status: StatusCode, message: &str) -> Response<ProxyBody> {
-    let body = serde_json::json!({ "error": message }).to_string();
-    let mut resp = Response::new(Full::new(Bytes::from(body)).map_err(|n| match n {}).boxed());
-    *resp.status_mut() = status;
-    resp.headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    resp
+/// The toolkit's one JSON error body (`scalpel_http::error_body`): a stable kind for
+/// scripts, a detail for people.
+fn json_error(status: StatusCode, kind: &str, detail: &str) -> Response<ProxyBody> {
+    scalpel_http::error_response(status, kind, detail)
+        .map(|b| Full::new(b).map_err(|n| match n {}).boxed())
 }
 
 fn wants_mirror(ctx: &Ctx, method: &Method, pq: &str, headers: &HeaderMap) -> bool {
@@ -589,7 +587,8 @@ async fn handle(req: Request<Incoming>, ctx: Arc<Ctx>) -> Result<Response<ProxyB
             ctx.counters.client_timeouts.fetch_add(1, Ordering::Relaxed);
             return Ok(json_error(
                 StatusCode::REQUEST_TIMEOUT,
-                "the request body did not arrive in time",
+                "client_timeout",
+                "the request body did not arrive within the client time-out",
             ));
         };
         match read {
@@ -611,6 +610,7 @@ async fn handle(req: Request<Incoming>, ctx: Arc<Ctx>) -> Result<Response<ProxyB
                 tracing::debug!(error = %e, "client body failed");
                 return Ok(json_error(
                     StatusCode::BAD_REQUEST,
+                    "bad_request",
                     "could not read the request body",
                 ));
             }
@@ -625,7 +625,11 @@ async fn handle(req: Request<Incoming>, ctx: Arc<Ctx>) -> Result<Response<ProxyB
             if let Some(tx) = mirror_tx {
                 let _ = tx.send(PrimaryOutcome::Skipped(SkipReason::PrimaryIncomplete));
             }
-            return Ok(json_error(StatusCode::BAD_REQUEST, "bad request target"));
+            return Ok(json_error(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                "bad request target",
+            ));
         }
     };
     let mut out = Request::new(forward_body);
@@ -655,8 +659,10 @@ async fn handle(req: Request<Incoming>, ctx: Arc<Ctx>) -> Result<Response<ProxyB
             if let Some(tx) = mirror_tx {
                 let _ = tx.send(PrimaryOutcome::Failed(head_failure(&e)));
             }
+            let kind = head_failure(&e);
             return Ok(json_error(
                 StatusCode::BAD_GATEWAY,
+                &format!("primary_{}", kind.as_str()),
                 "the primary did not answer",
             ));
         }
@@ -667,7 +673,8 @@ async fn handle(req: Request<Incoming>, ctx: Arc<Ctx>) -> Result<Response<ProxyB
             }
             return Ok(json_error(
                 StatusCode::GATEWAY_TIMEOUT,
-                "the primary timed out",
+                "primary_timeout",
+                "the primary did not answer within the primary time-out",
             ));
         }
     };
