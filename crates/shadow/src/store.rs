@@ -107,9 +107,18 @@ fn open_connection(path: &Path) -> Result<Connection, ShadowError> {
         .map_err(db_err(path))?;
     conn.execute_batch(SCHEMA).map_err(db_err(path))?;
     // Stores written before failed requests were counted apart get the column.
+    // Then each primary or candidate error was one failed request: the column is filled
+    // from them, so an old run's failures are not forgotten (a verdict must not pass).
     if !has_failed_column(&conn).map_err(db_err(path))? {
-        conn.execute_batch("ALTER TABLE endpoints ADD COLUMN failed INTEGER NOT NULL DEFAULT 0")
-            .map_err(db_err(path))?;
+        conn.execute_batch(
+            "BEGIN;
+             ALTER TABLE endpoints ADD COLUMN failed INTEGER NOT NULL DEFAULT 0;
+             UPDATE endpoints SET failed = (
+                 SELECT COALESCE(SUM(count), 0) FROM endpoint_errors e
+                 WHERE e.endpoint = endpoints.endpoint AND e.kind NOT LIKE 'secondary:%');
+             COMMIT;",
+        )
+        .map_err(db_err(path))?;
     }
     Ok(conn)
 }
@@ -519,4 +528,37 @@ fn read_run_inner(conn: &Connection) -> rusqlite::Result<StoredRun> {
         tally,
         samples,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A store written before failed requests had their own column: opened (migrated)
+    /// or only read, its failures still count, so its verdict cannot turn into a pass.
+    #[test]
+    fn stores_from_before_the_failed_column_keep_their_failures() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.db");
+        let conn = Connection::open(&path).unwrap();
+        // The old `endpoints` first; the rest of the schema is unchanged.
+        conn.execute_batch(
+            "CREATE TABLE endpoints (endpoint TEXT PRIMARY KEY, compared INTEGER NOT NULL,
+                 signature_overflow INTEGER NOT NULL);",
+        )
+        .unwrap();
+        conn.execute_batch(SCHEMA).unwrap();
+        conn.execute_batch(
+            "INSERT INTO endpoints VALUES ('/a', 5, 0);
+             INSERT INTO endpoint_errors VALUES ('/a', 'candidate:timeout', 2),
+                 ('/a', 'primary:connect', 1), ('/a', 'secondary:connect', 4);",
+        )
+        .unwrap();
+        drop(conn);
+        let read = Store::read(&path).unwrap();
+        assert_eq!(read.tally.endpoints["/a"].failed, 3);
+        let (_store, opened) = Store::open(&path, &[]).unwrap();
+        assert_eq!(opened.tally.endpoints["/a"].failed, 3);
+        assert_eq!(opened.tally.endpoints["/a"].compared, 5);
+    }
 }
