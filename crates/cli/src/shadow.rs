@@ -301,6 +301,15 @@ fn run_proxy(a: ProxyArgs) -> anyhow::Result<ExitCode> {
     if a.queue == 0 || a.mirror_concurrency == 0 {
         bail!("--queue and --mirror-concurrency must be at least 1");
     }
+    if a.mirror_budget < a.max_response_body {
+        // Allowed (a tight memory limit may matter more), but said once: answers larger
+        // than the budget can never be compared.
+        eprintln!(
+            "scalpel: warning: --mirror-budget {} is below --max-response-body {}: larger answers are skipped as over_budget",
+            scalpel_units::format_size(a.mirror_budget as u64),
+            scalpel_units::format_size(a.max_response_body as u64)
+        );
+    }
     let cfg = ProxyConfig {
         listen: a.listen,
         primary: primary.clone(),
