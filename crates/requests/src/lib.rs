@@ -52,5 +52,5 @@ mod template;
 pub use data::DataSet;
 pub use error::RequestsError;
 pub use order::Order;
-pub use set::{RenderedRequest, RequestSet};
+pub use set::{MAX_BODY, RenderedRequest, RequestSet};
 pub use template::RequestTemplate;
