@@ -12,6 +12,17 @@ for tool in cargo go node npm; do
     need "$tool" || { echo "setup: '$tool' is not installed; install Rust (rustup), Go and Node 20 first" >&2; exit 2; }
 done
 
+step "system packages the tests use (nginx writes the access logs scalpel-requests reads)"
+if ! need nginx && [ ! -x /usr/sbin/nginx ]; then
+    if need apt-get; then
+        SUDO=""
+        [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+        $SUDO apt-get update >/dev/null && $SUDO apt-get install -y nginx >/dev/null
+    else
+        echo "setup: install nginx (the access-log tests start it on loopback)" >&2
+    fi
+fi
+
 step "rust components and targets"
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 rustup target add wasm32-unknown-unknown >/dev/null
