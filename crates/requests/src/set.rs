@@ -40,6 +40,20 @@ impl RenderedRequest {
         self.body = Bytes::new();
         self.arena.clear();
     }
+
+    /// Makes room for `bytes` of header values in the arena at once (see `render_into`).
+    pub(crate) fn reserve_values(&mut self, bytes: usize) {
+        self.arena.reserve(bytes);
+    }
+
+    /// A header value copied into the arena (no allocation once it is warm); `None` when
+    /// the bytes are not a valid header value.
+    pub(crate) fn arena_value(&mut self, bytes: &[u8]) -> Option<HeaderValue> {
+        // `from_maybe_shared` checks the bytes; a refused value leaves unused arena bytes
+        // behind until the next reset, nothing worse.
+        self.arena.extend_from_slice(bytes);
+        HeaderValue::from_maybe_shared(self.arena.split().freeze()).ok()
+    }
 }
 
 /// A template bound to its data: every request of a run, rendered on demand.

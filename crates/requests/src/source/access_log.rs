@@ -17,7 +17,7 @@ use std::io;
 use std::ops::Range;
 use std::sync::Arc;
 
-use http::{HeaderName, HeaderValue, Method};
+use http::{HeaderName, Method};
 
 use super::read::{Line, PosReader, ReadAt};
 use super::time::parse_clf;
@@ -169,19 +169,33 @@ impl Format for AccessLog {
     }
 
     fn complete(&mut self, out: &mut RenderedRequest) {
-        for (name, range) in [
+        let fields = [
             (http::header::REFERER, self.referer.clone()),
             (http::header::USER_AGENT, self.agent.clone()),
-        ] {
+        ];
+        // Unescaping only shortens a value: the raw lengths bound the arena needed.
+        out.reserve_values(
+            fields
+                .iter()
+                .filter_map(|(_, r)| r.as_ref())
+                .map(|r| r.len())
+                .sum(),
+        );
+        for (name, range) in fields {
             let Some(range) = range else { continue };
             let raw = &self.line[range];
             if raw == b"-" || raw.is_empty() {
                 continue;
             }
-            self.scratch.clear();
-            unescape(raw, &mut self.scratch);
             // A value that is not a valid header value once unescaped is left out.
-            if let Ok(value) = HeaderValue::from_bytes(&self.scratch) {
+            let value = if memchr::memchr(b'\\', raw).is_some() {
+                self.scratch.clear();
+                unescape(raw, &mut self.scratch);
+                out.arena_value(&self.scratch)
+            } else {
+                out.arena_value(raw)
+            };
+            if let Some(value) = value {
                 out.headers.push((HeaderName::clone(&name), value));
             }
         }
@@ -355,7 +369,7 @@ pub(crate) fn normalize_target(
     scratch: &mut Vec<u8>,
     out: &mut String,
 ) -> Result<(), Bad> {
-    let bytes: &[u8] = if raw.contains(&b'\\') {
+    let bytes: &[u8] = if memchr::memchr(b'\\', raw).is_some() {
         scratch.clear();
         unescape(raw, scratch);
         scratch
@@ -401,17 +415,33 @@ pub(crate) fn path_of_target(bytes: &[u8]) -> Result<&[u8], Bad> {
     Ok(&rest[cut..])
 }
 
+/// Bytes a replayed request target holds as they are: those of a request target but `#`.
+const TARGET_BYTES: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 128 {
+        table[b] = b != b'#' as usize && is_request_target_char(b as u8 as char);
+        b += 1;
+    }
+    table
+};
+
 /// Appends `path`, percent-encoding bytes a request target may not hold.
 pub(crate) fn encode_target(path: &[u8], out: &mut String) {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    for &b in path {
-        if b < 0x80 && b != b'#' && is_request_target_char(char::from(b)) {
-            out.push(char::from(b));
-        } else {
-            out.push('%');
-            out.push(char::from(HEX[usize::from(b >> 4)]));
-            out.push(char::from(HEX[usize::from(b & 0x0F)]));
-        }
+    let mut rest = path;
+    while !rest.is_empty() {
+        // Copy the run of allowed (ASCII) bytes at once.
+        let run = rest
+            .iter()
+            .position(|&b| !TARGET_BYTES[usize::from(b)])
+            .unwrap_or(rest.len());
+        out.push_str(std::str::from_utf8(&rest[..run]).unwrap_or(""));
+        let Some(&b) = rest.get(run) else { break };
+        out.push('%');
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 0x0F)]));
+        rest = &rest[run + 1..];
     }
 }
 
