@@ -191,11 +191,11 @@ proptest! {
             if let Ok(data) = DataSet::from_path(&path) {
                 let column = data.columns()[0].clone();
                 let t = RequestTemplate::parse("GET", &format!("/{{{column}}}"), &[], None);
-                if let Ok(t) = t {
-                    if let Ok(set) = RequestSet::new(t, Some(data), Order::Shuffled { seed: 1 }) {
-                        for i in 0..set.len() as u64 {
-                            set.render(i);
-                        }
+                if let Ok(t) = t
+                    && let Ok(set) = RequestSet::new(t, Some(data), Order::Shuffled { seed: 1 })
+                {
+                    for i in 0..set.len() as u64 {
+                        set.render(i);
                     }
                 }
             }

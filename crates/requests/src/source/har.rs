@@ -418,14 +418,13 @@ impl Har {
             if body.len() > MAX_BODY {
                 return Err(malformed("postData is over 256 MiB"));
             }
-            if !has_type {
-                if let Some(v) = post
+            if !has_type
+                && let Some(v) = post
                     .mime_type
                     .filter(|m| !m.is_empty())
                     .and_then(|m| HeaderValue::from_str(&m).ok())
-                {
-                    self.headers.push((http::header::CONTENT_TYPE, v));
-                }
+            {
+                self.headers.push((http::header::CONTENT_TYPE, v));
             }
             self.body = Bytes::from(body);
         }
