@@ -504,3 +504,74 @@ func TestPprofServesACPUProfileOnItsOwnListener(t *testing.T) {
 		t.Errorf("exit code %d after SIGTERM; stderr: %s", code, s.stderr)
 	}
 }
+
+// lockLedger holds the ledger exclusively through db (one connection), as a
+// long write by another process would: the service's first query waits in
+// SQLite's busy handler, so it stays in the middle of loading.
+func lockLedger(t *testing.T, db *sql.DB) {
+	t.Helper()
+	for _, stmt := range []string{`PRAGMA locking_mode=EXCLUSIVE`, `BEGIN EXCLUSIVE`, `COMMIT`} {
+		if _, err := db.Exec(stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+}
+
+// waitOpenFile waits until process pid has path open: the service has begun
+// loading (it opens the ledger only after installing its signal handlers).
+func waitOpenFile(t *testing.T, pid int, path string) {
+	t.Helper()
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	if _, err := os.Stat(dir); err != nil {
+		t.Skipf("no %s: %v", dir, err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			if target, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil && target == path {
+				return
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("pid %d never opened %s", pid, path)
+}
+
+// TestSIGTERMWhileLoadingExitsZero: a SIGTERM while the read model loaded
+// made the service exit 2 ("context canceled"), the code for bad input.
+func TestSIGTERMWhileLoadingExitsZero(t *testing.T) {
+	b := testledger.New(t)
+	b.User("u0000000000a1", "EUR")
+	b.Txn(1782777600, "u0000000000a1", "EUR", 100, "settled", "topup", "ext:topup")
+	lockLedger(t, b.DB)
+
+	cmd := exec.Command(binary(t), "--db", b.Path, "--port", "0")
+	stderr, stdout := &syncBuffer{}, &syncBuffer{}
+	cmd.Stderr, cmd.Stdout = stderr, stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
+
+	waitOpenFile(t, cmd.Process.Pid, b.Path)
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("no exit 60 s after SIGTERM; stderr: %s", stderr)
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("exit code %d after SIGTERM while loading, want 0; stderr: %s", code, stderr)
+	}
+	if got := stderr.String(); got != "payments-go: stopped by a signal while loading the ledger\n" {
+		t.Errorf("stderr %q", got)
+	}
+	if got := stdout.String(); got != "" {
+		t.Errorf("printed %q though it never became ready", got)
+	}
+}

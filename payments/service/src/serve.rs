@@ -64,11 +64,25 @@ fn handle(model: &ReadModel, req: &Request<Incoming>) -> Response<Full<Bytes>> {
 }
 
 pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
+    // Signals first: a SIGTERM while a big (or locked) ledger loads is a requested stop,
+    // exit 0, not a kill by the default action. The abandoned load only reads.
+    let mut sigterm = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
+    let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
     let db = config.db.clone();
-    let (model, tailer) = tokio::task::spawn_blocking(move || payments_core::open(&db))
-        .await
-        .context("loading the ledger")?
-        .with_context(|| format!("loading {}", config.db.display()))?;
+    let loading = tokio::task::spawn_blocking(move || payments_core::open(&db));
+    let (model, tailer) = tokio::select! {
+        loaded = loading => loaded
+            .context("loading the ledger")?
+            .with_context(|| format!("loading {}", config.db.display()))?,
+        _ = sigterm.recv() => {
+            stopped_while_loading();
+            return Ok(());
+        },
+        _ = sigint.recv() => {
+            stopped_while_loading();
+            return Ok(());
+        },
+    };
     let listener = TcpListener::bind(config.addr)
         .await
         .with_context(|| format!("binding {}", config.addr))?;
@@ -90,8 +104,6 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         let _ = out.flush();
     }
 
-    let mut sigterm = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
-    let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let permits = Arc::new(Semaphore::new(config.max_connections as usize));
     let mut builder = http1::Builder::new();
@@ -159,6 +171,10 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     stop_tail.store(true, Ordering::Relaxed);
     let _ = tokio::task::spawn_blocking(move || tail_thread.join()).await;
     Ok(())
+}
+
+fn stopped_while_loading() {
+    eprintln!("payments: stopped by a signal while loading the ledger");
 }
 
 /// The tail loop runs on its own OS thread: rusqlite blocks, and the runtime's threads
