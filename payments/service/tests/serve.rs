@@ -47,7 +47,7 @@ fn sigterm_while_loading_exits_zero() {
     lock.execute_batch("PRAGMA locking_mode=EXCLUSIVE; BEGIN EXCLUSIVE; COMMIT;")
         .unwrap();
 
-    let mut child = Command::new(payments_bin())
+    let child = Command::new(payments_bin())
         .args(["serve", "--db", db.to_str().unwrap(), "--port", "0"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
