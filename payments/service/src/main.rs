@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
+mod head;
 mod serve;
 
 #[derive(Debug, Parser)]

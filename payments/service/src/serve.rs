@@ -1,4 +1,5 @@
-//! The HTTP side: accept loop, limits, graceful shutdown, and the tail thread.
+//! The HTTP side: accept loop, limits, graceful shutdown, and the tail thread. Every
+//! connection's request heads pass the SPEC's checks (head.rs) before hyper reads them.
 
 use std::cell::RefCell;
 use std::io::Write;
@@ -18,6 +19,8 @@ use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use payments_core::{ReadModel, Scratch, Tailer};
+
+use crate::head::Checked;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{Semaphore, watch};
@@ -110,7 +113,10 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(config.header_timeout)
-        .keep_alive(true);
+        .keep_alive(true)
+        // After a refused head the checked stream ends early: answer the requests
+        // before it instead of taking the end for a client gone (head.rs).
+        .half_close(true);
 
     loop {
         // Take a connection slot before accepting: past the limit, clients wait in the
@@ -137,7 +143,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         let model = Arc::clone(&model);
         let mut shutdown = shutdown_rx.clone();
         let conn = builder.serve_connection(
-            TokioIo::new(stream),
+            TokioIo::new(Checked::new(stream)),
             service_fn(move |req| {
                 let response = handle(&model, &req);
                 async move { Ok::<_, std::convert::Infallible>(response) }
