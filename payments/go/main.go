@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"scalpel.example/payments-go/internal/api"
+	"scalpel.example/payments-go/internal/headcheck"
 	"scalpel.example/payments-go/internal/ledger"
 	"scalpel.example/payments-go/internal/readmodel"
 )
@@ -156,8 +157,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       90 * time.Second,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		// headcheck refuses heads past 64 KiB first, with the SPEC's JSON.
+		MaxHeaderBytes: 64 << 10,
+		ConnState:      headcheck.ConnState,
+		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 
 	tailCtx, stopTail := context.WithCancel(context.Background())
@@ -165,7 +168,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	wg.Go(func() { model.Run(tailCtx) })
 
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+	// Every request head is checked before net/http parses it (SPEC "Request
+	// heads"), so malformed ones get the same JSON answers as from the Rust service.
+	go func() { serveErr <- srv.Serve(headcheck.Listener(ln)) }()
 	fmt.Fprintf(stdout, "payments-go listening on http://%s (seq %d)\n", ln.Addr(), model.Seq())
 	if pln != nil {
 		psrv := pprofServer()

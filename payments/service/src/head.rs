@@ -11,6 +11,7 @@
 //! written when hyper shuts the connection down.
 
 use std::io;
+use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
@@ -515,8 +516,8 @@ pub(crate) struct Checked<T> {
     ready_from: usize,
     /// The start of a head still arriving.
     partial: Vec<u8>,
-    /// The answer to a refused head, and how much of it is written.
-    refused: Option<(Vec<u8>, usize)>,
+    /// The answer to a refused head.
+    refused: Option<Answer>,
     /// hyper was told the stream ended (so it asked for the bytes after the last request).
     ended: bool,
 }
@@ -580,7 +581,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for Checked<T> {
                 let fresh = &mut filled[before..];
                 let (pass, rest, refused) = sift(&mut this.check, fresh);
                 this.partial.extend_from_slice(&fresh[rest..]);
-                this.refused = refused.map(|r| (r.response(), 0));
+                this.refused = refused.map(Answer::new);
                 buf.set_filled(before + pass);
                 if pass > 0 {
                     return Poll::Ready(Ok(()));
@@ -606,12 +607,12 @@ impl<T: AsyncRead + Unpin> AsyncRead for Checked<T> {
             if this.partial.is_empty() && this.partial.capacity() > LONG_HEAD {
                 this.partial = Vec::new(); // a long head came and went
             }
-            this.refused = refused.map(|r| (r.response(), 0));
+            this.refused = refused.map(Answer::new);
         }
     }
 }
 
-impl<T: AsyncWrite + Unpin> AsyncWrite for Checked<T> {
+impl<T: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Checked<T> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -636,22 +637,77 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Checked<T> {
         Pin::new(&mut self.get_mut().io).poll_flush(cx)
     }
 
-    /// Writes the answer to a refused head first, once hyper has read up to it.
+    /// Writes the answer to a refused head first, once hyper has read up to it, then
+    /// lingers: the client may still be sending (the rest of a 100 KB target), and
+    /// closing on unread bytes would reset the connection and could destroy the answer
+    /// before the client reads it.
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         if this.ended
-            && let Some((answer, written)) = &mut this.refused
+            && let Some(answer) = &mut this.refused
         {
-            while *written < answer.len() {
-                let n = ready!(Pin::new(&mut this.io).poll_write(cx, &answer[*written..]))?;
+            while answer.written < answer.bytes.len() {
+                let rest = &answer.bytes[answer.written..];
+                let n = ready!(Pin::new(&mut this.io).poll_write(cx, rest))?;
                 if n == 0 {
                     return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
                 }
-                *written += n;
+                answer.written += n;
             }
-            ready!(Pin::new(&mut this.io).poll_flush(cx))?;
+            if !answer.shut {
+                ready!(Pin::new(&mut this.io).poll_flush(cx))?;
+                ready!(Pin::new(&mut this.io).poll_shutdown(cx))?;
+                answer.shut = true;
+            }
+            let mut scratch = [0u8; 4096];
+            while answer.drained < LINGER_BYTES {
+                let mut buf = ReadBuf::new(&mut scratch);
+                match Pin::new(&mut this.io).poll_read(cx, &mut buf) {
+                    Poll::Ready(Ok(())) if !buf.filled().is_empty() => {
+                        answer.drained += buf.filled().len();
+                    }
+                    Poll::Ready(_) => break, // the client closed, or the socket failed
+                    Poll::Pending => {
+                        let timer = answer
+                            .linger
+                            .get_or_insert_with(|| Box::pin(tokio::time::sleep(LINGER)));
+                        ready!(timer.as_mut().poll(cx));
+                        break;
+                    }
+                }
+            }
+            return Poll::Ready(Ok(()));
         }
         Pin::new(&mut this.io).poll_shutdown(cx)
+    }
+}
+
+/// How long, and for how many bytes, a refused connection keeps reading before it
+/// closes.
+const LINGER: std::time::Duration = std::time::Duration::from_secs(2);
+const LINGER_BYTES: usize = 1 << 20;
+
+/// The answer to a refused head, as it is sent.
+#[derive(Debug)]
+struct Answer {
+    bytes: Vec<u8>,
+    written: usize,
+    /// The write side is shut (after the answer).
+    shut: bool,
+    /// Bytes read and thrown away since.
+    drained: usize,
+    linger: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Answer {
+    fn new(refusal: Refusal) -> Answer {
+        Answer {
+            bytes: refusal.response(),
+            written: 0,
+            shut: false,
+            drained: 0,
+            linger: None,
+        }
     }
 }
 
