@@ -10,8 +10,8 @@
 //! passed on and answered, hyper then sees the end of the stream, and the JSON error is
 //! written when hyper shuts the connection down.
 
-use std::io;
 use std::future::Future;
+use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 

@@ -7,82 +7,17 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::{Checked, HeadCheck, MAX_HEAD, Reject, sift};
 
-/// The table both services are tested against.
-const TABLE: &str = include_str!("../../../testdata/request-heads.txt");
+// The table both services are tested against, read by the same code as the
+// cross-service test.
+#[path = "../../tests/util/heads.rs"]
+mod heads;
+
+use heads::HeadCase as Case;
+
 const ID: &str = "u0123456789ab";
 
-#[derive(Debug)]
-struct Case {
-    line: usize,
-    expect: Option<(u16, String)>,
-    raw: Vec<u8>,
-}
-
-/// `\r \n \t \\ \xHH`, `{id}`, `{N*TEXT}` (see the table's header).
-fn decode(text: &str) -> Vec<u8> {
-    let b = text.as_bytes();
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'\\' => {
-                let (byte, len) = match b[i + 1] {
-                    b'r' => (b'\r', 2),
-                    b'n' => (b'\n', 2),
-                    b't' => (b'\t', 2),
-                    b'\\' => (b'\\', 2),
-                    b'x' => (
-                        u8::from_str_radix(&text[i + 2..i + 4], 16).expect("\\xHH"),
-                        4,
-                    ),
-                    other => panic!("unknown escape \\{}", other as char),
-                };
-                out.push(byte);
-                i += len;
-            }
-            b'{' => {
-                let close = i + text[i..].find('}').expect("closing brace");
-                let inner = &text[i + 1..close];
-                if inner == "id" {
-                    out.extend_from_slice(ID.as_bytes());
-                } else {
-                    let (n, what) = inner.split_once('*').expect("{N*TEXT}");
-                    let what = decode(what);
-                    for _ in 0..n.parse::<usize>().expect("N") {
-                        out.extend_from_slice(&what);
-                    }
-                }
-                i = close + 1;
-            }
-            c => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    out
-}
-
 fn table() -> Vec<Case> {
-    let cases: Vec<Case> = TABLE
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty() && !l.starts_with('#'))
-        .map(|(n, l)| {
-            let (expect, raw) = l.split_once(" | ").expect("EXPECT | REQUEST");
-            let expect = (expect != "pass").then(|| {
-                let (status, code) = expect.split_once(' ').expect("STATUS code");
-                (status.parse().unwrap(), code.to_string())
-            });
-            Case {
-                line: n + 1,
-                expect,
-                raw: decode(raw),
-            }
-        })
-        .collect();
-    assert!(cases.len() > 100, "the table has {} cases", cases.len());
-    cases
+    heads::request_heads(ID)
 }
 
 fn without_leading_empty_lines(raw: &[u8]) -> &[u8] {
