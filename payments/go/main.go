@@ -32,8 +32,12 @@ import (
 	"scalpel.example/payments-go/internal/readmodel"
 )
 
-// shutdownGrace bounds how long in-flight requests may take after a signal.
-const shutdownGrace = 10 * time.Second
+const (
+	// shutdownGrace bounds how long in-flight requests may take after a signal.
+	shutdownGrace = 10 * time.Second
+	// headTimeout bounds how long a request head may take to arrive.
+	headTimeout = 5 * time.Second
+)
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -153,7 +157,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	srv := &http.Server{
 		Handler:           api.New(model, l, log).Handler(),
-		ReadHeaderTimeout: 5 * time.Second,
+		ReadHeaderTimeout: headTimeout,
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       90 * time.Second,
@@ -170,7 +174,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	serveErr := make(chan error, 1)
 	// Every request head is checked before net/http parses it (SPEC "Request
 	// heads"), so malformed ones get the same JSON answers as from the Rust service.
-	go func() { serveErr <- srv.Serve(headcheck.Listener(ln)) }()
+	go func() { serveErr <- srv.Serve(headcheck.Listener(ln, headTimeout)) }()
 	fmt.Fprintf(stdout, "payments-go listening on http://%s (seq %d)\n", ln.Addr(), model.Seq())
 	if pln != nil {
 		psrv := pprofServer()

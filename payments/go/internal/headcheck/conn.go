@@ -19,17 +19,25 @@ const (
 )
 
 // Listener returns l with every accepted connection's incoming bytes checked
-// before net/http reads them.
-func Listener(l net.Listener) net.Listener { return listener{l} }
+// before net/http reads them. headTimeout bounds how long a head may take to
+// arrive once its first bytes are in: net/http's ReadHeaderTimeout only starts
+// when it sees the first bytes of a head, which the check holds back until the
+// head is whole, so pass the same value.
+func Listener(l net.Listener, headTimeout time.Duration) net.Listener {
+	return listener{l, headTimeout}
+}
 
-type listener struct{ net.Listener }
+type listener struct {
+	net.Listener
+	headTimeout time.Duration
+}
 
 func (l listener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err
 	}
-	return &conn{Conn: c}, nil
+	return &conn{Conn: c, headTimeout: l.headTimeout}, nil
 }
 
 // ConnState must be the http.Server's ConnState (or be called from it). While
@@ -50,6 +58,11 @@ type conn struct {
 	partial []byte // the start of a head still arriving
 	readErr error  // an error that came with bytes, returned on the next read
 	active  atomic.Bool
+
+	headTimeout time.Duration
+	dmu         sync.Mutex
+	deadline    time.Time // the read deadline net/http asked for
+	headBy      time.Time // zero, or when the unfinished head must be whole
 
 	mu      sync.Mutex
 	answer  []byte // the answer to a refused head
@@ -104,6 +117,7 @@ func (c *conn) Read(p []byte) (int, error) {
 			c.end()
 			return 0, io.EOF
 		}
+		c.limitHead()
 		// Read through p: the usual whole heads are checked where net/http
 		// wants them; a head arriving in pieces is gathered in c.partial.
 		n, err := c.Conn.Read(p)
@@ -140,6 +154,46 @@ func (c *conn) Read(p []byte) (int, error) {
 		}
 		return 0, err
 	}
+}
+
+// limitHead keeps an unfinished head to headTimeout from when net/http first
+// waits for it (not while a request is served: the pending read then only
+// watches for a client leaving).
+func (c *conn) limitHead() {
+	var by time.Time
+	if len(c.partial) > 0 && c.headTimeout > 0 && !c.active.Load() {
+		by = time.Now().Add(c.headTimeout)
+	}
+	c.dmu.Lock()
+	defer c.dmu.Unlock()
+	if by.IsZero() == c.headBy.IsZero() {
+		return // no change: an unfinished head keeps its first limit
+	}
+	c.headBy = by
+	_ = c.Conn.SetReadDeadline(c.readDeadline())
+}
+
+// readDeadline is the earlier of net/http's deadline and the head's. Call
+// with dmu held.
+func (c *conn) readDeadline() time.Time {
+	if c.headBy.IsZero() || (!c.deadline.IsZero() && c.deadline.Before(c.headBy)) {
+		return c.deadline
+	}
+	return c.headBy
+}
+
+func (c *conn) SetReadDeadline(t time.Time) error {
+	c.dmu.Lock()
+	defer c.dmu.Unlock()
+	c.deadline = t
+	return c.Conn.SetReadDeadline(c.readDeadline())
+}
+
+func (c *conn) SetDeadline(t time.Time) error {
+	if err := c.Conn.SetWriteDeadline(t); err != nil {
+		return err
+	}
+	return c.SetReadDeadline(t)
 }
 
 // holdWhileActive answers net/http's watch for a leaving client while a

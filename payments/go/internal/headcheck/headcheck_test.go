@@ -272,7 +272,7 @@ func TestARequestBeforeARefusedHeadIsNotCancelled(t *testing.T) {
 		}),
 		ConnState: ConnState,
 	}
-	go func() { _ = srv.Serve(Listener(ln)) }()
+	go func() { _ = srv.Serve(Listener(ln, 5*time.Second)) }()
 	t.Cleanup(func() { srv.Close() })
 
 	c, err := net.Dial("tcp", ln.Addr().String())
@@ -306,5 +306,46 @@ func TestARequestBeforeARefusedHeadIsNotCancelled(t *testing.T) {
 	}
 	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
 		t.Errorf("the connection stayed open: %v", err)
+	}
+}
+
+// TestAHeadArrivingSlowlyOnAKeptAliveConnectionIsCutOff: net/http starts its
+// ReadHeaderTimeout at the first bytes of a head, which the check holds back
+// until the head is whole; without a limit of its own, a second head sent a
+// byte at a time would have had the whole idle time-out.
+func TestAHeadArrivingSlowlyOnAKeptAliveConnectionIsCutOff(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{
+		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}),
+		ReadHeaderTimeout: 200 * time.Millisecond,
+		IdleTimeout:       time.Hour,
+		ConnState:         ConnState,
+	}
+	go func() { _ = srv.Serve(Listener(ln, 200*time.Millisecond)) }()
+	t.Cleanup(func() { srv.Close() })
+
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(60 * time.Second))
+	br := bufio.NewReader(c)
+	if _, err := io.WriteString(c, "GET /a HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("first answer: %v", err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if _, err := io.WriteString(c, "GET /b HTTP/1.1\r\nHo"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
+		t.Errorf("the unfinished head was not cut off: %v", err)
 	}
 }
