@@ -12,14 +12,22 @@ for tool in cargo go node npm; do
     need "$tool" || { echo "setup: '$tool' is not installed; install Rust (rustup), Go and Node 20 first" >&2; exit 2; }
 done
 
-step "system packages the tests use (nginx writes the access logs scalpel-requests reads)"
-if ! need nginx && [ ! -x /usr/sbin/nginx ]; then
-    if need apt-get; then
-        SUDO=""
-        [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-        $SUDO apt-get update >/dev/null && $SUDO apt-get install -y nginx >/dev/null
+step "debian packages (nginx, wrk, h2load, chromium: real peers for the tests and benchmarks)"
+missing=()
+need nginx || [ -x /usr/sbin/nginx ] || missing+=(nginx)
+need wrk || missing+=(wrk)
+need h2load || missing+=(nghttp2-client)
+need chromium || missing+=(chromium)
+need openssl || missing+=(openssl)
+# the system trust store scalpel-http reads by default (its tests expect a non-empty one)
+[ -s /etc/ssl/certs/ca-certificates.crt ] || missing+=(ca-certificates)
+if [ ${#missing[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ] && need apt-get; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
     else
-        echo "setup: install nginx (the access-log tests start it on loopback)" >&2
+        echo "setup: missing ${missing[*]}; install them with apt-get (needs root)" >&2
+        exit 2
     fi
 fi
 
@@ -35,4 +43,9 @@ fi
 step "go modules (payments/go)"
 if [ -f payments/go/go.mod ]; then
     (cd payments/go && go mod download)
+fi
+
+step "python packages (kubernetes-validate: the deploy manifests checked offline)"
+if ! command -v kubernetes-validate >/dev/null 2>&1; then
+    python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore kubernetes-validate
 fi
