@@ -189,7 +189,9 @@ pub(crate) fn is_safe(method: &Method) -> bool {
 
 /// Headers a replay never copies from a recording: the host (replaced by the target's),
 /// framing that the sender computes for the body it sends, and hop-by-hop headers
-/// (RFC 9110 §7.6.1), which described the recorded connection, not the request.
+/// (RFC 9110 §7.6.1), which described the recorded connection, not the request. The
+/// hop-by-hop names are those of `scalpel_http::HOP_BY_HOP` (a test keeps them in step;
+/// this crate does not depend on the network crate for a list of names).
 pub(crate) fn is_never_copied(name: &HeaderName) -> bool {
     matches!(
         name.as_str(),
@@ -300,6 +302,13 @@ mod tests {
                 Err(RequestsError::InvalidOption { option: o, .. }) => assert_eq!(o, option),
                 other => panic!("{option}: {other:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn never_copies_every_hop_by_hop_header_of_the_one_list() {
+        for name in scalpel_http::HOP_BY_HOP {
+            assert!(is_never_copied(&HeaderName::from_static(name)), "{name}");
         }
     }
 
