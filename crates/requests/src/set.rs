@@ -69,7 +69,7 @@ pub struct RequestSet {
     body: BodySlot,
     data: Option<DataSet>,
     /// `order[i]` is the row of the i-th request; `None` for sequential order.
-    order: Option<Arc<[u32]>>,
+    order: SharedOrder,
     len: usize,
 }
 
@@ -106,7 +106,7 @@ enum BodySlot {
 }
 
 /// The rows' order, shared between the sets of a mix so it is computed and held once.
-pub(crate) type SharedOrder = Option<Arc<[u32]>>;
+pub(crate) type SharedOrder = Option<Arc<Vec<u32>>>;
 
 /// Fixes the order of `rows` rows.
 pub(crate) fn shared_order(
@@ -123,7 +123,8 @@ pub(crate) fn shared_order(
                     rows: rows as u64,
                 });
             }
-            Ok(Some(permutation(rows, seed).into()))
+            // An `Arc<Vec>` rather than `Arc<[u32]>`: converting would copy 4 bytes a row.
+            Ok(Some(Arc::new(permutation(rows, seed))))
         }
     }
 }
