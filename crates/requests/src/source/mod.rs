@@ -663,3 +663,40 @@ impl RecordReader {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sources_are_shared_and_readers_move_between_threads() {
+        fn shared<T: Send + Sync>() {}
+        fn movable<T: Send>() {}
+        shared::<RecordedSource>();
+        movable::<RecordReader>();
+        shared::<crate::Mix>();
+        shared::<crate::CaptureSink>();
+    }
+
+    #[test]
+    fn format_names_round_trip() {
+        for f in [
+            SourceFormat::AccessLog,
+            SourceFormat::Har,
+            SourceFormat::Capture,
+        ] {
+            assert_eq!(f.name().parse::<SourceFormat>().unwrap(), f);
+        }
+        assert_eq!(
+            "Combined".parse::<SourceFormat>().unwrap(),
+            SourceFormat::AccessLog
+        );
+        assert!(matches!(
+            "csv".parse::<SourceFormat>(),
+            Err(RequestsError::InvalidOption {
+                option: "from-format",
+                ..
+            })
+        ));
+    }
+}
