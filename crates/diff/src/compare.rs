@@ -298,14 +298,14 @@ impl Comparer {
             ));
         }
         for name in self.compared_headers() {
-            let a = header_text(primary.headers, name);
-            let b = header_text(candidate.headers, name);
+            let a = header_bytes(primary.headers, name);
+            let b = header_bytes(candidate.headers, name);
             if a != b {
                 out.push(Difference::new(
                     format!("header:{name}"),
                     DiffKind::Header,
-                    a,
-                    b,
+                    a.as_deref().map(shown_bytes),
+                    b.as_deref().map(shown_bytes),
                 ));
             }
         }
@@ -355,13 +355,19 @@ fn header_name(name: &str) -> Result<HeaderName, Error> {
     HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| Error::HeaderName(name.to_string()))
 }
 
-fn header_text(headers: &HeaderMap, name: &HeaderName) -> Option<String> {
+/// A header's values joined with `, `, as bytes: compared exactly (two different
+/// non-UTF-8 values must not both become replacement characters and look equal).
+fn header_bytes(headers: &HeaderMap, name: &HeaderName) -> Option<Vec<u8>> {
     let mut values = headers.get_all(name).iter().peekable();
     values.peek()?;
-    let joined: Vec<String> = values
-        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
-        .collect();
-    Some(joined.join(", "))
+    let mut joined = Vec::new();
+    for (i, v) in values.enumerate() {
+        if i > 0 {
+            joined.extend_from_slice(b", ");
+        }
+        joined.extend_from_slice(v.as_bytes());
+    }
+    Some(joined)
 }
 
 fn looks_like_json(r: &Response<'_>) -> bool {
@@ -721,6 +727,17 @@ mod tests {
             "{shown}"
         );
         assert!(!shown.contains('\u{fffd}'));
+    }
+
+    #[test]
+    fn non_utf8_header_values_are_compared_as_bytes() {
+        let mut a = HeaderMap::new();
+        let mut b = HeaderMap::new();
+        a.insert(CONTENT_TYPE, HeaderValue::from_bytes(b"text/\xff").unwrap());
+        b.insert(CONTENT_TYPE, HeaderValue::from_bytes(b"text/\xfe").unwrap());
+        let d = Comparer::new().compare(&Response::new(200, &a, b""), &Response::new(200, &b, b""));
+        assert_eq!(d.len(), 1, "lossy text made these two equal");
+        assert_eq!(d[0].primary(), Some("base64:dGV4dC//"));
     }
 
     #[test]

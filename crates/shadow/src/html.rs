@@ -315,6 +315,19 @@ mod tests {
     }
 
     #[test]
+    fn binary_bodies_are_shown_as_base64_never_as_replacement_characters() {
+        let r = SampleResponse {
+            status: 200,
+            headers: vec![],
+            body: bytes::Bytes::from_static(b"\x89PNG\r\n\x1a\n\xff\xfe"),
+        };
+        let lines = pretty(&r);
+        assert_eq!(lines[0], "(binary, 10 bytes, base64)");
+        assert_eq!(lines[1], "iVBORw0KGgr//g==");
+        assert!(lines.iter().all(|l| !l.contains('\u{fffd}')));
+    }
+
+    #[test]
     fn html_escapes_user_text() {
         assert_eq!(esc("<script>&\"'"), "&lt;script&gt;&amp;&quot;&#39;");
         assert_eq!(crate::tally::consistency_text(99_999, 100_000, 0), "99.99%");

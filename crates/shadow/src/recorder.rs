@@ -506,13 +506,22 @@ fn compare_sides(cmp: &Comparer, a: &Side<'_>, b: &Side<'_>) -> Option<Vec<Diffe
     ))
 }
 
+/// Headers for a sample: each value as text, or `base64:…` when it is not UTF-8 (never
+/// replacement characters).
 fn header_pairs(h: &HeaderMap) -> Vec<(String, String)> {
     h.iter()
         .map(|(k, v)| {
-            (
-                k.to_string(),
-                String::from_utf8_lossy(v.as_bytes()).into_owned(),
-            )
+            let value = match std::str::from_utf8(v.as_bytes()) {
+                Ok(t) => t.to_string(),
+                Err(_) => {
+                    use base64::Engine as _;
+                    format!(
+                        "base64:{}",
+                        base64::engine::general_purpose::STANDARD.encode(v.as_bytes())
+                    )
+                }
+            };
+            (k.to_string(), value)
         })
         .collect()
 }
