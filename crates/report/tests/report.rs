@@ -111,9 +111,9 @@ fn merged_percentiles_equal_those_of_one_histogram_holding_all_values() {
     }
     // The merged p99 is not the mean of the two p99s.
     let go = &merged.targets[0].steps[0];
-    let mean_of_p99 =
-        (a.targets[0].steps[0].latency_ms.p99 + b.targets[1].steps[0].latency_ms.p99) / 2.0;
-    assert_ne!(go.latency_ms.p99, mean_of_p99);
+    let p99 = |s: &scalpel_load::result::StepResult| s.latency_ms.unwrap().p99;
+    let mean_of_p99 = (p99(&a.targets[0].steps[0]) + p99(&b.targets[1].steps[0])) / 2.0;
+    assert_ne!(p99(go), mean_of_p99);
     assert_eq!(go.errors, 8);
     assert_eq!(
         go.error_kinds,
@@ -199,14 +199,14 @@ fn merge_rejudges_the_slo_on_merged_figures() {
     let svc = &merged.targets[0];
     // ...but together only 0.75% are slow, so the merged p99 holds.
     assert!(
-        svc.steps[0].latency_ms.p99 < 10.1,
+        svc.steps[0].latency_ms.unwrap().p99 < 10.1,
         "{:?}",
         svc.steps[0].latency_ms
     );
     assert_eq!(svc.steps[0].slo_held, Some(true));
     assert_eq!(svc.steps[1].slo_held, Some(false));
     let bp = svc.breaking_point.as_ref().unwrap();
-    assert_eq!(bp.rps, 2000.0);
+    assert_eq!(bp.rps, Some(2000.0));
     assert!(
         bp.reason.starts_with("p99 ") && bp.reason.ends_with("at 4000 rps"),
         "{}",
@@ -214,8 +214,15 @@ fn merge_rejudges_the_slo_on_merged_figures() {
     );
 }
 
+/// `b` as another machine's run (its own part id), merged with `a`.
+fn other_part(b: &RunResult) -> RunResult {
+    let mut b = b.clone();
+    b.part_ids = vec!["another-machine".to_owned()];
+    b
+}
+
 fn mismatch(a: &RunResult, b: &RunResult) -> String {
-    match merge(&[a.clone(), b.clone()]) {
+    match merge(&[a.clone(), other_part(b)]) {
         Err(err @ ReportError::Mismatch(_)) => err.to_string(),
         other => panic!("expected a mismatch, got {other:?}"),
     }
@@ -236,13 +243,15 @@ fn merge_refuses_runs_that_do_not_line_up() {
 
     let mut other_target = base.clone();
     other_target.targets[1].name = "node".to_owned();
-    assert!(mismatch(&base, &other_target).contains("targets: go, rust vs go, node"));
+    assert!(
+        mismatch(&base, &other_target).contains("targets: go, rust (run 1) vs go, node (run 2)")
+    );
 
     // The engine stops a target at its first broken step, so one machine may have run
     // fewer steps: the merge keeps the steps every machine ran.
     let mut fewer_steps = base.clone();
     fewer_steps.targets[0].steps.pop();
-    let merged = merge(&[base.clone(), fewer_steps.clone()]).unwrap();
+    let merged = merge(&[base.clone(), other_part(&fewer_steps)]).unwrap();
     assert_eq!(merged.targets[0].steps.len(), 1);
     assert_eq!(merged.targets[1].steps.len(), 2);
     assert_eq!(merged.targets[0].steps[0].requests, 4);
@@ -253,18 +262,31 @@ fn merge_refuses_runs_that_do_not_line_up() {
 
     let mut other_rates = base.clone();
     other_rates.targets[1].steps[1].offered_rps = Some(400.0);
-    assert!(
-        mismatch(&base, &other_rates).contains("1@200 vs 0@100 1@400")
-            || mismatch(&base, &other_rates).contains("different steps")
+    assert_eq!(
+        mismatch(&base, &other_rates),
+        "cannot merge: target \"rust\": run 1 and run 2 ran different steps: 1 at 100 rps, \
+         2 at 200 rps (run 1) vs 1 at 100 rps, 2 at 400 rps (run 2)"
     );
 
     let mut other_model = base.clone();
     other_model.config.model = "closed".to_owned();
-    assert!(mismatch(&base, &other_model).contains("load model: ramp vs closed"));
+    assert!(mismatch(&base, &other_model).contains("load model: ramp (run 1) vs closed (run 2)"));
 
+    // #18.14: in words, not Rust's debug text (`Some("errors<1%") vs None`).
     let mut other_slo = base.clone();
-    other_slo.config.slo = Some("p99<5ms".to_owned());
-    assert!(mismatch(&base, &other_slo).contains("SLO"));
+    other_slo.config.slo = Some("errors<1%".to_owned());
+    assert_eq!(
+        mismatch(&other_slo, &base),
+        "cannot merge: run 1 and run 2 differ in SLO: errors<1% (run 1) vs no SLO (run 2)"
+    );
+    let mut counted = base.clone();
+    counted.config.step_duration_s = None;
+    counted.config.requests_per_step = Some(100);
+    assert_eq!(
+        mismatch(&base, &counted),
+        "cannot merge: run 1 and run 2 differ in step length: 10 s per step (run 1) vs a \
+         request count per step (run 2)"
+    );
 
     assert!(matches!(merge(&[]), Err(ReportError::Mismatch(_))));
 }
@@ -345,7 +367,7 @@ fn table_has_a_column_per_target_ratios_and_fits_100_columns() {
     // Each step block: the p99 row carries both values and their ratio, computed here
     // independently from the model.
     for (go, rust) in run.targets[0].steps.iter().zip(&run.targets[1].steps) {
-        let ratio = rust.latency_ms.p99 / go.latency_ms.p99;
+        let ratio = rust.latency_ms.unwrap().p99 / go.latency_ms.unwrap().p99;
         let row = table
             .lines()
             .find(|l| l.starts_with("latency p99 ms") && l.contains(&format!("{:.2}x", ratio)))
@@ -373,8 +395,10 @@ fn table_has_a_column_per_target_ratios_and_fits_100_columns() {
         .collect();
     assert!(ends.windows(2).all(|w| w[0] == w[1]) || ends.iter().all(|&e| e <= rule.len()));
     assert!(table.contains("breaking point (SLO p99<50ms,errors<1%)"));
+    // The reason is there, whole, though wrapped to fit.
     let go_bp = run.targets[0].breaking_point.as_ref().unwrap();
-    assert!(table.contains(&go_bp.reason));
+    let flat = |t: &str| t.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(flat(&table).contains(&flat(&go_bp.reason)), "{table}");
 }
 
 #[test]
@@ -448,7 +472,7 @@ fn html_is_well_formed_self_contained_and_holds_every_series() {
                 "{} at {} rps: {} ms",
                 target.name,
                 fmt_rate(step.offered_rps.unwrap()),
-                fmt_ms(step.latency_ms.p99)
+                fmt_ms(step.latency_ms.unwrap().p99)
             );
             assert!(
                 titles.contains(&p99.as_str()),
