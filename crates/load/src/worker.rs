@@ -753,22 +753,24 @@ async fn slot(ctx: Rc<Ctx>, pacer: Rc<Pacer>, mut conn: Option<Conn>, handed: bo
                 Err(failure) => {
                     conn = None;
                     let unsent = matches!(failure, Failure::Connect | Failure::Local(_));
-                    let weight = if unsent && pacer.is_closed() {
-                        // The open model's schedule paces failed connects by itself. A
-                        // closed connection that cannot connect would otherwise count one
-                        // error per pause while a live target gave it one answer per
-                        // latency: a target down two thirds of the run passed
-                        // `errors<10%`. So each failed connect counts as the requests the
-                        // connection would have completed in the time it lost.
+                    let mut weight = 1;
+                    if unsent && pacer.is_closed() {
+                        // The open model's schedule paces failed connects by itself; a
+                        // closed connection pauses before it tries again.
                         let until = ctx.window_end.map_or(now + RETRY_PAUSE, |end| {
                             (now + RETRY_PAUSE).min(end).max(now)
                         });
                         pause = Some(until);
-                        let pace = tally.answered_mean().unwrap_or(spec.typical_latency);
-                        weigh(until.saturating_duration_since(attempt_start), pace)
-                    } else {
-                        1
-                    };
+                        // Time-bound, one error per pause while a live target gave one
+                        // answer per latency let a target down two thirds of the run pass
+                        // `errors<10%`. So a failed connect counts as the requests the
+                        // connection would have completed in the time it lost. (Count-
+                        // bound, each attempt is one of the requests asked for.)
+                        if ctx.window_end.is_some() {
+                            let pace = tally.answered_mean().unwrap_or(spec.typical_latency);
+                            weight = weigh(until.saturating_duration_since(attempt_start), pace);
+                        }
+                    }
                     tally.record_failure(failure, latency, weight);
                     if !matches!(failure, Failure::Local(_)) {
                         ctx.live.errors.fetch_add(1, Ordering::Relaxed);
