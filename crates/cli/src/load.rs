@@ -9,7 +9,7 @@
 
 use std::cell::RefCell;
 use std::io::{IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -189,17 +189,17 @@ pub(crate) fn run(mut args: LoadArgs) -> anyhow::Result<ExitCode> {
         return Err(e.into());
     }
     let mut write_failed = false;
-    let writes: [(&Option<PathBuf>, fn(_, &Path) -> _); 2] = [
-        (&args.json, scalpel_report::write_json),
-        (&args.html, scalpel_report::write_html),
-    ];
-    for (path, write) in writes {
-        if let Some(path) = path
-            && let Err(e) = write(&result, path)
-        {
+    let mut report = |written: Result<(), scalpel_report::ReportError>| {
+        if let Err(e) = written {
             eprintln!("scalpel: {e}");
             write_failed = true;
         }
+    };
+    if let Some(path) = &args.json {
+        report(scalpel_report::write_json(&result, path));
+    }
+    if let Some(path) = &args.html {
+        report(scalpel_report::write_html(&result, path));
     }
     let signal = signal.load(Ordering::Acquire);
     let broke = result.targets.iter().any(|t| t.breaking_point.is_some());
@@ -257,7 +257,7 @@ fn fit_descriptors(args: &mut LoadArgs) -> anyhow::Result<()> {
             current: limit.maximum,
             maximum: limit.maximum,
         };
-        if setrlimit(Resource::Nofile, raised.clone()).is_ok() {
+        if setrlimit(Resource::Nofile, raised).is_ok() {
             limit = raised;
         }
     }

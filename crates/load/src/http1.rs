@@ -531,6 +531,131 @@ mod tests {
         }
     }
 
+    /// Serves each of `responses` on its own connection (written, then closed) and returns
+    /// what the client made of each.
+    fn exchange(responses: Vec<Vec<u8>>) -> Vec<Result<(u16, bool), Failure>> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let n = responses.len();
+            tokio::spawn(async move {
+                for bytes in responses {
+                    let (mut s, _) = listener.accept().await.unwrap();
+                    let mut request = [0u8; 1024];
+                    let _ = s.read(&mut request).await;
+                    let _ = s.write_all(&bytes).await;
+                    let _ = s.shutdown().await;
+                }
+            });
+            let mut out = Vec::new();
+            for _ in 0..n {
+                let mut conn = Conn::connect(addr, Duration::from_secs(2)).await.unwrap();
+                let result = tokio::time::timeout(
+                    Duration::from_secs(5),
+                    conn.round_trip(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", false),
+                )
+                .await
+                .unwrap_or(Err(Failure::Timeout));
+                out.push(result);
+            }
+            out
+        })
+    }
+
+    fn head_with(headers: usize, value_len: usize) -> Vec<u8> {
+        let mut head = String::from("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n");
+        for i in 0..headers {
+            head += &format!("X-H{i}: {}\r\n", "v".repeat(value_len));
+        }
+        head += "\r\nok";
+        head.into_bytes()
+    }
+
+    /// #18.7: 64 header lines were a protocol error; the limit is 64 KiB of head.
+    #[test]
+    fn heads_are_limited_by_bytes_not_by_header_count() {
+        let results = exchange(vec![
+            head_with(65, 8),
+            head_with(2000, 8),
+            head_with(60, 1000),
+            head_with(70, 1000),
+        ]);
+        assert_eq!(results[0], Ok((200, true)));
+        assert_eq!(
+            results[1],
+            Ok((200, true)),
+            "2000 short headers fit in 64 KiB"
+        );
+        assert_eq!(results[2], Ok((200, true)), "60 KiB of head");
+        assert_eq!(results[3], Err(Failure::Protocol), "70 KiB of head");
+    }
+
+    /// RFC 9112 §6.3: a response with both Transfer-Encoding and Content-Length is read by
+    /// its chunks and its connection not reused; two different lengths are an error.
+    #[test]
+    fn ambiguous_framing_is_not_reused_or_refused() {
+        let results = exchange(vec![
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n".to_vec(),
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok".to_vec(),
+        ]);
+        assert_eq!(results[0], Ok((200, false)));
+        assert_eq!(results[1], Err(Failure::Protocol));
+    }
+
+    /// A seeded mutation test of the response parser over real sockets: any bytes end in
+    /// an answer or a failure, never a panic or a hang.
+    #[test]
+    fn mutated_responses_never_panic() {
+        let seeds: [&[u8]; 4] = [
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;x=1\r\nhello\r\n0\r\nT: 1\r\n\r\n",
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.0 404 No\r\nConnection: keep-alive\r\n\r\nbody",
+            b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n",
+        ];
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut cases = Vec::new();
+        for i in 0..200 {
+            let mut bytes = seeds[i % seeds.len()].to_vec();
+            for _ in 0..(1 + next() % 4) {
+                let at = (next() as usize) % (bytes.len() + 1);
+                match next() % 4 {
+                    0 if at < bytes.len() => bytes[at] = next() as u8,
+                    1 if at < bytes.len() => {
+                        bytes.remove(at);
+                    }
+                    2 => bytes.insert(at, b"\r\n:0;-9fF"[(next() % 9) as usize]),
+                    _ => bytes.truncate(at),
+                }
+            }
+            cases.push(bytes);
+        }
+        let results = exchange(cases);
+        assert_eq!(results.len(), 200);
+    }
+
+    mod prop {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            /// Any base URL text: an endpoint or an error, never a panic.
+            #[test]
+            fn any_url_parses_or_errs(text in "(http://)?.{0,40}") {
+                let _ = Endpoint::parse(&text);
+            }
+        }
+    }
+
     #[test]
     fn encodes_requests_with_host_and_length() {
         let e = Endpoint::parse("http://127.0.0.1:81/base").unwrap();

@@ -175,11 +175,11 @@ fn check_distinct(runs: &[RunResult]) -> Result<(), ReportError> {
             if same || shared.is_some() {
                 let what = match shared {
                     Some(id) if !same => format!("both hold the measurements of run {id}"),
-                    _ => "they are the same run".to_owned(),
+                    _ => "are the same run".to_owned(),
                 };
                 return Err(mismatch(format!(
-                    "run {} and run {} cannot be merged: {what}; a run merged with itself \
-                     would count every request twice",
+                    "run {} and run {} {what}; a run merged with itself would count every \
+                     request twice",
                     i + 1,
                     j + 1
                 )));

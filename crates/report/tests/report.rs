@@ -9,7 +9,8 @@ use scalpel_load::result::{
     LatencySummary, RunResult, TargetResult, decode_histogram, new_histogram,
 };
 use scalpel_report::{
-    ReportError, html, merge, read_json, summary_table, to_json_string, write_json,
+    MergeOptions, ReportError, html, merge, merge_with, read_json, summary_table, to_json_string,
+    write_json,
 };
 
 fn target(name: &str, steps: Vec<scalpel_load::result::StepResult>) -> TargetResult {
@@ -537,4 +538,212 @@ fn xml_options<'a>() -> roxmltree::ParsingOptions<'a> {
         allow_dtd: true,
         ..Default::default()
     }
+}
+
+/// #18.8: an empty histogram printed p99 0.000 (and wrote 0 into the JSON): a step that
+/// measured no latency read as the fastest step of the run.
+#[test]
+fn a_step_without_latencies_shows_a_dash_not_zero() {
+    let mut dead = step_with_values(0, None, 2.0, &[]);
+    dead.requests = 500;
+    dead.errors = 500;
+    dead.error_kinds = BTreeMap::from([("connect".to_owned(), 500)]);
+    let run = run("h", "closed", None, vec![target("svc", vec![dead])]);
+    let table = summary_table(&run);
+    for figure in ["mean", "p50", "p90", "p99", "p99.9", "max"] {
+        let row = table
+            .lines()
+            .find(|l| l.starts_with(&format!("latency {figure} ms")))
+            .unwrap();
+        assert_eq!(row.split_whitespace().last(), Some("-"), "{row}");
+    }
+    let json: serde_json::Value = serde_json::from_str(&to_json_string(&run)).unwrap();
+    assert!(json["targets"][0]["steps"][0]["latency_ms"].is_null());
+    // The page draws no bar for it, and no 0.
+    let page = html(&run);
+    roxmltree::Document::parse_with_options(&page, xml_options()).unwrap();
+    assert!(!page.contains("p99 0.000"));
+}
+
+/// Runs made on two machines at the same time: same schedule, their own part ids.
+fn two_machines() -> (RunResult, RunResult) {
+    let a = run(
+        "host-a",
+        "open",
+        Some("errors<1%"),
+        vec![target(
+            "svc",
+            vec![step_with_values(
+                0,
+                Some(500.0),
+                10.0,
+                &latencies(1, 5000, 900.0),
+            )],
+        )],
+    );
+    let b = run(
+        "host-b",
+        "open",
+        Some("errors<1%"),
+        vec![target(
+            "svc",
+            vec![step_with_values(
+                0,
+                Some(500.0),
+                10.0,
+                &latencies(2, 5000, 900.0),
+            )],
+        )],
+    );
+    (a, b)
+}
+
+fn refused(runs: &[RunResult], options: MergeOptions) -> String {
+    match merge_with(runs, options) {
+        Err(err @ ReportError::Mismatch(_)) => err.to_string(),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+/// #18.14: a file merged with itself doubled every rate; a merged file merged again with
+/// one of its parts counted that part twice.
+#[test]
+fn merge_refuses_a_run_merged_with_itself() {
+    let (a, b) = two_machines();
+    let strict = MergeOptions::default();
+    assert_eq!(
+        refused(&[a.clone(), a.clone()], strict),
+        "cannot merge: run 1 and run 2 are the same run; a run merged with itself would count \
+         every request twice"
+    );
+    let both = merge(&[a.clone(), b.clone()]).unwrap();
+    assert_eq!(both.part_ids.len(), 2);
+    let again = refused(&[both.clone(), b.clone()], strict);
+    assert!(
+        again.contains("both hold the measurements of run host-b-"),
+        "{again}"
+    );
+    // A file from before part ids were recorded: hosts and start time stand in.
+    let (mut old_a, mut old_b) = (a.clone(), a.clone());
+    old_a.part_ids.clear();
+    old_b.part_ids.clear();
+    old_b.targets[0].steps[0].requests += 1; // not byte-identical, still the same run
+    assert!(refused(&[old_a, old_b], strict).contains("host-a@2025-06-01T10:00:00Z"));
+}
+
+/// #18.14: the same target name at two URLs merged silently, as did runs of different
+/// scalpel versions; both are named, and merged only when allowed.
+#[test]
+fn merge_names_different_urls_and_versions() {
+    let (a, mut b) = two_machines();
+    b.targets[0].url = "http://10.0.0.9:8080".to_owned();
+    let strict = MergeOptions::default();
+    let why = refused(&[a.clone(), b.clone()], strict);
+    assert!(
+        why.contains(
+            "target \"svc\" is http://127.0.0.1/svc in run 1 but http://10.0.0.9:8080 in run 2"
+        ),
+        "{why}"
+    );
+    let allowed = MergeOptions {
+        allow_different_urls: true,
+        ..strict
+    };
+    assert_eq!(
+        merge_with(&[a.clone(), b.clone()], allowed)
+            .unwrap()
+            .targets[0]
+            .url,
+        a.targets[0].url
+    );
+
+    let (a, mut b) = two_machines();
+    b.tool = "scalpel 0.2.0".to_owned();
+    let why = refused(&[a.clone(), b.clone()], strict);
+    assert!(
+        why.contains("different versions: scalpel 0.1.0 (run 1) vs scalpel 0.2.0 (run 2)"),
+        "{why}"
+    );
+    let allowed = MergeOptions {
+        allow_different_versions: true,
+        ..strict
+    };
+    assert_eq!(
+        merge_with(&[a, b], allowed).unwrap().tool,
+        "scalpel 0.1.0, scalpel 0.2.0"
+    );
+}
+
+/// Messages are words: no Rust debug text (`Some("errors<1%") vs None`) in any refusal.
+#[test]
+fn merge_refusals_are_in_words() {
+    let (a, b) = two_machines();
+    let mut variants = Vec::new();
+    let mut x = b.clone();
+    x.config.slo = None;
+    variants.push(x);
+    let mut x = b.clone();
+    x.config.step_duration_s = None;
+    variants.push(x);
+    let mut x = b.clone();
+    x.config.model = "closed".to_owned();
+    variants.push(x);
+    let mut x = b.clone();
+    x.targets[0].steps[0].offered_rps = None;
+    variants.push(x);
+    for other in variants {
+        let why = refused(&[a.clone(), other], MergeOptions::default());
+        for debug in ["Some(", "None", "\\\"", "[\""] {
+            assert!(!why.contains(debug), "{why}");
+        }
+    }
+}
+
+/// A step cut short by an interrupt did not carry its load: a merge leaves it out.
+#[test]
+fn merge_leaves_out_partial_steps() {
+    let step = |i, rps| step_with_values(i, Some(rps), 1.0, &[1000, 2000]);
+    let a = run(
+        "a",
+        "ramp",
+        None,
+        vec![target("svc", vec![step(0, 100.0), step(1, 200.0)])],
+    );
+    let mut b = run(
+        "b",
+        "ramp",
+        None,
+        vec![target("svc", vec![step(0, 100.0), step(1, 200.0)])],
+    );
+    b.interrupted = true;
+    b.targets[0].steps[1].partial = true;
+    let merged = merge(&[a, b]).unwrap();
+    assert_eq!(merged.targets[0].steps.len(), 1);
+    assert!(merged.interrupted);
+}
+
+/// Files from before `sent`/`answered`/`failed` were written read back with those counts
+/// filled in from the error kinds.
+#[test]
+fn older_files_get_sent_and_answered_from_their_error_kinds() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut step = step_with_values(0, Some(100.0), 1.0, &[1000, 2000, 3000]);
+    step.requests = 10;
+    step.errors = 7;
+    step.error_kinds = BTreeMap::from([
+        ("connect".to_owned(), 2),
+        ("timeout".to_owned(), 4),
+        ("status_503".to_owned(), 1),
+    ]);
+    let run = run("a", "open", None, vec![target("svc", vec![step])]);
+    let mut json: serde_json::Value = serde_json::from_str(&to_json_string(&run)).unwrap();
+    let s = &mut json["targets"][0]["steps"][0];
+    for key in ["sent", "answered", "failed"] {
+        s.as_object_mut().unwrap().remove(key);
+    }
+    let path = dir.path().join("old.json");
+    std::fs::write(&path, json.to_string()).unwrap();
+    let back = read_json(&path).unwrap();
+    let s = &back.targets[0].steps[0];
+    assert_eq!((s.sent, s.answered, s.failed), (8, 4, 4));
 }
