@@ -747,3 +747,27 @@ fn older_files_get_sent_and_answered_from_their_error_kinds() {
     let s = &back.targets[0].steps[0];
     assert_eq!((s.sent, s.answered, s.failed), (8, 4, 4));
 }
+
+/// A step cut short by an interrupt is not where the page compares the targets.
+#[test]
+fn the_page_never_compares_at_a_partial_step() {
+    let step = |i, rps| step_with_values(i, Some(rps), 1.0, &latencies(i as u64 + 20, 500, 900.0));
+    let mut run = run(
+        "a",
+        "ramp",
+        None,
+        vec![target(
+            "svc",
+            vec![step(0, 100.0), step(1, 200.0), step(2, 300.0)],
+        )],
+    );
+    run.interrupted = true;
+    run.targets[0].steps[2].partial = true;
+    let page = html(&run);
+    assert!(
+        page.contains("Latency by percentile (step 2,"),
+        "compared at step 2"
+    );
+    assert!(!page.contains("Latency by percentile (step 3,"));
+    assert!(page.contains("INTERRUPTED"));
+}
