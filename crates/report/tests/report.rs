@@ -265,8 +265,8 @@ fn merge_refuses_runs_that_do_not_line_up() {
     other_rates.targets[1].steps[1].offered_rps = Some(400.0);
     assert_eq!(
         mismatch(&base, &other_rates),
-        "cannot merge: target \"rust\": run 1 and run 2 ran different steps: 1 at 100 rps, \
-         2 at 200 rps (run 1) vs 1 at 100 rps, 2 at 400 rps (run 2)"
+        "cannot merge: target \"rust\": run 1 and run 2 ran step 2 at different rates: \
+         200 rps (run 1) vs 400 rps (run 2)"
     );
 
     let mut other_model = base.clone();
