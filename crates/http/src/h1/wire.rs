@@ -15,8 +15,10 @@ use crate::hop::{HopByHop, is_hop_by_hop};
 
 /// The default limit on a response head, in bytes (hyper's and curl's order of size).
 pub const DEFAULT_MAX_HEAD_BYTES: usize = 64 * 1024;
-/// The most response headers read; more is [`WireError::HeadTooLarge`].
-pub const MAX_HEADERS: usize = 128;
+/// Response headers parsed on the stack. A head with more is parsed again into a vector
+/// sized by its line count: the limit on a head is its size in bytes
+/// ([`Expect::max_head_bytes`]), never a count of headers (as curl's and hyper's).
+pub const MAX_HEADERS: usize = 64;
 /// The longest chunk-size line (with extensions) accepted.
 const MAX_CHUNK_LINE: usize = 4096;
 /// The largest trailer section accepted.
@@ -29,8 +31,8 @@ pub enum WireError {
     /// The response head does not parse.
     #[error("malformed response head: {0}")]
     Head(String),
-    /// The response head is over the byte limit or [`MAX_HEADERS`].
-    #[error("response head over {limit} bytes or {MAX_HEADERS} headers")]
+    /// The response head is over the byte limit.
+    #[error("response head over {limit} bytes")]
     HeadTooLarge {
         /// The byte limit in force.
         limit: usize,
@@ -238,26 +240,35 @@ struct Scan {
 fn scan(
     buf: &[u8],
     expect: &Expect,
-    mut spans: Option<&mut [Span]>,
+    mut spans: Option<&mut Vec<Span>>,
 ) -> Result<Option<Scan>, WireError> {
+    let too_large = || WireError::HeadTooLarge {
+        limit: expect.max_head_bytes,
+    };
     let mut start = 0;
     loop {
         let rest = &buf[start..];
         let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut more;
         let mut res = httparse::Response::new(&mut slots);
-        let len = match res.parse(rest) {
+        let mut parsed = res.parse(rest);
+        if let Err(httparse::Error::TooManyHeaders) = parsed {
+            // More headers than the stack holds: parse again with a slot for every line
+            // within the byte limit (so the vector is bounded by the limit, not the peer).
+            let window = &rest[..rest.len().min(expect.max_head_bytes)];
+            let lines = window.iter().filter(|&&b| b == b'\n').count();
+            more = vec![httparse::EMPTY_HEADER; lines + 1];
+            res = httparse::Response::new(&mut more);
+            parsed = res.parse(rest);
+        }
+        let len = match parsed {
             Ok(httparse::Status::Complete(n)) => n,
             Ok(httparse::Status::Partial) if rest.len() >= expect.max_head_bytes => {
-                return Err(WireError::HeadTooLarge {
-                    limit: expect.max_head_bytes,
-                });
+                return Err(too_large());
             }
             Ok(httparse::Status::Partial) => return Ok(None),
-            Err(httparse::Error::TooManyHeaders) => {
-                return Err(WireError::HeadTooLarge {
-                    limit: expect.max_head_bytes,
-                });
-            }
+            // Still too many: the head runs past the byte limit.
+            Err(httparse::Error::TooManyHeaders) => return Err(too_large()),
             Err(e) => return Err(WireError::Head(e.to_string())),
         };
         if len > expect.max_head_bytes {
@@ -307,11 +318,12 @@ fn scan(
         }
         if let Some(spans) = spans.as_deref_mut() {
             let base = rest.as_ptr() as usize;
-            for (span, h) in spans.iter_mut().zip(res.headers.iter()) {
+            spans.clear();
+            spans.extend(res.headers.iter().map(|h| {
                 let name = start + h.name.as_ptr() as usize - base;
                 let value = start + h.value.as_ptr() as usize - base;
-                *span = (name, h.name.len(), value, h.value.len());
-            }
+                (name, h.name.len(), value, h.value.len())
+            }));
         }
         let http11 = res.version == Some(1);
         let reframed = chunked.is_some() && length.is_some();
@@ -364,7 +376,7 @@ pub fn parse_response(
     buf: &mut BytesMut,
     expect: &Expect,
 ) -> Result<Option<ResponseHead>, WireError> {
-    let mut spans = [(0usize, 0usize, 0usize, 0usize); MAX_HEADERS];
+    let mut spans = Vec::new();
     let Some(s) = scan(buf, expect, Some(&mut spans))? else {
         return Ok(None);
     };
