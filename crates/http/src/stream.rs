@@ -27,6 +27,11 @@ impl Stream {
         }
     }
 
+    /// Plain TCP (nothing buffered under the caller's writes).
+    pub fn is_tcp(&self) -> bool {
+        matches!(self, Stream::Tcp(_))
+    }
+
     /// The protocol ALPN chose (`h2`, `http/1.1`), if any.
     pub fn alpn(&self) -> Option<&[u8]> {
         match self {

@@ -49,7 +49,9 @@ impl H1Conn {
     pub fn new(stream: Stream, max_head_bytes: usize, read_timeout: Option<Duration>) -> Self {
         Self {
             stream,
-            rbuf: BytesMut::with_capacity(READ_RESERVE),
+            // Twice the reserve: a read buffer emptied by each response is then moved back
+            // to its start once every many responses, not before every read.
+            rbuf: BytesMut::with_capacity(2 * READ_RESERVE),
             body: Body::Done,
             keep_alive: true,
             max_head_bytes,
@@ -97,6 +99,9 @@ impl H1Conn {
             Ok(n) => n,
             Err(e) => return Err(Error::NotSent(e)),
         };
+        if n == first.len() && (head.is_empty() || body.is_empty()) && self.stream.is_tcp() {
+            return Ok(()); // all of it in one write, and plain TCP has nothing to flush
+        }
         let rest = async {
             self.stream.write_all(&first[n..]).await?;
             if !head.is_empty() && !body.is_empty() {

@@ -293,27 +293,28 @@ fn scan(
         let (mut close, mut keep) = (false, false);
         for h in res.headers.iter() {
             let name = h.name.as_bytes();
-            if name.eq_ignore_ascii_case(b"connection") {
-                for token in h.value.split(|&b| b == b',') {
-                    let token = token.trim_ascii();
-                    close |= token.eq_ignore_ascii_case(b"close");
-                    keep |= token.eq_ignore_ascii_case(b"keep-alive");
+            // By length first: most headers are none of these three (the hot path).
+            match name.len() {
+                10 if name.eq_ignore_ascii_case(b"connection") => {
+                    for token in h.value.split(|&b| b == b',') {
+                        let token = token.trim_ascii();
+                        close |= token.eq_ignore_ascii_case(b"close");
+                        keep |= token.eq_ignore_ascii_case(b"keep-alive");
+                    }
                 }
-            } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
-                // The last coding decides (RFC 9112 §6.3): chunked, or read until close.
-                let last = h.value.rsplit(|&b| b == b',').next().unwrap_or_default();
-                chunked = Some(last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
-            } else if name.eq_ignore_ascii_case(b"content-length") {
-                let n = std::str::from_utf8(h.value)
-                    .ok()
-                    .map(str::trim)
-                    .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
-                    .and_then(|v| v.parse::<u64>().ok())
-                    .ok_or(WireError::ContentLength)?;
-                if length.is_some_and(|l| l != n) {
-                    return Err(WireError::ContentLength);
+                17 if name.eq_ignore_ascii_case(b"transfer-encoding") => {
+                    // The last coding decides (RFC 9112 §6.3): chunked, or read until close.
+                    let last = h.value.rsplit(|&b| b == b',').next().unwrap_or_default();
+                    chunked = Some(last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
                 }
-                length = Some(n);
+                14 if name.eq_ignore_ascii_case(b"content-length") => {
+                    let n = content_length(h.value).ok_or(WireError::ContentLength)?;
+                    if length.is_some_and(|l| l != n) {
+                        return Err(WireError::ContentLength);
+                    }
+                    length = Some(n);
+                }
+                _ => {}
             }
         }
         if let Some(spans) = spans.as_deref_mut() {
@@ -353,6 +354,21 @@ fn scan(
             keep_alive,
         }));
     }
+}
+
+/// A `Content-Length` value: ASCII digits only (RFC 9110 §8.6), spaces around them
+/// allowed; `None` for anything else or a number past `u64`.
+fn content_length(value: &[u8]) -> Option<u64> {
+    let digits = value.trim_ascii();
+    if digits.is_empty() {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |n, &b| {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        n.checked_mul(10)?.checked_add(u64::from(b - b'0'))
+    })
 }
 
 /// Decides status and framing of the response head at the start of `buf`, without

@@ -160,10 +160,18 @@ fn response_heads_skip_interim_answers_and_reject_bad_ones() {
         "Content-Length: x",
         "Content-Length: +3",
         "Content-Length: ",
+        "Content-Length: 3 4",
+        "Content-Length: -1",
+        "Content-Length: 18446744073709551616",
     ] {
         let (r, _) = response(&format!("HTTP/1.1 200 OK\r\n{bad_length}\r\n\r\n"), false);
         assert_eq!(r.unwrap_err(), WireError::ContentLength, "{bad_length}");
     }
+    let (r, _) = response(
+        "HTTP/1.1 200 OK\r\nContent-Length:  18446744073709551615 \r\n\r\n",
+        false,
+    );
+    assert_eq!(r.unwrap().unwrap().framing, Framing::Length(u64::MAX));
     let (r, _) = response("HTTP/1.1 2000 OK\r\n\r\n", false);
     assert!(matches!(r.unwrap_err(), WireError::Head(_)));
     let big = format!(
