@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
 use scalpel_load::{
-    Model, Plan, Progress, RequestParts, RequestSource, ResourceUsage, ResourceWatch, Slo,
-    StepLimit, Stop, Target,
+    HttpVersion, Model, PeerOptions, Plan, Progress, RequestParts, RequestSource, Resolve,
+    ResourceUsage, ResourceWatch, Slo, StepLimit, Stop, Target,
 };
 use scalpel_procstat::{SampleMark, TreeSampler};
 use scalpel_requests::{DataSet, Order, RenderedRequest, RequestSet, RequestTemplate};
@@ -26,10 +26,10 @@ use scalpel_requests::{DataSet, Order, RenderedRequest, RequestSet, RequestTempl
 /// Arguments of `scalpel load`.
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Examples:\n  scalpel load -c 50 -d 30s http://127.0.0.1:8080/\n  scalpel load --rate 2000 -d 30s http://127.0.0.1:8080/v1/users/{id}/stats --data ids.txt\n  scalpel load --ramp 1000,1000,20000 --step-duration 10s --slo 'p99<50ms,errors<1%' \\\n      --target go=http://127.0.0.1:8080 --target rust=http://127.0.0.1:8081 \\\n      --watch-port go=8080 --watch-port rust=8081 /v1/users/{id}/stats --data ids.txt"
+    after_help = "Examples:\n  scalpel load -c 50 -d 30s http://127.0.0.1:8080/\n  scalpel load --rate 2000 -d 30s http://127.0.0.1:8080/v1/users/{id}/stats --data ids.txt\n  scalpel load --ramp 1000,1000,20000 --step-duration 10s --slo 'p99<50ms,errors<1%' \\\n      --target go=http://127.0.0.1:8080 --target rust=http://127.0.0.1:8081 \\\n      --watch-port go=8080 --watch-port rust=8081 /v1/users/{id}/stats --data ids.txt\n  scalpel load --http2 -c 4 --streams 16 --cacert ca.pem https://api.test:8443/ \\\n      --resolve api.test:8443:127.0.0.1"
 )]
 pub(crate) struct LoadArgs {
-    /// The target URL with the request's path template (`http://HOST:PORT/PATH?QUERY`), or,
+    /// The target URL with the request's path template (`http[s]://HOST:PORT/PATH?QUERY`), or,
     /// with --target, only the path template (default `/`).
     #[arg(value_name = "URL")]
     url: Option<String>,
@@ -78,9 +78,38 @@ pub(crate) struct LoadArgs {
     #[arg(long, value_name = "N")]
     threads: Option<u32>,
 
-    /// Time-out for establishing a connection.
+    /// Time-out for establishing a connection (TCP, and again the TLS handshake).
     #[arg(long, default_value = "2s", value_name = "DURATION")]
     connect_timeout: String,
+
+    /// HTTP/2: negotiated by ALPN over https://, with prior knowledge (h2c) over http://.
+    #[arg(long)]
+    http2: bool,
+
+    /// HTTP/2: concurrent streams on each of the -c connections (as h2load's -m). The
+    /// closed model keeps connections × streams requests in flight. Default 1.
+    #[arg(long, value_name = "M")]
+    streams: Option<u32>,
+
+    /// Open a new connection for every request (HTTP/1.1, `Connection: close`), to
+    /// measure connecting and the TLS handshake (as oha's --disable-keepalive).
+    #[arg(long)]
+    no_reuse: bool,
+
+    /// https: trust the CA certificates in this PEM file (one or several) instead of the
+    /// system's trust store.
+    #[arg(long, value_name = "FILE")]
+    cacert: Option<PathBuf>,
+
+    /// https: do not verify the server's certificate (encrypted, but to whoever answers);
+    /// said in the results.
+    #[arg(long)]
+    insecure: bool,
+
+    /// Connect to ADDR when a target is HOST:PORT, as curl's --resolve; SNI, the
+    /// certificate's name and Host stay HOST (repeatable).
+    #[arg(long, value_name = "HOST:PORT:ADDR")]
+    resolve: Vec<String>,
 
     /// Time-out for a whole request.
     #[arg(long, default_value = "10s", value_name = "DURATION")]
@@ -270,6 +299,8 @@ fn fit_descriptors(args: &mut LoadArgs) -> anyhow::Result<()> {
         .maximum
         .map_or_else(|| "unlimited".to_owned(), |m| m.to_string());
     let in_flight = args.max_in_flight.unwrap_or(DEFAULT_MAX_IN_FLIGHT);
+    // HTTP/2 carries the requests in flight on the -c connections: no more are opened.
+    let open_model = open_model && !args.http2;
     let needed = u64::from(if open_model {
         args.connections.min(in_flight)
     } else {
@@ -444,6 +475,19 @@ fn build(args: &LoadArgs) -> anyhow::Result<(Plan, Vec<Target>)> {
         None if bases.len() > 1 => 2,
         None => 1,
     };
+    let options = peer_options(args, &bases)?;
+    let streams = match args.streams {
+        Some(_) if !args.http2 => bail!("--streams applies to HTTP/2: add --http2"),
+        Some(0) => bail!("--streams must be at least 1"),
+        Some(n) => n,
+        None => 1,
+    };
+    if args.no_reuse && args.http2 {
+        bail!(
+            "--no-reuse opens a connection per request over HTTP/1.1; with --http2, use -c and \
+             --streams (a connection per request would measure HTTP/2 setup, not requests)"
+        );
+    }
     let plan = Plan {
         model,
         limit,
@@ -460,7 +504,10 @@ fn build(args: &LoadArgs) -> anyhow::Result<(Plan, Vec<Target>)> {
     // Targets with their watchers.
     let mut targets = Vec::new();
     for (name, base) in &bases {
-        let mut target = Target::new(name, base, source.clone())?;
+        let mut target = Target::new(name, base, source.clone())?
+            .with_options(options.clone())
+            .with_streams(streams)
+            .with_no_reuse(args.no_reuse);
         if let Some(pid) = watch_for(name, &bases, &args.watch_pid, &args.watch_port)? {
             let sampler = TreeSampler::start(pid, Duration::from_millis(100))
                 .with_context(|| format!("cannot watch process {pid}"))?;
@@ -475,6 +522,38 @@ fn build(args: &LoadArgs) -> anyhow::Result<(Plan, Vec<Target>)> {
     Ok((plan, targets))
 }
 
+/// The connection settings every target gets from the flags: HTTP version, trust, SNI
+/// by the URL's host, `--resolve` entries. TLS flags without an https:// target are
+/// refused, not ignored.
+fn peer_options(args: &LoadArgs, bases: &[(String, String)]) -> anyhow::Result<PeerOptions> {
+    let mut options = PeerOptions::default();
+    options.version = if args.http2 {
+        HttpVersion::Http2
+    } else {
+        HttpVersion::Http1
+    };
+    let any_tls = bases.iter().any(|(_, url)| url.starts_with("https://"));
+    if args.insecure && args.cacert.is_some() {
+        bail!("--insecure verifies nothing, so --cacert would have no effect: give one of them");
+    }
+    if (args.insecure || args.cacert.is_some()) && !any_tls {
+        bail!(
+            "{} applies to https:// targets, and every target is http://",
+            if args.insecure {
+                "--insecure"
+            } else {
+                "--cacert"
+            }
+        );
+    }
+    options.insecure = args.insecure;
+    options.ca_file = args.cacert.clone();
+    for r in &args.resolve {
+        options.resolve.push(Resolve::parse(r)?);
+    }
+    Ok(options)
+}
+
 /// Refuses a rate one generator cannot schedule (see [`MAX_RATE`]).
 fn check_rate(flag: &str, rate: f64) -> anyhow::Result<()> {
     if rate > MAX_RATE {
@@ -487,13 +566,15 @@ fn check_rate(flag: &str, rate: f64) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Splits `http://host:port/path?q` into the base URL and the path template (default `/`).
+/// Splits `http[s]://host:port/path?q` into the base URL and the path template (default
+/// `/`).
 fn split_url(url: &str) -> anyhow::Result<(String, String)> {
-    let Some(rest) = url.strip_prefix("http://") else {
-        if url.starts_with("https://") {
-            bail!("bad URL `{url}`: https is not supported, use http://");
-        }
-        bail!("bad URL `{url}`: expected http://HOST[:PORT][/PATH]");
+    let Some((scheme, rest)) = url
+        .strip_prefix("http://")
+        .map(|r| ("http", r))
+        .or_else(|| url.strip_prefix("https://").map(|r| ("https", r)))
+    else {
+        bail!("bad URL `{url}`: expected http[s]://HOST[:PORT][/PATH]");
     };
     let cut = rest.find(['/', '?']).unwrap_or(rest.len());
     let path = &rest[cut..];
@@ -504,7 +585,7 @@ fn split_url(url: &str) -> anyhow::Result<(String, String)> {
     } else {
         path.to_string()
     };
-    Ok((format!("http://{}", &rest[..cut]), path))
+    Ok((format!("{scheme}://{}", &rest[..cut]), path))
 }
 
 /// The pid to watch for target `name`, from `--watch-pid`/`--watch-port` values that are

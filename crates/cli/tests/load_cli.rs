@@ -806,8 +806,34 @@ fn bad_input_is_one_line_and_exit_2() {
             ],
             "--step-duration",
         ),
-        (vec!["https://127.0.0.1:1/".into()], "https"),
-        (vec!["ftp://x/".into()], "http://"),
+        (vec!["https://127.0.0.1:1/".into()], "unreachable"),
+        (vec!["ftp://x/".into()], "http[s]://"),
+        // TLS and HTTP/2 flags (#12): refused before any load, never ignored.
+        (
+            vec!["--streams".into(), "4".into(), ok.clone()],
+            "--streams applies to HTTP/2",
+        ),
+        (
+            vec!["--http2".into(), "--no-reuse".into(), ok.clone()],
+            "--no-reuse",
+        ),
+        (vec!["--insecure".into(), ok.clone()], "https://"),
+        (
+            vec!["--cacert".into(), "/nonexistent/ca.pem".into(), ok.clone()],
+            "https://",
+        ),
+        (
+            vec![
+                "--cacert".into(),
+                "/nonexistent/ca.pem".into(),
+                "https://127.0.0.1:1/".into(),
+            ],
+            "cannot use CA file /nonexistent/ca.pem",
+        ),
+        (
+            vec!["--resolve".into(), "localhost:443".into(), ok.clone()],
+            "HOST:PORT:ADDR",
+        ),
         (vec!["-c".into(), "0".into(), ok.clone()], "connections"),
         (vec!["-c".into(), "many".into(), ok.clone()], "many"),
         (

@@ -41,6 +41,7 @@ fn host_run(host: &str, seed: u64, median_us: f64) -> (RunResult, Vec<u64>) {
     let target = TargetResult {
         name: "svc".into(),
         url: "http://127.0.0.1:9".into(),
+        connection: None,
         steps: vec![step],
         breaking_point: None,
     };

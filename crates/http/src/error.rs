@@ -352,6 +352,25 @@ impl Error {
         }
     }
 
+    /// An HTTP/2 stream the peer reset (RST_STREAM): the reason's stable name
+    /// (`cancel`, `refused_stream`, …, as in [`crate::H2Counts::rst_by_reason`]).
+    pub fn reset_by_peer(&self) -> Option<&'static str> {
+        match self {
+            Error::H2 { source, .. } if source.is_reset() && source.is_remote() => {
+                source.reason().map(crate::h2::reason_name)
+            }
+            _ => None,
+        }
+    }
+
+    /// The peer's GOAWAY ended the connection before this request was processed: it was
+    /// never written, or its stream is past the GOAWAY's last stream id, which the server
+    /// promises not to process (RFC 9113 §6.8). Sending it again on a new connection is
+    /// safe for any method.
+    pub fn refused_by_goaway(&self) -> bool {
+        matches!(self, Error::H2 { source, .. } if source.is_go_away() && source.is_remote())
+    }
+
     /// The JSON error answer a gateway gives its client for this error: the status of
     /// [`ErrorKind::gateway_status`] and [`error_body`] with the kind and this message.
     pub fn to_response(&self) -> Response<Bytes> {

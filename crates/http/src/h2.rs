@@ -38,6 +38,12 @@ const REASONS: [&str; 15] = [
     "other",
 ];
 
+/// The stable name of an RST_STREAM or GOAWAY reason (`cancel`, `refused_stream`, …;
+/// `other` for codes RFC 9113 does not define).
+pub(crate) fn reason_name(reason: h2::Reason) -> &'static str {
+    REASONS[(u32::from(reason) as usize).min(REASONS.len() - 1)]
+}
+
 /// Counters of HTTP/2 events, shared by the connections that record into them (one per
 /// connector by default). Updated only on rare events: atomics are cheap enough.
 #[derive(Debug, Default)]

@@ -69,6 +69,7 @@
 //!   of targets is reversed every round (A,B, B,A, …), continuing across steps, so that
 //!   drift of the machine hits every target alike.
 
+mod conn;
 mod http1;
 pub mod result;
 mod run;
@@ -81,4 +82,5 @@ pub use run::{
     FixedRequest, LoadError, Model, Plan, Progress, RequestSource, ResourceUsage, ResourceWatch,
     StepLimit, Stop, Target, probe, run, run_until,
 };
+pub use scalpel_http::{HttpVersion, PeerOptions, Resolve};
 pub use slo::{Slo, SloError};

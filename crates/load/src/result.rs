@@ -77,11 +77,101 @@ pub struct TargetResult {
     pub name: String,
     /// Base URL the requests were sent to.
     pub url: String,
+    /// How it was connected to: protocol, TLS and its verification, address; `null` in
+    /// files from before it was recorded.
+    #[serde(default)]
+    pub connection: Option<ConnectionInfo>,
     /// Steps in the order run. The closed and fixed-rate open models have one step.
     pub steps: Vec<StepResult>,
     /// The highest rate that held the SLO, and why the next step broke it; `null` when no
     /// SLO was given or the SLO never broke.
     pub breaking_point: Option<BreakingPoint>,
+}
+
+/// How a target was connected to.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct ConnectionInfo {
+    /// `http/1.1`, `h2` (HTTP/2 by ALPN over TLS) or `h2c` (HTTP/2 with prior knowledge
+    /// over plain TCP).
+    pub protocol: String,
+    /// TLS (`https://`).
+    pub tls: bool,
+    /// The server's certificate was NOT verified (`--insecure`): the connection was
+    /// encrypted, but to whoever answered.
+    pub insecure: bool,
+    /// The CA file trusted instead of the system's store (`--cacert`), if any.
+    pub ca_file: Option<String>,
+    /// The name sent as SNI and verified in the certificate (TLS only).
+    pub server_name: Option<String>,
+    /// The address connected to (`--resolve` or DNS).
+    pub address: String,
+    /// HTTP/2 streams per connection (`--streams`).
+    pub streams: Option<u32>,
+    /// Connections were kept alive for the next request (false with `--no-reuse`).
+    pub reuse: bool,
+}
+
+/// HTTP/2 events of a step, counted by kind: what a load test must see apart from
+/// ordinary errors.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct H2Events {
+    /// Connections the server ended with GOAWAY (any reason, NO_ERROR included: nginx
+    /// sends one every `keepalive_requests`). A request a GOAWAY refused goes out once
+    /// more on a new connection; a second refusal is an error `goaway`.
+    pub goaway: u64,
+    /// Streams the server reset (RST_STREAM), all reasons; each is also an error
+    /// `rst_stream:REASON`.
+    pub rst_stream: u64,
+    /// Streams the server reset, by reason (`cancel`, `refused_stream`, …).
+    pub rst_by_reason: BTreeMap<String, u64>,
+    /// Requests that waited for a free stream: the server's
+    /// SETTINGS_MAX_CONCURRENT_STREAMS was reached on their connection (its latency
+    /// includes the wait).
+    pub stalled_on_streams: u64,
+    /// Request bodies that waited for the server's flow-control window.
+    pub stalled_on_window: u64,
+}
+
+impl H2Events {
+    /// The events between two snapshots of a connector's counters.
+    pub(crate) fn between(
+        before: &scalpel_http::H2Counts,
+        after: &scalpel_http::H2Counts,
+    ) -> H2Events {
+        let mut rst_by_reason = BTreeMap::new();
+        for (reason, n) in &after.rst_by_reason {
+            let was = before
+                .rst_by_reason
+                .iter()
+                .find(|(r, _)| r == reason)
+                .map_or(0, |(_, n)| *n);
+            if *n > was {
+                rst_by_reason.insert((*reason).to_string(), n - was);
+            }
+        }
+        H2Events {
+            goaway: after.goaway.saturating_sub(before.goaway),
+            rst_stream: after.rst_stream.saturating_sub(before.rst_stream),
+            rst_by_reason,
+            stalled_on_streams: after
+                .stalled_on_streams
+                .saturating_sub(before.stalled_on_streams),
+            stalled_on_window: after
+                .stalled_on_window
+                .saturating_sub(before.stalled_on_window),
+        }
+    }
+
+    /// Adds another segment's (or machine's) events.
+    pub fn add(&mut self, other: &H2Events) {
+        self.goaway += other.goaway;
+        self.rst_stream += other.rst_stream;
+        for (reason, n) in &other.rst_by_reason {
+            *self.rst_by_reason.entry(reason.clone()).or_default() += n;
+        }
+        self.stalled_on_streams += other.stalled_on_streams;
+        self.stalled_on_window += other.stalled_on_window;
+    }
 }
 
 /// The last step that held, and what broke after it.
@@ -123,8 +213,9 @@ pub struct StepResult {
     pub failed: u64,
     /// Failed connects, sent requests with no answer, and non-2xx answers.
     pub errors: u64,
-    /// Errors by kind: `connect`, `timeout`, `io`, `protocol`, `status_503`, … Every
-    /// non-2xx status has its own key. Kinds `local:ERRNO` (`local:EMFILE`, …) are the
+    /// Errors by kind: `connect`, `tls` (a handshake that failed: never sent),
+    /// `timeout`, `io`, `protocol`, HTTP/2's `rst_stream:REASON` and `goaway`,
+    /// `status_503`, … Every non-2xx status has its own key. Kinds `local:ERRNO` (`local:EMFILE`, …) are the
     /// load generator's own failures: counted in `not_sent`, never in `errors`.
     pub error_kinds: BTreeMap<String, u64>,
     /// Open models: requests whose send started later than their intended time because
@@ -165,6 +256,19 @@ pub struct StepResult {
     /// Why the step did not hold: every clause that broke; `null` when it held.
     #[serde(default)]
     pub slo_reason: Option<String>,
+    /// Connections opened for the step (those opened before its clock started too).
+    #[serde(default)]
+    pub connections_opened: u64,
+    /// The TLS handshakes of those connections in milliseconds, measured apart from
+    /// request latency; `null` over plain TCP.
+    #[serde(default)]
+    pub handshake_ms: Option<LatencySummary>,
+    /// Their histogram (microseconds), encoded as `histogram`; `null` when none.
+    #[serde(default)]
+    pub handshake_histogram: Option<String>,
+    /// HTTP/2 events (GOAWAY, RST_STREAM by reason, stalls); `null` over HTTP/1.1.
+    #[serde(default)]
+    pub h2: Option<H2Events>,
 }
 
 impl StepResult {

@@ -6,10 +6,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::http1::{Conn, Endpoint, Failure, RequestParts, UrlError};
+use scalpel_http::{Connector, HttpVersion, PeerOptions};
+
+use crate::conn::Failure;
+use crate::http1::{Endpoint, RequestParts, UrlError};
 use crate::result::{
-    FORMAT_VERSION, LatencySummary, Machine, RunConfig, RunResult, StepResult, TargetResult,
-    encode_histogram,
+    ConnectionInfo, FORMAT_VERSION, H2Events, LatencySummary, Machine, RunConfig, RunResult,
+    StepResult, TargetResult, encode_histogram,
 };
 use crate::slo::Slo;
 use crate::worker::{Limit, Live, Outcome, Pacing, SegmentSpec, Tally, run_segment, share};
@@ -127,10 +130,14 @@ pub struct Target {
     endpoint: Endpoint,
     source: Arc<dyn RequestSource>,
     watch: Option<Box<dyn ResourceWatch>>,
+    /// HTTP/2 streams per connection (h2load's `-m`).
+    streams: u32,
+    no_reuse: bool,
 }
 
 impl Target {
-    /// A target named `name` at `base_url` (`http://host:port[/prefix]`).
+    /// A target named `name` at `base_url` (`http[s]://host[:port][/prefix]`), HTTP/1.1
+    /// with keep-alive and the default TLS settings (the system's trust store).
     pub fn new(
         name: &str,
         base_url: &str,
@@ -142,7 +149,62 @@ impl Target {
             endpoint: Endpoint::parse(base_url)?,
             source,
             watch: None,
+            streams: 1,
+            no_reuse: false,
         })
+    }
+
+    /// The settings that travel with the target: HTTP version (HTTP/2 by ALPN over TLS,
+    /// prior knowledge over `http://`), CA file or `insecure`, SNI name, `--resolve`
+    /// entries, the response head limit. Its time-outs are replaced by the plan's: the
+    /// connect time-out, and the whole-request time-out instead of a per-read one.
+    pub fn with_options(mut self, options: PeerOptions) -> Target {
+        self.endpoint.set_options(options);
+        self
+    }
+
+    /// HTTP/2: concurrent streams on each connection (h2load's `-m`; default 1). The
+    /// closed model keeps connections × streams requests in flight.
+    pub fn with_streams(mut self, streams: u32) -> Target {
+        self.streams = streams.max(1);
+        self
+    }
+
+    /// A new connection for every request, to measure the cost of connecting and the TLS
+    /// handshake (oha's `--disable-keepalive`): each request says `Connection: close`.
+    pub fn with_no_reuse(mut self, no_reuse: bool) -> Target {
+        self.no_reuse = no_reuse;
+        self.endpoint.set_close_each(no_reuse);
+        self
+    }
+
+    /// HTTP/2 streams per connection, when the target is spoken to over HTTP/2.
+    fn h2_streams(&self) -> Option<u32> {
+        (self.endpoint.peer().options().version == HttpVersion::Http2).then_some(self.streams)
+    }
+
+    /// How the target was connected to, for the result.
+    fn connection_info(&self, connector: &Connector) -> ConnectionInfo {
+        let peer = self.endpoint.peer();
+        let o = peer.options();
+        let h2 = o.version == HttpVersion::Http2;
+        ConnectionInfo {
+            protocol: match (h2, peer.is_tls()) {
+                (true, true) => "h2",
+                (true, false) => "h2c",
+                (false, _) => "http/1.1",
+            }
+            .to_string(),
+            tls: peer.is_tls(),
+            insecure: peer.is_tls() && o.insecure,
+            ca_file: (peer.is_tls() && !o.insecure)
+                .then(|| o.ca_file.as_ref().map(|p| p.display().to_string()))
+                .flatten(),
+            server_name: peer.is_tls().then(|| peer.tls_name().to_string()),
+            address: connector.addr().to_string(),
+            streams: h2.then_some(self.streams),
+            reuse: !self.no_reuse,
+        }
     }
 
     /// Samples this target's processes during every segment.
@@ -223,6 +285,17 @@ pub enum LoadError {
         /// Its base URL.
         url: String,
         /// What failed.
+        why: String,
+    },
+    /// The target answers, but not as asked: its certificate does not verify, it has the
+    /// wrong name, it refuses HTTP/2, or a CA file cannot be used.
+    #[error("target `{target}` ({url}): {why}")]
+    Refused {
+        /// Target name.
+        target: String,
+        /// Its base URL.
+        url: String,
+        /// The problem, in one line.
         why: String,
     },
     /// The plan makes no sense (no targets, zero rate, …).
@@ -321,64 +394,120 @@ impl Plan {
     }
 }
 
-/// Resolves every target and sends it one request (request 0), so that a wrong address
-/// gives one clear error before any load.
+/// Resolves every target, opens a connection (TLS and HTTP/2 as asked) and sends it one
+/// request (request 0), so that a wrong address, a certificate that does not verify or a
+/// server that refuses HTTP/2 gives one clear line before any load.
 pub fn probe(plan: &Plan, targets: &[Target]) -> Result<(), LoadError> {
     resolve_all(plan, targets).map(|_| ())
 }
 
-/// Each target's address and the latency of its probe request.
-fn resolve_all(
-    plan: &Plan,
-    targets: &[Target],
-) -> Result<Vec<(std::net::SocketAddr, Duration)>, LoadError> {
+/// Each target's connector and the latency of its probe request.
+fn resolve_all(plan: &Plan, targets: &[Target]) -> Result<Vec<(Connector, Duration)>, LoadError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     rt.block_on(async {
-        let mut addrs = Vec::new();
+        let mut out = Vec::new();
         for t in targets {
-            let fail = |why: String| LoadError::Unreachable {
-                target: t.name.clone(),
-                url: t.url.clone(),
-                why,
-            };
-            let addr = tokio::time::timeout(plan.connect_timeout, t.endpoint.resolve())
-                .await
-                .map_err(|_| fail("name resolution timed out".into()))?
-                .map_err(|e| fail(format!("cannot resolve host: {e}")))?;
-            let started = Instant::now();
-            let mut conn =
-                Conn::connect(addr, plan.connect_timeout)
-                    .await
-                    .map_err(|f| match f {
-                        Failure::Local(_) => {
-                            fail(format!("cannot open a connection to {addr}: {f}"))
-                        }
-                        _ => fail(format!(
-                            "cannot connect to {addr} within {}",
-                            scalpel_units::format_duration(plan.connect_timeout)
-                        )),
-                    })?;
-            let mut parts = RequestParts::default();
-            t.source.render(0, &mut parts);
-            let mut wire = Vec::new();
-            parts.encode(&t.endpoint, &mut wire);
-            match tokio::time::timeout(plan.timeout, conn.round_trip(&wire, parts.is_head())).await
-            {
-                Ok(Ok(_)) => {}
-                Ok(Err(f)) => return Err(fail(format!("the probe request failed: {f}"))),
-                Err(_) => {
-                    return Err(fail(format!(
-                        "no response to a probe request within {}",
-                        scalpel_units::format_duration(plan.timeout)
-                    )));
-                }
-            }
-            addrs.push((addr, started.elapsed()));
+            out.push(probe_target(plan, t).await?);
         }
-        Ok(addrs)
+        Ok(out)
     })
+}
+
+/// The plan's time-outs on the target's own settings: the connect time-out bounds the
+/// TCP connect and the handshake; each request's own deadline replaces a per-read one.
+fn peer_of(plan: &Plan, t: &Target) -> scalpel_http::Peer {
+    let mut peer = t.endpoint.peer().clone();
+    let o = peer.options_mut();
+    o.connect_timeout = plan.connect_timeout;
+    o.read_timeout = None;
+    peer
+}
+
+async fn probe_target(plan: &Plan, t: &Target) -> Result<(Connector, Duration), LoadError> {
+    use scalpel_http::Error;
+    let unreachable = |why: String| LoadError::Unreachable {
+        target: t.name.clone(),
+        url: t.url.clone(),
+        why,
+    };
+    let refused = |why: String| LoadError::Refused {
+        target: t.name.clone(),
+        url: t.url.clone(),
+        why,
+    };
+    let within = scalpel_units::format_duration(plan.connect_timeout);
+    let peer = peer_of(plan, t);
+    let h2c = peer.options().version == HttpVersion::Http2 && !peer.is_tls();
+    let connector = match tokio::time::timeout(plan.connect_timeout, Connector::new(peer)).await {
+        Err(_) => return Err(unreachable("name resolution timed out".into())),
+        Ok(Err(Error::Resolve { source, .. })) => {
+            return Err(unreachable(format!("cannot resolve host: {source}")));
+        }
+        Ok(Err(e)) => return Err(refused(e.to_string())),
+        Ok(Ok(c)) => c,
+    };
+    let addr = connector.addr();
+    let started = Instant::now();
+    let connected = connector.connect().await.map_err(|e| match e {
+        Error::Tls(tls) => refused(tls.to_string()),
+        Error::Timeout {
+            phase: scalpel_http::Phase::Handshake,
+            ..
+        } => refused(format!("no TLS handshake with {addr} within {within}")),
+        Error::H2 { .. } if h2c => refused(no_h2c(&e)),
+        e => match Failure::from_error(&e) {
+            f @ Failure::Local(_) => {
+                unreachable(format!("cannot open a connection to {addr}: {f}"))
+            }
+            Failure::Tls => refused(format!("TLS handshake with {addr} failed: {e}")),
+            _ => unreachable(format!("cannot connect to {addr} within {within}")),
+        },
+    })?;
+    let mut parts = RequestParts::default();
+    t.source.render(0, &mut parts);
+    let failed = |f: Failure| unreachable(format!("the probe request failed: {f}"));
+    let answer = async {
+        match connected.conn {
+            scalpel_http::Conn::H1(mut conn) => {
+                let mut wire = Vec::new();
+                parts.encode(&t.endpoint, &mut wire);
+                conn.round_trip(&wire, parts.is_head())
+                    .await
+                    .map_err(|e| failed(Failure::from_error(&e)))?;
+            }
+            scalpel_http::Conn::H2(mut conn) => {
+                let (request, body) = parts
+                    .to_h2(&t.endpoint)
+                    .map_err(|e| refused(format!("the request cannot be sent over HTTP/2: {e}")))?;
+                conn.round_trip(request, body).await.map_err(|e| {
+                    if h2c && e.reset_by_peer().is_none() {
+                        refused(no_h2c(&e))
+                    } else {
+                        failed(Failure::from_error(&e))
+                    }
+                })?;
+            }
+        }
+        Ok(())
+    };
+    match tokio::time::timeout(plan.timeout, answer).await {
+        Ok(Ok(())) => Ok((connector, started.elapsed())),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(unreachable(format!(
+            "no response to a probe request within {}",
+            scalpel_units::format_duration(plan.timeout)
+        ))),
+    }
+}
+
+/// What a failed HTTP/2 exchange over plain TCP most likely means.
+fn no_h2c(e: &scalpel_http::Error) -> String {
+    format!(
+        "the server does not speak HTTP/2 over plain TCP (h2c, prior knowledge): {e}; drop \
+         --http2, or use https:// for HTTP/2 by ALPN"
+    )
 }
 
 struct StepAcc {
@@ -391,11 +520,14 @@ struct StepAcc {
     segments: u32,
     /// An interrupt cut a segment of this step short.
     cut: bool,
+    /// HTTP/2 events of the step's segments (HTTP/2 targets only).
+    h2: Option<H2Events>,
 }
 
 /// What the run loop knows about one target between steps.
 struct TargetState {
-    addr: std::net::SocketAddr,
+    /// Opens its connections: address resolved, TLS configured, HTTP/2 counters.
+    connector: Connector,
     /// Still ramping (no step has broken the SLO yet).
     active: bool,
     /// One connection's pace in the closed model: the mean latency of the target's answers
@@ -427,8 +559,8 @@ pub fn run_until(
     let run_id = new_run_id(&started_at);
     let mut states: Vec<TargetState> = resolve_all(plan, &targets)?
         .into_iter()
-        .map(|(addr, probe)| TargetState {
-            addr,
+        .map(|(connector, probe)| TargetState {
+            connector,
             active: true,
             pace: probe,
         })
@@ -436,9 +568,11 @@ pub fn run_until(
     let rates = plan.rates();
     let mut results: Vec<TargetResult> = targets
         .iter()
-        .map(|t| TargetResult {
+        .zip(&states)
+        .map(|(t, state)| TargetResult {
             name: t.name.clone(),
             url: t.url.clone(),
+            connection: Some(t.connection_info(&state.connector)),
             steps: Vec::new(),
             breaking_point: None,
         })
@@ -544,29 +678,51 @@ fn run_step(
                     Limit::Count(share(n, u64::from(rounds), u64::from(round)))
                 }
             };
-            let pacing = match step.rate {
-                None => Pacing::Closed {
+            let h2_streams = targets[ti].h2_streams();
+            let pacing = match (step.rate, h2_streams) {
+                (None, _) => Pacing::Closed {
                     connections: plan.connections,
                 },
-                Some(rate) => Pacing::Open {
+                (Some(rate), None) => Pacing::Open {
                     rate,
                     max_in_flight: plan.max_in_flight,
                     preconnect: plan.connections.min(plan.max_in_flight),
                 },
+                // HTTP/2: `connections` connections, all opened before the clock, and at
+                // most their streams in flight.
+                (Some(rate), Some(streams)) => Pacing::Open {
+                    rate,
+                    max_in_flight: plan
+                        .max_in_flight
+                        .min(plan.connections.saturating_mul(streams)),
+                    preconnect: plan.connections,
+                },
             };
-            let seg_threads = match pacing {
-                Pacing::Closed { connections } => plan.threads.min(connections).max(1),
-                Pacing::Open { max_in_flight, .. } => plan.threads.min(max_in_flight).max(1),
+            let seg_threads = match (pacing, h2_streams) {
+                (Pacing::Closed { connections }, _)
+                | (
+                    Pacing::Open {
+                        preconnect: connections,
+                        ..
+                    },
+                    Some(_),
+                ) => plan.threads.min(connections).max(1),
+                (Pacing::Open { max_in_flight, .. }, None) => {
+                    plan.threads.min(max_in_flight).max(1)
+                }
             };
             let target = &mut targets[ti];
+            let connector = states[ti].connector.clone();
+            let h2_before = h2_streams.map(|_| connector.h2_stats().counts());
             let spec = Arc::new(SegmentSpec {
-                addr: states[ti].addr,
+                connector: connector.clone(),
                 endpoint: target.endpoint.clone(),
+                h2_streams,
+                no_reuse: target.no_reuse,
                 source: target.source.clone(),
                 pacing,
                 limit,
                 threads: seg_threads,
-                connect_timeout: plan.connect_timeout,
                 timeout: plan.timeout,
                 stop: stop.clone(),
                 typical_latency: states[ti].pace,
@@ -595,7 +751,12 @@ fn run_step(
                 usage: None,
                 segments: 0,
                 cut: false,
+                h2: None,
             });
+            if let Some(before) = h2_before {
+                let events = H2Events::between(&before, &connector.h2_stats().counts());
+                acc.h2.get_or_insert_with(H2Events::default).add(&events);
+            }
             acc.tally.merge(outcome.tally);
             acc.wall += outcome.wall;
             acc.window = match (acc.window, outcome.window) {
@@ -767,6 +928,10 @@ fn step_result(index: u32, offered: Option<f64>, limit: StepLimit, acc: StepAcc)
         pss_mb_peak: u.and_then(|u| u.pss_bytes_peak).map(mb),
         slo_held: None,
         slo_reason: None,
+        connections_opened: t.connections,
+        handshake_ms: LatencySummary::from_histogram(&t.handshakes),
+        handshake_histogram: (!t.handshakes.is_empty()).then(|| encode_histogram(&t.handshakes)),
+        h2: acc.h2,
     }
 }
 

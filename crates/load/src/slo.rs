@@ -455,6 +455,10 @@ mod tests {
                 pss_mb_peak: None,
                 slo_held: None,
                 slo_reason: None,
+                connections_opened: 0,
+                handshake_ms: None,
+                handshake_histogram: None,
+                h2: None,
             }
         }
     }

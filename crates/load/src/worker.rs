@@ -1,24 +1,28 @@
 //! The request workers of one segment (one target, one step or part of a step).
 //!
 //! Threads × (a current-thread tokio runtime + a `LocalSet`). Every thread runs "slots": a
-//! slot owns one keep-alive connection and runs [`slot`], the one worker loop. Where the
+//! slot owns one keep-alive HTTP/1.1 connection, or one stream of an HTTP/2 connection it
+//! shares with the thread's other slots (`crate::conn`), and runs [`slot`], the one
+//! worker loop. Where the
 //! next request comes from — back to back (closed) or from a fixed schedule (open) — is the
 //! [`Pacer`] strategy handed to it. Each thread records into its own [`Tally`] (histogram +
 //! counters); the segment merges them when the threads end. No message per request.
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use hdrhistogram::Histogram;
+use scalpel_http::Connector;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use crate::http1::{Conn, Endpoint, Failure, RequestParts};
+use crate::conn::{Failure, H2Link, H2Slot, Link, h1_exchange, h1_ready};
+use crate::http1::{Endpoint, RequestParts};
 use crate::result::new_histogram;
 use crate::timer::PreciseTimer;
 use crate::{RequestSource, Stop};
@@ -52,13 +56,17 @@ pub(crate) enum Pacing {
 /// Everything a segment needs; shared read-only by its threads.
 #[derive(Debug)]
 pub(crate) struct SegmentSpec {
-    pub(crate) addr: SocketAddr,
+    /// Opens connections to the target (TCP or TLS, its settings, its HTTP/2 counters).
+    pub(crate) connector: Connector,
     pub(crate) endpoint: Endpoint,
+    /// HTTP/2 with this many streams per connection; `None`: HTTP/1.1.
+    pub(crate) h2_streams: Option<u32>,
+    /// A new connection for every request (`--no-reuse`, HTTP/1.1).
+    pub(crate) no_reuse: bool,
     pub(crate) source: Arc<dyn RequestSource>,
     pub(crate) pacing: Pacing,
     pub(crate) limit: Limit,
     pub(crate) threads: u32,
-    pub(crate) connect_timeout: Duration,
     pub(crate) timeout: Duration,
     /// Raised by a signal: stop claiming, cut what is in flight, report what was measured.
     pub(crate) stop: Stop,
@@ -98,10 +106,18 @@ pub(crate) struct Tally {
     /// Sum of the answers' latencies in µs: the closed model's pace per connection.
     answered_us: u64,
     pub(crate) error_kinds: BTreeMap<String, u64>,
+    /// TLS handshakes of the connections opened (µs), apart from request latency.
+    pub(crate) handshakes: Histogram<u64>,
+    /// Connections opened (before the clock too), TLS or not.
+    pub(crate) connections: u64,
     connect: u64,
+    tls: u64,
     timeout: u64,
     io: u64,
     protocol: u64,
+    goaway: u64,
+    /// HTTP/2 streams the server reset, by reason: few distinct ones.
+    resets: Vec<(&'static str, u64)>,
     /// The generator's own errors by errno: few distinct ones.
     local: Vec<(&'static str, u64)>,
     /// Non-2xx statuses, few distinct ones: a small vector beats a map on the hot path.
@@ -122,12 +138,26 @@ impl Tally {
             in_window: 0,
             answered_us: 0,
             error_kinds: BTreeMap::new(),
+            handshakes: new_histogram(),
+            connections: 0,
             connect: 0,
+            tls: 0,
             timeout: 0,
             io: 0,
             protocol: 0,
+            goaway: 0,
+            resets: Vec::new(),
             local: Vec::new(),
             statuses: Vec::new(),
+        }
+    }
+
+    /// A connection opened, with its TLS handshake time (`None` over plain TCP).
+    pub(crate) fn record_open(&mut self, tls: Option<Duration>) {
+        self.connections += 1;
+        if let Some(d) = tls {
+            let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+            let _ = self.handshakes.record(us.clamp(1, self.handshakes.high()));
         }
     }
 
@@ -153,11 +183,12 @@ impl Tally {
     }
 
     /// A request that got no answer. Sent ones (time-out, broken connection, bad
-    /// response) go into the latency histogram at the moment they failed, as wrk2 and oha
-    /// count a time-out: leaving them out would let a target that answers nothing show
-    /// a fast p99. A failed connect was never sent: it is an error with no latency, and
-    /// counts `weight` times (the requests the connection would have completed in the
-    /// time it lost). The generator's own failures are `not_sent`, never the target's.
+    /// response, a reset stream) go into the latency histogram at the moment they failed,
+    /// as wrk2 and oha count a time-out: leaving them out would let a target that answers
+    /// nothing show a fast p99. A failed connect or TLS handshake was never sent: it is an
+    /// error with no latency, and counts `weight` times (the requests the connection would
+    /// have completed in the time it lost). The generator's own failures are `not_sent`,
+    /// never the target's.
     fn record_failure(&mut self, failure: Failure, latency: Duration, weight: u64) {
         match failure {
             Failure::Local(errno) => {
@@ -167,12 +198,19 @@ impl Tally {
                     None => self.local.push((errno, weight)),
                 }
             }
-            Failure::Connect => {
+            Failure::Connect | Failure::Tls => {
                 self.requests += weight;
                 self.errors += weight;
-                self.connect += weight;
+                match failure {
+                    Failure::Connect => self.connect += weight,
+                    _ => self.tls += weight,
+                }
             }
-            Failure::Timeout | Failure::Io | Failure::Protocol => {
+            Failure::Timeout
+            | Failure::Io
+            | Failure::Protocol
+            | Failure::Reset(_)
+            | Failure::GoAway => {
                 self.requests += 1;
                 self.sent += 1;
                 self.errors += 1;
@@ -180,6 +218,13 @@ impl Tally {
                 match failure {
                     Failure::Timeout => self.timeout += 1,
                     Failure::Io => self.io += 1,
+                    Failure::GoAway => self.goaway += 1,
+                    Failure::Reset(reason) => {
+                        match self.resets.iter_mut().find(|(r, _)| *r == reason) {
+                            Some((_, n)) => *n += 1,
+                            None => self.resets.push((reason, 1)),
+                        }
+                    }
                     _ => self.protocol += 1,
                 }
             }
@@ -191,14 +236,17 @@ impl Tally {
         (self.answered > 0).then(|| Duration::from_micros(self.answered_us / self.answered))
     }
 
-    /// Moves the hot-path counters into `error_kinds` (keys `connect`, `timeout`, `io`,
-    /// `protocol`, `status_NNN`, `local:ERRNO`).
+    /// Moves the hot-path counters into `error_kinds` (keys `connect`, `tls`,
+    /// `timeout`, `io`, `protocol`, `goaway`, `rst_stream:REASON`, `status_NNN`,
+    /// `local:ERRNO`).
     fn settle(&mut self) {
         for (key, n) in [
             ("connect", &mut self.connect),
+            ("tls", &mut self.tls),
             ("timeout", &mut self.timeout),
             ("io", &mut self.io),
             ("protocol", &mut self.protocol),
+            ("goaway", &mut self.goaway),
         ] {
             if *n > 0 {
                 *self.error_kinds.entry(key.to_string()).or_default() += *n;
@@ -209,6 +257,12 @@ impl Tally {
             *self
                 .error_kinds
                 .entry(format!("status_{status}"))
+                .or_default() += n;
+        }
+        for (reason, n) in self.resets.drain(..) {
+            *self
+                .error_kinds
+                .entry(format!("rst_stream:{reason}"))
                 .or_default() += n;
         }
         for (errno, n) in self.local.drain(..) {
@@ -223,6 +277,8 @@ impl Tally {
         other.settle();
         self.settle();
         let _ = self.histogram.add(&other.histogram);
+        let _ = self.handshakes.add(&other.handshakes);
+        self.connections += other.connections;
         self.requests += other.requests;
         self.sent += other.sent;
         self.answered += other.answered;
@@ -388,10 +444,13 @@ fn thread_main(
         }
     };
     let local = tokio::task::LocalSet::new();
+    // Slots (requests in flight at most) and connections opened before the clock. Over
+    // HTTP/2 each connection carries `streams` slots.
+    let streams = u64::from(spec.h2_streams.unwrap_or(1).max(1));
     let (slots, preconnect) = match spec.pacing {
         Pacing::Closed { connections } => {
             let n = share(u64::from(connections), threads, w);
-            (n, n)
+            (n * streams, n)
         }
         Pacing::Open {
             max_in_flight,
@@ -399,22 +458,54 @@ fn thread_main(
             ..
         } => {
             let n = share(u64::from(max_in_flight), threads, w).max(1);
-            (n, share(u64::from(preconnect), threads, w).min(n))
+            match spec.h2_streams {
+                None => (n, share(u64::from(preconnect), threads, w).min(n)),
+                Some(_) => {
+                    let links = share(u64::from(preconnect), threads, w).max(1);
+                    (n.min(links * streams), links)
+                }
+            }
         }
     };
     // Connect before the clock starts, so the first requests do not pay for it; a failure
-    // here is left for the run (the slot reconnects and counts the error).
-    let conns: Vec<Option<Conn>> = rt.block_on(async {
-        let mut out = Vec::with_capacity(preconnect as usize);
-        for _ in 0..preconnect {
-            out.push(Conn::connect(spec.addr, spec.connect_timeout).await.ok());
+    // here is left for the run (the slot reconnects and counts the error). Their
+    // handshakes are the step's all the same.
+    let opened = RefCell::new(Vec::new());
+    let on_open = |tls: Option<Duration>| opened.borrow_mut().push(tls);
+    let (links, h2_links) = rt.block_on(async {
+        if spec.h2_streams.is_none() {
+            let mut out = Vec::with_capacity(preconnect as usize);
+            for _ in 0..preconnect {
+                let mut conn = None;
+                let _ = h1_ready(&mut conn, &spec.connector, &on_open).await;
+                out.push(Link::H1(conn));
+            }
+            return (out, Vec::new());
         }
-        out
+        let mut pool = Vec::new();
+        for _ in 0..preconnect.max(1) {
+            let link = Rc::new(H2Link::default());
+            link.preconnect(&spec.connector, &on_open).await;
+            pool.push(link);
+        }
+        // Closed model: every slot now, spread over the connections; open model: a slot
+        // per connection, more as requests wait for one.
+        let first = match spec.pacing {
+            Pacing::Closed { .. } => slots,
+            Pacing::Open { .. } => pool.len() as u64,
+        };
+        let out = (0..first)
+            .map(|i| Link::H2(H2Slot::attach(&pool[i as usize % pool.len()])))
+            .collect();
+        (out, pool)
     });
     let Some(t0) = gate.ready_and_wait() else {
         return (Tally::new(), Instant::now());
     };
     let tally = Rc::new(RefCell::new(Tally::new()));
+    for tls in opened.take() {
+        tally.borrow_mut().record_open(tls);
+    }
     let halt = Rc::new(Halt::default());
     let ctx = Rc::new(Ctx {
         halt: halt.clone(),
@@ -425,6 +516,7 @@ fn thread_main(
         },
         spec: spec.clone(),
         fixed: fixed_request(&spec),
+        h2_links,
         tally: tally.clone(),
         live,
     });
@@ -456,15 +548,15 @@ fn thread_main(
                 });
                 // Wait for t0 so that every thread starts together.
                 tokio::time::sleep_until(t0.into()).await;
-                let handles: Vec<_> = conns
+                let handles: Vec<_> = links
                     .into_iter()
                     .take(slots as usize)
-                    .map(|c| tokio::task::spawn_local(slot(ctx.clone(), pacer.clone(), c, false)))
+                    .map(|l| tokio::task::spawn_local(slot(ctx.clone(), pacer.clone(), l, false)))
                     .collect();
                 join_or_cut(&ctx, handles).await;
             }
             Pacing::Open { rate, .. } => {
-                dispatch(ctx.clone(), conns, slots, rate, t0, w, threads).await;
+                dispatch(ctx.clone(), links, slots, rate, t0, w, threads).await;
             }
         }
     });
@@ -476,16 +568,55 @@ fn thread_main(
     (tally, end)
 }
 
-/// The pre-encoded request when every index renders the same bytes.
-fn fixed_request(spec: &SegmentSpec) -> Option<(Vec<u8>, bool)> {
+/// The request prepared once when every index renders the same one.
+fn fixed_request(spec: &SegmentSpec) -> Option<Prepared> {
     if !spec.source.is_fixed() {
         return None;
     }
     let mut parts = RequestParts::default();
     spec.source.render(0, &mut parts);
-    let mut wire = Vec::new();
-    parts.encode(&spec.endpoint, &mut wire);
-    Some((wire, parts.is_head()))
+    let mut prepared = Prepared::new(spec.h2_streams.is_some());
+    prepared.render(&parts, &spec.endpoint).ok()?;
+    Some(prepared)
+}
+
+/// A request ready for the wire, its buffers reused from one request to the next.
+enum Prepared {
+    /// HTTP/1.1 bytes, and whether it is a HEAD (no body comes back).
+    H1 { wire: Vec<u8>, head: bool },
+    /// An HTTP/2 request and its body (`None` until rendered).
+    H2(Option<Box<(http::Request<()>, Bytes)>>),
+}
+
+impl Prepared {
+    fn new(h2: bool) -> Prepared {
+        if h2 {
+            Prepared::H2(None)
+        } else {
+            Prepared::H1 {
+                wire: Vec::new(),
+                head: false,
+            }
+        }
+    }
+
+    /// Encodes `parts`; a request HTTP/2 cannot carry (a header value with a line break,
+    /// a bad method) is the generator's own failure: never sent.
+    fn render(&mut self, parts: &RequestParts, endpoint: &Endpoint) -> Result<(), Failure> {
+        match self {
+            Prepared::H1 { wire, head } => {
+                parts.encode(endpoint, wire);
+                *head = parts.is_head();
+            }
+            Prepared::H2(slot) => {
+                let request = parts
+                    .to_h2(endpoint)
+                    .map_err(|_| Failure::Local("EINVAL"))?;
+                *slot = Some(Box::new(request));
+            }
+        }
+        Ok(())
+    }
 }
 
 struct Ctx {
@@ -496,9 +627,22 @@ struct Ctx {
     in_flight: Cell<u64>,
     /// Completions up to this instant count towards the achieved rate (time-bound segments).
     window_end: Option<Instant>,
-    fixed: Option<(Vec<u8>, bool)>,
+    fixed: Option<Prepared>,
+    /// This thread's HTTP/2 connections (empty over HTTP/1.1).
+    h2_links: Vec<Rc<H2Link>>,
     tally: Rc<RefCell<Tally>>,
     live: Arc<Live>,
+}
+
+impl Ctx {
+    /// A link for a new slot: its own HTTP/1.1 connection (opened when it first sends),
+    /// or a stream on the thread's HTTP/2 connection with the fewest slots.
+    fn new_link(&self) -> Link {
+        match self.h2_links.iter().min_by_key(|l| l.slots()) {
+            Some(l) => Link::H2(H2Slot::attach(l)),
+            None => Link::H1(None),
+        }
+    }
 }
 
 /// A thread's copy of the run's stop flag, with a wake-up for the slots waiting on it.
@@ -685,37 +829,43 @@ impl Schedule {
 
 /// The one worker loop: take a ticket, (re)connect if needed, send, read, record. `handed`:
 /// the open model's timer started this slot for a due request.
-async fn slot(ctx: Rc<Ctx>, pacer: Rc<Pacer>, mut conn: Option<Conn>, handed: bool) {
+///
+/// Latency runs from the intended time in the open model (a request that waited for a
+/// new connection carries its handshake: the user waited too), and from the moment the
+/// request goes out on a ready connection in the closed model (as wrk): there the
+/// connect and TLS handshake are measured apart, in their own histogram.
+async fn slot(ctx: Rc<Ctx>, pacer: Rc<Pacer>, mut link: Link, handed: bool) {
     let spec = &ctx.spec;
     if let (true, Pacer::Open(s)) = (handed, &*pacer) {
         s.coming.set(s.coming.get().saturating_sub(1));
     }
     let mut parts = RequestParts::default();
-    let mut wire = Vec::new();
+    let mut own = Prepared::new(spec.h2_streams.is_some());
+    let on_open = |tls: Option<Duration>| ctx.tally.borrow_mut().record_open(tls);
     while let Some(ticket) = pacer.next().await {
-        let (request, head): (&[u8], bool) = match &ctx.fixed {
-            Some((bytes, head)) => (bytes, *head),
+        let prepared = match &ctx.fixed {
+            Some(fixed) => Ok(fixed),
             None => {
                 spec.source.render(ticket.index, &mut parts);
-                parts.encode(&spec.endpoint, &mut wire);
-                (&wire, parts.is_head())
+                own.render(&parts, &spec.endpoint).map(|()| &own)
             }
         };
-        let start = ticket.intended.unwrap_or_else(Instant::now);
         let attempt_start = Instant::now();
-        let mut sent = false;
+        let sent_at = Cell::new(None);
+        let mark_sent = || sent_at.set(Some(Instant::now()));
         let attempt = async {
-            // A keep-alive connection the server closed while it sat idle (its idle
-            // time-out) is replaced before writing: nothing was sent, nothing failed.
-            if conn.as_ref().is_some_and(Conn::is_closed) {
-                conn = None;
+            match (&mut link, prepared?) {
+                (Link::H1(conn), Prepared::H1 { wire, head }) => {
+                    let c = h1_ready(conn, &spec.connector, &on_open).await?;
+                    mark_sent();
+                    h1_exchange(c, wire, *head).await
+                }
+                (Link::H2(slot), Prepared::H2(Some(r))) => slot
+                    .exchange(&spec.connector, &on_open, &mark_sent, &r.0, &r.1)
+                    .await
+                    .map(|status| (status, true)),
+                _ => Err(Failure::Local("EINVAL")), // not rendered: never sent
             }
-            if conn.is_none() {
-                conn = Some(Conn::connect(spec.addr, spec.connect_timeout).await?);
-            }
-            sent = true;
-            let c = conn.as_mut().expect("connected above");
-            c.round_trip(request, head).await
         };
         // An interrupt aborts this task here, with the request counted in `in_flight`
         // ([`join_or_cut`]): no per-request wake-up registration on the hot path.
@@ -725,9 +875,10 @@ async fn slot(ctx: Rc<Ctx>, pacer: Rc<Pacer>, mut conn: Option<Conn>, handed: bo
         let outcome = match outcome {
             Ok(result) => result,
             // The time-out struck while connecting: the request was never sent.
-            Err(_) if !sent => Err(Failure::Connect),
+            Err(_) if sent_at.get().is_none() => Err(Failure::Connect),
             Err(_) => Err(Failure::Timeout),
         };
+        let start = ticket.intended.or(sent_at.get()).unwrap_or(attempt_start);
         let now = Instant::now();
         let latency = now.saturating_duration_since(start);
         let mut pause = None;
@@ -735,8 +886,8 @@ async fn slot(ctx: Rc<Ctx>, pacer: Rc<Pacer>, mut conn: Option<Conn>, handed: bo
             let mut tally = ctx.tally.borrow_mut();
             match outcome {
                 Ok((status, reusable)) => {
-                    if !reusable {
-                        conn = None;
+                    if !reusable || spec.no_reuse {
+                        link.close_h1();
                     }
                     let in_window = ctx.window_end.is_none_or(|end| now <= end);
                     tally.record_response(status, latency, in_window);
@@ -748,8 +899,10 @@ async fn slot(ctx: Rc<Ctx>, pacer: Rc<Pacer>, mut conn: Option<Conn>, handed: bo
                     }
                 }
                 Err(failure) => {
-                    conn = None;
-                    let unsent = matches!(failure, Failure::Connect | Failure::Local(_));
+                    // An HTTP/2 slot keeps its connection unless the failure ended it
+                    // (`crate::conn`); an HTTP/1.1 connection is not reused after one.
+                    link.close_h1();
+                    let unsent = failure.unsent();
                     let mut weight = 1;
                     if unsent && pacer.is_closed() {
                         // The open model's schedule paces failed connects by itself; a
@@ -820,7 +973,7 @@ pub(crate) fn weigh(lost: Duration, pace: Duration) -> u64 {
 /// time is up are counted `not_sent`.
 async fn dispatch(
     ctx: Rc<Ctx>,
-    conns: Vec<Option<Conn>>,
+    links: Vec<Link>,
     max_slots: u64,
     rate: f64,
     t0: Instant,
@@ -857,16 +1010,16 @@ async fn dispatch(
     });
     let pacer = Rc::new(Pacer::Open(sched.clone()));
     let mut handles: Vec<JoinHandle<()>> = Vec::new();
-    let spawn = |conn: Option<Conn>, handed: bool, handles: &mut Vec<JoinHandle<()>>| {
+    let spawn = |link: Link, handed: bool, handles: &mut Vec<JoinHandle<()>>| {
         handles.push(tokio::task::spawn_local(slot(
             ctx.clone(),
             pacer.clone(),
-            conn,
+            link,
             handed,
         )));
     };
-    for c in conns {
-        spawn(c, false, &mut handles);
+    for link in links {
+        spawn(link, false, &mut handles);
     }
     // Requests `k < due` have fallen due; `k < seen` were already due at the previous tick.
     let mut due = 0u64;
@@ -893,7 +1046,8 @@ async fn dispatch(
             sched.coming.set(sched.coming.get() + 1);
             sched.wake.notify_one();
         }
-        // Requests due since an earlier tick that still have no slot: a new connection each
+        // Requests due since an earlier tick that still have no slot: a new slot each (its
+        // own new HTTP/1.1 connection, or a free stream of the thread's HTTP/2 connections)
         // while the limit allows, otherwise they wait for a busy one — late. (Requests due
         // for less than a tick get no new connection yet: a busy slot about to finish takes
         // most of them, and opening connections for them would only grow the pool.)
@@ -907,7 +1061,7 @@ async fn dispatch(
         let opened = waited.min(room).min(growth);
         for _ in 0..opened {
             sched.coming.set(sched.coming.get() + 1);
-            spawn(None, true, &mut handles);
+            spawn(ctx.new_link(), true, &mut handles);
         }
         if waited > opened && opened == room {
             let late_end = next + on_way + wake + waited;

@@ -2,7 +2,7 @@
 //! a value per target and a ratio to the first target. The terminal table and the HTML page
 //! both render this one model, so they always show the same numbers.
 
-use scalpel_load::result::{LatencySummary, RunResult, StepResult, TargetResult};
+use scalpel_load::result::{H2Events, LatencySummary, RunResult, StepResult, TargetResult};
 
 /// Which way a figure should move for the candidate to be better.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -343,6 +343,88 @@ fn rows(steps: &[Option<&StepResult>]) -> Vec<Row> {
         &|s| latency_cell(s, |l| l.max),
         &fmt_ms,
     );
+    // Connections and TLS handshakes, measured apart from request latency.
+    if present().any(|s| s.handshake_ms.is_some() || s.h2.is_some()) {
+        add(
+            "connections opened",
+            false,
+            Better::Neither,
+            &|s| Some(s.connections_opened as f64),
+            &fmt_count,
+        );
+    }
+    if present().any(|s| s.handshake_ms.is_some()) {
+        let hs = |s: &StepResult, get: fn(&LatencySummary) -> f64| s.handshake_ms.as_ref().map(get);
+        add(
+            "TLS handshake p50 ms",
+            false,
+            Better::Lower,
+            &|s| hs(s, |l| l.p50),
+            &fmt_ms,
+        );
+        add(
+            "TLS handshake p99 ms",
+            false,
+            Better::Lower,
+            &|s| hs(s, |l| l.p99),
+            &fmt_ms,
+        );
+        add(
+            "TLS handshake max ms",
+            false,
+            Better::Lower,
+            &|s| hs(s, |l| l.max),
+            &fmt_ms,
+        );
+    }
+    // HTTP/2 events by kind (their failed requests are also under `errors`).
+    if present().any(|s| s.h2.is_some()) {
+        let h2 =
+            |s: &StepResult, get: &dyn Fn(&H2Events) -> u64| s.h2.as_ref().map(|e| get(e) as f64);
+        add(
+            "h2 GOAWAY",
+            false,
+            Better::Lower,
+            &|s| h2(s, &|e| e.goaway),
+            &fmt_count,
+        );
+        add(
+            "h2 RST_STREAM",
+            false,
+            Better::Lower,
+            &|s| h2(s, &|e| e.rst_stream),
+            &fmt_count,
+        );
+        let mut reasons: Vec<&String> = present()
+            .filter_map(|s| s.h2.as_ref())
+            .flat_map(|e| e.rst_by_reason.keys())
+            .collect();
+        reasons.sort();
+        reasons.dedup();
+        for reason in reasons {
+            add(
+                reason,
+                true,
+                Better::Lower,
+                &|s| h2(s, &|e| e.rst_by_reason.get(reason).copied().unwrap_or(0)),
+                &fmt_count,
+            );
+        }
+        add(
+            "h2 waited for a stream",
+            false,
+            Better::Lower,
+            &|s| h2(s, &|e| e.stalled_on_streams),
+            &fmt_count,
+        );
+        add(
+            "h2 waited for window",
+            false,
+            Better::Lower,
+            &|s| h2(s, &|e| e.stalled_on_window),
+            &fmt_count,
+        );
+    }
     if present().any(|s| s.cpu_percent.is_some()) {
         add(
             "CPU % mean",
@@ -410,6 +492,36 @@ fn rows(steps: &[Option<&StepResult>]) -> Vec<Row> {
         });
     }
     rows
+}
+
+/// How a target was connected to, in one line, when it was anything but plain HTTP/1.1
+/// with keep-alive: protocol, TLS and whether the certificate was verified (an
+/// unverified one is said in capitals), connections per request, the address.
+pub(crate) fn connection_line(target: &TargetResult) -> Option<String> {
+    let c = target.connection.as_ref()?;
+    if c.protocol == "http/1.1" && !c.tls && c.reuse {
+        return None;
+    }
+    let mut parts = vec![match (c.protocol.as_str(), c.streams) {
+        ("h2", Some(m)) => format!("HTTP/2 (h2 by ALPN), {m} streams per connection"),
+        ("h2c", Some(m)) => format!("HTTP/2 (h2c, prior knowledge), {m} streams per connection"),
+        (p, _) => p.to_uppercase(),
+    }];
+    if c.tls {
+        let name = c.server_name.as_deref().unwrap_or("?");
+        parts.push(if c.insecure {
+            format!("TLS, certificate NOT verified (--insecure), SNI {name}")
+        } else if let Some(ca) = &c.ca_file {
+            format!("TLS, certificate of {name} verified against {ca}")
+        } else {
+            format!("TLS, certificate of {name} verified against the system's trust store")
+        });
+    }
+    if !c.reuse {
+        parts.push("a new connection per request".to_owned());
+    }
+    parts.push(format!("connected to {}", c.address));
+    Some(parts.join("; "))
 }
 
 /// The ramp overview: a line per step with the few figures that show where each target

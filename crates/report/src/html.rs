@@ -85,6 +85,9 @@ fn meta(result: &RunResult) -> String {
     }
     for target in &result.targets {
         items.push(("target", format!("{} = {}", target.name, target.url)));
+        if let Some(line) = crate::figures::connection_line(target) {
+            items.push(("connection", format!("{}: {line}", target.name)));
+        }
     }
     let mut out = String::from(r#"<dl class="meta">"#);
     for (key, value) in items {

@@ -103,6 +103,12 @@ pub fn merge_with(runs: &[RunResult], options: MergeOptions) -> Result<RunResult
             .unwrap_or(0);
         target.steps.truncate(common);
         target.breaking_point = None;
+        // A part measured without verifying the certificate makes the whole unverified.
+        if let Some(c) = target.connection.as_mut() {
+            c.insecure |= parts
+                .iter()
+                .any(|t| t.connection.as_ref().is_some_and(|c| c.insecure));
+        }
         for step in &mut target.steps {
             let pieces: Vec<&StepResult> = parts
                 .iter()
@@ -324,6 +330,34 @@ fn merge_step(target: &str, pieces: &[&StepResult]) -> Result<StepResult, Report
     let (cpu_percent, cpu_percent_peak) = resource(pieces, |p| (p.cpu_percent, p.cpu_percent_peak));
     let (rss_mb, rss_mb_peak) = resource(pieces, |p| (p.rss_mb, p.rss_mb_peak));
     let (pss_mb, pss_mb_peak) = resource(pieces, |p| (p.pss_mb, p.pss_mb_peak));
+    let mut handshakes: Option<hdrhistogram::Histogram<u64>> = None;
+    for piece in pieces {
+        let Some(text) = &piece.handshake_histogram else {
+            continue;
+        };
+        let h = decode_histogram(text).map_err(|error| ReportError::Histogram {
+            target: target.to_owned(),
+            step: piece.index,
+            error,
+        })?;
+        match handshakes.as_mut() {
+            None => handshakes = Some(h),
+            Some(all) => all.add(&h).map_err(|_| {
+                mismatch(format!(
+                    "target \"{target}\" step {}: the handshake histograms cannot be added",
+                    piece.index + 1
+                ))
+            })?,
+        }
+    }
+    let h2 = pieces
+        .iter()
+        .filter_map(|p| p.h2.as_ref())
+        .fold(None, |all, e| {
+            let mut all: scalpel_load::result::H2Events = all.unwrap_or_default();
+            all.add(e);
+            Some(all)
+        });
     Ok(StepResult {
         index: first.index,
         offered_rps: first
@@ -351,6 +385,10 @@ fn merge_step(target: &str, pieces: &[&StepResult]) -> Result<StepResult, Report
         pss_mb_peak,
         slo_held: None,
         slo_reason: None,
+        connections_opened: sum(|p| p.connections_opened),
+        handshake_ms: handshakes.as_ref().and_then(LatencySummary::from_histogram),
+        handshake_histogram: handshakes.as_ref().map(encode_histogram),
+        h2,
     })
 }
 

@@ -96,6 +96,9 @@ fn header(result: &RunResult, out: &mut String) {
     let _ = writeln!(out, "request: {}", c.request);
     for target in &result.targets {
         let _ = writeln!(out, "target {}: {}", target.name, target.url);
+        if let Some(line) = figures::connection_line(target) {
+            let _ = writeln!(out, "  {line}");
+        }
     }
     if result.targets.len() > 1 {
         let _ = writeln!(

@@ -17,6 +17,7 @@ fn target(name: &str, steps: Vec<scalpel_load::result::StepResult>) -> TargetRes
     TargetResult {
         name: name.to_owned(),
         url: format!("http://127.0.0.1/{name}"),
+        connection: None,
         steps,
         breaking_point: None,
     }

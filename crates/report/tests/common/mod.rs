@@ -70,6 +70,10 @@ pub fn step_with_values(
         pss_mb_peak: None,
         slo_held: None,
         slo_reason: None,
+        connections_opened: 0,
+        handshake_ms: None,
+        handshake_histogram: None,
+        h2: None,
     }
 }
 
@@ -200,6 +204,10 @@ pub fn simulated_step(
         pss_mb_peak: Some(rss * 0.93),
         slo_held: None,
         slo_reason: None,
+        connections_opened: 0,
+        handshake_ms: None,
+        handshake_histogram: None,
+        h2: None,
     }
 }
 
@@ -222,6 +230,7 @@ pub fn go_vs_rust_ramp(host: &str, offered: &[f64], duration_s: f64, seed: u64) 
     let target = |name: &str, port: u16, service: Service, salt: u64| TargetResult {
         name: name.to_owned(),
         url: format!("http://127.0.0.1:{port}"),
+        connection: None,
         steps: offered
             .iter()
             .enumerate()
