@@ -143,6 +143,7 @@ pub(crate) struct Shared {
     /// The mirror thread's queue, when a route mirrors.
     pub(crate) mirror_queue: Option<MirrorQueue>,
     pub(crate) rejected: Rejected,
+    pub(crate) connections: Arc<crate::server::ConnCount>,
 }
 
 /// Requests and connections refused before reaching an app, by reason.

@@ -127,8 +127,9 @@ pub struct Server {
     hurry: Arc<Hurry>,
 }
 
+/// Client connections open, across the data-plane threads.
 #[derive(Debug, Default)]
-struct ConnCount {
+pub(crate) struct ConnCount {
     active: AtomicUsize,
     idle: Notify,
 }
@@ -219,6 +220,7 @@ impl Server {
             routes,
             mirror_queue,
             rejected: Default::default(),
+            connections: connections.clone(),
         });
         for tx in hand_over {
             let _ = tx.send(shared.clone());
@@ -533,10 +535,12 @@ async fn accept_loop(
                 mid_request: false,
                 flags: timed_out.clone(),
             };
-            let conn = builder
-                .serve_connection(TokioIo::new(io), svc)
-                .with_upgrades();
-            tokio::pin!(conn);
+            // Boxed, so that it can be dropped (and its socket with it) before counting.
+            let mut conn = Box::pin(
+                builder
+                    .serve_connection(TokioIo::new(io), svc)
+                    .with_upgrades(),
+            );
             let stopping = async move {
                 let _ = stop.wait_for(|s| *s).await;
             };
@@ -1130,6 +1134,16 @@ fn metrics_text(shared: &Shared) -> String {
             );
         }
     }
+    p.family(
+        "scalpel_serve_client_connections",
+        "gauge",
+        "Client connections open (max_connections caps it).",
+    );
+    p.sample(
+        "scalpel_serve_client_connections",
+        &[],
+        shared.connections.active.load(Ordering::Relaxed) as f64,
+    );
     p.family(
         "scalpel_serve_rejected_total",
         "counter",
