@@ -425,6 +425,8 @@ fn a_second_signal_cuts_the_drain_short() {
     );
     let err = err.lock().unwrap().clone();
     assert!(err.iter().any(|l| l.contains("second signal")), "{err:?}");
+    // Logs to a pipe: no colour codes (issue 18, item 20).
+    assert!(err.iter().all(|l| !l.contains('\u{1b}')), "{err:?}");
     drop(slow);
 }
 

@@ -12,7 +12,8 @@
 //   GET /half?die=I     worker I sends a head (Content-Length 100) and 10 bytes, then
 //                       exits; the others answer 100 bytes
 //   GET /conns          {"connections"}: how many connections this worker has accepted
-//   GET /sse?ms=N       a stream of events ("data: I" every 100 ms) for N ms (chunked)
+//   GET /sse?ms=N&every=E  a stream of events ("data: I" every E ms, default 100)
+//                       for N ms (chunked)
 //   GET /headers?n=N    200 with N extra headers x-h0 .. x-hN-1
 //   GET /both           a raw answer with both Content-Length and Transfer-Encoding
 //                       (the socket then stays open, the request unfinished for Node)
@@ -105,7 +106,8 @@ const server = http.createServer((req, res) => {
     case '/sse': {
       res.writeHead(200, { 'content-type': 'text/event-stream' });
       let i = 0;
-      const tick = setInterval(() => res.write(`data: ${i++}\n\n`), 100);
+      const every = Number(url.searchParams.get('every') || 100);
+      const tick = setInterval(() => res.write(`data: ${i++}\n\n`), every);
       setTimeout(() => { clearInterval(tick); res.end(); }, ms(url, 3000));
       return;
     }

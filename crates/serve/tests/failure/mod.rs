@@ -224,7 +224,10 @@ async fn a_worker_streaming_a_response_is_not_passed_over_as_stalled() {
     ))
     .await;
     let addr = h.server.listen_addr();
-    let stream = tokio::spawn(async move { get_at(&client(), addr, "/sse?ms=6000").await });
+    // An event a second: the gaps are longer than avoid_stalled_ms, so only the rule
+    // itself (a response with its head is no stall) keeps the worker in turn.
+    let stream =
+        tokio::spawn(async move { get_at(&client(), addr, "/sse?ms=6000&every=1000").await });
     assert!(
         eventually(Duration::from_secs(20), || {
             h.server.status().apps[0]
@@ -253,7 +256,7 @@ async fn a_worker_streaming_a_response_is_not_passed_over_as_stalled() {
     );
     let done = stream.await.unwrap().unwrap();
     assert_eq!(done.status, 200);
-    assert!(done.body.contains("data: 10"), "{}", done.body);
+    assert!(done.body.contains("data: 3"), "{}", done.body);
     h.server.shutdown().await;
 }
 
@@ -538,13 +541,15 @@ async fn ambiguous_framing_is_never_trusted_in_either_direction() {
 async fn a_stranger_on_a_workers_port_is_never_taken_for_the_worker() {
     capture_traces();
     let base = free_base(2);
-    let mut stranger = std::process::Command::new("node")
-        .arg(app_js())
-        .env("PORT", base.to_string())
-        .env("WORKER_INDEX", "stranger")
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let stranger = KillOnDrop(
+        std::process::Command::new("node")
+            .arg(app_js())
+            .env("PORT", base.to_string())
+            .env("WORKER_INDEX", "stranger")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     let c = client();
     let at = std::net::SocketAddr::from(([127, 0, 0, 1], base));
     assert!(
@@ -572,7 +577,7 @@ async fn a_stranger_on_a_workers_port_is_never_taken_for_the_worker() {
         let r = h.get("/").await.unwrap();
         assert_ne!(
             pid_of(&r),
-            u64::from(stranger.id()),
+            u64::from(stranger.0.id()),
             "a request reached the stranger"
         );
         assert_eq!(r.json()["index"], "0");
@@ -581,12 +586,20 @@ async fn a_stranger_on_a_workers_port_is_never_taken_for_the_worker() {
     assert!(
         logs.lines().any(|l| l.contains("start_failed")
             && l.contains(&format!("port {base} is already in use"))
-            && l.contains(&format!("pid {}", stranger.id()))),
+            && l.contains(&format!("pid {}", stranger.0.id()))),
         "{logs}"
     );
     h.server.shutdown().await;
-    let _ = stranger.kill();
-    let _ = stranger.wait();
+}
+
+/// A process of the test's own, killed however the test ends.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// Issue 18, item 15 — the worker's own listen failed, and a daemon it started (out of
