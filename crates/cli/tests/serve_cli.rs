@@ -284,6 +284,30 @@ fn workers_die_with_a_sigkilled_balancer() {
     );
 }
 
+/// A `scalpel serve` of a test, killed (SIGKILL) however the test ends, so a failed
+/// test leaves no balancer behind.
+struct Running(Child);
+
+impl std::ops::Deref for Running {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Running {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Starts `scalpel serve` on `toml` (written to a temp dir) with stdout and stderr
 /// piped; stderr is collected by a thread (its lines so far in the returned buffer).
 fn spawn_serve(
@@ -291,21 +315,23 @@ fn spawn_serve(
     env: &[(&str, &str)],
 ) -> (
     tempfile::TempDir,
-    Child,
+    Running,
     std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 ) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("serve.toml");
     std::fs::write(&path, toml).unwrap();
-    let mut child = Command::new(BIN)
-        .args(["serve", "--config"])
-        .arg(&path)
-        .env("SCALPEL_LOG", "info")
-        .envs(env.iter().copied())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = Running(
+        Command::new(BIN)
+            .args(["serve", "--config"])
+            .arg(&path)
+            .env("SCALPEL_LOG", "info")
+            .envs(env.iter().copied())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let stderr = child.stderr.take().unwrap();
     let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let sink = lines.clone();
@@ -387,8 +413,13 @@ fn a_stalled_stdout_reader_never_freezes_supervision() {
 #[test]
 fn a_second_signal_cuts_the_drain_short() {
     let (listen, admin, base) = (free_port(), free_port(), free_base(4));
-    let toml =
-        app_toml(listen, admin, base, 1, "drain_timeout = \"10m\"\n") + "stop_grace = \"10m\"\n";
+    let toml = app_toml(
+        listen,
+        admin,
+        base,
+        1,
+        "drain_timeout = \"10m\"\nupstream_timeout = \"20m\"\n",
+    ) + "stop_grace = \"10m\"\n";
     let (_dir, mut child, err) = spawn_serve(&toml, &[]);
     let mut out = child.stdout.take().unwrap();
     std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
@@ -535,6 +566,7 @@ fn a_leftover_grandchild_on_a_port_is_named_not_served() {
         }));
         pid.unwrap()
     };
+    let _leftover_killed_at_the_end = KillPid(leftover);
     let (_dir2, mut second, err) = spawn_serve(&toml, &[]);
     let mut out = second.stdout.take().unwrap();
     std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
