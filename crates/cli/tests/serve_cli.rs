@@ -593,9 +593,17 @@ fn a_leftover_grandchild_on_a_port_is_named_not_served() {
     );
     signal(&second, "TERM");
     let _ = wait_exit(&mut second, Duration::from_secs(60));
-    let _ = Command::new("kill")
-        .args(["-KILL", &leftover.to_string()])
-        .status();
+}
+
+/// A process the test did not start itself (a leftover it provoked), killed at the end.
+struct KillPid(u64);
+
+impl Drop for KillPid {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-KILL", &self.0.to_string()])
+            .status();
+    }
 }
 
 /// Issue 18, item 15 (second reproduction) — a second serve with the same port_base: its
@@ -639,7 +647,7 @@ fn two_serves_with_the_same_ports_never_serve_each_others_workers() {
     let _ = wait_exit(&mut second, Duration::from_secs(60));
 }
 
-/// The pid listening on `port`, from `ss`-free /proc reading via the test app itself.
+/// The pid of the test app listening on `port` (it answers `/pid`).
 fn pid_on(port: u16) -> Option<u64> {
     http(port, "GET", "/pid")
         .ok()
