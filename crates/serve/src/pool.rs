@@ -70,10 +70,21 @@ pub struct Backend {
     progress_us: AtomicU64,
     /// [`Backend::stalled`] after this many µs without progress (0: never).
     stall_after_us: u64,
-    ejected: AtomicBool,
+    /// [`Eject`] level reached, as a number (0: none).
+    ejected: AtomicU8,
     on_eject: Notify,
     /// Its connections' queues when it was ejected: which requests it had read.
     at_eject: Mutex<Option<Arc<EjectSnapshot>>>,
+}
+
+/// How far a worker is taken off its waiting requests ([`Backend::eject`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Eject {
+    /// Requests it has not read go elsewhere; those it had read wait for it.
+    Queued = 1,
+    /// It is being stopped: every waiting request ends now.
+    All = 2,
 }
 
 /// The socket queues of an ejected worker's connections, read at the ejection.
@@ -118,7 +129,7 @@ impl Backend {
             answered: AtomicU64::new(0),
             progress_us: AtomicU64::new(epoch_us()),
             stall_after_us: 0,
-            ejected: AtomicBool::new(false),
+            ejected: AtomicU8::new(0),
             on_eject: Notify::new(),
             at_eject: Mutex::new(None),
         }
@@ -205,16 +216,19 @@ impl Backend {
         self.answered.load(Ordering::Relaxed)
     }
 
-    /// Declares the worker unusable (it failed its health checks): requests waiting on
-    /// it give up. First its connections' queues are read, so that each of those
-    /// requests can tell whether the worker had read it ([`Backend::took`]).
-    pub(crate) fn eject(&self) {
+    /// Takes the worker's waiting requests off it: those it has not read go elsewhere;
+    /// with [`Eject::All`] (it failed its health checks and is being stopped) those it
+    /// had read are answered at once, with [`Eject::Queued`] (a `prestart` successor
+    /// took over from a suspect that may still recover) they keep waiting for it. First
+    /// its connections' queues are read, so that each request can tell whether the
+    /// worker had read it ([`Backend::took`]).
+    pub(crate) fn eject(&self, level: Eject) {
         let queues = scalpel_procstat::tcp_queues(self.addr.port()).ok();
         *self.at_eject.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(EjectSnapshot {
             at_us: epoch_us(),
             queues,
         }));
-        self.ejected.store(true, Ordering::Release);
+        self.ejected.fetch_max(level as u8, Ordering::AcqRel);
         self.on_eject.notify_waiters();
     }
 
@@ -256,15 +270,23 @@ impl Backend {
         unread.is_none_or(|rx| rx + unsent < written)
     }
 
-    /// Resolves once [`Backend::eject`] has been called.
-    pub(crate) async fn ejected(&self) {
-        let notified = self.on_eject.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        if self.ejected.load(Ordering::Acquire) {
-            return;
+    /// Resolves once [`Backend::eject`] has been called with `level` or above; the level
+    /// reached.
+    pub(crate) async fn ejected(&self, level: Eject) -> Eject {
+        loop {
+            let notified = self.on_eject.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let now = self.ejected.load(Ordering::Acquire);
+            if now >= level as u8 {
+                return if now >= Eject::All as u8 {
+                    Eject::All
+                } else {
+                    Eject::Queued
+                };
+            }
+            notified.await;
         }
-        notified.await;
     }
 
     /// Counts a request as in flight until the guard drops, and as waiting for its

@@ -28,7 +28,7 @@ use crate::config::{RouteConfig, ServerConfig, StickyKey};
 use crate::h1::Outgoing;
 use crate::metrics::{AppMetrics, NotResent};
 use crate::mirror::{Mirror, MirrorQueue, Tee};
-use crate::pool::{Backend, InFlight, fast_random};
+use crate::pool::{Backend, Eject, InFlight, fast_random};
 use crate::supervisor::App;
 use crate::tunnel;
 use crate::upstream::{Answer, Attempt, UpstreamBody, UpstreamError, Upstreams};
@@ -304,8 +304,8 @@ fn idempotent(m: &Method) -> bool {
 enum Outcome {
     /// The exchange finished (answered, failed, or timed out).
     Done(Result<Result<(Answer, Bytes), UpstreamError>, tokio::time::error::Elapsed>),
-    /// The supervisor took the worker out (it stopped answering its health checks).
-    Ejected,
+    /// The supervisor took the worker off this request; `taken`: the worker had read it.
+    Ejected { taken: bool },
 }
 
 impl Shared {
@@ -455,29 +455,45 @@ impl Shared {
             let name = format!("{}#{}", app.cfg.name, backend.index());
             let in_flight = backend.begin();
             let track = Attempt::default();
-            let exchange = async {
-                let mut answer = up.send(backend.addr(), &out, &track).await?;
-                in_flight.head_received();
-                // Phase `response_filter` (hop-by-hop headers were left out already).
-                // A small declared body is read whole (one write to the client);
-                // otherwise what is here goes first and the rest streams.
-                let small = answer
-                    .body
-                    .remaining()
-                    .is_some_and(|n| n <= BUFFER_BODY_BYTES);
-                let first = if small {
-                    answer.body.read_to_end().await?
-                } else {
-                    answer.body.take_buffered()?
+            let outcome = {
+                let exchange = async {
+                    let mut answer = up.send(backend.addr(), &out, &track).await?;
+                    in_flight.head_received();
+                    // Phase `response_filter` (hop-by-hop headers were left out already).
+                    // A small declared body is read whole (one write to the client);
+                    // otherwise what is here goes first and the rest streams.
+                    let small = answer
+                        .body
+                        .remaining()
+                        .is_some_and(|n| n <= BUFFER_BODY_BYTES);
+                    let first = if small {
+                        answer.body.read_to_end().await?
+                    } else {
+                        answer.body.take_buffered()?
+                    };
+                    Ok::<_, UpstreamError>((answer, first))
                 };
-                Ok::<_, UpstreamError>((answer, first))
-            };
-            let timed = tokio::time::timeout(self.cfg.upstream_timeout, exchange);
-            let outcome = tokio::select! {
-                r = timed => Outcome::Done(r),
-                // The supervisor found the worker stuck: no answer will come. Dropping the
-                // exchange closes its connection.
-                _ = backend.ejected() => Outcome::Ejected,
+                let timed = tokio::time::timeout(self.cfg.upstream_timeout, exchange);
+                tokio::pin!(timed);
+                // The supervisor may take the worker off its requests meanwhile: all of them
+                // (it is stuck and being stopped; no answer will come — dropping the
+                // exchange closes its connection), or only the ones it has not read (a
+                // `prestart` successor took over; a request it had read may still be
+                // answered, as may one that cannot be resent).
+                let mut wait_for = Eject::Queued;
+                loop {
+                    tokio::select! {
+                        r = &mut timed => break Outcome::Done(r),
+                        level = backend.ejected(wait_for) => {
+                            let taken = track.received() || backend.took(&track);
+                            // Under a partial ejection, only what can go elsewhere leaves.
+                            if level == Eject::All || (!taken && attempt == 1 && retry_ok) {
+                                break Outcome::Ejected { taken };
+                            }
+                            wait_for = Eject::All;
+                        }
+                    }
+                }
             };
             match outcome {
                 Outcome::Done(Ok(Ok((answer, _)))) if answer.switched.is_some() => {
@@ -563,8 +579,8 @@ impl Shared {
                     );
                     return json_error(StatusCode::GATEWAY_TIMEOUT, &msg);
                 }
-                Outcome::Ejected => {
-                    if track.received() || backend.took(&track) {
+                Outcome::Ejected { taken } => {
+                    if taken {
                         return self.not_resent(
                             app,
                             &name,

@@ -21,7 +21,7 @@ use tracing::{error, info, warn};
 use crate::config::AppConfig;
 use crate::health::{HealthCheck, HttpHealthCheck};
 use crate::metrics::{AppMetrics, RestartReason};
-use crate::pool::{Backend, Pool, WorkerState};
+use crate::pool::{Backend, Eject, Pool, WorkerState};
 
 /// Where the workers' stdout and stderr lines go, each prefixed with `[app#index]`.
 #[derive(Debug, Clone, Default)]
@@ -601,7 +601,7 @@ impl SlotCtx {
     /// requests sent elsewhere (ejected), its restart logged. See [`Self::stop_later`].
     fn eject(&self, p: &Proc, why: &str) {
         self.pool.remove(&p.backend);
-        p.backend.eject();
+        p.backend.eject(Eject::All);
         self.log_restart(
             RestartReason::Unhealthy,
             why,
@@ -707,7 +707,7 @@ impl SlotCtx {
                 // slow is done twice); its other requests may still finish while the
                 // watch decides between recovered (drained) and unhealthy (stopped).
                 self.pool.remove(&p.backend);
-                p.backend.eject();
+                p.backend.eject(Eject::Queued);
                 watch.as_mut().await
             }
         };

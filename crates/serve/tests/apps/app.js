@@ -105,6 +105,7 @@ const server = http.createServer((req, res) => {
       return;
     case '/sse': {
       res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.flushHeaders(); // the head goes out now, before the first event
       let i = 0;
       const every = Number(url.searchParams.get('every') || 100);
       const tick = setInterval(() => res.write(`data: ${i++}\n\n`), every);
