@@ -363,22 +363,36 @@ fn app_toml(listen: u16, admin: u16, base: u16, workers: u16, extra: &str) -> St
     )
 }
 
-/// Issue 18, item 16 — serve's stdout goes to a reader that stopped (a full pipe), and a
-/// worker prints 100,000 lines: supervision and the admin endpoints go on (before,
-/// `/status` hung and a killed worker was noticed only seconds later), the lines past
-/// the buffer are dropped and counted.
+/// Issue 18, item 16 — serve's stdout and stderr go to readers that stopped (full
+/// pipes), a worker prints 100,000 lines and serve logs at trace level: supervision and
+/// the admin endpoints go on (before, `/status` hung and a killed worker was noticed only
+/// seconds later), the lines past the buffers are dropped and counted.
 #[test]
 fn a_stalled_stdout_reader_never_freezes_supervision() {
     let (listen, admin, base) = (free_port(), free_port(), free_base(4));
-    let (_dir, mut child, _err) = spawn_serve(
-        &app_toml(listen, admin, base, 2, ""),
-        &[("FLOOD", "100000")],
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("serve.toml");
+    std::fs::write(&path, app_toml(listen, admin, base, 2, "")).unwrap();
+    let mut child = Running(
+        Command::new(BIN)
+            .args(["serve", "--config"])
+            .arg(&path)
+            .env("SCALPEL_LOG", "trace")
+            .env("FLOOD", "100000")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
     );
-    // stdout is piped and never read.
+    // Both piped, never read.
     let _stdout = child.stdout.take().unwrap();
+    let _stderr = child.stderr.take().unwrap();
     let status = wait_both_ready(admin);
     let victim = pids(&status)[0];
-    assert_eq!(http(listen, "GET", "/").unwrap().0, 200);
+    // Log volume: every request is dozens of trace lines.
+    for _ in 0..300 {
+        assert_eq!(http(listen, "GET", "/").unwrap().0, 200);
+    }
     Command::new("kill")
         .args(["-KILL", &victim.to_string()])
         .status()
