@@ -35,13 +35,18 @@ pub(crate) struct LossyStderr(Arc<Shared>);
 #[derive(Debug)]
 pub(crate) struct Flush(Arc<Shared>);
 
-/// Starts the writer thread.
+/// Starts the writer thread, writing to stderr.
 pub(crate) fn lossy_stderr() -> (LossyStderr, Flush) {
+    lossy(std::io::stderr())
+}
+
+/// Starts the writer thread, writing to `out`.
+fn lossy(out: impl std::io::Write + Send + 'static) -> (LossyStderr, Flush) {
     let shared = Arc::new(Shared::default());
     let thread = shared.clone();
     let started = std::thread::Builder::new()
         .name("scalpel-log".into())
-        .spawn(move || run(&thread));
+        .spawn(move || run(&thread, out));
     if started.is_err() {
         // No thread: lines pile up to the bound and are dropped; nothing blocks.
         eprintln!("scalpel: cannot start the log writer thread; logs are dropped");
@@ -49,7 +54,7 @@ pub(crate) fn lossy_stderr() -> (LossyStderr, Flush) {
     (LossyStderr(shared.clone()), Flush(shared))
 }
 
-fn run(shared: &Shared) {
+fn run(shared: &Shared, mut out: impl std::io::Write) {
     loop {
         let (line, dropped) = {
             let mut q = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
@@ -64,12 +69,10 @@ fn run(shared: &Shared) {
                 q = shared.ready.wait(q).unwrap_or_else(|e| e.into_inner());
             }
         };
-        let mut err = std::io::stderr().lock();
         if dropped > 0 {
-            let _ = writeln!(err, "[{dropped} log lines dropped: stderr was not read]");
+            let _ = writeln!(out, "[{dropped} log lines dropped: stderr was not read]");
         }
-        let _ = err.write_all(&line);
-        drop(err);
+        let _ = out.write_all(&line);
         shared
             .queue
             .lock()
@@ -141,5 +144,71 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LossyStderr {
             shared: self.0.clone(),
             buf: Vec::new(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+    use tracing_subscriber::fmt::MakeWriter as _;
+
+    /// A stderr whose reader stopped: every write waits until the test lets it go.
+    struct Stuck {
+        go: mpsc::Receiver<()>,
+        seen: Arc<Mutex<Vec<u8>>>,
+    }
+
+    impl std::io::Write for Stuck {
+        fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+            let _ = self.go.recv();
+            self.seen.lock().unwrap().extend_from_slice(data);
+            Ok(data.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Logging never waits for a stderr nobody reads: 8 MiB of lines are taken at once
+    /// while the writer is stuck (past the bound they are dropped), and once it moves
+    /// again the count of dropped lines is written.
+    #[test]
+    fn a_stuck_stderr_never_blocks_logging() {
+        let (go, gate) = mpsc::channel();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (writer, flush) = lossy(Stuck {
+            go: gate,
+            seen: seen.clone(),
+        });
+        let (done_tx, done) = mpsc::channel();
+        let logging = std::thread::spawn(move || {
+            let line = vec![b'x'; 1023];
+            for _ in 0..8192 {
+                let mut w = writer.make_writer();
+                w.write_all(&line).unwrap();
+                w.write_all(b"\n").unwrap();
+            }
+            done_tx.send(()).unwrap();
+        });
+        assert!(
+            done.recv_timeout(Duration::from_secs(60)).is_ok(),
+            "logging waited for the stuck writer"
+        );
+        logging.join().unwrap();
+        // Let the writer go: everything queued comes out, with the count of the rest.
+        std::thread::spawn(move || while go.send(()).is_ok() {});
+        flush.wait(Duration::from_secs(60));
+        let text = String::from_utf8_lossy(&seen.lock().unwrap()).into_owned();
+        let dropped: u64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix('[')?.split(' ').next()?.parse().ok())
+            .expect("a dropped-lines note");
+        let written = text.lines().filter(|l| l.starts_with('x')).count() as u64;
+        assert!(
+            dropped > 0 && written > 0,
+            "{dropped} dropped, {written} written"
+        );
+        assert_eq!(dropped + written, 8192);
     }
 }
