@@ -4,7 +4,6 @@
 //! past the bound they are dropped, and the count is written once the writer catches up.
 
 use std::collections::VecDeque;
-use std::io::Write as _;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -150,6 +149,7 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LossyStderr {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write as _;
     use std::sync::mpsc;
     use tracing_subscriber::fmt::MakeWriter as _;
 

@@ -122,6 +122,13 @@ pub fn listening_in_tree(root: u32, port: u16) -> Result<bool, ProcStatError> {
     Ok(false)
 }
 
+/// The command name of process `pid` (`/proc/PID/comm`), for messages.
+pub fn process_name(pid: u32) -> Option<String> {
+    fs::read_to_string(format!("/proc/{pid}/comm"))
+        .ok()
+        .map(|c| c.trim().to_string())
+}
+
 /// `PF_EXITING` in the flags of `/proc/PID/stat`: the process has begun to exit (its
 /// sockets are being or have been closed).
 const PF_EXITING: u64 = 0x4;

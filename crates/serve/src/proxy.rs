@@ -301,6 +301,9 @@ fn idempotent(m: &Method) -> bool {
 }
 
 /// What became of a request the worker had (or may have had) taken.
+// Lives for a moment on one request's stack: boxing the answer would cost an allocation
+// per request.
+#[allow(clippy::large_enum_variant)]
 enum Outcome {
     /// The exchange finished (answered, failed, or timed out).
     Done(Result<Result<(Answer, Bytes), UpstreamError>, tokio::time::error::Elapsed>),

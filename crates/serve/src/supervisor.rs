@@ -1087,8 +1087,8 @@ fn port_free(port: u16) -> Result<(), String> {
 fn port_holder(port: u16) -> String {
     match scalpel_procstat::pid_listening_on(port) {
         Ok(pid) => {
-            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-            format!("held by pid {pid} `{}`", comm.trim())
+            let name = scalpel_procstat::process_name(pid).unwrap_or_default();
+            format!("held by pid {pid} `{name}`")
         }
         Err(scalpel_procstat::ProcStatError::NotListening { .. }) => {
             "held by a connection, not a listener".into()
