@@ -693,12 +693,16 @@ impl tokio::io::AsyncWrite for ClientIo {
     }
 }
 
+/// Admin connections open at once; more are closed at once.
+const ADMIN_CONNECTIONS: usize = 64;
+
 async fn admin_loop(
     listener: TcpListener,
     shared: Arc<Shared>,
     reload_lock: Arc<tokio::sync::Mutex<()>>,
     mut stop: watch::Receiver<bool>,
 ) {
+    let admin_slots = Arc::new(tokio::sync::Semaphore::new(ADMIN_CONNECTIONS));
     loop {
         let stream = tokio::select! {
             r = listener.accept() => match r {
@@ -707,9 +711,15 @@ async fn admin_loop(
             },
             _ = stop.changed() => return,
         };
+        // A bounded number of admin connections: slow or idle clients cannot take the
+        // control plane's file descriptors (the head time-out frees them in 10 s).
+        let Ok(permit) = admin_slots.clone().try_acquire_owned() else {
+            continue;
+        };
         let shared = shared.clone();
         let lock = reload_lock.clone();
         tokio::spawn(async move {
+            let _permit = permit;
             let svc = service_fn(move |req: Request<Incoming>| {
                 let shared = shared.clone();
                 let lock = lock.clone();
