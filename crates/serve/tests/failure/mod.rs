@@ -774,3 +774,45 @@ async fn admin_takes_head_and_a_lowercase_bearer_scheme() {
     }
     h.server.shutdown().await;
 }
+
+/// A sibling of issue 11, item 5, on the admin address: at most 64 connections at once,
+/// so idle or slow clients cannot take the control plane's file descriptors; the next
+/// one is closed unanswered, and there is room again once they leave.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_connections_are_capped() {
+    let h = start(&format!(
+        "{SERVER}{}",
+        node_app("web", 1, "round_robin", "")
+    ))
+    .await;
+    let admin = h.server.admin_addr().unwrap();
+    let mut held = Vec::new();
+    for _ in 0..64 {
+        held.push(tokio::net::TcpStream::connect(admin).await.unwrap());
+    }
+    // Accepted in order: the 65th finds no slot.
+    let refused = raw_exchange(
+        admin,
+        b"GET /status HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(refused, "", "a 65th admin connection was served");
+    drop(held);
+    let mut ok = false;
+    for _ in 0..100 {
+        if get_at(&h.client, admin, "/status")
+            .await
+            .is_ok_and(|r| r.status == 200)
+        {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        ok,
+        "no room on the admin address after the held connections closed"
+    );
+    h.server.shutdown().await;
+}
