@@ -455,7 +455,8 @@ impl Shared {
                     );
                 }
             };
-            let name = format!("{}#{}", app.cfg.name, backend.index());
+            // Formatted only when needed (errors): not on the request path.
+            let name = || format!("{}#{}", app.cfg.name, backend.index());
             let in_flight = backend.begin();
             let track = Attempt::default();
             let outcome = {
@@ -560,24 +561,25 @@ impl Shared {
                     match verdict {
                         Ok(()) if attempt == 1 && (e.never_sent() || retry_ok) => {
                             app.metrics.retries.fetch_add(1, Ordering::Relaxed);
-                            tracing::debug!(worker = %name, error = %e, "resending on another worker");
+                            tracing::debug!(worker = %name(), error = %e, "resending on another worker");
                             avoid = Some(in_flight.backend().clone());
                             continue;
                         }
                         Ok(()) => {
                             return json_error(
                                 StatusCode::BAD_GATEWAY,
-                                &format!("worker {name} failed: {e}"),
+                                &format!("worker {} failed: {e}", name()),
                             );
                         }
                         Err(why) => {
-                            return self.not_resent(app, &name, &method, target, why, Some(&e));
+                            return self.not_resent(app, &name(), &method, target, why, Some(&e));
                         }
                     }
                 }
                 Outcome::Done(Err(_)) => {
                     let msg = format!(
-                        "worker {name} did not answer within {}",
+                        "worker {} did not answer within {}",
+                        name(),
                         scalpel_units::format_duration(self.cfg.upstream_timeout)
                     );
                     return json_error(StatusCode::GATEWAY_TIMEOUT, &msg);
@@ -586,7 +588,7 @@ impl Shared {
                     if taken {
                         return self.not_resent(
                             app,
-                            &name,
+                            &name(),
                             &method,
                             target,
                             NotResent::Stalled,
@@ -603,10 +605,13 @@ impl Shared {
                     return json_error(
                         StatusCode::BAD_GATEWAY,
                         &format!(
-                            "worker {name} stopped answering before reading this request, \
+                            "worker {} stopped answering before reading this request, \
                              which is not resent ({})",
+                            name(),
                             if attempt > 1 {
                                 "it was resent once already"
+                            } else if !self.cfg.retry_idempotent {
+                                "retry_idempotent is off"
                             } else {
                                 "its method is not idempotent"
                             }
