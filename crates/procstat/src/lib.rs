@@ -84,7 +84,9 @@ use std::time::Instant;
 
 pub use error::ProcStatError;
 pub use sampler::{ResourceSummary, Sample, SampleMark, TreeSampler};
-pub use sockets::{TcpQueue, listening_in_tree, process_ended, process_name, tcp_queues};
+pub use sockets::{
+    TcpQueue, listening_in_tree, process_ended, process_exited, process_name, tcp_queues,
+};
 
 /// One reading of a process tree (or several trees, summed).
 #[derive(Debug, Clone, Copy)]

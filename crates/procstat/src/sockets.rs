@@ -144,6 +144,18 @@ pub fn process_ended(pid: u32) -> bool {
     }
 }
 
+/// Has process `pid` finished exiting: gone, or a zombie (its files, sockets included,
+/// are closed)? Unlike [`process_ended`], `false` while the exit is still under way.
+pub fn process_exited(pid: u32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(text) => text
+            .rfind(')')
+            .and_then(|c| text[c + 1..].split_ascii_whitespace().next())
+            .is_none_or(|state| matches!(state, "Z" | "X" | "x")),
+        Err(_) => true,
+    }
+}
+
 pub(crate) fn stat_says_ended(text: &str) -> bool {
     let Some(close) = text.rfind(')') else {
         return true;
@@ -202,6 +214,16 @@ mod tests {
         assert!(stat_says_ended(&stat("S", 0x400004)));
         assert!(stat_says_ended("truncated"));
         assert!(!process_ended(std::process::id()));
+        assert!(!process_exited(std::process::id()));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        // Exited but not reaped: a zombie, which counts as exited.
+        while !process_exited(pid) {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(process_ended(pid));
+        child.wait().unwrap();
+        assert!(process_exited(pid), "reaped: gone");
     }
 
     #[test]

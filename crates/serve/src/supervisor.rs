@@ -562,10 +562,22 @@ impl SlotCtx {
         }
         // Children of the worker that outlived it: its group, and those that left it.
         let _ = killpg(pid, Signal::SIGKILL);
-        for other in tree.into_iter().filter(|&t| t != raw) {
-            if !scalpel_procstat::process_ended(other) {
-                let _ = nix::sys::signal::kill(Pid::from_raw(other as i32), Signal::SIGKILL);
-            }
+        let escaped: Vec<u32> = tree
+            .into_iter()
+            .filter(|&t| t != raw && !scalpel_procstat::process_ended(t))
+            .collect();
+        for &other in &escaped {
+            let _ = nix::sys::signal::kill(Pid::from_raw(other as i32), Signal::SIGKILL);
+        }
+        // Gone before the port is needed again (the next incarnation but one takes it):
+        // not our children, so polled rather than waited for; bounded.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline
+            && escaped
+                .iter()
+                .any(|&t| !scalpel_procstat::process_exited(t))
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
         p.backend.set_state(WorkerState::Stopped);
     }

@@ -433,7 +433,15 @@ async fn slow_clients_get_408_and_connections_past_the_cap_503() {
     assert!(fourth.starts_with("HTTP/1.1 503"), "{fourth:?}");
     assert!(fourth.contains("too many client connections"), "{fourth:?}");
     drop(held);
-    // Room again once they are gone.
+    // Room again once the balancer has seen them close.
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            metric(&h.server.metrics_text(), "scalpel_serve_client_connections") == 0.0
+        })
+        .await,
+        "{}",
+        h.server.metrics_text()
+    );
     let mut ok = false;
     for _ in 0..50 {
         if h.get("/").await.is_ok_and(|r| r.status == 200) {
