@@ -600,6 +600,24 @@ async fn a_stranger_on_a_workers_port_is_never_taken_for_the_worker() {
     h.server.shutdown().await;
 }
 
+/// Whatever listens on these ports at the end of a test, killed (leftovers of a failure).
+struct KillListeners(Vec<u16>);
+
+impl Drop for KillListeners {
+    fn drop(&mut self) {
+        for &port in &self.0 {
+            if let Ok(pid) = scalpel_procstat::pid_listening_on(port)
+                && pid != std::process::id()
+            {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid as i32),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+    }
+}
+
 /// A process of the test's own, killed however the test ends.
 struct KillOnDrop(std::process::Child);
 
@@ -669,6 +687,8 @@ async fn a_port_answered_from_outside_the_workers_tree_is_not_ready() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reloads_stop_a_workers_setsid_children_with_it() {
     let base = free_base(2);
+    // Should the test fail, no setsid child outlives it holding a port.
+    let _cleanup = KillListeners(vec![base, base + 1]);
     let toml = format!(
         "{SERVER}\n[[app]]\nname = \"web\"\ncommand = [\"sh\", \"-c\", \"setsid node {js} & wait\"]\nworkers = 1\nport_base = {base}\nstart_timeout_ms = 60000\n",
         js = app_js().display()
