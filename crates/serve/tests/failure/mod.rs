@@ -600,14 +600,20 @@ async fn a_stranger_on_a_workers_port_is_never_taken_for_the_worker() {
     h.server.shutdown().await;
 }
 
-/// Whatever listens on these ports at the end of a test, killed (leftovers of a failure).
+/// The test app listening on these ports at the end of a test, killed (leftovers of a
+/// failure); anything else that listens there is left alone.
 struct KillListeners(Vec<u16>);
 
 impl Drop for KillListeners {
     fn drop(&mut self) {
         for &port in &self.0 {
+            let ours = |pid: u32| {
+                std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                    String::from_utf8_lossy(&c).contains(&*app_js().to_string_lossy())
+                })
+            };
             if let Ok(pid) = scalpel_procstat::pid_listening_on(port)
-                && pid != std::process::id()
+                && ours(pid)
             {
                 let _ = nix::sys::signal::kill(
                     nix::unistd::Pid::from_raw(pid as i32),
@@ -663,14 +669,7 @@ async fn a_port_answered_from_outside_the_workers_tree_is_not_ready() {
     .await;
     let status = server.status();
     // Clean up the daemon, whoever holds the port now.
-    for port in [base, base + 1] {
-        if let Ok(pid) = scalpel_procstat::pid_listening_on(port) {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid as i32),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
-    }
+    drop(KillListeners(vec![base, base + 1]));
     assert!(found, "no ownership error:\n{}", trace_text());
     assert_eq!(
         status.apps[0].ready, 0,
