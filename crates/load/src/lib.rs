@@ -72,7 +72,9 @@
 mod http1;
 pub mod result;
 mod run;
+pub mod shard;
 mod slo;
+mod start;
 mod timer;
 mod worker;
 
@@ -81,4 +83,6 @@ pub use run::{
     FixedRequest, LoadError, Model, Plan, Progress, RequestSource, ResourceUsage, ResourceWatch,
     StepLimit, Target, probe, run,
 };
+pub use shard::{Shard, ShardError};
 pub use slo::{DurationError, Slo, SloError, parse_duration};
+pub use start::{StartAt, StartAtError};
