@@ -424,8 +424,10 @@ fn the_manifest_runs_one_sharded_load_as_n_processes_merged_exactly() {
     let single_server = Recorder::start(shard_three_slow);
     let (single_start, at) = start_in(Duration::from_secs(4));
     let mut single_args = test_args(&job, &at, "single", &swap, per_step, &single_server.url());
-    let at_shard = single_args.iter().position(|a| a == "--shard").unwrap();
-    single_args.drain(at_shard..at_shard + 2);
+    for flag in ["--shard", "--run-id"] {
+        let at = single_args.iter().position(|a| a == flag).unwrap();
+        single_args.drain(at..at + 2);
+    }
     let single = finish(spawn(&single_args, None), "the single run");
     assert!(single.status.success(), "{}", stderr(&single));
     let single_result = result_of(&single, "the single run");
@@ -542,8 +544,8 @@ fn the_manifest_runs_one_sharded_load_as_n_processes_merged_exactly() {
         }
     }
     assert_eq!(merged["shards"]["run_id"], "k8s-test");
-    // ... in the table (stdout when the JSON goes to a file) and in the page.
-    let table = String::from_utf8_lossy(&out.stdout);
+    // ... in the table (on stderr) and in the page.
+    let table = stderr(&out);
     for index in 1..=count {
         assert!(table.contains(&format!("{index}/{count}")), "{table}");
     }

@@ -24,6 +24,8 @@
 //!     slo: Some(Slo::parse("p99<50ms,errors<1%").unwrap()),
 //!     rounds: 1,
 //!     request_label: "GET /".into(),
+//!     shard: scalpel_load::Shard::WHOLE,
+//!     start_at: None,
 //! };
 //! let target = Target::new("go", "http://127.0.0.1:8080", Arc::new(FixedRequest::new("GET", "/")))
 //!     .unwrap();

@@ -61,6 +61,8 @@ pub fn merge_with(runs: &[RunResult], options: MergeOptions) -> Result<RunResult
     let (first, rest) = runs
         .split_first()
         .ok_or_else(|| mismatch("no runs given".to_owned()))?;
+    // The shards of one run: all there, once each, same settings (names what is wrong).
+    let shard_set = crate::shards::check_set(runs)?;
     check_distinct(runs)?;
     for (i, run) in rest.iter().enumerate() {
         check_compatible(first, run, i + 2, options)?;
@@ -118,6 +120,9 @@ pub fn merge_with(runs: &[RunResult], options: MergeOptions) -> Result<RunResult
         if let Some(slo) = &slo {
             target.breaking_point = slo.judge(&mut target.steps);
         }
+    }
+    if let Some(basis) = shard_set {
+        crate::shards::attach(&mut merged, runs, basis, slo.as_ref());
     }
     Ok(merged)
 }
@@ -343,6 +348,10 @@ fn merge_step(target: &str, pieces: &[&StepResult]) -> Result<StepResult, Report
         pss_mb_peak,
         slo_held: None,
         slo_reason: None,
+        start_late_s: pieces
+            .iter()
+            .filter_map(|p| p.start_late_s)
+            .reduce(f64::max),
     })
 }
 

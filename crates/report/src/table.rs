@@ -53,7 +53,33 @@ pub fn summary_table(result: &RunResult) -> String {
         }
     }
     breaking_points(result, &mut out);
+    shards(result, &mut out);
     out
+}
+
+/// A merged shard set: a row per shard with its own totals (a slow generator shows as
+/// `behind`), then what the merge flagged.
+fn shards(result: &RunResult, out: &mut String) {
+    let Some(table) = crate::shards::table(result) else {
+        return;
+    };
+    let _ = writeln!(out, "\n{}", table.title);
+    let mut grid = Grid::default();
+    let mut head: Vec<String> = table.head.iter().map(|h| (*h).to_owned()).collect();
+    head.push(String::new());
+    grid.rows.push(head);
+    grid.rule_after_first = true;
+    grid.left_columns = (1..table.head.iter().position(|h| *h == "steps").unwrap_or(2)).collect();
+    for (mut row, behind) in table.rows.into_iter().zip(table.behind) {
+        row.push(if behind { "behind" } else { "" }.to_owned());
+        grid.rows.push(row);
+    }
+    grid.render(out);
+    for flag in &table.flags {
+        for line in wrap(&format!("! {flag}"), WIDTH, "  ") {
+            let _ = writeln!(out, "{line}");
+        }
+    }
 }
 
 fn header(result: &RunResult, out: &mut String) {
