@@ -29,7 +29,7 @@ use scalpel_requests::{DataSet, Order, RenderedRequest, RequestSet, RequestTempl
 /// Arguments of `scalpel load`.
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Examples:\n  scalpel load -c 50 -d 30s http://127.0.0.1:8080/\n  scalpel load --shard auto/10 --start-at 2030-01-01T12:00:00Z --rate 500000 -d 60s \\\n      --json - http://10.0.0.7:8080/   (one of 10 Kubernetes Indexed Job pods)\n  scalpel load --rate 2000 -d 30s http://127.0.0.1:8080/v1/users/{id}/stats --data ids.txt\n  scalpel load --ramp 1000,1000,20000 --step-duration 10s --slo 'p99<50ms,errors<1%' \\\n      --target go=http://127.0.0.1:8080 --target rust=http://127.0.0.1:8081 \\\n      --watch-port go=8080 --watch-port rust=8081 /v1/users/{id}/stats --data ids.txt"
+    after_help = "Examples:\n  scalpel load -c 50 -d 30s http://127.0.0.1:8080/\n  scalpel load --shard auto/10 --start-at 2030-01-01T12:00:00Z --rate 500000 -d 60s \\\n      --json - http://payments.default.svc:8080/   (on each of 10 Indexed Job pods)\n  scalpel load --rate 2000 -d 30s http://127.0.0.1:8080/v1/users/{id}/stats --data ids.txt\n  scalpel load --ramp 1000,1000,20000 --step-duration 10s --slo 'p99<50ms,errors<1%' \\\n      --target go=http://127.0.0.1:8080 --target rust=http://127.0.0.1:8081 \\\n      --watch-port go=8080 --watch-port rust=8081 /v1/users/{id}/stats --data ids.txt"
 )]
 pub(crate) struct LoadArgs {
     /// The target URL with the request's path template (`http://HOST:PORT/PATH?QUERY`), or,
@@ -563,17 +563,19 @@ fn shard_and_start(
     let shard = Shard::parse(spec, job_index.as_deref())?;
     if start_at.is_none() && args.run_id.is_none() {
         bail!(
-            "--shard needs --start-at TIME (so the shards start together) or --run-id ID (so              `scalpel report merge` knows they belong together)"
+            "--shard needs --start-at TIME (so the shards start together) or --run-id ID (so \
+             `scalpel report merge` knows they belong together)"
         );
     }
+    // Every shard refuses alike: one that got nothing would make the set incomplete.
     let n = u64::from(shard.count());
-    if shard.share(u64::from(args.connections)) == 0 {
+    if u64::from(args.connections) < n {
         bail!(
             "-c {} is the whole run's connections: {n} shards need at least {n}",
             args.connections
         );
     }
-    if !matches!(model, Model::Closed) && shard.share(u64::from(max_in_flight)) == 0 {
+    if !matches!(model, Model::Closed) && u64::from(max_in_flight) < n {
         bail!("--max-in-flight {max_in_flight} is the whole run's: {n} shards need at least {n}");
     }
     if let StepLimit::Requests(count) = limit
@@ -656,7 +658,8 @@ fn describe_shard(result: &mut RunResult, plan: &Plan, run_id: String, settings:
         .count();
     if late_steps > 0 {
         eprintln!(
-            "scalpel: shard {} started {late_steps} step(s) more than a tenth of a step after              the common clock (the first {:.2} s after --start-at); `report merge` will flag it",
+            "scalpel: shard {} started {late_steps} step(s) more than a tenth of a step after \
+             the common clock (the first {:.2} s after --start-at); `report merge` will flag it",
             plan.shard,
             first.unwrap_or(0.0)
         );

@@ -209,7 +209,14 @@ fn read_job() -> Job {
 /// value; `--step-duration` becomes `-n REQUESTS` (a request count per step, so the data
 /// walk of every process is exact whatever the machine's load); the cluster URL becomes
 /// the recorder's.
-fn test_args(job: &Job, start_at: &str, run_id: &str, swap: &[(&str, &str)], n: u64, url: &str) -> Vec<String> {
+fn test_args(
+    job: &Job,
+    start_at: &str,
+    run_id: &str,
+    swap: &[(&str, &str)],
+    n: u64,
+    url: &str,
+) -> Vec<String> {
     let mut out = Vec::new();
     let mut args = job.args.iter();
     while let Some(arg) = args.next() {
@@ -281,7 +288,10 @@ fn finish(mut child: Child, what: &str) -> Output {
         if Instant::now() > deadline {
             let _ = child.kill();
             let out = child.wait_with_output().unwrap();
-            panic!("{what} hung; stderr: {}", String::from_utf8_lossy(&out.stderr));
+            panic!(
+                "{what} hung; stderr: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -334,7 +344,12 @@ fn data_file(dir: &Path, rows: u64) -> PathBuf {
 
 /// Runs the N shards of one run at once, each with its index, and returns their results in
 /// index order, with the files written for `report merge`.
-fn run_shards(dir: &Path, args: &[String], count: u32, late: &[(u32, Duration)]) -> Vec<(Value, PathBuf)> {
+fn run_shards(
+    dir: &Path,
+    args: &[String],
+    count: u32,
+    late: &[(u32, Duration)],
+) -> Vec<(Value, PathBuf)> {
     let mut children = Vec::new();
     for index in 0..count {
         if let Some((_, wait)) = late.iter().find(|(i, _)| *i == index) {
@@ -374,7 +389,11 @@ fn by_step(served: &[Served], steps: usize) -> Vec<Vec<Served>> {
     let mut out = vec![Vec::new(); steps];
     for s in sorted {
         let k = seen.entry(row(&s.path)).or_insert(0);
-        assert!(*k < steps, "row {} sent more than once a step", row(&s.path));
+        assert!(
+            *k < steps,
+            "row {} sent more than once a step",
+            row(&s.path)
+        );
         out[*k].push(s.clone());
         *k += 1;
     }
@@ -405,7 +424,11 @@ fn the_manifest_runs_one_sharded_load_as_n_processes_merged_exactly() {
         format!("auto/{count}"),
         "--shard auto/N with N = the Job's completions"
     );
-    assert_eq!(value_of(&job.args, "--json"), "-", "results travel on stdout");
+    assert_eq!(
+        value_of(&job.args, "--json"),
+        "-",
+        "results travel on stdout"
+    );
     assert!(job.args.iter().any(|a| a == "--no-progress"));
     assert!(job.args.iter().any(|a| a == "--ramp"));
     assert_eq!(count, 4, "the delays below are laid out for 4 shards");
@@ -459,7 +482,11 @@ fn the_manifest_runs_one_sharded_load_as_n_processes_merged_exactly() {
         r
     };
     assert_eq!(sent.len() as u64, per_step * steps as u64);
-    assert_eq!(rows(&sent), rows(&single_sent), "the union of the shards' walks is the single run's");
+    assert_eq!(
+        rows(&sent),
+        rows(&single_sent),
+        "the union of the shards' walks is the single run's"
+    );
     let expected: Vec<u64> = {
         let mut e: Vec<u64> = (0..steps as u64).flat_map(|_| 0..per_step).collect();
         e.sort_unstable();
@@ -470,22 +497,42 @@ fn the_manifest_runs_one_sharded_load_as_n_processes_merged_exactly() {
 
     // Each shard's part: its share of the requests and of the rate, rows of its own residue.
     for (index, (r, _)) in shards.iter().enumerate() {
-        for (k, step) in r["targets"][0]["steps"].as_array().unwrap().iter().enumerate() {
+        for (k, step) in r["targets"][0]["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .enumerate()
+        {
             assert_eq!(u(&step["requests"]), per_step / u64::from(count), "{step}");
             let total: f64 = [200.0, 400.0][k];
             assert!((f(&step["offered_rps"]) - total / f64::from(count)).abs() < 1e-9);
         }
-        let mine: Vec<&Served> = sent.iter().filter(|s| row(&s.path) % 4 == index as u64).collect();
-        assert_eq!(mine.len() as u64, per_step / u64::from(count) * steps as u64);
+        let mine: Vec<&Served> = sent
+            .iter()
+            .filter(|s| row(&s.path) % 4 == index as u64)
+            .collect();
+        assert_eq!(
+            mine.len() as u64,
+            per_step / u64::from(count) * steps as u64
+        );
     }
 
     // The merge: exit 0 (the SLO held), rates added, histograms added exactly.
     let files: Vec<&Path> = shards.iter().map(|(_, p)| p.as_path()).collect();
     let merged_path = dir.join("merged.json");
     let html = dir.join("merged.html");
-    let out = merge(&files, &["-o", merged_path.to_str().unwrap(), "--html", html.to_str().unwrap()]);
+    let out = merge(
+        &files,
+        &[
+            "-o",
+            merged_path.to_str().unwrap(),
+            "--html",
+            html.to_str().unwrap(),
+        ],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let merged: Value = serde_json::from_str(&std::fs::read_to_string(&merged_path).unwrap()).unwrap();
+    let merged: Value =
+        serde_json::from_str(&std::fs::read_to_string(&merged_path).unwrap()).unwrap();
     let merged_steps = merged["targets"][0]["steps"].as_array().unwrap();
     assert_eq!(merged_steps.len(), steps);
     for (k, step) in merged_steps.iter().enumerate() {
@@ -494,7 +541,10 @@ fn the_manifest_runs_one_sharded_load_as_n_processes_merged_exactly() {
             .map(|(r, _)| &r["targets"][0]["steps"][k])
             .collect();
         // Offered rates add up to the asked total; achieved and counts are the sums.
-        assert!((f(&step["offered_rps"]) - [200.0, 400.0][k]).abs() < 1e-9, "{step}");
+        assert!(
+            (f(&step["offered_rps"]) - [200.0, 400.0][k]).abs() < 1e-9,
+            "{step}"
+        );
         let achieved: f64 = parts.iter().map(|p| f(&p["achieved_rps"])).sum();
         assert!((f(&step["achieved_rps"]) - achieved).abs() < 1e-6 * achieved.max(1.0));
         assert_eq!(u(&step["requests"]), per_step);
@@ -505,13 +555,13 @@ fn the_manifest_runs_one_sharded_load_as_n_processes_merged_exactly() {
         // from it.
         let mut sum = new_histogram();
         for p in &parts {
-            sum.add(decode_histogram(p["histogram"].as_str().unwrap()).unwrap()).unwrap();
+            sum.add(decode_histogram(p["histogram"].as_str().unwrap()).unwrap())
+                .unwrap();
         }
         let merged_hist = decode_histogram(step["histogram"].as_str().unwrap()).unwrap();
         assert_eq!(merged_hist, sum);
         assert_eq!(merged_hist.len(), sent_by_step[k].len() as u64);
-        let summary: LatencySummary =
-            serde_json::from_value(step["latency_ms"].clone()).unwrap();
+        let summary: LatencySummary = serde_json::from_value(step["latency_ms"].clone()).unwrap();
         assert_eq!(Some(summary), LatencySummary::from_histogram(&sum));
 
         // Against the raw latencies measured here over every shard's requests: each client
@@ -532,7 +582,9 @@ fn the_manifest_runs_one_sharded_load_as_n_processes_merged_exactly() {
     }
 
     // The per-shard figures are in the merged JSON, and shard 3's slowness shows there.
-    let parts = merged["shards"]["parts"].as_array().expect("per-shard figures");
+    let parts = merged["shards"]["parts"]
+        .as_array()
+        .expect("per-shard figures");
     assert_eq!(parts.len(), count as usize);
     for (index, part) in parts.iter().enumerate() {
         assert_eq!(u(&part["index"]), index as u64);
@@ -550,7 +602,10 @@ fn the_manifest_runs_one_sharded_load_as_n_processes_merged_exactly() {
         assert!(table.contains(&format!("{index}/{count}")), "{table}");
     }
     let page = std::fs::read_to_string(&html).unwrap();
-    assert!(page.contains("Shards") && page.contains(&format!("3/{count}")), "per-shard table in the page");
+    assert!(
+        page.contains("Shards") && page.contains(&format!("3/{count}")),
+        "per-shard table in the page"
+    );
 }
 
 #[test]
@@ -567,7 +622,9 @@ fn report_merge_refuses_an_incomplete_or_mixed_set_naming_what_is_wrong() {
     ];
     let (_, at) = start_in(Duration::from_secs(3));
     let args = test_args(&job, &at, "run-a", &swap, 200, &server.url());
-    let a = run_shards(&dir.join("a"), &args, count, &[]);
+    let a_dir = dir.join("a");
+    std::fs::create_dir_all(&a_dir).unwrap();
+    let a = run_shards(&a_dir, &args, count, &[]);
 
     // The same run id, other settings (the SLO differs): one shard of it, as index 1.
     let b_dir = dir.join("b");
@@ -614,10 +671,19 @@ fn report_merge_refuses_an_incomplete_or_mixed_set_naming_what_is_wrong() {
     // A plain run among shards.
     let plain = dir.join("plain.json");
     let out = scalpel(&[
-        "load", "--no-progress", "-n", "50", "--json", plain.to_str().unwrap(), &server.url(),
+        "load",
+        "--no-progress",
+        "-n",
+        "50",
+        "--json",
+        plain.to_str().unwrap(),
+        &server.url(),
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
-    refused(vec![paths[0], paths[1], paths[2], paths[3], &plain], "not a shard");
+    refused(
+        vec![paths[0], paths[1], paths[2], paths[3], &plain],
+        "not a shard",
+    );
     // The full set merges.
     let out = merge(&paths, &[]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -649,7 +715,12 @@ fn the_merge_re_judges_the_slo_on_the_whole_run_and_exits_1_when_it_broke() {
         let out = finish(child, "shard");
         // A shard exits 1 when its own part broke the SLO.
         let expected = if index == 2 { 1 } else { 0 };
-        assert_eq!(out.status.code(), Some(expected), "shard {index}: {}", stderr(&out));
+        assert_eq!(
+            out.status.code(),
+            Some(expected),
+            "shard {index}: {}",
+            stderr(&out)
+        );
         let path = dir.join(format!("shard-{index}.json"));
         std::fs::write(&path, &out.stdout).unwrap();
         files.push(path);
@@ -662,7 +733,11 @@ fn the_merge_re_judges_the_slo_on_the_whole_run_and_exits_1_when_it_broke() {
     assert_eq!(target["steps"][0]["slo_held"], false);
     assert!(!target["breaking_point"].is_null());
     // The table went to stderr beside the JSON on stdout, with the slow shard in it.
-    assert!(stderr(&out).contains(&format!("3/{count}")), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!("3/{count}")),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
@@ -673,8 +748,21 @@ fn a_shard_that_starts_late_says_so_and_the_merge_flags_it() {
     let server = Recorder::start(answer_at_once);
     let (_, at) = start_in(Duration::from_secs(2));
     let args: Vec<String> = [
-        "load", "--shard", "auto/2", "--start-at", &at, "--run-id", "late-run", "--rate", "100",
-        "-d", "4s", "--json", "-", "--no-progress", &server.url(),
+        "load",
+        "--shard",
+        "auto/2",
+        "--start-at",
+        &at,
+        "--run-id",
+        "late-run",
+        "--rate",
+        "100",
+        "-d",
+        "4s",
+        "--json",
+        "-",
+        "--no-progress",
+        &server.url(),
     ]
     .iter()
     .map(|s| s.to_string())
@@ -688,7 +776,9 @@ fn a_shard_that_starts_late_says_so_and_the_merge_flags_it() {
     let merged: Value = serde_json::from_slice(&out.stdout).unwrap();
     let flags = merged["shards"]["flags"].as_array().unwrap();
     assert!(
-        flags.iter().any(|f| f.as_str().unwrap().contains("shard 2/2")),
+        flags
+            .iter()
+            .any(|f| f.as_str().unwrap().contains("shard 2/2")),
         "{flags:?}"
     );
     assert!(stderr(&out).contains("late"), "{}", stderr(&out));
@@ -698,12 +788,28 @@ fn a_shard_that_starts_late_says_so_and_the_merge_flags_it() {
 fn bad_shard_flags_are_one_line_and_exit_2() {
     for (args, env, needle) in [
         (vec!["--shard", "5/4", "--run-id", "x"], None, "--shard"),
-        (vec!["--shard", "auto/4", "--run-id", "x"], None, "JOB_COMPLETION_INDEX"),
-        (vec!["--shard", "auto/4", "--run-id", "x"], Some(4), "JOB_COMPLETION_INDEX"),
+        (
+            vec!["--shard", "auto/4", "--run-id", "x"],
+            None,
+            "JOB_COMPLETION_INDEX",
+        ),
+        (
+            vec!["--shard", "auto/4", "--run-id", "x"],
+            Some(4),
+            "JOB_COMPLETION_INDEX",
+        ),
         (vec!["--shard", "2/4"], None, "--start-at"),
-        (vec!["--shard", "2/4", "--start-at", "tomorrow"], None, "--start-at"),
+        (
+            vec!["--shard", "2/4", "--start-at", "tomorrow"],
+            None,
+            "--start-at",
+        ),
         (vec!["--shard", "2/4", "--run-id", "a b"], None, "--run-id"),
-        (vec!["--shard", "2/4", "--run-id", "x", "-c", "3"], None, "-c"),
+        (
+            vec!["--shard", "2/4", "--run-id", "x", "-c", "3"],
+            None,
+            "-c",
+        ),
     ] {
         let mut all: Vec<String> = vec!["load".into(), "-n".into(), "10".into()];
         all.extend(args.iter().map(|s| s.to_string()));

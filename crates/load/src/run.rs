@@ -317,16 +317,15 @@ impl Plan {
         if self.max_in_flight == 0 {
             return bad("the in-flight limit must be at least 1");
         }
+        // Every shard refuses alike: one that got nothing would make the set incomplete.
         let shards = self.shard.count();
-        if self.shard.share(u64::from(self.connections)) == 0 {
+        if self.connections < shards {
             return Err(LoadError::BadPlan(format!(
                 "{} connections are the whole run's: too few for {shards} shards (at least one each)",
                 self.connections
             )));
         }
-        if !matches!(self.model, Model::Closed)
-            && self.shard.share(u64::from(self.max_in_flight)) == 0
-        {
+        if !matches!(self.model, Model::Closed) && self.max_in_flight < shards {
             return Err(LoadError::BadPlan(format!(
                 "the in-flight limit {} is the whole run's: too low for {shards} shards (at least one each)",
                 self.max_in_flight

@@ -40,7 +40,9 @@ pub const JOB_INDEX_VAR: &str = "JOB_COMPLETION_INDEX";
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ShardError {
     /// Not `I/N` or `auto/N`.
-    #[error("--shard takes I/N (from 1, e.g. 2/4) or auto/N (the index from {JOB_INDEX_VAR}), got `{0}`")]
+    #[error(
+        "--shard takes I/N (from 1, e.g. 2/4) or auto/N (the index from {JOB_INDEX_VAR}), got `{0}`"
+    )]
     Syntax(String),
     /// `N` is 0 or above [`MAX_SHARDS`].
     #[error("--shard `{0}`: the number of shards must be 1 to {MAX_SHARDS}")]
@@ -73,7 +75,7 @@ impl Shard {
     /// Shard `index` (from 0) of `count`; `None` when `index >= count` or `count` is 0 or above
     /// [`MAX_SHARDS`].
     pub fn new(index: u32, count: u32) -> Option<Shard> {
-        (count >= 1 && count <= MAX_SHARDS && index < count).then_some(Shard { index, count })
+        ((1..=MAX_SHARDS).contains(&count) && index < count).then_some(Shard { index, count })
     }
 
     /// Parses `--shard`: `I/N` with `I` from 1, or `auto/N` with the index (from 0) taken from
@@ -251,7 +253,10 @@ mod tests {
     #[test]
     fn parses_one_based_and_auto_zero_based() {
         assert_eq!(Shard::parse("2/4", None), Ok(Shard { index: 1, count: 4 }));
-        assert_eq!(Shard::parse(" 4/4 ", None), Ok(Shard { index: 3, count: 4 }));
+        assert_eq!(
+            Shard::parse(" 4/4 ", None),
+            Ok(Shard { index: 3, count: 4 })
+        );
         assert_eq!(
             Shard::parse("auto/4", Some("0")),
             Ok(Shard { index: 0, count: 4 })
@@ -340,9 +345,7 @@ mod tests {
 
     #[test]
     fn rates_are_parts_of_the_total() {
-        let parts: f64 = (0..3)
-            .map(|i| Shard::new(i, 3).unwrap().rate(1000.0))
-            .sum();
+        let parts: f64 = (0..3).map(|i| Shard::new(i, 3).unwrap().rate(1000.0)).sum();
         assert!((parts - 1000.0).abs() < 1e-9);
     }
 
@@ -350,7 +353,10 @@ mod tests {
     fn fingerprint_is_fnv1a_and_fields_do_not_run_together() {
         // FNV-1a 64 reference values.
         assert_eq!(Fingerprint::new().value(), 0xcbf2_9ce4_8422_2325);
-        assert_eq!(Fingerprint::new().bytes(b"a").value(), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(
+            Fingerprint::new().bytes(b"a").value(),
+            0xaf63_dc4c_8601_ec8c
+        );
         assert_eq!(
             Fingerprint::new().bytes(b"foobar").value(),
             0x8594_4171_f739_67e8

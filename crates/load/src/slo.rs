@@ -468,6 +468,7 @@ mod tests {
                 pss_mb_peak: None,
                 slo_held: None,
                 slo_reason: None,
+                start_late_s: None,
             }
         }
     }

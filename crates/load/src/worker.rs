@@ -91,7 +91,13 @@ impl Start {
         // A moment for the threads to get from the gate to their clocks.
         let earliest = ready + Duration::from_millis(2);
         let Some(planned) = planned else {
-            return (Start { t0: earliest, limit }, None);
+            return (
+                Start {
+                    t0: earliest,
+                    limit,
+                },
+                None,
+            );
         };
         if planned >= earliest {
             return (Start { t0: planned, limit }, Some(Duration::ZERO));

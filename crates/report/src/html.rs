@@ -75,6 +75,25 @@ fn meta(result: &RunResult) -> String {
     if let Some(n) = c.max_in_flight {
         items.push(("in flight", format!("at most {n}")));
     }
+    if let Some(shard) = &result.shard {
+        items.push((
+            "shard",
+            format!(
+                "{}/{} of run {} (connections, rates and counts are this shard's part){}",
+                shard.index + 1,
+                shard.count,
+                shard.run_id,
+                shard
+                    .start_late_s
+                    .filter(|l| *l > 0.0)
+                    .map(|l| format!(", started {l:.3} s late"))
+                    .unwrap_or_default()
+            ),
+        ));
+    }
+    if let Some(set) = &result.shards {
+        items.push(("shards", format!("all {} of run {}", set.count, set.run_id)));
+    }
     if let Some(s) = c.step_duration_s {
         items.push(("step", format!("{s} s")));
     }

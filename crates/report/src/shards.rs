@@ -449,14 +449,20 @@ pub(crate) fn table(result: &RunResult) -> Option<ShardTable> {
                 .filter_map(|s| s.latency_ms.map(|l| l.p99))
                 .reduce(f64::max);
             let start_late = steps.iter().filter_map(|s| s.start_late_s).reduce(f64::max);
-            let tolerance = result.config.step_duration_s.map(|d| d * ALIGNMENT_TOLERANCE);
+            let tolerance = result
+                .config
+                .step_duration_s
+                .map(|d| d * ALIGNMENT_TOLERANCE);
             behind.push(
                 delivered.is_some_and(|d| d < 99.0)
                     || late > 0
                     || not_sent > 0
                     || matches!((start_late, tolerance), (Some(l), Some(t)) if l > t),
             );
-            let mut row = vec![format!("{}/{}", part.index + 1, set.count), part.host.clone()];
+            let mut row = vec![
+                format!("{}/{}", part.index + 1, set.count),
+                part.host.clone(),
+            ];
             if several {
                 row.push(target.name.clone());
             }
@@ -483,7 +489,10 @@ pub(crate) fn table(result: &RunResult) -> Option<ShardTable> {
         .map(|s| format!(", common start {s}"))
         .unwrap_or_default();
     Some(ShardTable {
-        title: format!("shards of run {} ({} of them{start})", set.run_id, set.count),
+        title: format!(
+            "shards of run {} ({} of them{start})",
+            set.run_id, set.count
+        ),
         head,
         rows,
         behind,
