@@ -207,6 +207,13 @@ pub(crate) fn run(mut args: LoadArgs) -> anyhow::Result<ExitCode> {
         last_print: None,
         printed: false,
     };
+    if let Some(at) = plan.start_at {
+        let wait = StartAt::now().seconds_until(at);
+        if wait > 1.0 {
+            // In a pod's log: why nothing happens yet.
+            eprintln!("scalpel: the clock starts at {at} (in {wait:.0} s)");
+        }
+    }
     let mut result = scalpel_load::run_until(&plan, targets, &mut |p| line.show(p), &stop)?;
     line.finish();
     if let Some((run_id, settings)) = shard_id {

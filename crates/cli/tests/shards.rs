@@ -785,6 +785,58 @@ fn a_shard_that_starts_late_says_so_and_the_merge_flags_it() {
 }
 
 #[test]
+fn closed_model_shards_split_the_connections_and_the_count_and_walk_disjoint_rows() {
+    // `-c 5 -n 301`, three shards: 2, 2 and 1 connections, 101, 100 and 100 requests;
+    // together rows 0..301 once each, as one process would send them.
+    let dir = scratch("closed");
+    let data = data_file(&dir, 400);
+    let server = Recorder::start(answer_at_once);
+    let (start, at) = start_in(Duration::from_secs(2));
+    let args: Vec<String> = [
+        "load",
+        "--shard",
+        "auto/3",
+        "--start-at",
+        &at,
+        "-c",
+        "5",
+        "-n",
+        "301",
+        "--data",
+        data.to_str().unwrap(),
+        "--json",
+        "-",
+        "--no-progress",
+        &format!("{}/v1/users/{{id}}/stats", server.url()),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let shards = run_shards(&dir, &args, 3, &[]);
+    for (index, (r, _)) in shards.iter().enumerate() {
+        assert_eq!(u(&r["config"]["connections"]), [2, 2, 1][index]);
+        assert_eq!(
+            u(&r["targets"][0]["steps"][0]["requests"]),
+            [101, 100, 100][index]
+        );
+        assert!(r["targets"][0]["steps"][0]["offered_rps"].is_null());
+    }
+    let mut rows: Vec<u64> = server.since(start).iter().map(|s| row(&s.path)).collect();
+    rows.sort_unstable();
+    assert_eq!(rows, (0..301).collect::<Vec<u64>>());
+    // The run id was derived (no --run-id), the same on every shard.
+    let id = shards[0].0["shard"]["run_id"].as_str().unwrap();
+    assert!(id.starts_with("run-"), "{id}");
+    assert!(shards.iter().all(|(r, _)| r["shard"]["run_id"] == id));
+    let files: Vec<&Path> = shards.iter().map(|(_, p)| p.as_path()).collect();
+    let out = merge(&files, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let merged: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(u(&merged["config"]["connections"]), 5);
+    assert_eq!(u(&merged["targets"][0]["steps"][0]["requests"]), 301);
+}
+
+#[test]
 fn bad_shard_flags_are_one_line_and_exit_2() {
     for (args, env, needle) in [
         (vec!["--shard", "5/4", "--run-id", "x"], None, "--shard"),
