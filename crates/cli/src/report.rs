@@ -78,10 +78,7 @@ pub(crate) fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
                 scalpel_report::check_writable(path)?;
             }
             let paths = runs;
-            let runs = paths
-                .iter()
-                .map(|path| scalpel_report::read_json(path))
-                .collect::<Result<Vec<_>, _>>()?;
+            let runs = read_all(&paths)?;
             if let [one] = runs.as_slice()
                 && one.shard.as_ref().is_none_or(|s| s.count != 1)
             {
@@ -120,6 +117,36 @@ pub(crate) fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Reads result files on up to as many threads as there are cores (each file's histograms
+/// are decoded to check them: most of a large merge's reading); the first bad file in the
+/// order given is the one reported.
+fn read_all(
+    paths: &[PathBuf],
+) -> Result<Vec<scalpel_load::result::RunResult>, scalpel_report::ReportError> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZero::get)
+        .min(paths.len())
+        .max(1);
+    let chunk = paths.len().div_ceil(threads).max(1);
+    let read = std::thread::scope(|scope| {
+        let handles: Vec<_> = paths
+            .chunks(chunk)
+            .map(|part| {
+                scope.spawn(move || {
+                    part.iter()
+                        .map(|p| scalpel_report::read_json(p))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("a reading thread panicked"))
+            .collect::<Vec<_>>()
+    });
+    read.into_iter().collect()
 }
 
 /// Refuses a file named twice (also through another path to it): merged with itself, a

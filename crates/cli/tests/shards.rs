@@ -29,9 +29,7 @@ use serde_json::Value;
 #[derive(Debug, Clone)]
 struct Served {
     path: String,
-    /// When its head had arrived, on the wall clock (to tell probes, made before the common
-    /// start, from the run) and on this process's monotonic clock.
-    arrived_wall: SystemTime,
+    /// When its head had arrived.
     arrived: Instant,
     /// When the last byte of the answer was written.
     answered: Instant,
@@ -70,15 +68,20 @@ impl Recorder {
         format!("http://127.0.0.1:{}", self.port)
     }
 
-    /// What was served from `start` on (the probes each process makes first come before).
-    fn since(&self, start: SystemTime) -> Vec<Served> {
-        self.served
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|s| s.arrived_wall >= start)
-            .cloned()
-            .collect()
+    /// What the runs sent: everything served but the probes. Each process first probes the
+    /// target with its own first request (shard `s`: row `s`) and only then starts, so the
+    /// first arrival of each of `probe_rows` is a probe, whatever the timing.
+    fn run_requests(&self, probe_rows: std::ops::Range<u64>) -> Vec<Served> {
+        let mut all = self.served.lock().unwrap().clone();
+        all.sort_by_key(|s| s.arrived);
+        for probe in probe_rows {
+            let at = all
+                .iter()
+                .position(|s| row(&s.path) == probe)
+                .unwrap_or_else(|| panic!("no probe of row {probe}"));
+            all.remove(at);
+        }
+        all
     }
 }
 
@@ -112,7 +115,7 @@ fn serve(stream: TcpStream, log: &Mutex<Vec<Served>>, delay: fn(&str) -> Duratio
         if reader.read_exact(&mut body).is_err() {
             return;
         }
-        let (arrived_wall, arrived) = (SystemTime::now(), Instant::now());
+        let arrived = Instant::now();
         std::thread::sleep(delay(&path));
         let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n";
         if writer.write_all(answer).is_err() {
@@ -120,7 +123,6 @@ fn serve(stream: TcpStream, log: &Mutex<Vec<Served>>, delay: fn(&str) -> Duratio
         }
         log.lock().unwrap().push(Served {
             path,
-            arrived_wall,
             arrived,
             answered: Instant::now(),
         });
@@ -445,7 +447,7 @@ fn the_manifest_runs_one_sharded_load_as_n_processes_merged_exactly() {
 
     // The reference: the same run in one process, without --shard.
     let single_server = Recorder::start(shard_three_slow);
-    let (single_start, at) = start_in(Duration::from_secs(4));
+    let (_, at) = start_in(Duration::from_secs(4));
     let mut single_args = test_args(&job, &at, "single", &swap, per_step, &single_server.url());
     for flag in ["--shard", "--run-id"] {
         let at = single_args.iter().position(|a| a == flag).unwrap();
@@ -454,14 +456,14 @@ fn the_manifest_runs_one_sharded_load_as_n_processes_merged_exactly() {
     let single = finish(spawn(&single_args, None), "the single run");
     assert!(single.status.success(), "{}", stderr(&single));
     let single_result = result_of(&single, "the single run");
-    let single_sent = single_server.since(single_start);
+    let single_sent = single_server.run_requests(0..1);
 
     // The sharded run: N processes, JOB_COMPLETION_INDEX 0..N.
     let server = Recorder::start(shard_three_slow);
-    let (start, at) = start_in(Duration::from_secs(4));
+    let (_, at) = start_in(Duration::from_secs(4));
     let args = test_args(&job, &at, "k8s-test", &swap, per_step, &server.url());
     let shards = run_shards(&dir, &args, count, &[]);
-    let sent = server.since(start);
+    let sent = server.run_requests(0..u64::from(count));
 
     // Each result names its run, its index and the count.
     for (index, (r, _)) in shards.iter().enumerate() {
@@ -481,12 +483,31 @@ fn the_manifest_runs_one_sharded_load_as_n_processes_merged_exactly() {
         r.sort_unstable();
         r
     };
+    let (sharded_rows, single_rows) = (rows(&sent), rows(&single_sent));
+    if sharded_rows != single_rows {
+        let only = |a: &[u64], b: &[u64]| {
+            let mut b = b.to_vec();
+            a.iter()
+                .filter(|x| match b.iter().position(|y| y == *x) {
+                    Some(i) => {
+                        b.remove(i);
+                        false
+                    }
+                    None => true,
+                })
+                .copied()
+                .collect::<Vec<u64>>()
+        };
+        panic!(
+            "the union of the shards' walks is not the single run's: {} vs {} requests; only \
+             the shards sent {:?}; only the single run sent {:?}",
+            sharded_rows.len(),
+            single_rows.len(),
+            only(&sharded_rows, &single_rows),
+            only(&single_rows, &sharded_rows)
+        );
+    }
     assert_eq!(sent.len() as u64, per_step * steps as u64);
-    assert_eq!(
-        rows(&sent),
-        rows(&single_sent),
-        "the union of the shards' walks is the single run's"
-    );
     let expected: Vec<u64> = {
         let mut e: Vec<u64> = (0..steps as u64).flat_map(|_| 0..per_step).collect();
         e.sort_unstable();
@@ -791,7 +812,7 @@ fn closed_model_shards_split_the_connections_and_the_count_and_walk_disjoint_row
     let dir = scratch("closed");
     let data = data_file(&dir, 400);
     let server = Recorder::start(answer_at_once);
-    let (start, at) = start_in(Duration::from_secs(2));
+    let (_, at) = start_in(Duration::from_secs(2));
     let args: Vec<String> = [
         "load",
         "--shard",
@@ -821,7 +842,11 @@ fn closed_model_shards_split_the_connections_and_the_count_and_walk_disjoint_row
         );
         assert!(r["targets"][0]["steps"][0]["offered_rps"].is_null());
     }
-    let mut rows: Vec<u64> = server.since(start).iter().map(|s| row(&s.path)).collect();
+    let mut rows: Vec<u64> = server
+        .run_requests(0..3)
+        .iter()
+        .map(|s| row(&s.path))
+        .collect();
     rows.sort_unstable();
     assert_eq!(rows, (0..301).collect::<Vec<u64>>());
     // The run id was derived (no --run-id), the same on every shard.
