@@ -443,6 +443,8 @@ fn the_manifest_runs_one_sharded_load_as_n_processes_merged_exactly() {
         ("--ramp", rates),
         ("--slo", "p99<10s,errors<1%"),
         ("--data", data.to_str().unwrap()),
+        // The test server accepts on one thread with a 128-connection backlog.
+        ("-c", "8"),
     ];
 
     // The reference: the same run in one process, without --shard.
@@ -500,11 +502,12 @@ fn the_manifest_runs_one_sharded_load_as_n_processes_merged_exactly() {
         };
         panic!(
             "the union of the shards' walks is not the single run's: {} vs {} requests; only \
-             the shards sent {:?}; only the single run sent {:?}",
+             the shards sent {:?}; only the single run sent {:?}; single run's errors: {}",
             sharded_rows.len(),
             single_rows.len(),
             only(&sharded_rows, &single_rows),
-            only(&single_rows, &sharded_rows)
+            only(&single_rows, &sharded_rows),
+            single_result["targets"][0]["steps"]
         );
     }
     assert_eq!(sent.len() as u64, per_step * steps as u64);
