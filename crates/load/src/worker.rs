@@ -472,6 +472,7 @@ fn thread_main(
     let halt = Rc::new(Halt::default());
     let ctx = Rc::new(Ctx {
         halt: halt.clone(),
+        in_flight: Cell::new(0),
         window_end: match limit {
             Limit::Time(d) => Some(t0 + d),
             Limit::Count(_) => None,
@@ -517,9 +518,7 @@ fn thread_main(
                     .take(slots as usize)
                     .map(|c| tokio::task::spawn_local(slot(ctx.clone(), pacer.clone(), c, false)))
                     .collect();
-                for h in handles {
-                    let _ = h.await;
-                }
+                join_or_cut(&ctx, handles).await;
             }
             Pacing::Open { rate, .. } => {
                 dispatch(ctx.clone(), conns, slots, rate, t0, w, threads).await;
@@ -550,6 +549,8 @@ struct Ctx {
     spec: Arc<SegmentSpec>,
     /// This thread's view of the stop flag.
     halt: Rc<Halt>,
+    /// Requests of this thread between "attempt" and "recorded": what an interrupt cuts.
+    in_flight: Cell<u64>,
     /// Completions up to this instant count towards the achieved rate (time-bound segments).
     window_end: Option<Instant>,
     /// The segment's limit from its start (see [`Start`]).
@@ -778,15 +779,11 @@ async fn slot(ctx: Rc<Ctx>, pacer: Rc<Pacer>, mut conn: Option<Conn>, handed: bo
             let c = conn.as_mut().expect("connected above");
             c.round_trip(request, head).await
         };
-        let outcome = tokio::select! {
-            biased;
-            result = tokio::time::timeout(spec.timeout, attempt) => Some(result),
-            () = ctx.halt.raised() => None,
-        };
-        let Some(outcome) = outcome else {
-            ctx.tally.borrow_mut().interrupted += 1;
-            break;
-        };
+        // An interrupt aborts this task here, with the request counted in `in_flight`
+        // ([`join_or_cut`]): no per-request wake-up registration on the hot path.
+        ctx.in_flight.set(ctx.in_flight.get() + 1);
+        let outcome = tokio::time::timeout(spec.timeout, attempt).await;
+        ctx.in_flight.set(ctx.in_flight.get() - 1);
         let outcome = match outcome {
             Ok(result) => result,
             // The time-out struck while connecting: the request was never sent.
@@ -844,6 +841,29 @@ async fn slot(ctx: Rc<Ctx>, pacer: Rc<Pacer>, mut conn: Option<Conn>, handed: bo
         if let Some(until) = pause {
             tokio::time::sleep_until(until.into()).await;
         }
+    }
+}
+
+/// Waits for the slots to finish, or, when the run is interrupted, aborts them: what they
+/// had in flight is counted `interrupted` (cut, in no other count).
+async fn join_or_cut(ctx: &Ctx, mut handles: Vec<JoinHandle<()>>) {
+    let cut = tokio::select! {
+        () = async {
+            for h in handles.iter_mut() {
+                let _ = h.await;
+            }
+        } => false,
+        () = ctx.halt.raised() => true,
+    };
+    if cut {
+        for h in &handles {
+            h.abort();
+        }
+        for h in handles {
+            let _ = h.await;
+        }
+        ctx.tally.borrow_mut().interrupted += ctx.in_flight.get();
+        ctx.in_flight.set(0);
     }
 }
 
@@ -993,9 +1013,7 @@ async fn dispatch(
     if sched.exhausted() {
         sched.wake.notify_waiters();
     }
-    for h in handles {
-        let _ = h.await;
-    }
+    join_or_cut(&ctx, handles).await;
     // Everything due and never claimed is `not_sent`, counted, not dropped — also what the
     // generator could not even schedule at an absurd rate. An interrupt ends the schedule
     // where it stood: requests not yet due then were never due.

@@ -120,21 +120,29 @@ fn meta(result: &RunResult) -> String {
 }
 
 /// The step every target ran where none had broken the SLO yet, the last such; else the
-/// last step. Comparing there compares the targets under a load they all held.
+/// last step. Comparing there compares the targets under a load they all held. A step cut
+/// short by an interrupt is no place to compare.
 fn comparison_step(result: &RunResult) -> Option<u32> {
     let indices = step_indices(result);
+    let whole = |i: u32| {
+        result
+            .targets
+            .iter()
+            .all(|t| step_of(t, i).is_some_and(|s| !s.partial))
+    };
     indices
         .iter()
         .rev()
         .find(|&&i| {
-            result.targets.iter().all(|t| {
-                t.steps
-                    .iter()
-                    .filter(|s| s.index <= i)
-                    .all(|s| s.slo_held != Some(false))
-                    && step_of(t, i).is_some()
-            })
+            whole(i)
+                && result.targets.iter().all(|t| {
+                    t.steps
+                        .iter()
+                        .filter(|s| s.index <= i)
+                        .all(|s| s.slo_held != Some(false))
+                })
         })
+        .or_else(|| indices.iter().rev().find(|&&i| whole(i)))
         .or(indices.last())
         .copied()
 }

@@ -288,26 +288,34 @@ fn check_compatible(
                 target.name, target.url, theirs.url
             )));
         }
-        let steps = |t: &TargetResult| {
-            t.steps
-                .iter()
-                .map(|s| format!("{} at {}", s.index + 1, fmt_rate(s.offered_rps)))
-                .collect::<Vec<_>>()
-        };
-        let (ours, their) = (steps(target), steps(theirs));
-        let common = ours.len().min(their.len());
         let numbered = |t: &TargetResult| {
             t.steps
                 .iter()
                 .enumerate()
                 .all(|(i, s)| s.index as usize == i)
         };
-        if ours[..common] != their[..common] || !numbered(target) || !numbered(theirs) {
+        for (run, t) in [(1, target), (n, theirs)] {
+            if !numbered(t) {
+                return Err(mismatch(format!(
+                    "target \"{}\" in run {run}: its steps are not numbered 1, 2, 3, … (a \
+                     step is missing or repeated)",
+                    t.name
+                )));
+            }
+        }
+        let differs = target
+            .steps
+            .iter()
+            .zip(&theirs.steps)
+            .find(|(x, y)| x.offered_rps != y.offered_rps);
+        if let Some((x, y)) = differs {
             return Err(mismatch(format!(
-                "target \"{}\": run 1 and run {n} ran different steps: {} (run 1) vs {} (run {n})",
+                "target \"{}\": run 1 and run {n} ran step {} at different rates: {} (run 1) \
+                 vs {} (run {n})",
                 target.name,
-                ours.join(", "),
-                their.join(", ")
+                x.index + 1,
+                fmt_rate(x.offered_rps),
+                fmt_rate(y.offered_rps)
             )));
         }
     }

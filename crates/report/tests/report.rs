@@ -265,8 +265,8 @@ fn merge_refuses_runs_that_do_not_line_up() {
     other_rates.targets[1].steps[1].offered_rps = Some(400.0);
     assert_eq!(
         mismatch(&base, &other_rates),
-        "cannot merge: target \"rust\": run 1 and run 2 ran different steps: 1 at 100 rps, \
-         2 at 200 rps (run 1) vs 1 at 100 rps, 2 at 400 rps (run 2)"
+        "cannot merge: target \"rust\": run 1 and run 2 ran step 2 at different rates: \
+         200 rps (run 1) vs 400 rps (run 2)"
     );
 
     let mut other_model = base.clone();
@@ -746,4 +746,28 @@ fn older_files_get_sent_and_answered_from_their_error_kinds() {
     let back = read_json(&path).unwrap();
     let s = &back.targets[0].steps[0];
     assert_eq!((s.sent, s.answered, s.failed), (8, 4, 4));
+}
+
+/// A step cut short by an interrupt is not where the page compares the targets.
+#[test]
+fn the_page_never_compares_at_a_partial_step() {
+    let step = |i, rps| step_with_values(i, Some(rps), 1.0, &latencies(i as u64 + 20, 500, 900.0));
+    let mut run = run(
+        "a",
+        "ramp",
+        None,
+        vec![target(
+            "svc",
+            vec![step(0, 100.0), step(1, 200.0), step(2, 300.0)],
+        )],
+    );
+    run.interrupted = true;
+    run.targets[0].steps[2].partial = true;
+    let page = html(&run);
+    assert!(
+        page.contains("Latency by percentile (step 2,"),
+        "compared at step 2"
+    );
+    assert!(!page.contains("Latency by percentile (step 3,"));
+    assert!(page.contains("INTERRUPTED"));
 }
