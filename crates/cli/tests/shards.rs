@@ -162,6 +162,7 @@ fn answer_at_once(_: &str) -> Duration {
 /// The Job's `completions`, `parallelism` and the container's `args`, read from the
 /// manifest (block-style YAML as written there; a flow list or anchors would be refused).
 struct Job {
+    text: String,
     completions: u32,
     parallelism: u32,
     args: Vec<String>,
@@ -204,6 +205,7 @@ fn read_job() -> Job {
         completions: number("completions"),
         parallelism: number("parallelism"),
         args,
+        text,
     }
 }
 
@@ -432,6 +434,17 @@ fn the_manifest_runs_one_sharded_load_as_n_processes_merged_exactly() {
         "results travel on stdout"
     );
     assert!(job.args.iter().any(|a| a == "--no-progress"));
+    // A shard whose own part breaks the SLO exits 1: with a Job-wide `backoffLimit: 0` that
+    // failed the Job and Kubernetes killed the other shards mid-run. No index is retried
+    // (a retried shard would send its part twice), and none ends the others.
+    assert!(
+        job.text.contains("\n  backoffLimitPerIndex: 0\n"),
+        "no retry per index"
+    );
+    assert!(
+        !job.text.contains("\n  backoffLimit:"),
+        "no Job-wide failure limit"
+    );
     assert!(job.args.iter().any(|a| a == "--ramp"));
     assert_eq!(count, 4, "the delays below are laid out for 4 shards");
 
@@ -900,4 +913,109 @@ fn bad_shard_flags_are_one_line_and_exit_2() {
         assert_eq!(text.lines().count(), 1, "{args:?}: {text}");
         assert!(text.contains(needle), "{args:?}: {text}");
     }
+}
+
+/// `deploy/kubernetes/run.sh` end to end but for the cluster: a stand-in `kubectl` on PATH
+/// records what is applied and serves, as each pod's log, the output of a real shard process
+/// whose stdout and stderr went to one file — as the kubelet keeps them, interleaved. The
+/// script must pick each result line out of its log and merge the set.
+#[test]
+fn run_sh_picks_each_result_out_of_a_log_that_holds_stderr_too_and_merges_them() {
+    let job = read_job();
+    let count = job.completions;
+    let dir = scratch("run-sh");
+    let data = data_file(&dir, 500);
+    let server = Recorder::start(answer_at_once);
+    let swap = [
+        ("--ramp", "200,200,200"),
+        ("--slo", "p99<10s"),
+        ("--data", data.to_str().unwrap()),
+        ("-c", "8"),
+    ];
+    let (_, at) = start_in(Duration::from_secs(3));
+    let args = test_args(&job, &at, "k8s-run-sh", &swap, 100, &server.url());
+    let logs = dir.join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    let children: Vec<Child> = (0..count)
+        .map(|i| {
+            let log = std::fs::File::create(logs.join(format!("pod-{i}.log"))).unwrap();
+            Command::new(env!("CARGO_BIN_EXE_scalpel"))
+                .args(&args)
+                .env("JOB_COMPLETION_INDEX", i.to_string())
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        let out = finish(child, "shard");
+        assert!(out.status.success());
+    }
+    // The logs hold more than the result: the table and the waiting line from stderr.
+    let log0 = std::fs::read_to_string(logs.join("pod-0.log")).unwrap();
+    assert!(log0.lines().count() > 5 && log0.contains("p99"), "{log0}");
+
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let kubectl = bin.join("kubectl");
+    std::fs::write(
+        &kubectl,
+        r#"#!/usr/bin/env bash
+# A stand-in for kubectl: what run.sh asks of a cluster, answered from files.
+case "$1" in
+    apply) cat >>"$FAKE/applied.yaml" ;;
+    delete) ;;
+    wait) case "$*" in *condition=complete*) exit 0 ;; *) sleep 30 ;; esac ;;
+    get) all="$*"; idx="${all##*job-completion-index=}"; echo "pod-${idx%% *}" ;;
+    logs) cat "$FAKE/logs/$2.log" ;;
+    *) echo "kubectl stand-in: unexpected $*" >&2; exit 1 ;;
+esac
+"#,
+    )
+    .unwrap();
+    Command::new("chmod")
+        .arg("+x")
+        .arg(&kubectl)
+        .status()
+        .unwrap();
+    let out_dir = dir.join("out");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/kubernetes/run.sh");
+    let run = Command::new("bash")
+        .arg(&script)
+        .arg(&out_dir)
+        .env(
+            "PATH",
+            format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
+        )
+        .env("FAKE", &dir)
+        .env("LEAD", "0")
+        .env("SCALPEL", env!("CARGO_BIN_EXE_scalpel"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = finish(run, "run.sh");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // The Job was applied with the start time and run id filled in.
+    let applied = std::fs::read_to_string(dir.join("applied.yaml")).unwrap();
+    assert!(!applied.contains("PLACEHOLDER"), "{applied}");
+    assert!(applied.contains("value: \"k8s-"), "{applied}");
+    // Every shard's result was picked out whole, and the set merged.
+    for i in 0..count {
+        let text = std::fs::read_to_string(out_dir.join(format!("shard-{i}.json"))).unwrap();
+        let r: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(u(&r["shard"]["index"]), u64::from(i));
+    }
+    let merged: Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("merged.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        merged["shards"]["parts"].as_array().unwrap().len(),
+        count as usize
+    );
+    assert_eq!(u(&merged["targets"][0]["steps"][0]["requests"]), 100);
+    assert!(out_dir.join("merged.html").exists());
 }
