@@ -74,6 +74,7 @@ pub fn step_with_values(
         handshake_ms: None,
         handshake_histogram: None,
         h2: None,
+        start_late_s: None,
     }
 }
 
@@ -108,6 +109,8 @@ pub fn run(host: &str, model: &str, slo: Option<&str>, targets: Vec<TargetResult
         machine: machine(host),
         config: config(model, slo),
         targets,
+        shard: None,
+        shards: None,
     }
 }
 
@@ -208,6 +211,7 @@ pub fn simulated_step(
         handshake_ms: None,
         handshake_histogram: None,
         h2: None,
+        start_late_s: None,
     }
 }
 
