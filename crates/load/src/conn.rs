@@ -317,9 +317,13 @@ impl H2Slot {
     /// A live handle, opening the connection when needed; `sent` is called once the
     /// request is about to go out, then the request is sent and its body skipped.
     ///
-    /// A request the server's GOAWAY refused (never processed: RFC 9113 §6.8; nginx sends
-    /// one every `keepalive_requests`) goes out once more on a new connection, as an
-    /// HTTP/1.1 connection closed while idle is replaced: only a second refusal counts.
+    /// A request the server refused without processing it goes out once more, as an
+    /// HTTP/1.1 connection closed while idle is replaced: only a second refusal counts
+    /// as an error. Refused are the streams past a GOAWAY (RFC 9113 §6.8; nginx sends one
+    /// every `keepalive_requests`), sent again on a new connection, and a stream reset
+    /// with REFUSED_STREAM (§8.7: a server limiting concurrent streams refuses those a
+    /// client opened before its SETTINGS arrived), sent again on the same one. Both still
+    /// count among the step's HTTP/2 events.
     pub(crate) async fn exchange(
         &mut self,
         connector: &Connector,
@@ -340,7 +344,9 @@ impl H2Slot {
                     if failure.ends_connection() {
                         self.kill(generation);
                     }
-                    if failure == Failure::GoAway && !refused {
+                    let unprocessed =
+                        matches!(failure, Failure::GoAway | Failure::Reset("refused_stream"));
+                    if unprocessed && !refused {
                         refused = true;
                         continue;
                     }
