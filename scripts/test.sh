@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs everything CI checks, in order: formatting, lints, the release build, the Rust
-# tests, the Go tests and the Node tests. Stops at the first failure.
+# tests, the Go tests, the Node tests and the browser tests. Stops at the first failure.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -35,6 +35,9 @@ step "go: gofmt, vet, test"
 
 step "node tests (qr/node)"
 (cd qr/node && node --test)
+
+step "browser tests (tests/browser: the live pages in chromium, release scalpel)"
+(cd tests/browser && node --test)
 
 step "end to end: scalpel against the payments services"
 bash scripts/e2e.sh
