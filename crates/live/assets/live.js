@@ -178,8 +178,14 @@
       { label: 'time', key: 'at_ms', fmt: fmtTime },
       { label: 'endpoint', key: 'endpoint', text: true },
       { label: 'request', text: true, get: (x) => x.method + ' ' + x.target },
-      { label: 'fields that differ', cls: 'paths', get: (x) => (x.fields || []).map((f) => f.path + ' (' + f.kind + ')').join(', ') },
+      { label: 'fields that differ (primary → candidate)', cls: 'paths', get: (x) => (x.fields || []).map(field).join('; ') },
     ], diffs, (x) => ({ 'data-diff': (x.fields || []).map((f) => f.path).join(' ') }));
+  }
+  function field(f) {
+    const values = f.primary !== undefined || f.candidate !== undefined
+      ? ': ' + (f.primary === undefined ? '(absent)' : f.primary) + ' → ' + (f.candidate === undefined ? '(absent)' : f.candidate)
+      : '';
+    return f.path + ' (' + f.kind + ')' + values;
   }
   function fieldTable(endpoints) {
     const rows = [];
