@@ -20,6 +20,8 @@ use scalpel_load::{
 use scalpel_procstat::{SampleMark, TreeSampler};
 use scalpel_requests::{DataSet, Order, RenderedRequest, RequestSet, RequestTemplate};
 
+use crate::dashboard::{DashTarget, Dashboard};
+
 /// Arguments of `scalpel load`.
 #[derive(Debug, clap::Args)]
 #[command(
@@ -131,6 +133,21 @@ pub(crate) struct LoadArgs {
     #[arg(long, value_name = "FILE")]
     html: Option<PathBuf>,
 
+    /// Serve a live page of the run at this address (e.g. 127.0.0.1:9300): rates,
+    /// latency over time with the SLO line, CPU and memory, the ramp's step; at the end,
+    /// the same report as --html.
+    #[arg(long, value_name = "ADDR")]
+    dashboard: Option<std::net::SocketAddr>,
+
+    /// How long the dashboard keeps serving the final report after the run.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "5s",
+        requires = "dashboard"
+    )]
+    dashboard_linger: String,
+
     /// Show the live progress line even when stderr is not a terminal.
     #[arg(long, conflicts_with = "no_progress")]
     progress: bool,
@@ -142,7 +159,21 @@ pub(crate) struct LoadArgs {
 
 /// Runs `scalpel load`.
 pub(crate) fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
-    let (plan, targets) = build(&args)?;
+    let (plan, targets, watched) = build(&args)?;
+    let linger = duration_arg("--dashboard-linger", &args.dashboard_linger)?;
+    let dashboard = match args.dashboard {
+        Some(addr) => {
+            let model = match plan.model {
+                Model::Closed => "closed",
+                Model::Open { .. } => "open",
+                Model::Ramp { .. } => "ramp",
+            };
+            let d = Dashboard::start(addr, model, args.slo.clone(), watched)?;
+            tracing::info!("dashboard: http://{}/", d.addr());
+            Some(d)
+        }
+        None => None,
+    };
     let show_progress = !args.no_progress && (args.progress || std::io::stderr().is_terminal());
     let tty = std::io::stderr().is_terminal();
     let mut line = ProgressLine {
@@ -151,8 +182,16 @@ pub(crate) fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
         last_print: None,
         printed: false,
     };
-    let result = scalpel_load::run(&plan, targets, &mut |p| line.show(p))?;
+    let result = scalpel_load::run(&plan, targets, &mut |p| {
+        line.show(p);
+        if let Some(d) = &dashboard {
+            d.progress(p);
+        }
+    })?;
     line.finish();
+    if let Some(d) = &dashboard {
+        d.finish(scalpel_report::html(&result));
+    }
     if let Some(path) = &args.json {
         scalpel_report::write_json(&result, path)
             .with_context(|| format!("cannot write {}", path.display()))?;
@@ -169,6 +208,9 @@ pub(crate) fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
     {
         return Err(e.into());
     }
+    if let Some(d) = dashboard {
+        d.close(linger);
+    }
     let broke = result.targets.iter().any(|t| t.breaking_point.is_some());
     Ok(if broke {
         ExitCode::from(1)
@@ -184,7 +226,7 @@ fn duration_arg(flag: &str, text: &str) -> anyhow::Result<Duration> {
 }
 
 /// Turns the raw flags into the plan and the targets; every error is one line.
-fn build(args: &LoadArgs) -> anyhow::Result<(Plan, Vec<Target>)> {
+fn build(args: &LoadArgs) -> anyhow::Result<(Plan, Vec<Target>, Vec<DashTarget>)> {
     // Targets and the path template.
     let (bases, template): (Vec<(String, String)>, String) = if args.targets.is_empty() {
         let url = args.url.as_deref().ok_or_else(|| {
@@ -332,20 +374,30 @@ fn build(args: &LoadArgs) -> anyhow::Result<(Plan, Vec<Target>)> {
 
     // Targets with their watchers.
     let mut targets = Vec::new();
+    let mut watched = Vec::new();
     for (name, base) in &bases {
         let mut target = Target::new(name, base, source.clone())?;
+        let mut sampler_of = None;
         if let Some(pid) = watch_for(name, &bases, &args.watch_pid, &args.watch_port)? {
-            let sampler = TreeSampler::start(pid, Duration::from_millis(100))
-                .with_context(|| format!("cannot watch process {pid}"))?;
+            let sampler = Arc::new(
+                TreeSampler::start(pid, Duration::from_millis(100))
+                    .with_context(|| format!("cannot watch process {pid}"))?,
+            );
+            sampler_of = Some(sampler.clone());
             target = target.with_watch(Box::new(ProcWatch {
                 sampler,
                 mark: None,
             }));
         }
         targets.push(target);
+        watched.push(DashTarget {
+            name: name.clone(),
+            url: base.clone(),
+            sampler: sampler_of,
+        });
     }
     // `scalpel_load::run` probes every target with one request before any load.
-    Ok((plan, targets))
+    Ok((plan, targets, watched))
 }
 
 /// Splits `http://host:port/path?q` into the base URL and the path template (default `/`).
@@ -464,7 +516,8 @@ impl RequestSource for TemplateSource {
 /// `scalpel-procstat` behind the load crate's resource seam.
 #[derive(Debug)]
 struct ProcWatch {
-    sampler: TreeSampler,
+    /// Shared with the dashboard, which shows its latest sample.
+    sampler: Arc<TreeSampler>,
     mark: Option<SampleMark>,
 }
 

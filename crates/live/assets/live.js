@@ -239,24 +239,14 @@
         fmtCount(t.errors) + ' errors',
         num(t.cpu_percent) ? 'CPU ' + t.cpu_percent.toFixed(0) + '%' : null,
         num(t.rss_bytes) ? 'RSS ' + fmtBytes(t.rss_bytes) : null].filter(Boolean).join(' · '),
-      color(i), t.slo_broken ? 'bad' : null)))]);
+      color(i))))]);
     const label = d.state === 'finished' ? 'finished' : ('step ' + ((step.index || 0) + 1) + ' of ' + (step.count || 1) +
       (num(step.offered_rps) ? ' at ' + fmtRate(step.offered_rps) + ' req/s offered' : '') + (step.target ? ' · now loading ' + step.target : ''));
     out.push(['progress', el('div', { class: 'steps' },
       el('label', { for: 'load-steps', text: label }),
       el('progress', { id: 'load-steps', max: step.count || 1, value: d.state === 'finished' ? (step.count || 1) : (step.index || 0) }),
       el('span', { class: 'note', text: (d.model || '') + (d.slo ? ' · SLO ' + d.slo : '') + ' · ' + fmtDur(d.elapsed_s) + ' elapsed' + (num(d.left_s) ? ' · ' + fmtDur(d.left_s) + ' left' : '') }))]);
-    out.push(['charts', section('Over time', el('p', { class: 'note', text: 'One point a second. Live percentiles come from a 1/16-octave histogram (within 2.2%); the report at the end has the exact HdrHistogram figures.' }), charts(snap, 'load-'))]);
-    out.push(['steps', section('Finished steps', table('Each step as the report will show it', [
-      { label: 'target', key: 'target', text: true },
-      { label: 'step', key: 'index', fmt: (v) => v + 1 },
-      { label: 'offered req/s', key: 'offered_rps', fmt: fmtRate },
-      { label: 'achieved req/s', key: 'achieved_rps', fmt: fmtRate },
-      { label: 'p50 ms', key: 'p50_ms', fmt: fmtMs },
-      { label: 'p99 ms', key: 'p99_ms', fmt: fmtMs },
-      { label: 'errors', key: 'errors', fmt: fmtCount },
-      { label: 'SLO', key: 'slo_held', fmt: (v) => v === true ? 'held' : (v === false ? 'broken' : dash) },
-    ], d.steps))]);
+    out.push(['charts', section('Over time', el('p', { class: 'note', text: 'One point a second. Latency percentiles cover each last second, from coarse buckets (within 3.2%); the report at the end has the exact HdrHistogram figures.' }), charts(snap, 'load-'))]);
     if (d.state === 'finished' && !finished) {
       finished = true;
       // The server now answers `/` with the same report as --html: show it.

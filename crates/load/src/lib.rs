@@ -70,6 +70,7 @@
 //!   drift of the machine hits every target alike.
 
 mod http1;
+mod live_latency;
 pub mod result;
 mod run;
 mod slo;
@@ -77,6 +78,7 @@ mod timer;
 mod worker;
 
 pub use http1::{Endpoint, RequestParts, UrlError};
+pub use live_latency::LiveLatency;
 pub use run::{
     FixedRequest, LoadError, Model, Plan, Progress, RequestSource, ResourceUsage, ResourceWatch,
     StepLimit, Target, probe, run,

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::http1::{Conn, Endpoint, RequestParts, UrlError};
+use crate::live_latency::{LiveLatency, Window};
 use crate::result::{
     BreakingPoint, FORMAT_VERSION, LatencySummary, Machine, RunConfig, RunResult, StepResult,
     TargetResult, encode_histogram,
@@ -208,6 +209,9 @@ pub struct Progress<'a> {
     pub rps: f64,
     /// Mean latency over the last interval in ms.
     pub mean_latency_ms: f64,
+    /// Percentiles over the last full second (within 3.2 %; `None` before the first
+    /// second of a segment or when nothing was answered in it).
+    pub latency_ms: Option<LiveLatency>,
     /// Errors so far in this segment.
     pub errors: u64,
     /// Requests completed so far in this segment.
@@ -419,6 +423,7 @@ pub fn run(
                     w.begin();
                 }
                 let mut last = (Instant::now(), 0u64, 0u64);
+                let mut window = Window::new();
                 let name = target.name.clone();
                 let steps = rates.len() as u32;
                 let seg_left_after = segments_left.saturating_sub(1);
@@ -441,6 +446,7 @@ pub fn run(
                     let left = segment_time.map(|seg| {
                         seg.saturating_sub(now.saturating_duration_since(t0)) + seg * seg_left_after
                     });
+                    let latency_ms = window.update(lives.iter().map(|l| &l.buckets));
                     progress(&Progress {
                         target: &name,
                         step: step_index as u32,
@@ -448,6 +454,7 @@ pub fn run(
                         offered_rps: *rate,
                         rps: dn as f64 / dt,
                         mean_latency_ms: mean,
+                        latency_ms,
                         errors,
                         completed,
                         left,
