@@ -136,6 +136,11 @@ export function watchConsole(page) {
   return problems;
 }
 
+/// With `./run screenshots`, waits `ms` so the page's charts have some history first.
+export async function settleForShot(ms) {
+  if (SHOTS) await sleep(ms);
+}
+
 /// Saves a screenshot of the whole page when `./run screenshots` asked for them.
 export async function screenshot(page, name) {
   if (!SHOTS) return;

@@ -5,33 +5,38 @@ import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { SCALPEL, browser, freePort, http, screenshot, start, tempDir, until, upstream, watchConsole } from './lib.mjs';
+import { SCALPEL, browser, freePort, http, screenshot, settleForShot, start, tempDir, until, watchConsole } from './lib.mjs';
 
 test('load --dashboard: the chart advances during the run, then the page is the report', async () => {
-  // A target whose latency grows with the rate, so the chart has a shape.
-  let inFlight = 0;
-  const target = await upstream((req, res) => {
-    inFlight++;
-    setTimeout(() => {
-      inFlight--;
-      res.writeHead(200, { 'content-type': 'application/json' });
-      res.end('{"ok":true}');
-    }, 2 + Math.min(inFlight, 20));
-  });
+  // A target process of its own (so --watch-pid has a tree to sample) whose latency grows
+  // with the requests in flight, so the chart has a shape.
+  const port = await freePort();
+  const target = start(process.execPath, ['-e', `
+    let inFlight = 0;
+    require('node:http').createServer((req, res) => {
+      inFlight++;
+      setTimeout(() => {
+        inFlight--;
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end('{"ok":true}');
+      }, 2 + Math.min(inFlight, 20));
+    }).listen(${port}, '127.0.0.1');
+  `]);
+  await until('the target', async () => (await http(`http://127.0.0.1:${port}/`)).status === 200, 30000);
   const dir = tempDir('scalpel-live-load-');
   const html = join(dir, 'report.html');
   const dash = await freePort();
   const load = start(SCALPEL, [
-    'load', '--ramp', '40,40,160', '--step-duration', '3s', '--slo', 'p99<50ms,errors<1%',
-    '--watch-pid', String(process.pid), '--threads', '1', '-c', '4',
+    'load', '--ramp', '40,40,240', '--step-duration', '3s', '--slo', 'p99<500ms,errors<5%',
+    '--watch-pid', String(target.child.pid), '--threads', '1', '-c', '4',
     '--dashboard', `127.0.0.1:${dash}`, '--dashboard-linger', '10s', '--html', html,
-    `http://127.0.0.1:${target.port}/v1/accounts`,
+    `http://127.0.0.1:${port}/v1/accounts`,
   ]);
   const chrome = await browser();
   after(async () => {
     await chrome.close();
     await load.stop();
-    await target.close();
+    await target.stop();
   });
   await until('the dashboard', async () => (await http(`http://127.0.0.1:${dash}/`)).status === 200, 30000)
     .catch((e) => { throw new Error(e.message + '\n' + load.output()); });
@@ -57,9 +62,10 @@ test('load --dashboard: the chart advances during the run, then the page is the 
   }, first, { timeout: 30000 });
   assert.equal(await page.evaluate(() => window.__notReloaded), true);
   // The SLO's latency bound is drawn, and the step is shown.
-  assert.match(await page.textContent('[data-chart="load-latency"]'), /SLO p99 < 50 ms/);
-  assert.match(await page.textContent('[data-section="progress"]'), /step \d of 4/);
+  assert.match(await page.textContent('[data-chart="load-latency"]'), /SLO p99 < 500 ms/);
+  assert.match(await page.textContent('[data-section="progress"]'), /step \d of 6/);
   assert.ok(await page.$('[data-chart="load-cpu"] svg'), 'the watched process has a CPU chart');
+  await settleForShot(6000);
   await screenshot(page, 'live-load.png');
 
   // At the end the page turns into the report, the same bytes as --html.

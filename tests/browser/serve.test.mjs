@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import {
-  ROOT, SCALPEL, browser, freeBase, freePort, http, screenshot, sleep, start, tempDir, until, watchConsole,
+  ROOT, SCALPEL, browser, freeBase, freePort, http, screenshot, settleForShot, sleep, start, tempDir, until, watchConsole,
 } from './lib.mjs';
 
 const APP = join(ROOT, 'crates/serve/tests/apps/app.js');
@@ -39,6 +39,10 @@ workers = 1
 port_base = ${nextBase}
 start_timeout_ms = 60000
 env = { APP_TAG = "next" }
+
+[[route]]
+prefix = "/block"
+app = "web"
 
 [[route]]
 prefix = "/"
@@ -82,7 +86,8 @@ split = [{ app = "web", weight = 3 }, { app = "next", weight = 1 }]
         && row.textContent.includes('unhealthy')) return row.dataset.worker;
     }
     return false;
-  }, before, { timeout: 60000, polling: 200 });
+  }, before, { timeout: 60000, polling: 200 })
+    .catch(async (e) => { throw new Error(e.message + '\n' + await page.textContent('#content') + '\n' + serve.output().slice(-3000)); });
   const slot = await successor.jsonValue();
   assert.match(slot, /^web\/[01]$/);
   assert.equal(await page.evaluate(() => window.__notReloaded), true, 'the page was not reloaded');
@@ -92,8 +97,16 @@ split = [{ app = "web", weight = 3 }, { app = "next", weight = 1 }]
   assert.ok(w.restarts >= 1);
 
   await page.waitForSelector('[data-section="routes"] td');
-  await page.waitForFunction(() => document.querySelectorAll('[data-chart="route-rate"] polyline').length === 2);
+  await page.waitForFunction(() => document.querySelectorAll('[data-chart="route-rate"] polyline').length === 3);
+  await settleForShot(20000);
   await screenshot(page, 'live-serve.png');
+
+  // The blocked process is gone (SIGKILL after stop_grace_ms) before the reload, whose
+  // new incarnation of that slot takes the port the blocked one held.
+  await blocked;
+  await until('the blocked process gone', async () => {
+    try { process.kill(Number(before.find((p) => !(statusNow.apps[0].workers.some((x) => String(x.pid) === p)))), 0); return false; } catch (e) { return true; }
+  }, 30000);
 
   // The reload button, reached by keyboard: skip link, then the button.
   await page.keyboard.press('Tab');
@@ -101,14 +114,14 @@ split = [{ app = "web", weight = 3 }, { app = "next", weight = 1 }]
   assert.equal(await page.evaluate(() => document.activeElement.textContent), 'Reload workers');
   const pidsBeforeReload = await page.$$eval('tr[data-worker]', (rows) => rows.map((r) => r.dataset.pid));
   await page.keyboard.press('Enter');
-  await page.waitForFunction(() => document.getElementById('live-result').textContent === 'Reload workers: done', null, { timeout: 90000 });
+  await page.waitForFunction(() => document.getElementById('live-result').textContent === 'Reload workers: done', null, { timeout: 90000 })
+    .catch(async (e) => { throw new Error(e.message + '\nresult: ' + await page.textContent('#live-result') + '\n' + serve.output().slice(-4000)); });
   await page.waitForFunction((old) => {
     const rows = [...document.querySelectorAll('tr[data-worker]')];
     return rows.length === 3 && rows.every((r) => r.dataset.state === 'ready' && !old.includes(r.dataset.pid));
   }, pidsBeforeReload, { timeout: 30000 });
 
   traffic = false;
-  await blocked;
   assert.deepEqual(problems, []);
 });
 
@@ -139,14 +152,22 @@ path = "/healthz"
     await serve.stop();
   });
   await until('the admin address', async () => (await http(`http://127.0.0.1:${admin}/status`)).status === 200, 90000);
-  for (let i = 0; i < 20; i++) await http(`http://127.0.0.1:${listen}/`).catch(() => {});
+  let traffic = true;
+  (async () => {
+    while (traffic) {
+      await http(`http://127.0.0.1:${listen}/`).catch(() => {});
+      await sleep(100);
+    }
+  })();
   const page = await chrome.context.newPage();
   const problems = watchConsole(page);
   await page.goto(`http://127.0.0.1:${admin}/`);
   await page.waitForSelector('tr[data-worker="web/1"][data-state="ready"]', { timeout: 60000 });
   const bg = await page.evaluate(() => getComputedStyle(document.body).backgroundColor);
   assert.equal(bg, 'rgb(15, 22, 29)', 'dark background from prefers-color-scheme');
-  await sleep(2500);
+  await page.waitForSelector('[data-chart="route-rate"] svg');
+  await settleForShot(12000);
   await screenshot(page, 'live-serve-dark.png');
+  traffic = false;
   assert.deepEqual(problems, []);
 });

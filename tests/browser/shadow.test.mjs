@@ -2,7 +2,7 @@
 // one endpoint shows up with its field path, per-endpoint consistency and both latencies.
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { SCALPEL, browser, freePort, http, screenshot, start, until, upstream, watchConsole } from './lib.mjs';
+import { SCALPEL, SHOTS, browser, freePort, http, screenshot, sleep, start, until, upstream, watchConsole } from './lib.mjs';
 
 function account(req, res, candidate) {
   const url = new URL(req.url, 'http://x');
@@ -77,6 +77,14 @@ test('shadow proxy: the page shows a planted difference with its field path', as
   assert.match(cards, /90\.0%/);
   assert.match(cards, /skipped/);
   await page.waitForFunction(() => document.querySelectorAll('[data-chart="shadow-latency"] polyline').length === 4);
+  if (SHOTS) {
+    // Some history for the charts: ten users a second for fifteen seconds.
+    for (let s = 0; s < 15; s++) {
+      for (let id = 1; id <= 10; id++) await http(`http://127.0.0.1:${listen}/v1/users/${id}`);
+      await sleep(1000);
+    }
+    await sleep(1500);
+  }
   await screenshot(page, 'live-shadow.png');
   assert.deepEqual(problems, []);
 });

@@ -263,6 +263,12 @@ fn answer(state: &Mutex<State>, req: &Request<Incoming>) -> Response<Full<Bytes>
         );
         return res;
     }
+    if path == "/favicon.ico" {
+        // The report names no icon, so a browser asks for this one: nothing, and no error.
+        let mut res = Response::new(Full::new(Bytes::new()));
+        *res.status_mut() = StatusCode::NO_CONTENT;
+        return res;
+    }
     let reply = if let Some(r) = s.page.asset(method, path) {
         r
     } else if path == scalpel_live::SNAPSHOT_PATH && method == "GET" {

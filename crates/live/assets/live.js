@@ -57,10 +57,11 @@
   }
   function fmtDur(s) {
     if (!num(s)) return dash;
-    if (s < 60) return s.toFixed(1) + ' s';
+    if (s < 60) return (Number.isInteger(s) ? s : s.toFixed(1)) + ' s';
     const m = Math.floor(s / 60);
-    if (m < 60) return m + ' min ' + Math.floor(s % 60) + ' s';
-    return Math.floor(m / 60) + ' h ' + (m % 60) + ' min';
+    const rest = Math.floor(s % 60);
+    if (m < 60) return m + ' min' + (rest ? ' ' + rest + ' s' : '');
+    return Math.floor(m / 60) + ' h' + (m % 60 ? ' ' + (m % 60) + ' min' : '');
   }
   function fmtTime(ms) { return num(ms) ? new Date(ms).toLocaleTimeString() : dash; }
 
@@ -178,7 +179,7 @@
       { label: 'time', key: 'at_ms', fmt: fmtTime },
       { label: 'endpoint', key: 'endpoint', text: true },
       { label: 'request', text: true, get: (x) => x.method + ' ' + x.target },
-      { label: 'fields that differ (primary → candidate)', cls: 'paths', get: (x) => (x.fields || []).map(field).join('; ') },
+      { label: 'fields that differ (primary → candidate)', text: true, cls: 'paths', get: (x) => (x.fields || []).map(field).join('; ') },
     ], diffs, (x) => ({ 'data-diff': (x.fields || []).map((f) => f.path).join(' ') }));
   }
   function field(f) {
@@ -192,7 +193,7 @@
     for (const ep of endpoints || []) for (const f of ep.fields || []) rows.push(Object.assign({ endpoint: ep.endpoint }, f));
     return table('Fields that differ, by count', [
       { label: 'endpoint', key: 'endpoint', text: true },
-      { label: 'field path', key: 'path', cls: 'paths' },
+      { label: 'field path', key: 'path', text: true, cls: 'paths' },
       { label: 'kind', key: 'kind', text: true },
       { label: 'requests', key: 'count', fmt: fmtCount },
     ], rows);

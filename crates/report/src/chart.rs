@@ -67,18 +67,33 @@ impl Chart {
         let series = self
             .lines
             .iter()
-            .map(|l| Series {
-                name: l.name.clone(),
-                color: color(l.color_index),
-                dash: l.dashed.then_some("5 3"),
-                markers: false,
-                points: l
+            .map(|l| {
+                let points: Vec<(f64, f64)> = l
                     .points
                     .iter()
                     .copied()
                     .filter(|(x, y)| x.is_finite() && y.is_finite() && (!self.y_log || *y > 0.0))
-                    .collect(),
-                titles: Vec::new(),
+                    .collect();
+                // A line of one or two points is hard to see without its points.
+                let markers = points.len() <= 2;
+                Series {
+                    name: l.name.clone(),
+                    color: color(l.color_index),
+                    dash: l.dashed.then_some("5 3"),
+                    markers,
+                    titles: points
+                        .iter()
+                        .map(|(x, y)| {
+                            format!(
+                                "{}: {} at {}",
+                                l.name,
+                                svg::tick_label(*y),
+                                svg::tick_label(*x)
+                            )
+                        })
+                        .collect(),
+                    points,
+                }
             })
             .collect();
         LineChart {

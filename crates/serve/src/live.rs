@@ -296,7 +296,7 @@ impl Live {
                 }
             })
             .collect();
-        let routes: Vec<RouteOut> = shared
+        let mut routes: Vec<RouteOut> = shared
             .routes
             .iter()
             .zip(&ticks.routes)
@@ -332,6 +332,28 @@ impl Live {
                 }
             })
             .collect();
+        if shared.routes.is_empty()
+            && let Some(a) = apps.first()
+        {
+            // No [[route]]: every request goes to the first app, as one implicit route.
+            routes.push(RouteOut {
+                index: 0,
+                prefix: "/".into(),
+                arms: vec![ArmOut {
+                    app: a.name.clone(),
+                    weight: 1,
+                    requests: shared.apps[0]
+                        .metrics
+                        .requests
+                        .load(std::sync::atomic::Ordering::Relaxed),
+                    rps: a.rps,
+                    errors_per_s: a.errors_per_s,
+                    p50_ms: a.p50_ms,
+                    p90_ms: a.p90_ms,
+                    p99_ms: a.p99_ms,
+                }],
+            });
+        }
         let mirrors = mirrors
             .into_iter()
             .map(|m| {
@@ -368,9 +390,6 @@ impl Live {
 }
 
 fn charts(snap: &mut Snapshot, shared: &Shared, ticks: &Ticks, now_t: f64) {
-    if shared.routes.is_empty() {
-        return;
-    }
     let x = |t: f64| (t - now_t).min(0.0);
     let x_label = "seconds (0 = now)".to_string();
     let mut rate = Vec::new();
@@ -378,7 +397,7 @@ fn charts(snap: &mut Snapshot, shared: &Shared, ticks: &Ticks, now_t: f64) {
         for (ai, &(app, _)) in route.cfg.arms.iter().enumerate() {
             rate.push(Line {
                 name: format!("{} → {}", route.cfg.prefix, shared.apps[app].cfg.name),
-                color_index: app,
+                color_index: rate.len(),
                 dashed: false,
                 points: series
                     .points
@@ -387,6 +406,22 @@ fn charts(snap: &mut Snapshot, shared: &Shared, ticks: &Ticks, now_t: f64) {
                     .collect(),
             });
         }
+    }
+    if let (true, Some(app), Some(series)) = (
+        shared.routes.is_empty(),
+        shared.apps.first(),
+        ticks.apps.first(),
+    ) {
+        rate.push(Line {
+            name: format!("/ → {}", app.cfg.name),
+            color_index: 0,
+            dashed: false,
+            points: series
+                .points
+                .iter()
+                .map(|p| (x(p.t), p.requests as f64 / p.dt))
+                .collect(),
+        });
     }
     snap.push_chart(
         "route-rate",
