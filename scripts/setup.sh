@@ -19,6 +19,8 @@ need wrk || missing+=(wrk)
 need h2load || missing+=(nghttp2-client)
 need chromium || missing+=(chromium)
 need openssl || missing+=(openssl)
+# the system trust store scalpel-http reads by default (its tests expect a non-empty one)
+[ -s /etc/ssl/certs/ca-certificates.crt ] || missing+=(ca-certificates)
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && need apt-get; then
         apt-get update -qq
@@ -46,4 +48,9 @@ fi
 step "go modules (payments/go)"
 if [ -f payments/go/go.mod ]; then
     (cd payments/go && go mod download)
+fi
+
+step "python packages (kubernetes-validate: the deploy manifests checked offline)"
+if ! command -v kubernetes-validate >/dev/null 2>&1; then
+    python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore kubernetes-validate
 fi

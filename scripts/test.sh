@@ -38,6 +38,8 @@ step "node tests (qr/node)"
 
 step "browser tests (tests/browser: the live pages in chromium, release scalpel)"
 (cd tests/browser && node --test)
+step "deploy manifests: kubernetes-validate --strict"
+kubernetes-validate --strict --quiet -k 1.31.0 deploy/kubernetes/*.yaml
 
 step "end to end: scalpel against the payments services"
 bash scripts/e2e.sh
