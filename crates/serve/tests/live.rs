@@ -152,3 +152,41 @@ async fn a_restarted_worker_shows_its_last_restart_reason() {
     assert!(w["last_restart"]["ago_s"].as_f64().unwrap() >= 0.0);
     h.server.shutdown().await;
 }
+
+/// A mirrored route: the page's snapshot has the consistency and the newest differences
+/// with their field paths and both values, ignored fields left out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_snapshot_shows_the_mirror_newest_differences_by_field_path() {
+    let toml = format!(
+        "{SERVER}{a}{c}\n[[route]]\nprefix = \"/\"\napp = \"a\"\nmirror = \"c\"\nmirror_ignore = [\"$.pid\"]\n",
+        a = node_app("a", 1, "round_robin", "env = { APP_TAG = \"A\" }"),
+        c = node_app("c", 1, "round_robin", "env = { APP_TAG = \"C\" }"),
+    );
+    let h = start(&toml).await;
+    for _ in 0..5 {
+        assert_eq!(h.get("/").await.unwrap().json()["tag"], "A");
+    }
+    let mut mirror = serde_json::Value::Null;
+    for _ in 0..300 {
+        let snap = admin_get(&h, "/live/snapshot", None).await.json();
+        mirror = snap["data"]["mirrors"][0].clone();
+        if mirror["compared"] == 5 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(mirror["compared"], 5, "{mirror}");
+    assert_eq!(mirror["mismatched"], 5);
+    assert_eq!(mirror["consistency_percent"], 0.0);
+    assert_eq!(mirror["mirror"], "c");
+    let newest = mirror["newest_differences"].as_array().unwrap();
+    assert_eq!(newest.len(), 5);
+    let fields = newest[0]["fields"].as_array().unwrap();
+    let paths: Vec<&str> = fields.iter().map(|f| f["path"].as_str().unwrap()).collect();
+    assert_eq!(paths, ["$.tag"], "{mirror}");
+    assert_eq!(fields[0]["primary"], "\"A\"");
+    assert_eq!(fields[0]["candidate"], "\"C\"");
+    assert_eq!(newest[0]["method"], "GET");
+    assert_eq!(newest[0]["target"], "/");
+    h.server.shutdown().await;
+}
