@@ -19,7 +19,7 @@ use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use scalpel_live::{Chart, History, Kind, Line, Page, Snapshot};
-use scalpel_load::Progress;
+use scalpel_load::{Progress, Slo, Stop};
 use scalpel_procstat::TreeSampler;
 use serde::Serialize;
 
@@ -78,7 +78,7 @@ struct State {
     page: Page,
     started: Instant,
     model: &'static str,
-    slo: Option<String>,
+    slo: Option<Slo>,
     step: StepNow,
     left_s: Option<f64>,
     targets: Vec<TargetState>,
@@ -104,7 +104,7 @@ impl Dashboard {
     pub(crate) fn start(
         addr: SocketAddr,
         model: &'static str,
-        slo: Option<String>,
+        slo: Option<Slo>,
         targets: Vec<DashTarget>,
     ) -> anyhow::Result<Dashboard> {
         let listener = std::net::TcpListener::bind(addr)
@@ -202,10 +202,12 @@ impl Dashboard {
         lock(&self.state).report = Some(Arc::new(report));
     }
 
-    /// Keeps serving for `linger` (so an open page fetches the report), then stops.
-    pub(crate) fn close(mut self, linger: Duration) {
-        if !linger.is_zero() {
-            std::thread::sleep(linger);
+    /// Keeps serving for `linger` (so an open page fetches the report) unless `stop` is
+    /// set (a signal), then stops.
+    pub(crate) fn close(mut self, linger: Duration, stop: &Stop) {
+        let until = Instant::now() + linger;
+        while !stop.is_stopped() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(50).min(until - Instant::now()));
         }
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
@@ -338,7 +340,7 @@ fn snapshot(s: &State) -> Snapshot {
             "running"
         },
         model: s.model,
-        slo: s.slo.as_deref(),
+        slo: s.slo.as_ref().map(Slo::as_str),
         elapsed_s: (s.started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
         left_s: s.left_s.map(|l| l.round()),
         step: &s.step,
@@ -394,12 +396,12 @@ fn snapshot(s: &State) -> Snapshot {
     );
     let limits = s
         .slo
-        .as_deref()
+        .as_ref()
         .map(|slo| {
             ["p99", "p50"]
                 .iter()
                 .filter_map(|f| {
-                    scalpel_report::chart::slo_latency_bound_ms(slo, f)
+                    slo.latency_bound_ms(f)
                         .map(|ms| (ms, format!("SLO {f} < {ms} ms")))
                 })
                 .collect()

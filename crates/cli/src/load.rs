@@ -1,5 +1,7 @@
 //! `scalpel load`: flags → a [`scalpel_load::Plan`] and [`scalpel_load::Target`]s, run,
-//! print the summary table, write `--json`/`--html`, exit 0 (SLO held or none), 1 (broken).
+//! print the summary table, write `--json`/`--html`, exit 0 (SLO held or none), 1 (broken),
+//! 2 (bad usage, or a result that could not be written), 128 + the signal (130 for
+//! Ctrl-C) when interrupted — after printing and writing what was measured.
 //!
 //! Templates come from `scalpel-requests`, process sampling from `scalpel-procstat`, output
 //! from `scalpel-report`; this module only adapts them to the load crate's two seams
@@ -10,12 +12,13 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
 use scalpel_load::{
     Model, Plan, Progress, RequestParts, RequestSource, ResourceUsage, ResourceWatch, Slo,
-    StepLimit, Target,
+    StepLimit, Stop, Target,
 };
 use scalpel_procstat::{SampleMark, TreeSampler};
 use scalpel_requests::{DataSet, Order, RenderedRequest, RequestSet, RequestTemplate};
@@ -42,7 +45,8 @@ pub(crate) struct LoadArgs {
     #[arg(short = 'c', long, default_value_t = 50, value_name = "N")]
     connections: u32,
 
-    /// Open model: requests per second on a fixed schedule.
+    /// Open model: requests per second on a fixed schedule (at most 10,000,000: above that
+    /// one generator cannot even schedule the requests; run several and merge).
     #[arg(long, value_name = "R", conflicts_with = "ramp")]
     rate: Option<f64>,
 
@@ -67,9 +71,10 @@ pub(crate) struct LoadArgs {
     #[arg(long, value_name = "DURATION")]
     step_duration: Option<String>,
 
-    /// Open models: most requests in flight per target (and connections).
-    #[arg(long, default_value_t = 1000, value_name = "N")]
-    max_in_flight: u32,
+    /// Open models: most requests in flight per target (and connections). Default 1000,
+    /// lowered to fit the open-file limit.
+    #[arg(long, value_name = "N")]
+    max_in_flight: Option<u32>,
 
     /// OS threads generating load, each with its own runtime. Default: the number of CPUs.
     #[arg(long, value_name = "N")]
@@ -157,8 +162,29 @@ pub(crate) struct LoadArgs {
     no_progress: bool,
 }
 
+/// The highest rate one generator is asked to schedule, per target. A request costs the
+/// generator at least ~1 µs of CPU on a thread, so far below this rate it falls behind
+/// (counted `late` and `not_sent`); above it, the figure would describe the generator, not
+/// the target. Several machines and `scalpel report merge` go further.
+const MAX_RATE: f64 = 10_000_000.0;
+
+/// Descriptors a run needs beside its connections: stdio, each thread's epoll, eventfd and
+/// timerfd, /proc files of the samplers, the result files.
+const SPARE_FDS: u64 = 64;
+
+/// `--max-in-flight` when not given.
+const DEFAULT_MAX_IN_FLIGHT: u32 = 1000;
+
 /// Runs `scalpel load`.
-pub(crate) fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(mut args: LoadArgs) -> anyhow::Result<ExitCode> {
+    // Before any thread exists, so every thread inherits the mask and only the watcher
+    // below receives SIGINT and SIGTERM.
+    let stop = Stop::new();
+    let signal = watch_signals(stop.clone())?;
+    for path in [&args.json, &args.html].into_iter().flatten() {
+        scalpel_report::check_writable(path)?;
+    }
+    fit_descriptors(&mut args)?;
     let (plan, targets, watched) = build(&args)?;
     let linger = duration_arg("--dashboard-linger", &args.dashboard_linger)?;
     let dashboard = match args.dashboard {
@@ -168,7 +194,7 @@ pub(crate) fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
                 Model::Open { .. } => "open",
                 Model::Ramp { .. } => "ramp",
             };
-            let d = Dashboard::start(addr, model, args.slo.clone(), watched)?;
+            let d = Dashboard::start(addr, model, plan.slo.clone(), watched)?;
             tracing::info!("dashboard: http://{}/", d.addr());
             Some(d)
         }
@@ -182,24 +208,22 @@ pub(crate) fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
         last_print: None,
         printed: false,
     };
-    let result = scalpel_load::run(&plan, targets, &mut |p| {
-        line.show(p);
-        if let Some(d) = &dashboard {
-            d.progress(p);
-        }
-    })?;
+    let result = scalpel_load::run_until(
+        &plan,
+        targets,
+        &mut |p| {
+            line.show(p);
+            if let Some(d) = &dashboard {
+                d.progress(p);
+            }
+        },
+        &stop,
+    )?;
     line.finish();
     if let Some(d) = &dashboard {
         d.finish(scalpel_report::html(&result));
     }
-    if let Some(path) = &args.json {
-        scalpel_report::write_json(&result, path)
-            .with_context(|| format!("cannot write {}", path.display()))?;
-    }
-    if let Some(path) = &args.html {
-        std::fs::write(path, scalpel_report::html(&result))
-            .with_context(|| format!("cannot write {}", path.display()))?;
-    }
+    // The table first: whatever happens to the files, what was measured is on screen.
     let mut out = std::io::stdout().lock();
     if let Err(e) = out
         .write_all(scalpel_report::summary_table(&result).as_bytes())
@@ -208,21 +232,127 @@ pub(crate) fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
     {
         return Err(e.into());
     }
-    if let Some(d) = dashboard {
-        d.close(linger);
+    let mut write_failed = false;
+    let mut report = |written: Result<(), scalpel_report::ReportError>| {
+        if let Err(e) = written {
+            eprintln!("scalpel: {e}");
+            write_failed = true;
+        }
+    };
+    if let Some(path) = &args.json {
+        report(scalpel_report::write_json(&result, path));
     }
+    if let Some(path) = &args.html {
+        report(scalpel_report::write_html(&result, path));
+    }
+    if let Some(d) = dashboard {
+        // An open page fetches the report meanwhile; SIGINT or SIGTERM cut it short.
+        d.close(linger, &stop);
+    }
+    let signal = signal.load(Ordering::Acquire);
     let broke = result.targets.iter().any(|t| t.breaking_point.is_some());
-    Ok(if broke {
+    Ok(if signal > 0 {
+        ExitCode::from(128 + signal as u8)
+    } else if write_failed {
+        ExitCode::from(2)
+    } else if broke {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
     })
 }
 
+/// Blocks SIGINT and SIGTERM in this (still the only) thread and starts one thread that
+/// waits for them: the first raises `stop` (the run ends its step early and reports), the
+/// second exits at once. Returns the number of the first signal, 0 until there is one.
+fn watch_signals(stop: Stop) -> anyhow::Result<Arc<AtomicI32>> {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGINT);
+    set.add(Signal::SIGTERM);
+    set.thread_block()
+        .context("cannot block SIGINT and SIGTERM")?;
+    let first = Arc::new(AtomicI32::new(0));
+    let seen = first.clone();
+    std::thread::Builder::new()
+        .name("scalpel-signals".into())
+        .spawn(move || {
+            while let Ok(signal) = set.wait() {
+                if seen.load(Ordering::Acquire) != 0 {
+                    eprintln!("scalpel: {signal} again: quitting without a report");
+                    std::process::exit(128 + signal as i32);
+                }
+                seen.store(signal as i32, Ordering::Release);
+                eprintln!(
+                    "scalpel: {signal}: stopping; the steps so far are reported \
+                     (send it again to quit at once)"
+                );
+                stop.stop();
+            }
+        })
+        .context("cannot start the signal thread")?;
+    Ok(first)
+}
+
+/// Raises the soft limit on open files up to the hard one, so the connections asked for
+/// fit; refuses `-c` that still does not (the generator's own `EMFILE` would otherwise
+/// show as the target's connect errors), and lowers a default `--max-in-flight` to fit.
+fn fit_descriptors(args: &mut LoadArgs) -> anyhow::Result<()> {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current != limit.maximum {
+        let raised = rustix::process::Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        };
+        if setrlimit(Resource::Nofile, raised).is_ok() {
+            limit = raised;
+        }
+    }
+    let Some(available) = limit.current else {
+        return Ok(()); // unlimited
+    };
+    let room = available.saturating_sub(SPARE_FDS);
+    let open_model = args.rate.is_some() || args.ramp.is_some();
+    let hard = limit
+        .maximum
+        .map_or_else(|| "unlimited".to_owned(), |m| m.to_string());
+    let in_flight = args.max_in_flight.unwrap_or(DEFAULT_MAX_IN_FLIGHT);
+    let needed = u64::from(if open_model {
+        args.connections.min(in_flight)
+    } else {
+        args.connections
+    });
+    if needed > room {
+        bail!(
+            "-c {} needs about {} open files, but this process may open {available} (ulimit -n; \
+             hard limit {hard}): lower -c or raise the limit",
+            args.connections,
+            needed + SPARE_FDS
+        );
+    }
+    if open_model && u64::from(in_flight) > room {
+        if args.max_in_flight.is_some() {
+            bail!(
+                "--max-in-flight {in_flight} needs about {} open files, but this process may \
+                 open {available} (ulimit -n; hard limit {hard}): lower it or raise the limit",
+                u64::from(in_flight) + SPARE_FDS
+            );
+        }
+        let fits = u32::try_from(room).unwrap_or(u32::MAX).max(1);
+        eprintln!(
+            "scalpel: --max-in-flight lowered from {in_flight} to {fits} to fit the open-file \
+             limit ({available}, ulimit -n)"
+        );
+        args.max_in_flight = Some(fits);
+    }
+    Ok(())
+}
+
 /// The error's own message only: `scalpel-requests` errors already include their cause, and
 /// the `{:#}` chain printed by main would repeat it.
 fn duration_arg(flag: &str, text: &str) -> anyhow::Result<Duration> {
-    scalpel_load::parse_duration(text).map_err(|e| anyhow!("{flag}: {e}"))
+    scalpel_units::parse_duration(text).map_err(|e| anyhow!("{flag}: {e}"))
 }
 
 /// Turns the raw flags into the plan and the targets; every error is one line.
@@ -284,6 +414,7 @@ fn build(args: &LoadArgs) -> anyhow::Result<(Plan, Vec<Target>, Vec<DashTarget>)
             if !(rate > 0.0 && rate.is_finite()) {
                 bail!("--rate must be a positive number of requests per second");
             }
+            check_rate("--rate", rate)?;
             Model::Open { rate }
         }
         (None, Some(ramp)) => {
@@ -296,6 +427,7 @@ fn build(args: &LoadArgs) -> anyhow::Result<(Plan, Vec<Target>, Vec<DashTarget>)
                 [start, step, max]
                     if start > 0.0 && step > 0.0 && max >= start && max.is_finite() =>
                 {
+                    check_rate("--ramp", max)?;
                     Model::Ramp { start, step, max }
                 }
                 _ => bail!(
@@ -334,7 +466,8 @@ fn build(args: &LoadArgs) -> anyhow::Result<(Plan, Vec<Target>, Vec<DashTarget>)
     if args.connections == 0 {
         bail!("-c/--connections must be at least 1");
     }
-    if args.max_in_flight == 0 {
+    let max_in_flight = args.max_in_flight.unwrap_or(DEFAULT_MAX_IN_FLIGHT);
+    if max_in_flight == 0 {
         bail!("--max-in-flight must be at least 1");
     }
     let connect_timeout = duration_arg("--connect-timeout", &args.connect_timeout)?;
@@ -363,7 +496,7 @@ fn build(args: &LoadArgs) -> anyhow::Result<(Plan, Vec<Target>, Vec<DashTarget>)
         model,
         limit,
         connections: args.connections,
-        max_in_flight: args.max_in_flight,
+        max_in_flight,
         threads,
         connect_timeout,
         timeout,
@@ -398,6 +531,18 @@ fn build(args: &LoadArgs) -> anyhow::Result<(Plan, Vec<Target>, Vec<DashTarget>)
     }
     // `scalpel_load::run` probes every target with one request before any load.
     Ok((plan, targets, watched))
+}
+
+/// Refuses a rate one generator cannot schedule (see [`MAX_RATE`]).
+fn check_rate(flag: &str, rate: f64) -> anyhow::Result<()> {
+    if rate > MAX_RATE {
+        bail!(
+            "{flag}: {rate} requests/s is more than one load generator can schedule (at most \
+             10,000,000/s per target); run it from several machines and merge their results \
+             with `scalpel report merge`"
+        );
+    }
+    Ok(())
 }
 
 /// Splits `http://host:port/path?q` into the base URL and the path template (default `/`).
@@ -528,14 +673,17 @@ impl ResourceWatch for ProcWatch {
 
     fn end(&mut self) -> Option<ResourceUsage> {
         let s = self.sampler.summary_since(self.mark.take()?);
+        // PSS is read once, at the end of the step; a tree that has exited by then reads
+        // as 0 bytes. A live process never has a PSS of 0: that is "not measured".
+        let pss = |bytes: Option<u64>| bytes.filter(|&b| b > 0);
         (s.samples > 0).then_some(ResourceUsage {
             samples: u64::from(s.samples),
             cpu_percent_mean: s.cpu_percent_mean,
             cpu_percent_peak: s.cpu_percent_peak,
             rss_bytes_mean: s.rss_bytes_mean,
             rss_bytes_peak: s.rss_bytes_peak,
-            pss_bytes_mean: s.pss_bytes_mean,
-            pss_bytes_peak: s.pss_bytes_peak,
+            pss_bytes_mean: pss(s.pss_bytes_mean),
+            pss_bytes_peak: pss(s.pss_bytes_peak),
         })
     }
 }

@@ -45,13 +45,20 @@ fn main() -> ExitCode {
                 let _ = err.print();
                 return ExitCode::SUCCESS;
             }
-            // Bad usage is one line on stderr, like every other bad input.
+            // Bad usage is one line on stderr, like every other bad input. A first line
+            // ending in `:` lists on the next lines what it means (the missing arguments).
             let text = err.render().to_string();
-            let first = text.lines().next().unwrap_or_default();
-            eprintln!(
-                "scalpel: {} (see --help)",
-                first.strip_prefix("error: ").unwrap_or(first)
-            );
+            let mut lines = text.lines();
+            let first = lines.next().unwrap_or_default();
+            let mut line = first.strip_prefix("error: ").unwrap_or(first).to_owned();
+            if line.ends_with(':') {
+                let listed: Vec<&str> = lines
+                    .take_while(|l| l.starts_with(' '))
+                    .map(str::trim)
+                    .collect();
+                line = format!("{} {}", line, listed.join(", "));
+            }
+            eprintln!("scalpel: {line} (see --help)");
             return ExitCode::from(2);
         }
     };

@@ -4,7 +4,7 @@ use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context as _;
+use anyhow::bail;
 
 /// Arguments of `scalpel report`.
 #[derive(Debug, clap::Args)]
@@ -19,11 +19,18 @@ enum ReportCommand {
     /// recomputed); JSON to stdout or to -o.
     Merge {
         /// Result files from `scalpel load --json`, two or more.
-        #[arg(required = true, num_args = 2..)]
+        #[arg(value_name = "RUN")]
         runs: Vec<PathBuf>,
         /// Write the merged result here (atomically) instead of stdout.
         #[arg(short, long)]
         output: Option<PathBuf>,
+        /// Merge a target whose URL differs between the runs (the same service reached by
+        /// another address from each machine).
+        #[arg(long)]
+        allow_different_urls: bool,
+        /// Merge runs written by different scalpel versions.
+        #[arg(long)]
+        allow_different_versions: bool,
     },
     /// Print the summary table of a result file.
     Show {
@@ -43,12 +50,36 @@ enum ReportCommand {
 /// Runs `scalpel report`.
 pub(crate) fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
     match args.command {
-        ReportCommand::Merge { runs, output } => {
+        ReportCommand::Merge {
+            runs,
+            output,
+            allow_different_urls,
+            allow_different_versions,
+        } => {
+            match runs.as_slice() {
+                [] => bail!(
+                    "report merge: missing the result files to merge (RUN...): give two or \
+                     more files written by `scalpel load --json`"
+                ),
+                [one] => bail!(
+                    "report merge: one result file ({}) is not a merge: give two or more",
+                    one.display()
+                ),
+                _ => {}
+            }
+            refuse_repeated(&runs)?;
+            if let Some(path) = &output {
+                scalpel_report::check_writable(path)?;
+            }
             let runs = runs
                 .iter()
                 .map(|path| scalpel_report::read_json(path))
                 .collect::<Result<Vec<_>, _>>()?;
-            let merged = scalpel_report::merge(&runs)?;
+            let options = scalpel_report::MergeOptions {
+                allow_different_urls,
+                allow_different_versions,
+            };
+            let merged = scalpel_report::merge_with(&runs, options)?;
             match output {
                 Some(path) => scalpel_report::write_json(&merged, &path)?,
                 None => print_stdout(&scalpel_report::to_json_string(&merged))?,
@@ -60,11 +91,32 @@ pub(crate) fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
         }
         ReportCommand::Html { run, output } => {
             let result = scalpel_report::read_json(&run)?;
-            std::fs::write(&output, scalpel_report::html(&result))
-                .with_context(|| format!("cannot write {}", output.display()))?;
+            scalpel_report::write_html(&result, &output)?;
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Refuses a file named twice (also through another path to it): merged with itself, a
+/// run would count every request twice.
+fn refuse_repeated(runs: &[PathBuf]) -> anyhow::Result<()> {
+    let mut seen: Vec<(PathBuf, &PathBuf)> = Vec::new();
+    for path in runs {
+        // A file that cannot be resolved is reported by the read that follows.
+        let Ok(real) = std::fs::canonicalize(path) else {
+            continue;
+        };
+        if let Some((_, earlier)) = seen.iter().find(|(r, _)| *r == real) {
+            bail!(
+                "report merge: {} and {} are the same file; a run merged with itself would \
+                 count every request twice",
+                earlier.display(),
+                path.display()
+            );
+        }
+        seen.push((real, path));
+    }
+    Ok(())
 }
 
 /// Writes to stdout; a closed pipe (`| head`) ends quietly, as ripgrep does.
@@ -75,6 +127,6 @@ fn print_stdout(text: &str) -> anyhow::Result<()> {
         .and_then(|()| stdout.flush())
     {
         Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        other => other.context("cannot write to stdout"),
+        other => anyhow::Context::context(other, "cannot write to stdout"),
     }
 }

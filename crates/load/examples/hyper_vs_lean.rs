@@ -30,7 +30,7 @@ fn main() -> ExitCode {
     let (Ok(conns), Ok(threads), Ok(duration)) = (
         conns.parse::<u32>(),
         threads.parse::<u32>(),
-        scalpel_load::parse_duration(duration),
+        scalpel_units::parse_duration(duration),
     ) else {
         eprintln!("hyper_vs_lean: bad CONNS, THREADS or DURATION");
         return ExitCode::from(2);

@@ -77,10 +77,10 @@ mod slo;
 mod timer;
 mod worker;
 
-pub use http1::{Endpoint, RequestParts, UrlError};
+pub use http1::{Endpoint, MAX_HEAD_BYTES, RequestParts, UrlError};
 pub use live_latency::LiveLatency;
 pub use run::{
     FixedRequest, LoadError, Model, Plan, Progress, RequestSource, ResourceUsage, ResourceWatch,
-    StepLimit, Target, probe, run,
+    StepLimit, Stop, Target, probe, run, run_until,
 };
-pub use slo::{DurationError, Slo, SloError, parse_duration};
+pub use slo::{Slo, SloError};

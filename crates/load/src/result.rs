@@ -17,8 +17,17 @@ pub const FORMAT_VERSION: u32 = 1;
 pub struct RunResult {
     /// Always [`FORMAT_VERSION`] when written by this version.
     pub format_version: u32,
-    /// The tool that wrote the file, e.g. `scalpel 0.1.0`.
+    /// The tool and its version that wrote the file, e.g. `scalpel 0.1.0` (several,
+    /// comma-separated, after a merge of runs from different versions).
     pub tool: String,
+    /// Identifies each measured part: one id for a run, the ids of every part after a merge, so a
+    /// run is never merged with itself. Empty in files from before it was recorded.
+    #[serde(default)]
+    pub part_ids: Vec<String>,
+    /// The run was stopped by a signal (SIGINT, SIGTERM): the last step of each target
+    /// that was running is `partial`, later steps were not run.
+    #[serde(default)]
+    pub interrupted: bool,
     /// When the run started, RFC 3339 UTC.
     pub started_at: String,
     /// Where it ran: host name, cores, CPU model, kernel.
@@ -79,9 +88,10 @@ pub struct TargetResult {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct BreakingPoint {
     /// Offered rate (requests/s) of the last step that held the SLO; 0 when even the first
-    /// step broke it.
-    pub rps: f64,
-    /// Why the first failing step failed, e.g. `p99 71.3ms >= 50ms at 4000 rps`.
+    /// step broke it; `null` in the closed model, which offers no rate.
+    pub rps: Option<f64>,
+    /// Why the first failing step failed: every clause that broke, e.g.
+    /// `p99 71.3ms >= 50ms, errors 3% >= 1% at 4000 rps`.
     pub reason: String,
 }
 
@@ -92,28 +102,51 @@ pub struct StepResult {
     pub index: u32,
     /// Asked rate in requests/s; `null` in the closed model.
     pub offered_rps: Option<f64>,
-    /// Requests completed (any outcome) per second: time-bound steps count the completions
-    /// inside the scheduled window and divide by its length; count-bound steps divide all
-    /// completions by `duration_s`.
+    /// Answers (any status) per second: time-bound steps count the answers inside the
+    /// scheduled window and divide by its length; count-bound steps divide all answers by
+    /// `duration_s`, or by the schedule's length when that is longer (so a short step
+    /// never shows more than was offered).
     pub achieved_rps: f64,
     /// Wall time of the step in seconds, from the start to the last completion.
     pub duration_s: f64,
-    /// Requests completed in the step (successes and errors).
+    /// Attempts that ended: `sent` plus failed connects (in the closed model, a failed
+    /// connect counts as the requests the connection would have sent in the time lost).
     pub requests: u64,
-    /// Requests that failed: connection errors, time-outs and non-2xx statuses.
+    /// Requests written to a connection.
+    #[serde(default)]
+    pub sent: u64,
+    /// Sent requests that got a whole response, any status.
+    #[serde(default)]
+    pub answered: u64,
+    /// Sent requests that got no answer: time-out, broken connection, invalid response.
+    #[serde(default)]
+    pub failed: u64,
+    /// Failed connects, sent requests with no answer, and non-2xx answers.
     pub errors: u64,
-    /// Errors by kind: `connect`, `timeout`, `io`, `status_503`, … Every non-2xx status has
-    /// its own key.
+    /// Errors by kind: `connect`, `timeout`, `io`, `protocol`, `status_503`, … Every
+    /// non-2xx status has its own key. Kinds `local:ERRNO` (`local:EMFILE`, …) are the
+    /// load generator's own failures: counted in `not_sent`, never in `errors`.
     pub error_kinds: BTreeMap<String, u64>,
     /// Open models: requests whose send started later than their intended time because
     /// the in-flight limit was reached (their latency still counts from the intended time).
     pub late: u64,
-    /// Open models: requests that were never sent because the step ended while they waited
-    /// for a free slot; counted, never silently dropped.
+    /// Requests due that were never sent: still waiting for a free connection when the
+    /// step ended, beyond what the generator could schedule, or failed by the generator's
+    /// own limits (`local:*` kinds); counted, never silently dropped.
     pub not_sent: u64,
-    /// Latency summary in milliseconds, from the histogram below.
-    pub latency_ms: LatencySummary,
-    /// The latency histogram (microseconds), HdrHistogram V2+deflate, base64.
+    /// Requests in flight when the run was interrupted (partial steps only); in no other
+    /// count.
+    #[serde(default)]
+    pub interrupted: u64,
+    /// The step was cut short by an interrupt: its figures cover the time until then, and
+    /// it has no SLO verdict.
+    #[serde(default)]
+    pub partial: bool,
+    /// Latency summary in milliseconds, from the histogram below; `null` when nothing was
+    /// sent (an empty histogram has no percentiles, and 0 would read as fast).
+    pub latency_ms: Option<LatencySummary>,
+    /// The latency histogram (microseconds), HdrHistogram V2+deflate, base64: every sent
+    /// request, answered ones at their answer and the others at the moment they failed.
     pub histogram: String,
     /// Mean CPU% of the watched process tree (100 = one core); `null` when not watched.
     pub cpu_percent: Option<f64>,
@@ -127,8 +160,27 @@ pub struct StepResult {
     pub pss_mb: Option<f64>,
     /// Peak proportional set size of the tree in MiB.
     pub pss_mb_peak: Option<f64>,
-    /// Whether this step held the SLO; `null` when no SLO was given.
+    /// Whether this step held the SLO; `null` when no SLO was given or the step is partial.
     pub slo_held: Option<bool>,
+    /// Why the step did not hold: every clause that broke; `null` when it held.
+    #[serde(default)]
+    pub slo_reason: Option<String>,
+}
+
+impl StepResult {
+    /// Requests the step was due to make: every attempt plus those never sent.
+    pub fn due(&self) -> u64 {
+        self.requests + self.not_sent
+    }
+
+    /// Requests the load generator itself failed to send (`local:*` error kinds).
+    pub fn local_failures(&self) -> u64 {
+        self.error_kinds
+            .iter()
+            .filter(|(k, _)| k.starts_with("local:"))
+            .map(|(_, n)| n)
+            .sum()
+    }
 }
 
 /// Latency percentiles in milliseconds.
@@ -191,20 +243,21 @@ pub fn decode_histogram(text: &str) -> Result<hdrhistogram::Histogram<u64>, Hist
 }
 
 impl LatencySummary {
-    /// Percentiles of a microsecond histogram, in milliseconds. An empty histogram gives zeros.
-    pub fn from_histogram(histogram: &hdrhistogram::Histogram<u64>) -> Self {
+    /// Percentiles of a microsecond histogram, in milliseconds; `None` for an empty one
+    /// (no latency was measured, which must never read as 0 ms).
+    pub fn from_histogram(histogram: &hdrhistogram::Histogram<u64>) -> Option<Self> {
         if histogram.is_empty() {
-            return Self::default();
+            return None;
         }
         let ms = |us: u64| us as f64 / 1000.0;
-        Self {
+        Some(Self {
             mean: histogram.mean() / 1000.0,
             p50: ms(histogram.value_at_quantile(0.50)),
             p90: ms(histogram.value_at_quantile(0.90)),
             p99: ms(histogram.value_at_quantile(0.99)),
             p999: ms(histogram.value_at_quantile(0.999)),
             max: ms(histogram.max()),
-        }
+        })
     }
 }
 
@@ -224,6 +277,11 @@ mod tests {
             LatencySummary::from_histogram(&back),
             LatencySummary::from_histogram(&h)
         );
+    }
+
+    #[test]
+    fn empty_histogram_has_no_percentiles_not_zeros() {
+        assert_eq!(LatencySummary::from_histogram(&new_histogram()), None);
     }
 
     #[test]

@@ -16,12 +16,6 @@ pub fn color(index: usize) -> &'static str {
     svg::color(index)
 }
 
-/// The bound in milliseconds on a latency figure (`p50`, `p90`, `p99`, `p99.9`, `mean`,
-/// `max`) of an SLO string such as `p99<50ms,errors<1%`, if it has one.
-pub fn slo_latency_bound_ms(slo: &str, figure: &str) -> Option<f64> {
-    crate::slo::latency_bound_ms(slo, figure)
-}
-
 /// One line of a [`Chart`].
 #[derive(Debug, Clone, Default)]
 pub struct Line {
