@@ -137,6 +137,19 @@ impl Slo {
         })
     }
 
+    /// The SLO a shard judges its own part by, one of `parts` equal parts of a run: `rps`
+    /// limits divided by `parts` (they name the whole run's rate), every other clause as it
+    /// is. The text stays the whole run's.
+    pub fn for_part(&self, parts: u32) -> Slo {
+        let mut part = self.clone();
+        for c in &mut part.clauses {
+            if c.metric == Metric::Rps {
+                c.limit /= f64::from(parts.max(1));
+            }
+        }
+        part
+    }
+
     /// The SLO as given.
     pub fn as_str(&self) -> &str {
         &self.text
@@ -455,6 +468,7 @@ mod tests {
                 pss_mb_peak: None,
                 slo_held: None,
                 slo_reason: None,
+                start_late_s: None,
             }
         }
     }

@@ -70,6 +70,7 @@ pub fn step_with_values(
         pss_mb_peak: None,
         slo_held: None,
         slo_reason: None,
+        start_late_s: None,
     }
 }
 
@@ -104,6 +105,8 @@ pub fn run(host: &str, model: &str, slo: Option<&str>, targets: Vec<TargetResult
         machine: machine(host),
         config: config(model, slo),
         targets,
+        shard: None,
+        shards: None,
     }
 }
 
@@ -200,6 +203,7 @@ pub fn simulated_step(
         pss_mb_peak: Some(rss * 0.93),
         slo_held: None,
         slo_reason: None,
+        start_late_s: None,
     }
 }
 
