@@ -10,6 +10,7 @@ use scalpel_http::{Connector, HttpVersion, PeerOptions};
 
 use crate::conn::Failure;
 use crate::http1::{Endpoint, RequestParts, UrlError};
+use crate::live_latency::{LiveLatency, Window};
 use crate::result::{
     ConnectionInfo, FORMAT_VERSION, H2Events, LatencySummary, Machine, RunConfig, RunResult,
     StepResult, TargetResult, encode_histogram,
@@ -331,6 +332,9 @@ pub struct Progress<'a> {
     pub rps: f64,
     /// Mean latency over the last interval in ms.
     pub mean_latency_ms: f64,
+    /// Percentiles over the last full second (within 3.2 %; `None` before the first
+    /// second of a segment or when nothing was answered in it).
+    pub latency_ms: Option<LiveLatency>,
     /// Errors so far in this segment.
     pub errors: u64,
     /// Requests completed so far in this segment.
@@ -842,6 +846,7 @@ fn run_step(
                 segment_time,
                 seg_left_after,
                 last: (Instant::now(), 0, 0),
+                window: Window::new(),
             };
             let outcome: Outcome = run_segment(spec, |lives, t0| show.report(lives, t0, progress))?;
             clock.segments_left = seg_left_after;
@@ -887,6 +892,8 @@ struct LiveProgress<'a> {
     seg_left_after: u32,
     /// When the line was last given, with the completions and latency sum then.
     last: (Instant, u64, u64),
+    /// Live percentiles over the last full second.
+    window: Window,
 }
 
 impl LiveProgress<'_> {
@@ -921,6 +928,7 @@ impl LiveProgress<'_> {
             offered_rps: self.step.rate.map(|r| self.shard.rate(r)),
             rps: dn as f64 / dt,
             mean_latency_ms: mean,
+            latency_ms: self.window.update(lives.iter().map(|l| &l.buckets)),
             errors,
             completed,
             left,

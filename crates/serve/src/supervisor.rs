@@ -197,6 +197,9 @@ pub(crate) struct Slot {
     pub(crate) restarts: AtomicU64,
     /// The restart budget is spent; the slot waits for a reload.
     pub(crate) failed: AtomicBool,
+    /// Why and when the slot last restarted (the live page); written by the slot's own
+    /// task, read by the admin endpoint, never on a request path.
+    pub(crate) last_restart: Mutex<Option<(RestartReason, Instant)>>,
     cmds: mpsc::Sender<SlotCmd>,
 }
 
@@ -246,6 +249,7 @@ pub(crate) fn start_app(
             current: ArcSwapOption::empty(),
             restarts: AtomicU64::new(0),
             failed: AtomicBool::new(false),
+            last_restart: Mutex::new(None),
             cmds: tx,
         });
         let ctx = SlotCtx {
@@ -766,6 +770,11 @@ impl SlotCtx {
     fn log_restart(&self, reason: RestartReason, detail: &str, pid: u32, uptime_s: f64) -> u64 {
         let restarts = self.slot.restarts.fetch_add(1, Ordering::Relaxed) + 1;
         self.metrics.restart(reason);
+        *self
+            .slot
+            .last_restart
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some((reason, Instant::now()));
         warn!(
             app = %self.cfg.name,
             worker = self.slot.index,
