@@ -181,7 +181,7 @@ impl TlsClient {
                 CertificateError::NotValidForNameContext { presented, .. } => {
                     TlsError::NameMismatch {
                         name,
-                        presented: format!(" (it is for {})", presented.join(", ")),
+                        presented: format!(" (it is for {})", presented_names(presented)),
                     }
                 }
                 CertificateError::Expired | CertificateError::ExpiredContext { .. } => {
@@ -207,6 +207,26 @@ impl TlsClient {
         };
         Error::Tls(problem)
     }
+}
+
+/// The names a certificate is for, as a person writes them: rustls gives them as
+/// `DnsName("a.test")` and `IpAddress(127.0.0.1)`.
+fn presented_names(presented: &[String]) -> String {
+    let plain = |p: &str| {
+        p.strip_prefix("DnsName(\"")
+            .and_then(|r| r.strip_suffix("\")"))
+            .or_else(|| {
+                p.strip_prefix("IpAddress(")
+                    .and_then(|r| r.strip_suffix(')'))
+            })
+            .unwrap_or(p)
+            .to_string()
+    };
+    presented
+        .iter()
+        .map(|p| plain(p))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// `--insecure`: accepts any certificate, but still checks the handshake signatures (so
@@ -262,6 +282,16 @@ impl ServerCertVerifier for NoVerification {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_names_a_certificate_is_for_read_as_written() {
+        let presented = [
+            r#"DnsName("localhost")"#.to_string(),
+            "IpAddress(127.0.0.1)".to_string(),
+            "Other".to_string(),
+        ];
+        assert_eq!(presented_names(&presented), "localhost, 127.0.0.1, Other");
+    }
 
     #[test]
     fn ca_files_that_cannot_be_used_say_why() {

@@ -134,10 +134,11 @@ fn local_errno(error: &io::Error) -> Option<&'static str> {
 /// Called with the TLS handshake time (`None` over plain TCP) of each connection opened.
 pub(crate) type OnOpen<'a> = &'a dyn Fn(Option<Duration>);
 
-/// Opens a connection: TCP, TLS when `https://`, then the protocol.
+/// Opens a connection: TCP, TLS when `https://`, then the protocol. The connect future
+/// (a TLS handshake's state is kilobytes) is boxed: inline, it would make every request's
+/// future that large, and moving it cost more than the rare allocation.
 async fn open(connector: &Connector, on_open: OnOpen<'_>) -> Result<Conn, Failure> {
-    let connected = connector
-        .connect()
+    let connected = Box::pin(connector.connect())
         .await
         .map_err(|e| Failure::from_error(&e))?;
     on_open(connected.timing.tls);

@@ -5,9 +5,15 @@
 //! `scalpel-report`), nor sample processes itself (a [`ResourceWatch`] is handed in, the CLI
 //! adapts `scalpel-procstat`).
 //!
+//! It must NOT open connections or speak HTTP by itself: that is `scalpel-http`, the
+//! toolkit's one connector (TCP or TLS, its HTTP/1.1 codec, HTTP/2), which this crate
+//! drives from its worker loop (`conn`).
+//!
 //! Main types: a [`Plan`] (model, step length, connections, time-outs, [`Slo`]), a list of
-//! [`Target`]s (base URL + [`RequestSource`] + optional [`ResourceWatch`]), and [`run`],
-//! which returns the serialized [`result::RunResult`].
+//! [`Target`]s (base URL + [`RequestSource`] + optional [`ResourceWatch`], with the
+//! connection settings that travel with it: [`PeerOptions`] for TLS and the HTTP version,
+//! HTTP/2 streams, `--no-reuse`), and [`run`], which returns the serialized
+//! [`result::RunResult`].
 //!
 //! ```no_run
 //! use std::{sync::Arc, time::Duration};
@@ -56,11 +62,15 @@
 //! - **Achieved rate.** A time-bound step's rate is the completions inside its scheduled
 //!   window divided by the window (as wrk), so waiting for the last in-flight requests does
 //!   not dilute it; a count-bound step divides by the time to the last completion.
-//! - **A lean HTTP/1.1 client** (`http1`) rather than hyper's `client::conn::http1`:
-//!   requests are encoded once when the template has no placeholders, written with one
-//!   `write`, the response head parsed by `httparse`, and the body (Content-Length, chunked
-//!   or until close) skipped in a reused buffer: no per-request allocation, body channel,
-//!   header map or connection task. Measured side by side in the same closed loop
+//! - **The connector's lean HTTP/1.1 path** (`scalpel_http::h1::H1Conn`, driven by
+//!   `conn`) rather than hyper's `client::conn::http1`: requests are encoded once when the
+//!   template has no placeholders, written with one `write`, the response head parsed by
+//!   `httparse` into status and framing only, and the body (Content-Length, chunked or
+//!   until close) skipped in a reused buffer: no per-request allocation, body channel,
+//!   header map or connection task. (Load had a client of its own until issue #12; the
+//!   connector's path measured the same throughput, docs/load.md "One HTTP
+//!   implementation".) HTTP/2 runs on the `h2` crate: one driver task per connection, a
+//!   slot per stream, `connections × streams` slots. Measured side by side in the same closed loop
 //!   (`examples/hyper_vs_lean.rs`, docs/load.md "Benchmarks"), hyper reached 0.70x of the
 //!   lean client's req/s on one pinned thread and 0.54x on two (medians, shared machine;
 //!   lean ahead in every alternating pair): hyper hands each request to a connection task

@@ -1048,8 +1048,11 @@ fn step_result(index: u32, offered: Option<f64>, limit: StepLimit, acc: StepAcc)
         slo_held: None,
         slo_reason: None,
         connections_opened: t.connections,
-        handshake_ms: LatencySummary::from_histogram(&t.handshakes),
-        handshake_histogram: (!t.handshakes.is_empty()).then(|| encode_histogram(&t.handshakes)),
+        handshake_ms: t
+            .handshakes
+            .as_ref()
+            .and_then(LatencySummary::from_histogram),
+        handshake_histogram: t.handshakes.as_ref().map(encode_histogram),
         h2: acc.h2,
         start_late_s,
     }

@@ -155,8 +155,9 @@ pub(crate) struct Tally {
     /// Sum of the answers' latencies in µs: the closed model's pace per connection.
     answered_us: u64,
     pub(crate) error_kinds: BTreeMap<String, u64>,
-    /// TLS handshakes of the connections opened (µs), apart from request latency.
-    pub(crate) handshakes: Histogram<u64>,
+    /// TLS handshakes of the connections opened (µs), apart from request latency; made at
+    /// the first one (a histogram is ~400 KB: plain TCP runs need none).
+    pub(crate) handshakes: Option<Histogram<u64>>,
     /// Connections opened (before the clock too), TLS or not.
     pub(crate) connections: u64,
     connect: u64,
@@ -187,7 +188,7 @@ impl Tally {
             in_window: 0,
             answered_us: 0,
             error_kinds: BTreeMap::new(),
-            handshakes: new_histogram(),
+            handshakes: None,
             connections: 0,
             connect: 0,
             tls: 0,
@@ -206,7 +207,8 @@ impl Tally {
         self.connections += 1;
         if let Some(d) = tls {
             let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
-            let _ = self.handshakes.record(us.clamp(1, self.handshakes.high()));
+            let h = self.handshakes.get_or_insert_with(new_histogram);
+            let _ = h.record(us.clamp(1, h.high()));
         }
     }
 
@@ -326,7 +328,14 @@ impl Tally {
         other.settle();
         self.settle();
         let _ = self.histogram.add(&other.histogram);
-        let _ = self.handshakes.add(&other.handshakes);
+        if let Some(theirs) = other.handshakes {
+            match self.handshakes.as_mut() {
+                Some(mine) => {
+                    let _ = mine.add(&theirs);
+                }
+                None => self.handshakes = Some(theirs),
+            }
+        }
         self.connections += other.connections;
         self.requests += other.requests;
         self.sent += other.sent;
@@ -924,10 +933,13 @@ async fn slot(ctx: Rc<Ctx>, pacer: Rc<Pacer>, mut link: Link, handed: bool) {
                     mark_sent();
                     h1_exchange(c, wire, *head).await
                 }
-                (Link::H2(slot), Prepared::H2(Some(r))) => slot
-                    .exchange(&spec.connector, &on_open, &mark_sent, &r.0, &r.1)
-                    .await
-                    .map(|status| (status, true)),
+                // Boxed: HTTP/2 allocates per request anyway, and inline its future would
+                // make every HTTP/1.1 request's future (moved at each await) as large.
+                (Link::H2(slot), Prepared::H2(Some(r))) => {
+                    Box::pin(slot.exchange(&spec.connector, &on_open, &mark_sent, &r.0, &r.1))
+                        .await
+                        .map(|status| (status, true))
+                }
                 _ => Err(Failure::Local("EINVAL")), // not rendered: never sent
             }
         };

@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# TLS and HTTP/2 benchmark of `scalpel load` (issue #12) against nginx with TLS and http2 on
+# loopback, one command:
+#
+#   scripts/bench-tls.sh          # all three comparisons (~4 min with the defaults)
+#   ./run bench tls               # the same
+#
+# 1. https HTTP/1.1, closed model, one thread each: scalpel load vs wrk (-c CONNS);
+# 2. HTTP/2 over TLS, H2_CONNS connections x H2_STREAMS streams, one thread each:
+#    scalpel load --http2 --streams vs h2load -m;
+# 3. TLS handshakes per second, a new connection per request, one thread each:
+#    scalpel load --no-reuse vs h2load --h1 -H 'Connection: close' (h2load reconnects
+#    after each answer; both resume TLS 1.3 sessions, which the script checks in nginx's
+#    log: the fairest peer found — wrk -H 'Connection: close' resumes too but opens its
+#    connections in the same loop as its requests).
+# Each pair runs alternately (A, B, B, A, ...) REPEATS times; medians, min-max, the ratio,
+# and the 1-minute load average beside every run (the machine may be shared).
+#
+# Layout: nginx (1 worker) pinned to cpu 1, every generator to cpu 0 (taskset) with one
+# thread. nginx speaks TLS 1.3 only (so every client negotiates the same protocol),
+# ECDSA P-256 certificate made here with openssl, `return 200` with a 14-byte body,
+# keepalive_requests high enough that no connection is ended during a run.
+#
+# Installs wrk, h2load (nghttp2-client) and nginx with apt-get if missing. Honors
+# CARGO_TARGET_DIR. Environment: DUR (10s), REPEATS (5), CONNS (50), H2_CONNS (4),
+# H2_STREAMS (16), HS_CONNS (16).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+DUR="${DUR:-10s}"
+REPEATS="${REPEATS:-5}"
+CONNS="${CONNS:-50}"
+H2_CONNS="${H2_CONNS:-4}"
+H2_STREAMS="${H2_STREAMS:-16}"
+HS_CONNS="${HS_CONNS:-16}"
+SECS="${DUR%s}"
+
+need() { command -v "$1" >/dev/null 2>&1 || [[ -x "/usr/sbin/$1" ]]; }
+if ! need wrk || ! need nginx || ! need h2load; then
+  echo "installing wrk, nginx and nghttp2-client" >&2
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk nginx nghttp2-client) >&2
+fi
+NGINX="$(command -v nginx || echo /usr/sbin/nginx)"
+
+(cd "$ROOT" && cargo build --release -q -p scalpel)
+SCALPEL="${SCALPEL:-$TARGET_DIR/release/scalpel}"
+
+WORK="$(mktemp -d)"
+PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+  -keyout "$WORK/ca.key" -out "$WORK/ca.pem" -subj "/CN=scalpel bench CA" 2>/dev/null
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+  -keyout "$WORK/key.pem" -out "$WORK/leaf.csr" -subj "/CN=localhost" 2>/dev/null
+printf "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n" >"$WORK/ext.cnf"
+openssl x509 -req -in "$WORK/leaf.csr" -CA "$WORK/ca.pem" -CAkey "$WORK/ca.key" \
+  -CAcreateserial -days 2 -out "$WORK/cert.pem" -extfile "$WORK/ext.cnf" 2>/dev/null
+cat >"$WORK/nginx.conf" <<EOF
+worker_processes 1;
+daemon off;
+pid $WORK/nginx.pid;
+error_log $WORK/error.log;
+events { worker_connections 4096; }
+http {
+  log_format conn "\$connection \$ssl_session_reused \$ssl_protocol";
+  access_log off;
+  keepalive_requests 10000000;
+  keepalive_timeout 75s;
+  client_body_temp_path $WORK; proxy_temp_path $WORK; fastcgi_temp_path $WORK;
+  uwsgi_temp_path $WORK; scgi_temp_path $WORK;
+  server {
+    listen 127.0.0.1:$PORT ssl http2;
+    ssl_certificate $WORK/cert.pem;
+    ssl_certificate_key $WORK/key.pem;
+    ssl_protocols TLSv1.3;
+    location / { default_type text/plain; return 200 "hello scalpel\n"; }
+    location = /logged { access_log $WORK/conn.log conn; default_type text/plain; return 200 "hello scalpel\n"; }
+  }
+}
+EOF
+"$NGINX" -c "$WORK/nginx.conf" -p "$WORK" &
+NGINX_PID=$!
+trap 'kill $NGINX_PID 2>/dev/null; rm -rf "$WORK"' EXIT
+for _ in $(seq 50); do curl -sf --cacert "$WORK/ca.pem" "https://127.0.0.1:$PORT/" >/dev/null && break; sleep 0.1; done
+NGINX_WORKER="$(pgrep -P "$NGINX_PID" | head -1)"
+taskset -p -c 1 "$NGINX_WORKER" >/dev/null
+PIN=(taskset -c 0)
+URL="https://127.0.0.1:$PORT/"
+TLS=(--cacert "$WORK/ca.pem")
+
+echo "# machine: $(nproc) cpus, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), kernel $(uname -r), $(date -u +%Y-%m-%dT%H:%MZ)"
+echo "# nginx $("$NGINX" -v 2>&1 | cut -d/ -f2), 1 worker on cpu 1, TLS 1.3 only, ECDSA P-256; generators on cpu 0, one thread; $DUR per run, $REPEATS runs each"
+echo "# $(wrk --version 2>&1 | head -1 | cut -d' ' -f1-2); $(h2load --version 2>&1 | head -1); $("$SCALPEL" --version 2>&1 | head -1)"
+
+load1() { cut -d' ' -f1 /proc/loadavg; }
+median() { sort -g | awk '{a[NR]=$1} END {m=(NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2; printf "%.0f", m}'; }
+minmax() { sort -g | awk 'NR==1{mn=$1} {mx=$1} END {printf "%.0f–%.0f", mn, mx}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", a/b}'; }
+json() { python3 -c "import json,sys; s=json.load(open('$WORK/s.json'))['targets'][0]['steps'][0]; print($1)"; }
+
+# Each function runs one measurement, appends req/s to $WORK/NAME.txt and prints a line.
+wrk_h1() {
+  local la; la=$(load1)
+  local r; r=$("${PIN[@]}" wrk -t1 -c "$CONNS" -d "$DUR" "$URL" | awk '/Requests\/sec/ {print $2}')
+  echo "$r" >>"$WORK/wrk.txt"; echo "    wrk              $r req/s  (load $la)"
+}
+scalpel_h1() {
+  local la; la=$(load1)
+  "${PIN[@]}" "$SCALPEL" load --no-progress --threads 1 -c "$CONNS" -d "$DUR" "${TLS[@]}" --json "$WORK/s.json" "$URL" >/dev/null
+  local r; r=$(json "round(s['achieved_rps'])")
+  echo "$r" >>"$WORK/scalpel-h1.txt"; echo "    scalpel          $r req/s  errors $(json "s['errors']")  (load $la)"
+}
+h2load_h2() {
+  local la; la=$(load1)
+  local r; r=$("${PIN[@]}" h2load -t1 -c "$H2_CONNS" -m "$H2_STREAMS" -D "$SECS" "$URL" 2>/dev/null | awk '/^finished in/ {print $4}')
+  echo "$r" >>"$WORK/h2load.txt"; echo "    h2load           $r req/s  (load $la)"
+}
+scalpel_h2() {
+  local la; la=$(load1)
+  "${PIN[@]}" "$SCALPEL" load --no-progress --threads 1 --http2 -c "$H2_CONNS" --streams "$H2_STREAMS" -d "$DUR" "${TLS[@]}" --json "$WORK/s.json" "$URL" >/dev/null
+  local r; r=$(json "round(s['achieved_rps'])")
+  echo "$r" >>"$WORK/scalpel-h2.txt"; echo "    scalpel --http2  $r req/s  errors $(json "s['errors']")  stalls $(json "s['h2']['stalled_on_streams']")  (load $la)"
+}
+h2load_hs() {
+  local la; la=$(load1)
+  local r; r=$("${PIN[@]}" h2load --h1 -t1 -c "$HS_CONNS" -D "$SECS" -H "Connection: close" "$URL" 2>/dev/null | awk '/^finished in/ {print $4}')
+  echo "$r" >>"$WORK/h2load-hs.txt"; echo "    h2load --h1      $r handshakes/s  (load $la)"
+}
+scalpel_hs() {
+  local la; la=$(load1)
+  "${PIN[@]}" "$SCALPEL" load --no-progress --threads 1 --no-reuse -c "$HS_CONNS" -d "$DUR" "${TLS[@]}" --json "$WORK/s.json" "$URL" >/dev/null
+  local r; r=$(json "round(s['achieved_rps'])")
+  echo "$r" >>"$WORK/scalpel-hs.txt"
+  echo "    scalpel --no-reuse $r handshakes/s  (connections $(json "s['connections_opened']") for $(json "s['sent']") requests, handshake p50 $(json "s['handshake_ms']['p50']") ms)  (load $la)"
+}
+
+pair() { # NAME A B: alternate A and B, then medians and the ratio A/B
+  local name=$1 a=$2 b=$3
+  for i in $(seq "$REPEATS"); do
+    if (( i % 2 )); then "$a"; "$b"; else "$b"; "$a"; fi
+  done
+}
+report() { # TITLE FILE_A FILE_B
+  local ma mb; ma=$(median <"$WORK/$2.txt"); mb=$(median <"$WORK/$3.txt")
+  echo "[$1] $2 median $ma (min–max $(minmax <"$WORK/$2.txt")); $3 median $mb (min–max $(minmax <"$WORK/$3.txt")); ratio $2/$3 $(ratio "$ma" "$mb")"
+}
+
+echo
+echo "## 1. https HTTP/1.1 closed model, -c $CONNS, one thread each"
+pair h1 scalpel_h1 wrk_h1
+report h1 scalpel-h1 wrk
+
+echo
+echo "## 2. HTTP/2 over TLS, $H2_CONNS connections x $H2_STREAMS streams, one thread each"
+pair h2 scalpel_h2 h2load_h2
+report h2 scalpel-h2 h2load
+
+echo
+echo "## 3. TLS handshakes per second, a new connection per request, -c $HS_CONNS, one thread each"
+pair hs scalpel_hs h2load_hs
+report hs scalpel-hs h2load-hs
+
+# Both resume sessions? One short run of each against a logged location.
+: >"$WORK/conn.log"
+"${PIN[@]}" "$SCALPEL" load --no-progress --threads 1 --no-reuse -c 2 -n 50 "${TLS[@]}" "${URL}logged" >/dev/null
+sleep 0.3
+echo "[hs] scalpel session resumption (count, reused, protocol): $(awk '{print $2, $3}' "$WORK/conn.log" | sort | uniq -c | xargs)"
+: >"$WORK/conn.log"
+"${PIN[@]}" h2load --h1 -t1 -c 2 -n 50 -H "Connection: close" "${URL}logged" >/dev/null 2>&1
+sleep 0.3
+echo "[hs] h2load session resumption (count, reused, protocol): $(awk '{print $2, $3}' "$WORK/conn.log" | sort | uniq -c | xargs)"
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
