@@ -65,6 +65,8 @@ pub(crate) struct Outgoing<'a> {
     /// kept (and its `X-Forwarded-For` extended). Any other client's are replaced, so no
     /// client can claim another address or `https`.
     pub(crate) trusted: bool,
+    /// The client's connection to the balancer is TLS: `X-Forwarded-Proto: https`.
+    pub(crate) https: bool,
     /// The client asked to switch to this protocol (`Upgrade`, with `Connection:
     /// upgrade`): the two headers go to the worker instead of being dropped.
     pub(crate) upgrade: Option<&'a HeaderValue>,
@@ -167,7 +169,11 @@ pub(crate) fn encode_request(req: &Outgoing<'_>, worker: SocketAddr, out: &mut V
     out.extend_from_slice(req.client_ip.as_bytes());
     out.extend_from_slice(b"\r\n");
     if !proto {
-        out.extend_from_slice(b"x-forwarded-proto: http\r\n");
+        out.extend_from_slice(if req.https {
+            b"x-forwarded-proto: https\r\n"
+        } else {
+            b"x-forwarded-proto: http\r\n"
+        });
     }
     out.extend_from_slice(b"via: 1.1 scalpel\r\n");
     if let Some(protocol) = req.upgrade {
@@ -517,6 +523,7 @@ mod tests {
             body: &body,
             upgrade: None,
             trusted: true,
+            https: false,
         };
         let mut out = Vec::new();
         encode_request(&req, "127.0.0.1:3001".parse().unwrap(), &mut out);
@@ -620,6 +627,7 @@ mod tests {
             body: &body,
             upgrade: None,
             trusted: false,
+            https: false,
         };
         let mut out = Vec::new();
         encode_request(&req, "127.0.0.1:3001".parse().unwrap(), &mut out);
@@ -734,6 +742,7 @@ mod tests {
             body: &body,
             upgrade: Some(&protocol),
             trusted: true,
+            https: false,
         };
         let mut out = Vec::new();
         encode_request(&req, "127.0.0.1:3001".parse().unwrap(), &mut out);

@@ -98,6 +98,7 @@ mod pool;
 mod proxy;
 mod server;
 mod supervisor;
+mod tls;
 mod tunnel;
 mod upstream;
 
