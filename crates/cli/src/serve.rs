@@ -38,7 +38,10 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         let problems = config.check_tls();
         if !problems.is_empty() {
             for p in &problems {
-                eprintln!("scalpel serve: invalid config: {}: {p}", args.config.display());
+                eprintln!(
+                    "scalpel serve: invalid config: {}: {p}",
+                    args.config.display()
+                );
             }
             return Ok(ExitCode::from(2));
         }

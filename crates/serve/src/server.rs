@@ -337,7 +337,10 @@ impl Server {
     /// [`ServeError::Tls`], one line per problem.
     pub fn reload_tls(&self) -> Result<(), ServeError> {
         let mut problems = Vec::new();
-        for certs in [&self.shared.tls, &self.shared.admin_tls].into_iter().flatten() {
+        for certs in [&self.shared.tls, &self.shared.admin_tls]
+            .into_iter()
+            .flatten()
+        {
             if let Err(p) = certs.reload() {
                 problems.extend(p);
             }

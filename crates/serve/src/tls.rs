@@ -79,8 +79,8 @@ fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
 }
 
 fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
-    let pem = std::fs::read(path)
-        .map_err(|e| format!("tls key {}: cannot read: {e}", path.display()))?;
+    let pem =
+        std::fs::read(path).map_err(|e| format!("tls key {}: cannot read: {e}", path.display()))?;
     PrivateKeyDer::from_pem_slice(&pem).map_err(|e| {
         format!(
             "tls key {}: no usable PRIVATE KEY block: {e}",
