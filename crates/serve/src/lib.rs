@@ -11,7 +11,10 @@
 //! path prefix, method and header to apps, splits a route between apps by weight
 //! (sticky by a key) for A/B tests, and picks a worker with round robin, least
 //! connections or power of two choices. An admin address serves `/status`, `/metrics`
-//! (Prometheus) and `POST /reload` (rolling, zero-downtime).
+//! (Prometheus) and `POST /reload` (rolling, zero-downtime). With `[server.tls]` the
+//! client listener terminates TLS (rustls, ALPN `h2` and `http/1.1`; hyper serves both)
+//! and the certificate can be swapped while connections stay open
+//! ([`Server::reload_tls`]); workers stay plain HTTP/1.1 on loopback.
 //!
 //! It must NOT compare responses or read `/proc` itself (that is `scalpel-diff` and
 //! `scalpel-procstat`), nor parse command lines or print to the terminal beyond the

@@ -37,16 +37,14 @@ fn tls_server(dir: &Path) -> String {
     )
 }
 
-/// A TLS client that trusts only `roots` and offers `alpn`.
+/// A TLS client that trusts only `root` and offers `alpn`.
 async fn connect(
     addr: std::net::SocketAddr,
-    roots: &[CertificateDer<'static>],
+    root: &CertificateDer<'static>,
     alpn: &[u8],
 ) -> TlsStream<tokio::net::TcpStream> {
     let mut store = rustls::RootCertStore::empty();
-    for r in roots {
-        store.add(r.clone()).unwrap();
-    }
+    store.add(root.clone()).unwrap();
     let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
@@ -195,13 +193,13 @@ async fn certificate_reload_keeps_open_connections_and_serves_the_new_one() {
     ))
     .await;
     let addr = h.server.listen_addr();
-    let mut old = connect(addr, &[first.clone()], b"http/1.1").await;
+    let mut old = connect(addr, &first, b"http/1.1").await;
     assert_eq!(old.get_ref().1.peer_certificates().unwrap()[0], first);
     assert!(get_on(&mut old, "/").await.starts_with("HTTP/1.1 200"));
 
     let second = write_cert(dir.path(), "serve-two");
     h.server.reload_tls().expect("reload");
-    let new = connect(addr, &[second.clone()], b"http/1.1").await;
+    let new = connect(addr, &second, b"http/1.1").await;
     assert_eq!(
         new.get_ref().1.peer_certificates().unwrap()[0],
         second,
@@ -218,7 +216,7 @@ async fn certificate_reload_keeps_open_connections_and_serves_the_new_one() {
     std::fs::copy(other.path().join("key.pem"), dir.path().join("key.pem")).unwrap();
     let err = h.server.reload_tls().unwrap_err().to_string();
     assert!(err.contains("does not match"), "{err}");
-    let still = connect(addr, &[second.clone()], b"h2").await;
+    let still = connect(addr, &second, b"h2").await;
     assert_eq!(still.get_ref().1.peer_certificates().unwrap()[0], second);
     assert_eq!(still.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
     h.server.shutdown().await;
@@ -236,7 +234,7 @@ async fn upgrade_through_tls_is_tunnelled() {
         node_app("web", 1, "least_conn", "")
     ))
     .await;
-    let mut s = connect(h.server.listen_addr(), &[cert], b"http/1.1").await;
+    let mut s = connect(h.server.listen_addr(), &cert, b"http/1.1").await;
     s.write_all(b"GET /ws HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: shout\r\n\r\n")
         .await
         .unwrap();
@@ -262,7 +260,7 @@ async fn admin_tls_serves_status_over_tls() {
     );
     let h = start(&toml).await;
     let admin = h.server.admin_addr().unwrap();
-    let mut s = connect(admin, &[cert], b"http/1.1").await;
+    let mut s = connect(admin, &cert, b"http/1.1").await;
     let reply = get_on(&mut s, "/status").await;
     assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
     assert!(reply.contains("\"web\""), "{reply}");
