@@ -72,20 +72,11 @@ pub(crate) struct Outgoing<'a> {
     pub(crate) upgrade: Option<&'a HeaderValue>,
 }
 
-/// Is `name` one of the headers that describe one connection, never forwarded (RFC 9110
-/// §7.6.1), or one of the non-standard ones proxies agree to drop?
+/// Is `name` one of the headers that describe one connection, never forwarded: the
+/// toolkit's one list (`scalpel_http::HOP_BY_HOP`, RFC 9110 §7.6.1), plus
+/// `Proxy-Authorization`, meant for this proxy alone (RFC 9110 §11.7.2).
 fn hop_by_hop(name: &[u8]) -> bool {
-    const NAMES: [&[u8]; 8] = [
-        b"connection",
-        b"keep-alive",
-        b"proxy-connection",
-        b"te",
-        b"trailer",
-        b"transfer-encoding",
-        b"upgrade",
-        b"proxy-authorization",
-    ];
-    listed(&NAMES, name)
+    scalpel_http::is_hop_by_hop(name) || name.eq_ignore_ascii_case(b"proxy-authorization")
 }
 
 /// The header names listed in `Connection` values: hop-by-hop too.
