@@ -19,6 +19,7 @@ need wrk || missing+=(wrk)
 need h2load || missing+=(nghttp2-client)
 need chromium || missing+=(chromium)
 need openssl || missing+=(openssl)
+need curl || missing+=(curl)
 # the system trust store scalpel-http reads by default (its tests expect a non-empty one)
 [ -s /etc/ssl/certs/ca-certificates.crt ] || missing+=(ca-certificates)
 if [ ${#missing[@]} -gt 0 ]; then

@@ -12,6 +12,8 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::tls::TlsFiles;
+
 /// The environment variable that can hold the admin bearer token.
 pub const ADMIN_TOKEN_ENV: &str = "SCALPEL_ADMIN_TOKEN";
 
@@ -144,6 +146,16 @@ struct RawServer {
     log_line_max_bytes: Option<Spanned<HumanSize>>,
     log_buffer_bytes: Option<Spanned<HumanSize>>,
     mirror_buffer_bytes: Option<Spanned<HumanSize>>,
+    tls: Option<RawTls>,
+    admin_tls: Option<RawTls>,
+}
+
+/// `[server.tls]` / `[server.admin_tls]`: PEM files, relative to the config's directory.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTls {
+    cert: PathBuf,
+    key: PathBuf,
 }
 
 fn d_true() -> bool {
@@ -332,6 +344,10 @@ pub(crate) struct ServerConfig {
     /// Bytes held for mirror comparisons at once (request copies, served and mirror
     /// bodies); past it copies are skipped.
     pub(crate) mirror_buffer_bytes: usize,
+    /// The client listener speaks TLS with these files (`[server.tls]`).
+    pub(crate) tls: Option<TlsFiles>,
+    /// The admin address speaks TLS with these files (`[server.admin_tls]`).
+    pub(crate) admin_tls: Option<TlsFiles>,
 }
 
 /// An address range: `127.0.0.1/32`, `10.0.0.0/8`, `::1/128`; a bare address is one host.
@@ -708,6 +724,8 @@ impl Config {
             log_line_max_bytes: log_line_max_bytes as usize,
             log_buffer_bytes: log_buffer_bytes as usize,
             mirror_buffer_bytes: mirror_buffer_bytes as usize,
+            tls: s.tls.as_ref().map(|t| tls_files(path, t)),
+            admin_tls: s.admin_tls.as_ref().map(|t| tls_files(path, t)),
         };
 
         if raw.app.is_empty() {
@@ -1054,6 +1072,29 @@ impl Config {
         self.apps.iter().map(|a| &*a.name).collect()
     }
 
+    /// Checks the TLS files of `[server.tls]` and `[server.admin_tls]`: readable, parse,
+    /// and the key matches the certificate. One line per problem; none when all is well
+    /// (or no TLS is configured).
+    pub fn check_tls(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        for (what, files) in [
+            ("server.tls", &self.server.tls),
+            ("server.admin_tls", &self.server.admin_tls),
+        ] {
+            if let Some(files) = files
+                && let Err(found) = crate::tls::load(files)
+            {
+                problems.extend(found.into_iter().map(|p| format!("{what}: {p}")));
+            }
+        }
+        problems
+    }
+
+    /// Whether the client listener speaks TLS (`[server.tls]`).
+    pub fn tls(&self) -> bool {
+        self.server.tls.is_some()
+    }
+
     /// Checks what the text alone cannot show: each app's `cwd` is a directory, and its
     /// program exists and is executable — found on `PATH` (the app's own `env.PATH` when
     /// it sets one), or, when it names a path, relative to the `cwd`. `scalpel serve
@@ -1104,6 +1145,15 @@ impl Config {
             }
         }
         Ok(())
+    }
+}
+
+/// The PEM files of `raw`, relative to the config file's directory.
+fn tls_files(config: &Path, raw: &RawTls) -> TlsFiles {
+    let base = config.parent().unwrap_or(Path::new("."));
+    TlsFiles {
+        cert: base.join(&raw.cert),
+        key: base.join(&raw.key),
     }
 }
 

@@ -11,8 +11,11 @@
 //! path prefix, method and header to apps, splits a route between apps by weight
 //! (sticky by a key) for A/B tests, and picks a worker with round robin, least
 //! connections or power of two choices. An admin address serves a live page at `/`
-//! (crate `scalpel-live`, docs/live.md), `/status`, `/metrics`
-//! (Prometheus) and `POST /reload` (rolling, zero-downtime).
+//! (crate `scalpel-live`, docs/live.md), `/status`, `/metrics` (Prometheus) and
+//! `POST /reload` (rolling, zero-downtime). With `[server.tls]` the client listener
+//! terminates TLS (rustls, ALPN `h2` and `http/1.1`; hyper serves both) and the
+//! certificate can be swapped while connections stay open ([`Server::reload_tls`]);
+//! workers stay plain HTTP/1.1 on loopback.
 //!
 //! It must NOT compare responses or read `/proc` itself (that is `scalpel-diff` and
 //! `scalpel-procstat`), nor parse command lines or print to the terminal beyond the
@@ -100,6 +103,7 @@ mod pool;
 mod proxy;
 mod server;
 mod supervisor;
+mod tls;
 mod tunnel;
 mod upstream;
 

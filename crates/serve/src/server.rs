@@ -10,10 +10,11 @@ use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, oneshot, watch};
+use tokio_rustls::TlsAcceptor;
 
 use crate::config::{Config, ConfigError};
 use crate::live::Live;
@@ -22,6 +23,7 @@ use crate::mirror::start_mirror_thread;
 use crate::pool::WorkerState;
 use crate::proxy::{Client, ProxyBody, Route, Shared, json_error};
 use crate::supervisor::{Hurry, LogSink, SlotCmd, WorkerLogs, start_app};
+use crate::tls::{Certs, TlsFiles};
 use crate::upstream::Upstreams;
 
 /// What went wrong starting or running the server. The text of each names its cause
@@ -47,6 +49,9 @@ pub enum ServeError {
     /// A data-plane or mirror thread could not be started.
     #[error("cannot start the balancer's threads: {0}")]
     Threads(std::io::Error),
+    /// A TLS certificate or key could not be used (`[server.tls]`, `[server.admin_tls]`).
+    #[error("tls: {}", .0.join("; "))]
+    Tls(Vec<String>),
     /// A reload did not replace every worker (the old ones of those keep serving).
     #[error("reload incomplete: {}", .0.join("; "))]
     Reload(Vec<String>),
@@ -156,6 +161,14 @@ impl Server {
     pub async fn start(config: Config, options: ServeOptions) -> Result<Self, ServeError> {
         config.check_programs().map_err(ServeError::Config)?;
         let cfg = config.server.clone();
+        let certs = |files: &Option<TlsFiles>| -> Result<_, ServeError> {
+            files
+                .clone()
+                .map(Certs::new)
+                .transpose()
+                .map_err(ServeError::Tls)
+        };
+        let (tls, admin_tls) = (certs(&cfg.tls)?, certs(&cfg.admin_tls)?);
         let bind = |addr: SocketAddr| async move {
             TcpListener::bind(addr)
                 .await
@@ -222,6 +235,8 @@ impl Server {
             mirror_queue,
             rejected: Default::default(),
             connections: connections.clone(),
+            tls,
+            admin_tls,
         });
         for tx in hand_over {
             let _ = tx.send(shared.clone());
@@ -319,6 +334,30 @@ impl Server {
     /// grace period. What a second SIGTERM or Ctrl-C does.
     pub fn hurry(&self) {
         self.hurry.now();
+    }
+
+    /// Reads the TLS certificate and key files again (what SIGHUP does, with a rolling
+    /// reload): new handshakes get the new certificate, open connections keep theirs. On
+    /// any problem the certificate in use stays and the problems are returned.
+    ///
+    /// # Errors
+    ///
+    /// [`ServeError::Tls`], one line per problem.
+    pub fn reload_tls(&self) -> Result<(), ServeError> {
+        let mut problems = Vec::new();
+        for certs in [&self.shared.tls, &self.shared.admin_tls]
+            .into_iter()
+            .flatten()
+        {
+            if let Err(p) = certs.reload() {
+                problems.extend(p);
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(ServeError::Tls(problems))
+        }
     }
 
     /// Stops accepting connections, lets in-flight requests finish (up to
@@ -470,6 +509,22 @@ fn start_data_plane(
     Ok(hand_over)
 }
 
+/// Drives a client connection until it ends or the server stops accepting; then lets
+/// the requests in flight finish and closes it.
+macro_rules! serve_until_stopped {
+    ($conn:expr, $stop:expr) => {{
+        let mut conn = std::pin::pin!($conn);
+        let stopping = tokio::select! {
+            _ = conn.as_mut() => false,
+            _ = $stop.wait_for(|s| *s) => true,
+        };
+        if stopping {
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
+        }
+    }};
+}
+
 async fn accept_loop(
     listener: TcpListener,
     shared: Arc<Shared>,
@@ -487,6 +542,14 @@ async fn accept_loop(
         // `a: b` and its CRLF 6), because hyper sizes its parse buffer by it.
         .max_headers(max_request_headers(shared.cfg.max_header_bytes))
         .keep_alive(true);
+    let mut h2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    h2.timer(TokioTimer::new())
+        .max_header_list_size(u32::try_from(shared.cfg.max_header_bytes).unwrap_or(u32::MAX));
+    // h2 first: a client that speaks both gets multiplexing.
+    let tls = shared
+        .tls
+        .as_ref()
+        .map(|c| TlsAcceptor::from(c.server_config(&[b"h2", b"http/1.1"])));
     let lingering = Arc::new(AtomicUsize::new(0));
     loop {
         let (stream, peer) = tokio::select! {
@@ -516,6 +579,8 @@ async fn accept_loop(
         let up = up.clone();
         let mut stop = stop.clone();
         let builder = builder.clone();
+        let h2 = h2.clone();
+        let tls = tls.clone();
         // Worked out once per connection: the address for X-Forwarded-For, and whether
         // this peer's own forwarding headers are believed.
         let client = Arc::new(Client {
@@ -525,6 +590,7 @@ async fn accept_loop(
                 .trusted_proxies
                 .iter()
                 .any(|n| n.contains(peer.ip())),
+            https: tls.is_some(),
         });
         tokio::spawn(async move {
             let _guard = guard;
@@ -538,6 +604,36 @@ async fn accept_loop(
                     async move { Ok::<_, Infallible>(shared.handle(&up, &client, req).await) }
                 })
             };
+            if let Some(acceptor) = tls {
+                // The handshake has the request head's time limit: a peer that never
+                // finishes one does not hold a connection slot for long.
+                let limit = shared.cfg.header_read_timeout;
+                let handshake = tokio::select! {
+                    r = tokio::time::timeout(limit, acceptor.accept(stream)) => r,
+                    _ = stop.wait_for(|s| *s) => return,
+                };
+                let stream = match handshake {
+                    Ok(Ok(s)) => s,
+                    Ok(Err(e)) => {
+                        tracing::debug!(error = %e, %peer, "TLS handshake failed");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::debug!(%peer, "TLS handshake timed out");
+                        return;
+                    }
+                };
+                if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+                    let conn = h2.serve_connection(TokioIo::new(stream), svc);
+                    serve_until_stopped!(conn, stop);
+                } else {
+                    let conn = builder
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .with_upgrades();
+                    serve_until_stopped!(conn, stop);
+                }
+                return;
+            }
             let io = ClientIo {
                 stream,
                 mid_request: false,
@@ -712,6 +808,10 @@ async fn admin_loop(
     mut stop: watch::Receiver<bool>,
 ) {
     let admin_slots = Arc::new(tokio::sync::Semaphore::new(ADMIN_CONNECTIONS));
+    let tls = shared
+        .admin_tls
+        .as_ref()
+        .map(|c| TlsAcceptor::from(c.server_config(&[b"http/1.1"])));
     loop {
         let stream = tokio::select! {
             r = listener.accept() => match r {
@@ -728,6 +828,7 @@ async fn admin_loop(
         let shared = shared.clone();
         let live = live.clone();
         let lock = reload_lock.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
             let _permit = permit;
             let svc = service_fn(move |req: Request<Incoming>| {
@@ -736,11 +837,22 @@ async fn admin_loop(
                 let lock = lock.clone();
                 async move { Ok::<_, Infallible>(admin(&shared, &live, &lock, req).await) }
             });
-            let _ = hyper::server::conn::http1::Builder::new()
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
                 .timer(TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(10))
-                .serve_connection(TokioIo::new(stream), svc)
-                .await;
+                .header_read_timeout(Duration::from_secs(10));
+            match tls {
+                None => {
+                    let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
+                }
+                Some(acceptor) => {
+                    let handshake =
+                        tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream));
+                    if let Ok(Ok(stream)) = handshake.await {
+                        let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
+                    }
+                }
+            }
         });
     }
 }
