@@ -454,17 +454,27 @@ impl H2Response {
     /// The trailer fields, once the body has been read to its end (under the read
     /// time-out); `None` when the response has none.
     pub async fn trailers(&mut self) -> Result<Option<HeaderMap>, Error> {
-        let stats = Arc::clone(&self.stats);
-        let body = &mut self.body;
         within(self.read_timeout, Phase::Body, async {
-            std::future::poll_fn(|cx| body.poll_trailers(cx))
-                .await
-                .inspect_err(|e| stats.note(e))
-                .map_err(|source| Error::H2 {
-                    phase: Phase::Body,
-                    source,
-                })
+            std::future::poll_fn(|cx| self.poll_trailers(cx)).await
         })
         .await
+    }
+
+    /// [`H2Response::trailers`] for a caller that polls (a body passed on to a server).
+    pub fn poll_trailers(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Option<HeaderMap>, Error>> {
+        match self.body.poll_trailers(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Ok(t)) => Poll::Ready(Ok(t)),
+            Poll::Ready(Err(e)) => {
+                self.stats.note(&e);
+                Poll::Ready(Err(Error::H2 {
+                    phase: Phase::Body,
+                    source: e,
+                }))
+            }
+        }
     }
 }

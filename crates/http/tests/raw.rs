@@ -334,6 +334,7 @@ async fn streamed_request_bodies_arrive_whole_and_trailers_and_interim_answers_a
         assert_eq!(body, expected);
         let resp = conn.read_response(Expect::default()).await.unwrap();
         assert_eq!((resp.status.as_u16(), conn.interim_responses()), (200, 1));
+        assert_eq!(conn.declared_trailers(), ["x-sum"]);
         assert!(conn.take_trailers().is_none(), "not before the body ends");
         assert_eq!(&conn.read_body(100).await.unwrap().unwrap()[..], b"ok");
         assert_eq!(conn.take_trailers().unwrap()["x-sum"], "9");

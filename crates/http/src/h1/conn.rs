@@ -58,6 +58,8 @@ pub struct H1Conn {
     trailers: Option<HeaderMap>,
     /// Interim (1xx) responses skipped before the last head `read_response` read.
     interim: u32,
+    /// The `Trailer` values of the last head `read_response` read.
+    declared_trailers: Vec<http::HeaderValue>,
 }
 
 impl H1Conn {
@@ -74,6 +76,7 @@ impl H1Conn {
             completed: 0,
             trailers: None,
             interim: 0,
+            declared_trailers: Vec::new(),
         }
     }
 
@@ -163,6 +166,13 @@ impl H1Conn {
         self.interim
     }
 
+    /// The values of the `Trailer` header of the last head [`H1Conn::read_response`]
+    /// read (left out of its header map, being on the hop-by-hop list): a proxy that
+    /// passes trailers on declares them to its own client with these.
+    pub fn declared_trailers(&self) -> &[http::HeaderValue] {
+        &self.declared_trailers
+    }
+
     /// The trailer fields of the last chunked body read through [`H1Conn::data`] (or
     /// `poll_data`, `read_body`), once it has ended; `None` when it had none.
     pub fn take_trailers(&mut self) -> Option<HeaderMap> {
@@ -175,10 +185,11 @@ impl H1Conn {
         let expect = self.expect(expect);
         loop {
             if !self.rbuf.is_empty()
-                && let Some((head, interim)) =
+                && let Some((head, interim, declared)) =
                     wire::parse_response_counted(&mut self.rbuf, &expect)?
             {
                 self.interim = interim;
+                self.declared_trailers = declared;
                 self.start_body(head.framing, head.keep_alive);
                 return Ok(head);
             }

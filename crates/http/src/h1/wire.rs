@@ -369,15 +369,17 @@ pub fn parse_response(
     buf: &mut BytesMut,
     expect: &Expect,
 ) -> Result<Option<ResponseHead>, WireError> {
-    Ok(parse_response_counted(buf, expect)?.map(|(head, _)| head))
+    Ok(parse_response_counted(buf, expect)?.map(|(head, _, _)| head))
 }
 
 /// [`parse_response`], also saying how many interim (1xx) responses were skipped before
-/// the final head (a proxy that cannot pass them on counts them).
+/// the final head (a proxy that cannot pass them on counts them), and the values of its
+/// `Trailer` header (hop-by-hop on the list, but a proxy that passes trailers on must
+/// declare them to its own client).
 pub(crate) fn parse_response_counted(
     buf: &mut BytesMut,
     expect: &Expect,
-) -> Result<Option<(ResponseHead, u32)>, WireError> {
+) -> Result<Option<(ResponseHead, u32, Vec<HeaderValue>)>, WireError> {
     let mut spans = [(0usize, 0usize, 0usize, 0usize); MAX_HEADERS];
     let Some(s) = scan(buf, expect, Some(&mut spans))? else {
         return Ok(None);
@@ -394,8 +396,14 @@ pub(crate) fn parse_response_counted(
     );
     let switched = s.code == 101;
     let mut headers = HeaderMap::with_capacity(s.count);
+    let mut trailer = Vec::new();
     for (n, nl, v, vl) in spans.clone() {
         let name = &bytes[n..n + nl];
+        if name.eq_ignore_ascii_case(b"trailer")
+            && let Ok(value) = HeaderValue::from_maybe_shared(bytes.slice(v..v + vl))
+        {
+            trailer.push(value);
+        }
         // With Transfer-Encoding, a Content-Length is wrong and must go (RFC 9112 §6.3).
         let stale_length = s.chunked.is_some() && name.eq_ignore_ascii_case(b"content-length");
         let protocol = switched && name.eq_ignore_ascii_case(b"upgrade");
@@ -420,7 +428,7 @@ pub(crate) fn parse_response_counted(
         keep_alive: s.keep_alive,
         reframed: s.reframed,
     };
-    Ok(Some((head, s.interim)))
+    Ok(Some((head, s.interim, trailer)))
 }
 
 // ---------------------------------------------------------------------------------------

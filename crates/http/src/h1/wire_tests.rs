@@ -293,11 +293,26 @@ fn trailers_are_kept_by_decode_at_every_split_point_and_dropped_by_skip() {
 }
 
 #[test]
+fn declared_trailers_are_reported_apart_from_the_forwarded_headers() {
+    let mut buf = BytesMut::from(
+        &b"HTTP/1.1 200 OK\r\ntrailer: x-sum\r\nTrailer: x-two\r\ntransfer-encoding: chunked\r\n\r\n"[..],
+    );
+    let (head, _, trailer) = super::parse_response_counted(&mut buf, &Expect::default())
+        .unwrap()
+        .unwrap();
+    assert!(
+        head.headers.get("trailer").is_none(),
+        "hop-by-hop in the map"
+    );
+    assert_eq!(trailer, ["x-sum", "x-two"]);
+}
+
+#[test]
 fn interim_answers_are_counted_for_a_proxy() {
     let mut buf = BytesMut::from(
         &b"HTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\nHTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"[..],
     );
-    let (head, interim) = super::parse_response_counted(&mut buf, &Expect::default())
+    let (head, interim, _) = super::parse_response_counted(&mut buf, &Expect::default())
         .unwrap()
         .unwrap();
     assert_eq!((head.status.as_u16(), interim), (200, 2));
