@@ -71,13 +71,15 @@ mod replay;
 mod store;
 mod tally;
 
-pub use client::Upstream;
+pub use client::{Reach, Upstream};
 pub use html::render_html;
 pub use model::{Failure, ShadowRequest, ShadowResponse, SkipReason};
 pub use proxy::{Proxy, ProxyConfig, ProxyStats};
 pub use recorder::{CompareSettings, DEFAULT_MAX_DECODED_BODY, Observation, Recorder};
 pub use redact::{REDACTED, Redactor};
-pub use replay::{ReplayConfig, ReplayProgress, ReplayStats, replay};
+pub use replay::{
+    Replay, ReplayConfig, ReplayProgress, ReplaySource, ReplayStats, Schedule, replay,
+};
 pub use store::{Store, StoredRun};
 pub use tally::{
     EndpointSummary, FieldSummary, NoiseField, Sample, SampleResponse, Summary, consistency_text,
@@ -111,6 +113,21 @@ pub enum ShadowError {
     /// The proxy's mirror thread or its runtime could not be started.
     #[error("cannot start the mirror thread: {0}")]
     MirrorThread(std::io::Error),
+    /// An upstream whose settings cannot work: a certificate that does not verify or is
+    /// for another name, a server that refuses a required h2, an unusable CA file, a host
+    /// that does not resolve. Found before any traffic.
+    #[error("{role} {url}: {source}")]
+    Upstream {
+        /// `primary`, `candidate` or `secondary`.
+        role: &'static str,
+        /// The upstream's URL.
+        url: String,
+        /// What the connector found.
+        source: scalpel_http::Error,
+    },
+    /// A recorded-traffic file or the capture file cannot be used.
+    #[error(transparent)]
+    Requests(#[from] scalpel_requests::RequestsError),
     /// The store could not be opened, read or written.
     #[error("store {}: {reason}", path.display())]
     Store {
