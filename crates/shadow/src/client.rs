@@ -25,9 +25,7 @@ use http::{HeaderMap, Method, Request, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use scalpel_http::h1::{self, Expect, H1Conn, H1Pool, RequestWriter, sends_length};
-use scalpel_http::{
-    Conn, Connector, H2Conn, H2Response, HttpVersion, Peer, PeerOptions, Scheme,
-};
+use scalpel_http::{Conn, Connector, H2Conn, H2Response, HttpVersion, Peer, PeerOptions, Scheme};
 
 use crate::ShadowError;
 use crate::budget::{Budget, Charge};
@@ -236,15 +234,47 @@ impl Client {
 
     /// Opens one connection, to find before any traffic what would otherwise fail every
     /// request: a certificate that does not verify or is for another name, a server that
-    /// refuses h2 when it is required. The connection is closed again (it may have been
-    /// opened on another runtime than the one that will use the client).
-    pub(crate) async fn check(&self) -> Result<Reach, scalpel_http::Error> {
+    /// refuses h2 when it is required. Over `http://` with HTTP/2 (prior knowledge, no
+    /// ALPN to ask) one `HEAD /` is sent, since only an answer shows the server speaks
+    /// h2c. The connection is closed again (it may have been opened on another runtime
+    /// than the one that will use the client).
+    pub(crate) async fn check(&self, role: &'static str) -> Result<Reach, ShadowError> {
+        let url = self.peer().base_url();
+        let setting = |source| ShadowError::Upstream {
+            role,
+            url: url.clone(),
+            source,
+        };
         match self.connector.connect().await {
-            Ok(c) => Ok(Reach::Ok(match c.conn {
-                Conn::H1(_) => "http/1.1",
-                Conn::H2(_) => "h2",
-            })),
-            Err(e) if bad_setting(&e) => Err(e),
+            Ok(c) => match c.conn {
+                Conn::H1(_) => Ok(Reach::Ok("http/1.1")),
+                Conn::H2(conn) if self.peer().is_tls() => {
+                    drop(conn);
+                    Ok(Reach::Ok("h2"))
+                }
+                Conn::H2(mut conn) => {
+                    let probe = Request::head(
+                        self.peer()
+                            .uri("/")
+                            .map_err(|e| setting(scalpel_http::Error::Request(e.to_string())))?,
+                    )
+                    .body(())
+                    .map_err(|e| setting(scalpel_http::Error::Request(e.to_string())))?;
+                    let limit = self.peer().options().connect_timeout;
+                    match tokio::time::timeout(limit, conn.send(probe, Bytes::new())).await {
+                        Ok(Ok(_)) => Ok(Reach::Ok("h2c")),
+                        Ok(Err(e)) => Err(ShadowError::NoH2c {
+                            role,
+                            url,
+                            detail: e.to_string(),
+                        }),
+                        Err(_) => Ok(Reach::Unreachable(format!(
+                            "no answer to an h2c HEAD / within {limit:?}"
+                        ))),
+                    }
+                }
+            },
+            Err(e) if bad_setting(&e) => Err(setting(e)),
             Err(e) => Ok(Reach::Unreachable(e.to_string())),
         }
     }
@@ -370,7 +400,10 @@ impl Client {
                     .map_err(|e| ExchangeError::Failed(Failure::of(&e, false)))?;
                 let result = match session {
                     Session::H1(conn, reused) => {
-                        match self.exchange_h1(conn, req, &headers, max_body, budget).await {
+                        match self
+                            .exchange_h1(conn, req, &headers, max_body, budget)
+                            .await
+                        {
                             Err(Attempt::NotSent(_)) if reused && !retried => {
                                 retried = true;
                                 continue; // the pooled connection had been closed
@@ -379,7 +412,8 @@ impl Client {
                         }
                     }
                     Session::H2(conn) => {
-                        self.exchange_h2(conn, req, &headers, max_body, budget).await
+                        self.exchange_h2(conn, req, &headers, max_body, budget)
+                            .await
                     }
                 };
                 return result

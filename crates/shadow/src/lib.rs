@@ -125,6 +125,18 @@ pub enum ShadowError {
         /// What the connector found.
         source: scalpel_http::Error,
     },
+    /// `--http2` over `http://` (prior knowledge) to a server that does not speak it.
+    #[error(
+        "{role} {url}: the server does not speak h2c (HTTP/2 over http:// by prior knowledge): {detail}; drop --http2 to use HTTP/1.1"
+    )]
+    NoH2c {
+        /// `primary`, `candidate` or `secondary`.
+        role: &'static str,
+        /// The upstream's URL.
+        url: String,
+        /// How the HTTP/2 exchange failed.
+        detail: String,
+    },
     /// A recorded-traffic file or the capture file cannot be used.
     #[error(transparent)]
     Requests(#[from] scalpel_requests::RequestsError),

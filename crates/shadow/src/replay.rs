@@ -158,7 +158,7 @@ impl Replay {
             let client = Client::new(up, cfg.timeout, None, workers)
                 .await
                 .map_err(err)?;
-            let reach = client.check().await.map_err(err)?;
+            let reach = client.check(role).await?;
             Ok::<_, ShadowError>((client, (role, up.describe(), reach)))
         };
         let (primary, p) = one("primary", &cfg.primary).await?;

@@ -111,7 +111,12 @@ mod tests {
         let r = redacted(&Redactor::new(["token", "password"]), job);
         assert_eq!(r.path_and_query, "/v1/pay?token=%5BREDACTED%5D&n=1");
         assert!(r.path_and_query.parse::<http::Uri>().is_ok());
-        let find = |n: &str| r.headers.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
+        let find = |n: &str| {
+            r.headers
+                .iter()
+                .find(|(k, _)| k == n)
+                .map(|(_, v)| v.clone())
+        };
         assert_eq!(find("authorization").unwrap(), REDACTED);
         assert_eq!(find("x-keep").unwrap(), "1");
         let body = String::from_utf8(r.body.to_vec()).unwrap();

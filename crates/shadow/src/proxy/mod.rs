@@ -249,7 +249,13 @@ impl Proxy {
     /// before any client is served; an upstream that does not answer yet is only noted,
     /// see [`Proxy::upstreams`]), then binds the listen and admin addresses.
     pub async fn bind(cfg: ProxyConfig, recorder: Arc<Recorder>) -> Result<Self, ShadowError> {
-        let primary = connect_client("primary", &cfg.primary, cfg.primary_timeout, PRIMARY_MAX_IDLE).await?;
+        let primary = connect_client(
+            "primary",
+            &cfg.primary,
+            cfg.primary_timeout,
+            PRIMARY_MAX_IDLE,
+        )
+        .await?;
         let candidate = connect_client(
             "candidate",
             &cfg.candidate,
@@ -445,8 +451,10 @@ async fn connect_client(
         url: up.to_string(),
         source,
     };
-    let client = Client::new(up, timeout, None, max_idle).await.map_err(err)?;
-    let reach = client.check().await.map_err(err)?;
+    let client = Client::new(up, timeout, None, max_idle)
+        .await
+        .map_err(err)?;
+    let reach = client.check(role).await?;
     Ok((client, reach))
 }
 
@@ -1053,4 +1061,3 @@ impl Drop for TeeBody {
         }
     }
 }
-
