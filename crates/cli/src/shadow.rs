@@ -257,7 +257,12 @@ struct ProxyArgs {
     #[arg(long = "capture-max-size", value_name = "SIZE", requires = "capture", value_parser = size)]
     capture_max_size: Option<usize>,
     /// Rotated capture files kept beside the current one.
-    #[arg(long = "capture-keep", value_name = "N", default_value_t = 1, requires = "capture")]
+    #[arg(
+        long = "capture-keep",
+        value_name = "N",
+        default_value_t = 1,
+        requires = "capture"
+    )]
     capture_keep: u32,
     #[command(flatten)]
     compare: CompareArgs,
@@ -274,7 +279,12 @@ struct ReplayArgs {
     #[arg(long, value_name = "URL")]
     candidate: String,
     /// Request path and query with `{name}` placeholders, e.g. `/v1/users/{id}/stats?days=30`.
-    #[arg(long, value_name = "TEMPLATE", required_unless_present = "from", conflicts_with = "from")]
+    #[arg(
+        long,
+        value_name = "TEMPLATE",
+        required_unless_present = "from",
+        conflicts_with = "from"
+    )]
     template: Option<String>,
     /// Values for the placeholders: one per line, or CSV with a header row.
     #[arg(long, value_name = "FILE", conflicts_with = "from")]
@@ -283,7 +293,12 @@ struct ReplayArgs {
     #[arg(short = 'm', long, value_name = "METHOD")]
     method: Vec<String>,
     /// A request header `Name: value` (placeholders allowed). Repeatable.
-    #[arg(short = 'H', long = "header", value_name = "HEADER", conflicts_with = "from")]
+    #[arg(
+        short = 'H',
+        long = "header",
+        value_name = "HEADER",
+        conflicts_with = "from"
+    )]
     header: Vec<String>,
     /// Request body (placeholders allowed).
     #[arg(long, conflicts_with = "from")]
@@ -478,7 +493,11 @@ fn run_proxy(a: ProxyArgs) -> anyhow::Result<ExitCode> {
         (Some(cert), Some(key)) => Some(ServerTls::from_pem_files(cert, key, true)?),
         _ => None,
     };
-    let capture = a.capture.as_deref().map(|p| open_capture(p, &a)).transpose()?;
+    let capture = a
+        .capture
+        .as_deref()
+        .map(|p| open_capture(p, &a))
+        .transpose()?;
     let cfg = ProxyConfig {
         listen: a.listen,
         primary: primary.clone(),
@@ -509,7 +528,11 @@ fn run_proxy(a: ProxyArgs) -> anyhow::Result<ExitCode> {
         false,
     )?;
     let rt = runtime()?;
-    let tls_note = if cfg.tls.is_some() { " (TLS: h2, http/1.1)" } else { "" };
+    let tls_note = if cfg.tls.is_some() {
+        " (TLS: h2, http/1.1)"
+    } else {
+        ""
+    };
     let stats = rt.block_on(async {
         let mut proxy = Proxy::bind(cfg, recorder.clone()).await?;
         show_upstreams("scalpel shadow proxy", proxy.upstreams());
@@ -794,7 +817,9 @@ fn run_replay(a: ReplayArgs) -> anyhow::Result<ExitCode> {
                 progress.stop();
             })
         };
-        let stats = replay.run(plan.source, recorder.clone(), progress.clone()).await;
+        let stats = replay
+            .run(plan.source, recorder.clone(), progress.clone())
+            .await;
         ticker.abort();
         stopper.abort();
         let lines: Vec<String> = replay

@@ -403,6 +403,14 @@ impl Proxy {
         {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        // Requests queued for the capture reach its writer before the mirror thread
+        // (which redacts them) stops: a capture keeps every request it accepted. The
+        // capture task offers each one in the same poll that takes it off the queue.
+        if let Some(tx) = &ctx.capture {
+            while Instant::now() < deadline && tx.capacity() < tx.max_capacity() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
         flusher.abort();
         let _ = stop_mirrors.send(());
         // Joining drops the mirror runtime's tasks: what is still in flight is counted
