@@ -54,12 +54,13 @@ pub struct H1Conn {
     read_timeout: Option<Duration>,
     /// Responses read to their end on this connection.
     completed: u64,
-    /// The trailer fields of the last chunked body read with `data`, once it ended.
-    trailers: Option<HeaderMap>,
+    /// The trailer fields of the last chunked body read with `data`, once it ended
+    /// (boxed: rare, and the connection stays small).
+    trailers: Option<Box<HeaderMap>>,
     /// Interim (1xx) responses skipped before the last head `read_response` read.
     interim: u32,
     /// The `Trailer` values of the last head `read_response` read.
-    declared_trailers: Vec<http::HeaderValue>,
+    declared_trailers: Box<[http::HeaderValue]>,
 }
 
 impl H1Conn {
@@ -76,7 +77,7 @@ impl H1Conn {
             completed: 0,
             trailers: None,
             interim: 0,
-            declared_trailers: Vec::new(),
+            declared_trailers: Box::default(),
         }
     }
 
@@ -176,7 +177,7 @@ impl H1Conn {
     /// The trailer fields of the last chunked body read through [`H1Conn::data`] (or
     /// `poll_data`, `read_body`), once it has ended; `None` when it had none.
     pub fn take_trailers(&mut self) -> Option<HeaderMap> {
-        self.trailers.take()
+        self.trailers.take().map(|t| *t)
     }
 
     /// Reads the response head with its header map (hop-by-hop headers left out), for a
@@ -189,7 +190,7 @@ impl H1Conn {
                     wire::parse_response_counted(&mut self.rbuf, &expect)?
             {
                 self.interim = interim;
-                self.declared_trailers = declared;
+                self.declared_trailers = declared.into_boxed_slice();
                 self.start_body(head.framing, head.keep_alive);
                 return Ok(head);
             }
@@ -376,7 +377,7 @@ impl H1Conn {
                     .decode(&mut self.rbuf)
                     .inspect_err(|_| self.keep_alive = false)?;
                 if dec.is_done() {
-                    self.trailers = dec.take_trailers();
+                    self.trailers = dec.take_trailers().map(Box::new);
                     self.end_body();
                 }
                 d
