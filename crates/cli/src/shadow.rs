@@ -33,7 +33,7 @@ pub(crate) struct ShadowArgs {
 enum ShadowCommand {
     /// Proxy clients to the primary and mirror a copy of each request to the candidate.
     Proxy(ProxyArgs),
-    /// Send every request of a data set to primary and candidate and compare each pair.
+    /// Send every request of a data set or of recorded traffic to primary and candidate and compare each pair.
     Replay(ReplayArgs),
     /// Rebuild the report of a run from its store.
     Report(ReportArgs),
@@ -265,9 +265,9 @@ struct ProxyArgs {
     )]
     capture_keep: u32,
     #[command(flatten)]
-    compare: CompareArgs,
+    compare: Box<CompareArgs>,
     #[command(flatten)]
-    upstreams: UpstreamArgs,
+    upstreams: Box<UpstreamArgs>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -349,9 +349,9 @@ struct ReplayArgs {
     #[arg(long = "min-consistency", value_name = "PCT", default_value_t = 100.0)]
     min_consistency: f64,
     #[command(flatten)]
-    compare: CompareArgs,
+    compare: Box<CompareArgs>,
     #[command(flatten)]
-    upstreams: UpstreamArgs,
+    upstreams: Box<UpstreamArgs>,
 }
 
 /// Requests in flight when `-c` is not given: a template replay's workers, and the cap of
