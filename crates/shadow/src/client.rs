@@ -618,12 +618,16 @@ impl Client {
             }
         };
         let headers = resp.headers().clone();
+        let remaining = headers
+            .get(CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
         Ok(Forwarded {
             status: resp.status(),
             headers,
             interim: 0,
             body: UpstreamBody::H2 {
                 resp: Box::new(resp),
+                remaining,
                 data_done: false,
                 finished: false,
             },
@@ -723,6 +727,10 @@ pub(crate) enum UpstreamBody {
     },
     H2 {
         resp: Box<H2Response>,
+        /// Bytes still to come by the answer's `Content-Length`. A server that has
+        /// written that many (hyper's HTTP/1 one) stops reading before h2's end of
+        /// stream may have arrived: the declared length ends the body.
+        remaining: Option<u64>,
         data_done: bool,
         finished: bool,
     },
@@ -778,6 +786,7 @@ impl Body for UpstreamBody {
             }
             UpstreamBody::H2 {
                 resp,
+                remaining,
                 data_done,
                 finished,
             } => {
@@ -788,8 +797,13 @@ impl Body for UpstreamBody {
                     match resp.poll_data(cx) {
                         Poll::Pending => return Poll::Pending,
                         Poll::Ready(Some(r)) => {
-                            if r.is_err() {
-                                *finished = true;
+                            match &r {
+                                Ok(d) => {
+                                    if let Some(n) = remaining.as_mut() {
+                                        *n = n.saturating_sub(d.len() as u64);
+                                    }
+                                }
+                                Err(_) => *finished = true,
                             }
                             return Poll::Ready(Some(r.map(Frame::data)));
                         }
@@ -817,7 +831,12 @@ impl Body for UpstreamBody {
                 ended,
                 ..
             } => *ended || (!*chunked && conn.as_ref().is_none_or(H1Conn::is_body_done)),
-            UpstreamBody::H2 { resp, finished, .. } => *finished || resp.is_body_done(),
+            UpstreamBody::H2 {
+                resp,
+                finished,
+                remaining,
+                ..
+            } => *finished || resp.is_body_done() || *remaining == Some(0),
         }
     }
 
@@ -828,6 +847,9 @@ impl Body for UpstreamBody {
                 None => SizeHint::default(),
             },
             UpstreamBody::H1 { conn: None, .. } => SizeHint::with_exact(0),
+            UpstreamBody::H2 {
+                remaining: Some(n), ..
+            } => SizeHint::with_exact(*n),
             UpstreamBody::H2 { .. } => SizeHint::default(),
         }
     }

@@ -420,3 +420,41 @@ async fn bad_upstream_settings_fail_at_bind_and_a_down_upstream_is_only_noted() 
         proxy.upstreams()
     );
 }
+
+/// An HTTP/1.1 client behind the proxy and an h2 primary whose answers carry a
+/// `Content-Length` (nginx): hyper's HTTP/1 server stops reading a body once it has sent
+/// the declared length, before h2's end of stream arrives; the proxy counted every such
+/// complete answer as `primary_incomplete` and compared none. The declared length now
+/// ends the body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h1_clients_of_an_h2_primary_with_content_length_are_compared() {
+    let certs = peers::certs();
+    let nginx = peers::nginx(&certs);
+    let h2 = |port: u16| {
+        up(
+            &format!("https://localhost:{port}"),
+            &certs.ca,
+            HttpVersion::Http2,
+        )
+    };
+    let p = start(proxy_cfg(h2(nginx.ports[4]), h2(nginx.ports[4]), None)).await;
+    let c = support::client();
+    for id in 1..=10 {
+        let got = support::get(&c, &format!("http://127.0.0.1:{}/big/{id}", p.port)).await;
+        assert_eq!(got.status, 200);
+        assert!(
+            got.headers.contains_key("content-length"),
+            "{:?}",
+            got.headers
+        );
+        assert_eq!(json(&got.body)["path"], format!("/big/{id}"));
+    }
+    let s = eventually("10 accounted", Duration::from_secs(60), async || {
+        let s = p.recorder.summary();
+        (accounted(&s) == 10).then_some(s)
+    })
+    .await;
+    assert_eq!((s.compared, s.skipped), (10, 0), "{s:?}");
+    let _ = p.stop.send(());
+    let _ = p.task.await;
+}

@@ -183,7 +183,10 @@ fn free_ports(n: usize) -> Vec<u16> {
 }
 
 /// nginx: [0] TLS + h2 (good certificate), [1] TLS without h2, [2] TLS with the
-/// wrong-name certificate, [3] plain HTTP/1.1 writing `access.log` (combined format).
+/// wrong-name certificate, [3] plain HTTP/1.1 writing `access.log` (combined format),
+/// [4] TLS + h2 passing every request to [3] (`proxy_pass`: its h2 answers end with an
+/// empty DATA frame after the last bytes, as a reverse proxy's do). [3] and [4] also
+/// answer `/big/…` with a 4 KB document.
 /// Every server answers the JSON document the Node server does (without a body).
 pub fn nginx(certs: &Certs) -> Peer {
     let binary = ["/usr/sbin/nginx", "/usr/bin/nginx"]
@@ -193,7 +196,7 @@ pub fn nginx(certs: &Certs) -> Peer {
     for _ in 0..5 {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path().display();
-        let ports = free_ports(4);
+        let ports = free_ports(5);
         let tls = |p: &Pair| {
             format!(
                 "ssl_certificate {}; ssl_certificate_key {};",
@@ -219,13 +222,19 @@ http {{
     server {{ listen 127.0.0.1:{p0} ssl http2; {good} {routes} }}
     server {{ listen 127.0.0.1:{p1} ssl; {good} {routes} }}
     server {{ listen 127.0.0.1:{p2} ssl; {wrong} {routes} }}
-    server {{ listen 127.0.0.1:{p3}; access_log {d}/access.log combined; {routes} }}
+    server {{ listen 127.0.0.1:{p3}; access_log {d}/access.log combined; {routes} {big} }}
+    server {{ listen 127.0.0.1:{p4} ssl http2; {good} location / {{ proxy_pass http://127.0.0.1:{p3}; }} }}
 }}
 "#,
             p0 = ports[0],
             p1 = ports[1],
             p2 = ports[2],
             p3 = ports[3],
+            p4 = ports[4],
+            big = format!(
+                r#"location /big/ {{ default_type application/json; return 200 '{{"path":"$request_uri","pad":"{}"}}'; }}"#,
+                "x".repeat(4000)
+            ),
             good = tls(&certs.good),
             wrong = tls(&certs.wrong_name),
         );
