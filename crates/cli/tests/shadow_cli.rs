@@ -914,6 +914,9 @@ async fn bad_tls_settings_are_one_line_and_exit_2_before_any_traffic() {
             err.starts_with("scalpel: ") && err.contains(who) && err.contains(what),
             "{args:?}: {err}"
         );
+        // Said once: the cause was repeated three times over its error chain.
+        assert_eq!(err.matches(what).count(), 1, "{err}");
+        assert!(!err.contains("DnsName("), "names as written: {err}");
     }
     assert_eq!(primary.hits(), 0, "no traffic before the checks");
 }

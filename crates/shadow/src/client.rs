@@ -240,10 +240,10 @@ impl Client {
     /// than the one that will use the client).
     pub(crate) async fn check(&self, role: &'static str) -> Result<Reach, ShadowError> {
         let url = self.peer().base_url();
-        let setting = |source| ShadowError::Upstream {
+        let setting = |error| ShadowError::Upstream {
             role,
             url: url.clone(),
-            source,
+            error,
         };
         match self.connector.connect().await {
             Ok(c) => match c.conn {

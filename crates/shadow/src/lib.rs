@@ -103,12 +103,12 @@ pub enum ShadowError {
         reason: String,
     },
     /// A listen or admin address could not be bound.
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}: {error}")]
     Bind {
         /// The address.
         addr: SocketAddr,
-        /// The OS error.
-        source: std::io::Error,
+        /// The OS error (in the message already, so not a `source`).
+        error: std::io::Error,
     },
     /// The proxy's mirror thread or its runtime could not be started.
     #[error("cannot start the mirror thread: {0}")]
@@ -116,14 +116,15 @@ pub enum ShadowError {
     /// An upstream whose settings cannot work: a certificate that does not verify or is
     /// for another name, a server that refuses a required h2, an unusable CA file, a host
     /// that does not resolve. Found before any traffic.
-    #[error("{role} {url}: {source}")]
+    #[error("{role} {url}: {error}")]
     Upstream {
         /// `primary`, `candidate` or `secondary`.
         role: &'static str,
         /// The upstream's URL.
         url: String,
-        /// What the connector found.
-        source: scalpel_http::Error,
+        /// What the connector found (in the message already: not a `source`, so that
+        /// a report of the error chain says it once).
+        error: scalpel_http::Error,
     },
     /// `--http2` over `http://` (prior knowledge) to a server that does not speak it.
     #[error(

@@ -150,10 +150,10 @@ impl Replay {
     pub async fn connect(cfg: ReplayConfig) -> Result<Replay, ShadowError> {
         let workers = cfg.concurrency.clamp(1, 4096);
         let one = async |role: &'static str, up: &Upstream| {
-            let err = |source| ShadowError::Upstream {
+            let err = |error| ShadowError::Upstream {
                 role,
                 url: up.to_string(),
-                source,
+                error,
             };
             let client = Client::new(up, cfg.timeout, None, workers)
                 .await

@@ -276,7 +276,7 @@ impl Proxy {
         if let (Some(s), Some(c)) = (&cfg.secondary, &secondary) {
             reach.push(("secondary", s.describe(), c.1.clone()));
         }
-        let bind_err = |addr: SocketAddr| move |source| ShadowError::Bind { addr, source };
+        let bind_err = |addr: SocketAddr| move |error| ShadowError::Bind { addr, error };
         let listener = TcpListener::bind(cfg.listen)
             .await
             .map_err(bind_err(cfg.listen))?;
@@ -454,10 +454,10 @@ async fn connect_client(
     timeout: Duration,
     max_idle: usize,
 ) -> Result<(Arc<Client>, Reach), ShadowError> {
-    let err = |source| ShadowError::Upstream {
+    let err = |error| ShadowError::Upstream {
         role,
         url: up.to_string(),
-        source,
+        error,
     };
     let client = Client::new(up, timeout, None, max_idle)
         .await
