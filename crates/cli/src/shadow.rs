@@ -586,10 +586,10 @@ const CAPTURE_QUEUE_BYTES: u64 = 64 << 20;
 
 fn capture_line(path: &Path, k: &CaptureStats) -> String {
     let mut line = format!(
-        "capture: {} requests written to {} ({}, {} rotations)",
+        "capture: {} requests written to {} ({} bytes, {} rotations)",
         k.written,
         path.display(),
-        scalpel_units::format_size(k.bytes_written),
+        k.bytes_written,
         k.rotations
     );
     let dropped = k.dropped_queue_full + k.dropped_too_large + k.write_errors;
