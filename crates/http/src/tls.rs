@@ -219,7 +219,11 @@ impl TlsClient {
 /// A name as rustls presents it (`DnsName("a.test")`, `IpAddress(127.0.0.1)`), as a person
 /// writes it (`a.test`, `127.0.0.1`).
 fn plain_name(presented: &str) -> &str {
-    for (open, close) in [("DnsName(\"", "\")"), ("IpAddress(", ")"), ("URI(\"", "\")")] {
+    for (open, close) in [
+        ("DnsName(\"", "\")"),
+        ("IpAddress(", ")"),
+        ("URI(\"", "\")"),
+    ] {
         if let Some(inner) = presented
             .strip_prefix(open)
             .and_then(|r| r.strip_suffix(close))
