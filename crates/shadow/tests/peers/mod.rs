@@ -204,6 +204,10 @@ pub fn nginx(certs: &Certs) -> Peer {
                 p.key.display()
             )
         };
+        let big = format!(
+            r#"location /big/ {{ default_type application/json; return 200 '{{"path":"$request_uri","pad":"{}"}}'; }}"#,
+            "x".repeat(4000)
+        );
         let routes = r#"location / { default_type application/json; return 200 '{"path":"$request_uri","method":"$request_method","body":""}'; }"#;
         let conf = format!(
             r#"daemon off;
@@ -231,10 +235,7 @@ http {{
             p2 = ports[2],
             p3 = ports[3],
             p4 = ports[4],
-            big = format!(
-                r#"location /big/ {{ default_type application/json; return 200 '{{"path":"$request_uri","pad":"{}"}}'; }}"#,
-                "x".repeat(4000)
-            ),
+            big = big,
             good = tls(&certs.good),
             wrong = tls(&certs.wrong_name),
         );
