@@ -3,16 +3,23 @@
 //!
 //! Two ways to get pairs: [`Proxy`] sits in front of the primary (the service that
 //! answers clients) and mirrors a sample of live requests to a candidate, never letting
-//! the candidate delay or fail a client; [`replay`] sends every request of a data set
-//! (a [`scalpel_requests::RequestSet`]) to both before any live traffic. Both hand each
+//! the candidate delay or fail a client (it may listen with TLS, HTTP/2 or HTTP/1.1 by
+//! ALPN, and capture what it receives for later replays); [`replay`] sends every request
+//! of a data set (a [`scalpel_requests::RequestSet`]) or of recorded traffic (a
+//! [`scalpel_requests::RecordedSource`]: access log, HAR, capture — on its recorded
+//! schedule or as a pool, see [`ReplaySource`]) to both before any live traffic. Every
+//! [`Upstream`] is reached through `scalpel-http` with its own settings (https, h2, trust,
+//! `--resolve`), checked with one connection before any traffic. Both hand each
 //! exchange to a [`Recorder`] — the engine that `scalpel serve`'s A/B mode reuses — which
 //! compares with [`scalpel_diff`], counts per endpoint and field, separates noise when a
 //! secondary copy of the old service takes part, redacts secrets ([`Redactor`]), and
 //! writes samples and counters to a SQLite [`Store`] on its own thread.
 //!
 //! This crate must NOT hold comparison rules of its own (they live in `scalpel-diff`),
-//! print to the terminal, or parse command lines (that is the `scalpel` binary's job).
-//! SQLite is never written on a request path.
+//! an HTTP client or TLS code of its own (`scalpel-http`), parsers of recorded traffic
+//! (`scalpel-requests`), print to the terminal, or parse command lines (that is the
+//! `scalpel` binary's job). SQLite and the capture file are never written on a request
+//! path.
 //!
 //! # Example
 //!
@@ -37,7 +44,7 @@
 //!     timeout: std::time::Duration::from_secs(10),
 //!     max_body: 8 << 20,
 //! };
-//! replay(set, cfg, recorder.clone(), Arc::default()).await;
+//! replay(set, cfg, recorder.clone(), Arc::default()).await?;
 //! let summary = recorder.summary();
 //! println!("{}% consistent", summary.consistency_percent);
 //! # Ok(()) }
