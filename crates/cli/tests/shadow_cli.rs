@@ -1484,6 +1484,36 @@ async fn a_har_with_post_bodies_is_replayed_with_allow_unsafe() {
         "{stdout}"
     );
 
+    // The method filter, a forced format and a dropped header.
+    let (primary, seen) = recording(false).await;
+    let out = run(replay(
+        &primary.url(),
+        &candidate.url(),
+        &[
+            "--from-format",
+            "har",
+            "--method",
+            "POST",
+            "--allow-unsafe",
+            "--drop-header",
+            "accept",
+        ],
+    ))
+    .await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains("1 skipped (method not selected"),
+        "{stdout}"
+    );
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 3);
+    assert!(
+        seen.iter()
+            .all(|a| a.method == "POST" && header(a, "accept").is_none())
+    );
+    drop(seen);
+
     // Nothing usable: one line naming the file and the counts, exit 2.
     let only_posts = dir.path().join("posts.har");
     std::fs::write(
