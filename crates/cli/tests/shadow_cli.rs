@@ -1506,13 +1506,14 @@ async fn a_har_with_post_bodies_is_replayed_with_allow_unsafe() {
         stdout.contains("1 skipped (method not selected"),
         "{stdout}"
     );
-    let seen = seen.lock().unwrap();
-    assert_eq!(seen.len(), 3);
-    assert!(
-        seen.iter()
-            .all(|a| a.method == "POST" && header(a, "accept").is_none())
-    );
-    drop(seen);
+    {
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), 3);
+        assert!(
+            seen.iter()
+                .all(|a| a.method == "POST" && header(a, "accept").is_none())
+        );
+    }
 
     // Nothing usable: one line naming the file and the counts, exit 2.
     let only_posts = dir.path().join("posts.har");
