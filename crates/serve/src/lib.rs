@@ -101,7 +101,7 @@ mod supervisor;
 mod tunnel;
 mod upstream;
 
-pub use config::{ADMIN_TOKEN_ENV, Balance, Config, ConfigError};
+pub use config::{ADMIN_TOKEN_ENV, Balance, Config, ConfigError, Mode};
 pub use health::{HealthCheck, HttpHealthCheck};
 pub use pool::{Backend, LeastConn, PowerOfTwo, RoundRobin, Selection, WorkerState};
 pub use server::{AppStatus, MirrorReport, ServeError, ServeOptions, Server, Status, WorkerStatus};

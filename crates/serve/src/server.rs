@@ -171,6 +171,18 @@ impl Server {
         })?;
         let admin = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
 
+        // A direct app's socket: bound here (a taken address fails the start, like the
+        // balancer's), kept open for the app's lifetime, never accepted on by serve.
+        let mut direct = Vec::new();
+        for a in &config.apps {
+            direct.push(match a.listen {
+                Some(addr) => Some(Arc::new(
+                    std::net::TcpListener::bind(addr)
+                        .map_err(|error| ServeError::Bind { addr, error })?,
+                )),
+                None => None,
+            });
+        }
         warn_about_ephemeral_ports(&config);
         // Everything that can fail comes before any worker starts: the data-plane threads
         // (they wait for the shared state), the mirror thread and the mirror stores.
@@ -204,13 +216,15 @@ impl Server {
         let apps = config
             .apps
             .iter()
-            .map(|a| {
+            .zip(direct)
+            .map(|(a, sock)| {
                 Arc::new(start_app(
                     a.clone(),
                     logs.clone(),
                     cfg.log_line_max_bytes,
                     cfg.drain_timeout,
                     hurry.clone(),
+                    sock,
                 ))
             })
             .collect();

@@ -21,6 +21,8 @@
 //   Upgrade: shout      101, then every byte received comes back upper-cased, prefixed
 //                       once by "worker I:" (a stand-in for a WebSocket)
 // $FLOOD=N: prints N lines to stdout at start, before listening.
+// Socket activation (serve's mode = "direct"): when LISTEN_FDS=1 and LISTEN_PID is this
+// process, it also serves the socket on fd 3; $PORT stays for serve's health checks.
 const http = require('node:http');
 
 let connections = 0;
@@ -152,8 +154,19 @@ for (let i = 0; i < Number(process.env.FLOOD || 0); i++) {
   console.log(`flood line ${i} of worker ${index}`);
 }
 server.listen(port, '127.0.0.1', () => console.log(`worker ${index} listening on ${port}`));
+let direct = null;
+if (process.env.LISTEN_FDS === '1' && process.env.LISTEN_PID === String(process.pid)) {
+  direct = http.createServer(server.listeners('request')[0]);
+  direct.on('connection', () => connections++);
+  direct.keepAliveTimeout = server.keepAliveTimeout;
+  direct.listen({ fd: 3 }, () => console.log(`worker ${index} serving fd 3 (${process.env.LISTEN_FDNAMES})`));
+}
 process.on('SIGTERM', () => {
   console.log(`worker ${index} stopping`);
+  if (direct) {
+    direct.close();
+    direct.closeIdleConnections();
+  }
   server.close(() => process.exit(0));
   // Idle keep-alive sockets would hold close() open.
   server.closeIdleConnections();
