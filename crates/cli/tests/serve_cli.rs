@@ -121,20 +121,24 @@ fn bad_config_exits_2_with_file_line_and_reason() {
 }
 
 #[test]
-fn the_example_config_passes_check() {
-    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/serve/serve.toml");
-    let out = Command::new(BIN)
-        .args(["serve", "--check", "--config"])
-        .arg(&example)
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(String::from_utf8_lossy(&out.stdout).contains(": ok"));
+fn the_example_configs_pass_check() {
+    for name in ["serve.toml", "direct.toml"] {
+        let example = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../examples/serve")
+            .join(name);
+        let out = Command::new(BIN)
+            .args(["serve", "--check", "--config"])
+            .arg(&example)
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(String::from_utf8_lossy(&out.stdout).contains(": ok"));
+    }
 }
 
 /// Writes a config with two workers of the test Node app and starts `scalpel serve` on it
