@@ -204,6 +204,7 @@ struct RawApp {
     stop_grace_ms: Millis,
     health: Option<Spanned<RawHealth>>,
     restart: Option<Spanned<RawRestart>>,
+    max_memory_mb: Option<Spanned<u64>>,
 }
 
 fn d_workers() -> Spanned<i64> {
@@ -420,6 +421,8 @@ pub(crate) struct AppConfig {
     pub(crate) cwd_line: Option<usize>,
     pub(crate) balance: Balance,
     pub(crate) mode: Mode,
+    /// A worker whose process tree's PSS passes this is replaced (successor first).
+    pub(crate) max_memory_bytes: Option<u64>,
     /// The address of a direct app's own listening socket.
     pub(crate) listen: Option<SocketAddr>,
     /// A worker with requests waiting for their response head and no response head for
@@ -927,6 +930,16 @@ impl Config {
                     ));
                 }
             }
+            let max_memory_bytes = match &a.max_memory_mb {
+                Some(m) if *m.get_ref() == 0 => {
+                    return Err(fail(
+                        Some(m.span()),
+                        format!("app `{name}`: max_memory_mb must be positive"),
+                    ));
+                }
+                Some(m) => Some(m.get_ref().saturating_mul(1024 * 1024)),
+                None => None,
+            };
             ranges.push((base as u32, last as u32, apps.len()));
             names.insert(name.to_string(), apps.len());
             apps.push(Arc::new(AppConfig {
@@ -942,6 +955,7 @@ impl Config {
                 cwd_line: a.cwd.as_ref().map(|c| line_of(text, c.span().start)),
                 balance: *a.balance.get_ref(),
                 mode: a.mode,
+                max_memory_bytes,
                 listen,
                 avoid_stalled: dur(&a.avoid_stalled, &a.avoid_stalled_ms, "avoid_stalled", 500)?,
                 start_timeout: at_least(

@@ -199,6 +199,10 @@ pub(crate) struct Slot {
     pub(crate) restarts: AtomicU64,
     /// The restart budget is spent; the slot waits for a reload.
     pub(crate) failed: AtomicBool,
+    /// A replacement for passing `max_memory_mb` is under way.
+    pub(crate) memory_replacing: AtomicBool,
+    /// Why the slot's process was last replaced other than by a restart (`/status`).
+    pub(crate) last_replaced: Mutex<Option<String>>,
     cmds: mpsc::Sender<SlotCmd>,
 }
 
@@ -251,6 +255,8 @@ pub(crate) fn start_app(
             current: ArcSwapOption::empty(),
             restarts: AtomicU64::new(0),
             failed: AtomicBool::new(false),
+            memory_replacing: AtomicBool::new(false),
+            last_replaced: Mutex::new(None),
             cmds: tx,
         });
         let ctx = SlotCtx {

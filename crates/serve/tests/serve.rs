@@ -1162,3 +1162,60 @@ async fn direct_mode_frozen_worker_under_load_fails_no_request() {
     assert!(seen_new, "the successor {new_pid} took no connection");
     h.server.shutdown().await;
 }
+
+/// Issue 14 — `max_memory_mb`: a worker whose memory grows past the limit is replaced
+/// successor-first (it starts and joins, then the old one drains): under steady
+/// requests none fails; the replacement is counted in /metrics and named in /status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_over_max_memory_is_replaced_without_a_failed_request() {
+    capture_traces();
+    let h = start(&format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\nsample_interval_ms = 200\n{}",
+        node_app("web", 2, "least_conn", "max_memory_mb = 120")
+    ))
+    .await;
+    let before: Vec<_> = h.pids(0);
+    let load = Load::start(h.server.listen_addr(), "/", 2);
+    // Grow one worker at a time until the balancer replaces one: each answer keeps 16 MiB.
+    let mut replaced = false;
+    for _ in 0..40 {
+        let _ = h.get("/grow?mb=16").await;
+        if metric(
+            &h.server.metrics_text(),
+            "scalpel_serve_memory_replacements_total{app=\"web\"}",
+        ) >= 1.0
+        {
+            replaced = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(replaced, "no replacement: {}", h.server.metrics_text());
+    let swapped = eventually(Duration::from_secs(30), || {
+        let s = h.server.status();
+        s.apps[0].workers.iter().any(|w| {
+            w.replaced_because
+                .as_deref()
+                .is_some_and(|r| r.contains("max_memory_mb"))
+                && w.state == "ready"
+                && !before.contains(&w.pid)
+        })
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (ok, failed, failures) = load.finish().await;
+    assert!(
+        swapped,
+        "no successor with a reason: {:?}",
+        h.server.status()
+    );
+    assert_eq!(failed, 0, "failed requests: {failures:?}");
+    assert!(ok > 0);
+    let log = trace_text();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("worker over max_memory_mb") && l.contains("pss_bytes=")),
+        "no log line with the figure:\n{log}"
+    );
+    h.server.shutdown().await;
+}

@@ -11,6 +11,7 @@
 //   GET /stream         "first\n", then "second\n" 300 ms later (chunked)
 //   GET /half?die=I     worker I sends a head (Content-Length 100) and 10 bytes, then
 //                       exits; the others answer 100 bytes
+//   GET /grow?mb=N      keeps N more MiB (touched, so they count in PSS), then answers
 //   GET /conns          {"connections"}: how many connections this worker has accepted
 //   GET /sse?ms=N&every=E  a stream of events ("data: I" every E ms, default 100)
 //                       for N ms (chunked)
@@ -26,6 +27,7 @@
 const http = require('node:http');
 
 let connections = 0;
+const kept = [];
 
 const port = Number(process.env.PORT);
 const index = process.env.WORKER_INDEX;
@@ -52,6 +54,12 @@ const server = http.createServer((req, res) => {
     case '/':
       json(200, { pid: process.pid, index, tag: process.env.APP_TAG || null });
       return;
+    case '/grow': {
+      const b = Buffer.alloc(Number(url.searchParams.get('mb') || 1) * 1024 * 1024, 1);
+      kept.push(b);
+      json(200, { pid: process.pid, kept_mb: kept.length });
+      return;
+    }
     case '/conns':
       json(200, { connections });
       return;
