@@ -11,7 +11,11 @@
 //! path prefix, method and header to apps, splits a route between apps by weight
 //! (sticky by a key) for A/B tests, and picks a worker with round robin, least
 //! connections or power of two choices. An admin address serves `/status`, `/metrics`
-//! (Prometheus) and `POST /reload` (rolling, zero-downtime).
+//! (Prometheus) and `POST /reload` (rolling, zero-downtime). An app in direct mode
+//! (`mode = "direct"`) skips the balancer: serve binds its `listen` address and hands the
+//! one listening socket to every worker on fd 3 (systemd's socket activation), keeping
+//! supervision and health checks on the workers' own ports. `max_memory_mb` replaces a
+//! worker whose process tree grows past it, successor first.
 //!
 //! It must NOT compare responses or read `/proc` itself (that is `scalpel-diff` and
 //! `scalpel-procstat`), nor parse command lines or print to the terminal beyond the
