@@ -40,6 +40,11 @@ if [ -f qr/node/package-lock.json ]; then
     (cd qr/node && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
+step "node packages (tests/browser: playwright-core drives Debian's chromium; no browser download)"
+if [ -f tests/browser/package-lock.json ]; then
+    (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error)
+fi
+
 step "go modules (payments/go)"
 if [ -f payments/go/go.mod ]; then
     (cd payments/go && go mod download)

@@ -84,7 +84,7 @@ struct ProxyArgs {
     /// The service under test.
     #[arg(long, value_name = "URL")]
     candidate: String,
-    /// Serve Prometheus `/metrics` and `/summary.json` here.
+    /// Serve the live page (`/`), Prometheus `/metrics` and `/summary.json` here.
     #[arg(long, value_name = "ADDR")]
     admin: Option<SocketAddr>,
     /// Percent of requests to mirror.

@@ -10,7 +10,8 @@
 //! it exits or fails N probes in a row (a blocked event loop). The balancer routes by
 //! path prefix, method and header to apps, splits a route between apps by weight
 //! (sticky by a key) for A/B tests, and picks a worker with round robin, least
-//! connections or power of two choices. An admin address serves `/status`, `/metrics`
+//! connections or power of two choices. An admin address serves a live page at `/`
+//! (crate `scalpel-live`, docs/live.md), `/status`, `/metrics`
 //! (Prometheus) and `POST /reload` (rolling, zero-downtime). An app in direct mode
 //! (`mode = "direct"`) skips the balancer: serve binds its `listen` address and hands the
 //! one listening socket to every worker on fd 3 (systemd's socket activation), keeping
@@ -96,6 +97,7 @@
 mod config;
 mod h1;
 mod health;
+mod live;
 mod metrics;
 mod mirror;
 mod pool;

@@ -70,7 +70,7 @@ impl NotResent {
 }
 
 /// Latencies up to an hour, in microseconds, 3 significant digits.
-const MAX_LATENCY_US: u64 = 3_600_000_000;
+pub(crate) const MAX_LATENCY_US: u64 = 3_600_000_000;
 
 #[derive(Debug)]
 pub(crate) struct AppMetrics {
@@ -147,6 +147,15 @@ impl AppMetrics {
         self.latency_sum_us.fetch_add(us, Ordering::Relaxed);
         let mut h = self.latency.lock().unwrap_or_else(|e| e.into_inner());
         let _ = h.record(us);
+    }
+
+    /// Copies the latency histogram into `into` (the live page's ticker, once a second:
+    /// the lock is held for one copy of the counts, as long as a `/metrics` scrape holds it).
+    pub(crate) fn copy_latency(&self, into: &mut Histogram<u64>) {
+        // Zeroed before the lock, so under it `add` is one memcpy of the counts.
+        into.reset();
+        let h = self.latency.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = into.add(&*h);
     }
 
     pub(crate) fn set_resources(&self, cpu_percent: f64, rss: u64, pss: Option<u64>) {

@@ -16,6 +16,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{Notify, oneshot, watch};
 
 use crate::config::{Config, ConfigError};
+use crate::live::Live;
 use crate::metrics::{NotResent, PromText, RestartReason};
 use crate::mirror::start_mirror_thread;
 use crate::pool::WorkerState;
@@ -247,9 +248,16 @@ impl Server {
         }
         let reload_lock = Arc::new(tokio::sync::Mutex::new(()));
         if let Some(l) = admin_listener {
+            let live = Arc::new(Live::new(&shared));
+            tokio::spawn(crate::live::run(
+                shared.clone(),
+                live.clone(),
+                stop_rx.clone(),
+            ));
             tokio::spawn(admin_loop(
                 l,
                 shared.clone(),
+                live,
                 reload_lock.clone(),
                 stop_rx.clone(),
             ));
@@ -716,6 +724,7 @@ const ADMIN_CONNECTIONS: usize = 64;
 async fn admin_loop(
     listener: TcpListener,
     shared: Arc<Shared>,
+    live: Arc<Live>,
     reload_lock: Arc<tokio::sync::Mutex<()>>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -734,13 +743,15 @@ async fn admin_loop(
             continue;
         };
         let shared = shared.clone();
+        let live = live.clone();
         let lock = reload_lock.clone();
         tokio::spawn(async move {
             let _permit = permit;
             let svc = service_fn(move |req: Request<Incoming>| {
                 let shared = shared.clone();
+                let live = live.clone();
                 let lock = lock.clone();
-                async move { Ok::<_, Infallible>(admin(&shared, &lock, req).await) }
+                async move { Ok::<_, Infallible>(admin(&shared, &live, &lock, req).await) }
             });
             let _ = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -782,11 +793,29 @@ fn token_ok(expected: &str, req: &Request<Incoming>) -> bool {
             == 0
 }
 
+/// A reply of the live page as a response.
+fn live_response(reply: scalpel_live::Reply) -> Response<ProxyBody> {
+    let headers = reply.headers();
+    let mut res = Response::new(ProxyBody::Full(Some(Bytes::from(reply.body.into_owned()))));
+    *res.status_mut() = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::OK);
+    for (name, value) in headers {
+        res.headers_mut()
+            .insert(name, header::HeaderValue::from_static(value));
+    }
+    res
+}
+
 async fn admin(
     shared: &Shared,
+    live: &Live,
     lock: &tokio::sync::Mutex<()>,
     req: Request<Incoming>,
 ) -> Response<ProxyBody> {
+    // The live page's own files hold no data: served without the token, which the page
+    // then asks for and sends with its data requests and the reload.
+    if let Some(reply) = live.page().asset(req.method().as_str(), req.uri().path()) {
+        return live_response(reply);
+    }
     if let Some(t) = &shared.cfg.admin_token
         && !token_ok(t, &req)
     {
@@ -813,6 +842,10 @@ async fn admin(
             res
         }
         (&Method::GET, "/status") => json_response(StatusCode::OK, &status(shared)),
+        (&Method::GET, scalpel_live::SNAPSHOT_PATH) => {
+            let snapshot = live.snapshot(shared, status(shared), mirror_reports(shared));
+            live_response(live.page().snapshot(&snapshot))
+        }
         (&Method::GET, "/mirror") => json_response(
             StatusCode::OK,
             &serde_json::json!({ "routes": mirror_reports(shared) }),
@@ -825,12 +858,14 @@ async fn admin(
             ),
             Err(e) => json_error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
         },
-        (_, "/metrics" | "/status" | "/reload" | "/mirror") => {
+        (_, "/metrics" | "/status" | "/reload" | "/mirror" | scalpel_live::SNAPSHOT_PATH) => {
             json_error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
         }
         (_, path) => json_error(
             StatusCode::NOT_FOUND,
-            &format!("no admin endpoint {path} (try /status, /metrics, /mirror, POST /reload)"),
+            &format!(
+                "no admin endpoint {path} (try / for the live page, /status, /metrics, /mirror, POST /reload)"
+            ),
         ),
     }
 }

@@ -203,6 +203,9 @@ pub(crate) struct Slot {
     pub(crate) memory_replacing: AtomicBool,
     /// Why the slot's process was last replaced other than by a restart (`/status`).
     pub(crate) last_replaced: Mutex<Option<String>>,
+    /// Why and when the slot last restarted (the live page); written by the slot's own
+    /// task, read by the admin endpoint, never on a request path.
+    pub(crate) last_restart: Mutex<Option<(RestartReason, Instant)>>,
     cmds: mpsc::Sender<SlotCmd>,
 }
 
@@ -257,6 +260,7 @@ pub(crate) fn start_app(
             failed: AtomicBool::new(false),
             memory_replacing: AtomicBool::new(false),
             last_replaced: Mutex::new(None),
+            last_restart: Mutex::new(None),
             cmds: tx,
         });
         let ctx = SlotCtx {
@@ -794,6 +798,11 @@ impl SlotCtx {
     fn log_restart(&self, reason: RestartReason, detail: &str, pid: u32, uptime_s: f64) -> u64 {
         let restarts = self.slot.restarts.fetch_add(1, Ordering::Relaxed) + 1;
         self.metrics.restart(reason);
+        *self
+            .slot
+            .last_restart
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some((reason, Instant::now()));
         warn!(
             app = %self.cfg.name,
             worker = self.slot.index,

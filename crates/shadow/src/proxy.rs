@@ -44,6 +44,8 @@ use crate::client::{
 use crate::model::{Failure, ShadowRequest, ShadowResponse, SkipReason};
 use crate::recorder::Recorder;
 
+mod live;
+
 type ProxyBody = BoxBody<Bytes, hyper::Error>;
 
 /// How the proxy runs.
@@ -57,7 +59,7 @@ pub struct ProxyConfig {
     pub candidate: Upstream,
     /// A second copy of the primary's code, to measure noise.
     pub secondary: Option<Upstream>,
-    /// Where `/metrics` (Prometheus text) and `/summary.json` are served.
+    /// Where the live page (`/`), `/metrics` (Prometheus text) and `/summary.json` are served.
     pub admin: Option<SocketAddr>,
     /// Share of requests mirrored.
     pub sampler: Sampler,
@@ -270,9 +272,13 @@ impl Proxy {
                 }
             })
         };
-        let admin = self
-            .admin
-            .map(|l| tokio::spawn(serve_admin(l, ctx.clone())));
+        let admin = self.admin.map(|l| {
+            let live = Arc::new(live::Live::new(&cfg));
+            (
+                tokio::spawn(serve_admin(l, ctx.clone(), live.clone())),
+                tokio::spawn(live::run(live, ctx.clone())),
+            )
+        });
 
         tokio::pin!(shutdown);
         loop {
@@ -313,8 +319,9 @@ impl Proxy {
         // Joining drops the mirror runtime's tasks: what is still in flight is counted
         // as abandoned before the final commit.
         let _ = tokio::task::spawn_blocking(move || mirror_thread.join()).await;
-        if let Some(a) = admin {
+        if let Some((a, ticker)) = admin {
             a.abort();
+            ticker.abort();
         }
         let recorder = self.recorder.clone();
         let _ = tokio::task::spawn_blocking(move || recorder.flush_and_sync()).await;
@@ -853,17 +860,21 @@ impl Drop for TeeBody {
 /// A scraper has this long to send its request head.
 const ADMIN_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
-async fn serve_admin(listener: TcpListener, ctx: Arc<Ctx>) {
+async fn serve_admin(listener: TcpListener, ctx: Arc<Ctx>, live: Arc<live::Live>) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
         let ctx = ctx.clone();
+        let live = live.clone();
         tokio::spawn(async move {
             let svc = service_fn(move |req: Request<Incoming>| {
                 let ctx = ctx.clone();
-                async move { Ok::<_, Infallible>(admin_response(req.uri().path(), &ctx)) }
+                let live = live.clone();
+                async move {
+                    Ok::<_, Infallible>(admin_response(req.method(), req.uri().path(), &ctx, &live))
+                }
             });
             let _ = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -874,7 +885,30 @@ async fn serve_admin(listener: TcpListener, ctx: Arc<Ctx>) {
     }
 }
 
-fn admin_response(path: &str, ctx: &Ctx) -> Response<Full<Bytes>> {
+/// A reply of the live page as a response.
+fn live_response(reply: scalpel_live::Reply) -> Response<Full<Bytes>> {
+    let headers = reply.headers();
+    let mut resp = Response::new(Full::new(Bytes::from(reply.body.into_owned())));
+    *resp.status_mut() = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::OK);
+    for (name, value) in headers {
+        resp.headers_mut()
+            .insert(name, HeaderValue::from_static(value));
+    }
+    resp
+}
+
+fn admin_response(
+    method: &Method,
+    path: &str,
+    ctx: &Ctx,
+    live: &live::Live,
+) -> Response<Full<Bytes>> {
+    if let Some(reply) = live.page().asset(method.as_str(), path) {
+        return live_response(reply);
+    }
+    if path == scalpel_live::SNAPSHOT_PATH {
+        return live_response(live.page().snapshot(&live.snapshot(ctx)));
+    }
     let (status, ct, body) = match path {
         "/metrics" => (
             StatusCode::OK,
@@ -889,7 +923,8 @@ fn admin_response(path: &str, ctx: &Ctx) -> Response<Full<Bytes>> {
         _ => (
             StatusCode::NOT_FOUND,
             "application/json",
-            r#"{"error":"not found: try /metrics or /summary.json"}"#.to_string(),
+            r#"{"error":"not found: try / (the live page), /metrics or /summary.json"}"#
+                .to_string(),
         ),
     };
     let mut resp = Response::new(Full::new(Bytes::from(body)));

@@ -17,6 +17,7 @@ use scalpel_diff::{Comparer, DecodeError, Difference, NoiseRule, RouteNormalizer
 
 use crate::ShadowError;
 use crate::model::{Failure, ShadowRequest, ShadowResponse, SkipReason};
+use crate::recent::{EndpointLatency, LatencyFigures, LiveTally, RecentDifference};
 use crate::redact::Redactor;
 use crate::store::Store;
 use crate::tally::{Sample, SampleResponse, Summary, Tally, signature};
@@ -93,6 +94,7 @@ struct Inner {
     samples: Vec<Sample>,
     per_signature: HashMap<String, usize>,
     dirty: bool,
+    live: LiveTally,
 }
 
 /// Compares exchanges and keeps the results: counters in memory, samples (redacted) in
@@ -273,6 +275,15 @@ impl Recorder {
             .tally
             .record(&endpoint, &differences, &noise_differences);
         inner.dirty = true;
+        inner.live.latency(
+            &endpoint,
+            primary.latency.as_micros() as u64,
+            candidate.latency.as_micros() as u64,
+        );
+        if !differences.is_empty() {
+            let recent = self.recent(&endpoint, req, &differences);
+            inner.live.difference(recent);
+        }
         let mut sample = None;
         if !differences.is_empty() || !noise_differences.is_empty() {
             let mut sig = signature(&differences);
@@ -337,6 +348,23 @@ impl Recorder {
             .summarize(&self.settings.noise, self.settings.secondary)
     }
 
+    /// The newest exchanges (at most 50) whose primary and candidate differed, newest
+    /// first, secrets redacted: the live pages' "newest differences".
+    pub fn recent_differences(&self) -> Vec<RecentDifference> {
+        self.lock().live.recent()
+    }
+
+    /// Primary and candidate latency per endpoint over the compared pairs so far.
+    pub fn latencies(&self) -> Vec<EndpointLatency> {
+        self.lock().live.latencies()
+    }
+
+    /// Primary and candidate latency over the pairs compared since the previous call
+    /// (one caller: the live page's ticker).
+    pub fn take_interval_latency(&self) -> (LatencyFigures, LatencyFigures) {
+        self.lock().live.take_interval()
+    }
+
     /// The samples kept so far.
     pub fn samples(&self) -> Vec<Sample> {
         self.lock().samples.clone()
@@ -391,6 +419,31 @@ impl Recorder {
     /// reached the disk (always `true` without a store).
     pub fn store_complete(&self) -> bool {
         self.final_commit_ok.load(Ordering::Relaxed)
+    }
+
+    fn recent(
+        &self,
+        endpoint: &str,
+        req: &ShadowRequest,
+        differences: &[Difference],
+    ) -> RecentDifference {
+        let r = &self.settings.redactor;
+        RecentDifference {
+            at_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            endpoint: endpoint.to_string(),
+            method: req.method.to_string(),
+            target: r.target(&req.path_and_query),
+            fields: differences
+                .iter()
+                .cloned()
+                .map(|mut d| {
+                    r.difference(&mut d);
+                    d
+                })
+                .collect(),
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
