@@ -17,6 +17,10 @@
 #   tls: scenario 1's two Node hello workers behind scalpel serve with TLS (h2) and behind
 #      nginx (TLS, http2, keep-alive upstreams): req/s by h2load (SCENARIOS="tls"; also
 #      needs h2load and openssl).
+#   direct: two Node hello workers, wrk -t2 -c64: serve mode = "direct" (the shared
+#      socket on fd 3) vs pm2 cluster mode vs serve proxy mode; req/s, CPU per request of
+#      the whole process tree, and each direct worker's share of the CPU (the spread).
+#      SCENARIOS="direct" runs it alone.
 #
 # Needs node, wrk, nginx (apt-get install -y nginx wrk), pm2 (installed locally under
 # bench-out/, gitignored), python3. Writes bench-out/serve/: raw outputs + results.md.
@@ -53,7 +57,9 @@ PM2=$OUT/pm2/node_modules/.bin/pm2
 { want 1 || want 2; } && { [ -x "$PM2" ] || npm i --silent --prefix "$OUT/pm2" pm2@5 >/dev/null; }
 export PM2_HOME=$OUT/pm2home
 [[ "${SKIP_BUILD:-0}" == 1 ]] || (cd "$ROOT" && cargo build --release -q -p scalpel)
-{ want 2 || want 3; } && { [ -f "$ROOT/qr/node/node_modules/qrcode/package.json" ] || (cd "$ROOT/qr/node" && npm ci --silent); }
+if want 2 || want 3; then
+  [ -f "$ROOT/qr/node/node_modules/qrcode/package.json" ] || (cd "$ROOT/qr/node" && npm ci --silent)
+fi
 
 PIDS=()
 cleanup() {
@@ -148,8 +154,88 @@ say "- load generator and servers share the same cores"
 say ""
 
 HELLO=$ROOT/examples/serve/app.js
+HELLO_JS=$HELLO
 P_SERVE=$BASE P_ADMIN=$((BASE + 1)) P_NGINX=$((BASE + 2)) P_PM2=$((BASE + 3)) P_DIRECT=$((BASE + 4))
 W1=$((BASE + 10)) W2=$((BASE + 20))
+
+tree_pids() { # pid -> the pid and all its descendants
+  local p=$1 c
+  echo "$p"
+  for c in $(pgrep -P "$p" || true); do tree_pids "$c"; done
+}
+
+# ---- direct ----
+if want direct; then
+say "## direct: serve mode = \"direct\" vs pm2 cluster vs serve proxy (two Node hello workers)"
+P_DLISTEN=$((BASE + 5)) P_DADMIN=$((BASE + 6)) P_DBAL=$((BASE + 7)) W3=$((BASE + 30))
+cat >"$OUT/direct.toml" <<EOF
+[server]
+listen = "127.0.0.1:$P_DBAL"
+admin = "127.0.0.1:$P_DADMIN"
+[[app]]
+name = "hello"
+command = ["node", "$HELLO_JS"]
+workers = 2
+port_base = $W3
+mode = "direct"
+listen = "127.0.0.1:$P_DLISTEN"
+EOF
+serve_config "$OUT/proxy.toml" hello "[\"node\", \"$HELLO_JS\"]" 2 "$W3" least_conn "$P_DBAL" "$P_DADMIN"
+declare -A DRPS DCPU
+SPREAD=()
+cpu_per_req() { # ticks-before ticks-after -> µs of CPU per request of the last wrk run
+  local n
+  n=$(tail -20 "$OUT/wrk.log" | awk '/requests in/ {n=$1} END {print n}')
+  python3 -c "print(($2-$1)/$(getconf CLK_TCK)*1e6/$n)"
+}
+for r in $(seq 1 "$REPEATS"); do
+  start_serve "$OUT/direct.toml" "$OUT/serve-direct.log"
+  wait_http "http://127.0.0.1:$P_DLISTEN/"
+  sleep 0.5
+  TREE=$(tree_pids "$SERVE_PID" | xargs)
+  WORKERS=$(pgrep -P "$SERVE_PID" | xargs)
+  T0=$(cpu_ticks $TREE)
+  declare -A W0=()
+  for w in $WORKERS; do W0[$w]=$(cpu_ticks "$w"); done
+  DRPS[direct]+=" $(wrk_rps "http://127.0.0.1:$P_DLISTEN/" "$CONNS")"
+  T1=$(cpu_ticks $TREE)
+  DCPU[direct]+=" $(cpu_per_req "$T0" "$T1")"
+  line=""
+  for w in $WORKERS; do line+=" $w:$(( $(cpu_ticks "$w") - ${W0[$w]} ))"; done
+  SPREAD+=("run $r, CPU ticks per worker:$line")
+  stop_pid "$SERVE_PID"
+  # pm2 cluster mode
+  PORT=$P_DLISTEN "$PM2" start "$HELLO_JS" -i 2 --name hello >/dev/null
+  wait_http "http://127.0.0.1:$P_DLISTEN/"
+  PM2_PIDS="$(pgrep -f "PM2 v" | xargs) $("$PM2" pid hello | xargs)"
+  T0=$(cpu_ticks $PM2_PIDS)
+  DRPS[pm2]+=" $(wrk_rps "http://127.0.0.1:$P_DLISTEN/" "$CONNS")"
+  T1=$(cpu_ticks $PM2_PIDS)
+  DCPU[pm2]+=" $(cpu_per_req "$T0" "$T1")"
+  "$PM2" delete all >/dev/null
+  # serve proxy mode
+  start_serve "$OUT/proxy.toml" "$OUT/serve-proxy.log"
+  wait_http "http://127.0.0.1:$P_DBAL/"
+  sleep 0.5
+  TREE=$(tree_pids "$SERVE_PID" | xargs)
+  T0=$(cpu_ticks $TREE)
+  DRPS[proxy]+=" $(wrk_rps "http://127.0.0.1:$P_DBAL/" "$CONNS")"
+  T1=$(cpu_ticks $TREE)
+  DCPU[proxy]+=" $(cpu_per_req "$T0" "$T1")"
+  stop_pid "$SERVE_PID"
+done
+say ""
+say "wrk -t2 -c$CONNS -d${DUR}s, median (min–max) of $REPEATS; CPU = all processes of the setup (balancer/daemon and workers) ÷ requests:"
+say ""
+say "| setup | req/s | CPU µs/request |"
+say "|---|---|---|"
+for k in direct pm2 proxy; do say "| $k | $(stats ${DRPS[$k]}) | $(stats ${DCPU[$k]}) |"; done
+say ""
+say "direct/pm2 = $(python3 -c "print(round($(median ${DRPS[direct]})/$(median ${DRPS[pm2]}),2))"), direct/proxy = $(python3 -c "print(round($(median ${DRPS[direct]})/$(median ${DRPS[proxy]}),2))")"
+say ""
+for l in "${SPREAD[@]}"; do say "- direct spread, $l"; done
+say ""
+fi
 
 # ---- 1. hello ----
 if want 1; then

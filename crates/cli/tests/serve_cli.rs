@@ -121,20 +121,24 @@ fn bad_config_exits_2_with_file_line_and_reason() {
 }
 
 #[test]
-fn the_example_config_passes_check() {
-    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/serve/serve.toml");
-    let out = Command::new(BIN)
-        .args(["serve", "--check", "--config"])
-        .arg(&example)
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(String::from_utf8_lossy(&out.stdout).contains(": ok"));
+fn the_example_configs_pass_check() {
+    for name in ["serve.toml", "direct.toml"] {
+        let example = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../examples/serve")
+            .join(name);
+        let out = Command::new(BIN)
+            .args(["serve", "--check", "--config"])
+            .arg(&example)
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(String::from_utf8_lossy(&out.stdout).contains(": ok"));
+    }
 }
 
 /// Writes a config with two workers of the test Node app and starts `scalpel serve` on it
@@ -821,5 +825,52 @@ fn sighup_swaps_the_certificate_without_dropping_open_connections() {
             .contains("CN = serve-two")),
         "{}",
         subject()
+    );
+}
+
+/// Issue 14 — `--check` refuses what a direct app cannot do (a route, split or mirror to
+/// it, a per-request setting, no `listen`), in one line with the file, line and reason.
+#[test]
+fn check_refuses_routes_and_per_request_settings_on_a_direct_app() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("serve.toml");
+    let base = "[server]\nlisten = \"127.0.0.1:18080\"\nadmin = \"127.0.0.1:18090\"\n\n[[app]]\nname = \"web\"\ncommand = [\"node\", \"app.js\"]\nport_base = 3001\nmode = \"direct\"\n";
+    for (rest, want) in [
+        (
+            "listen = \"127.0.0.1:18081\"\n\n[[route]]\nprefix = \"/\"\napp = \"web\"\n",
+            ":14: route names app `web`, which is mode = \"direct\": its clients connect to its own listen address and never pass the balancer",
+        ),
+        (
+            "listen = \"127.0.0.1:18081\"\nbalance = \"round_robin\"\n",
+            ":11: app `web`: balance is a per-request setting",
+        ),
+        (
+            "listen = \"127.0.0.1:18081\"\navoid_stalled = \"1s\"\n",
+            ":11: app `web`: avoid_stalled is a per-request setting",
+        ),
+        ("", "app `web`: mode = \"direct\" needs `listen`"),
+    ] {
+        std::fs::write(&path, format!("{base}{rest}")).unwrap();
+        let out = Command::new(BIN)
+            .args(["serve", "--check", "--config"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(want), "expected {want:?} in {err:?}");
+    }
+    // The same app with its listen address and nothing per-request passes.
+    std::fs::write(&path, format!("{base}listen = \"127.0.0.1:18081\"\n")).unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
 }

@@ -342,7 +342,17 @@ impl Shared {
         req: Request<Incoming>,
     ) -> Response<ProxyBody> {
         let (app_index, mirror) = match self.route(&req) {
-            Ok(None) => (0, None),
+            // No routes: the first proxy app (a direct app has its own address).
+            Ok(None) => match self.apps.iter().position(|a| a.cfg.listen.is_none()) {
+                Some(i) => (i, None),
+                None => {
+                    self.rejected.no_route.fetch_add(1, Ordering::Relaxed);
+                    return json_error(
+                        StatusCode::NOT_FOUND,
+                        "no proxy app here: every app is mode = \"direct\" and listens on its own address",
+                    );
+                }
+            },
             Ok(Some(r)) => {
                 let route = &self.routes[r];
                 let arm = route.pick_arm(req.uri().path(), req.headers());

@@ -22,7 +22,7 @@ use crate::metrics::{NotResent, PromText, RestartReason};
 use crate::mirror::start_mirror_thread;
 use crate::pool::WorkerState;
 use crate::proxy::{Client, ProxyBody, Route, Shared, json_error};
-use crate::supervisor::{Hurry, LogSink, SlotCmd, WorkerLogs, start_app};
+use crate::supervisor::{App, Hurry, LogSink, SlotCmd, WorkerLogs, start_app};
 use crate::tls::{Certs, TlsFiles};
 use crate::upstream::Upstreams;
 
@@ -102,6 +102,9 @@ pub struct WorkerStatus {
     pub restarts: u64,
     /// Requests in flight on it.
     pub in_flight: usize,
+    /// Why its process was last replaced without a failure (e.g. `max_memory_mb`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replaced_because: Option<String>,
 }
 
 /// `/mirror`: the comparison results of one mirrored route.
@@ -185,6 +188,18 @@ impl Server {
         })?;
         let admin = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
 
+        // A direct app's socket: bound here (a taken address fails the start, like the
+        // balancer's), kept open for the app's lifetime, never accepted on by serve.
+        let mut direct = Vec::new();
+        for a in &config.apps {
+            direct.push(match a.listen {
+                Some(addr) => Some(Arc::new(
+                    std::net::TcpListener::bind(addr)
+                        .map_err(|error| ServeError::Bind { addr, error })?,
+                )),
+                None => None,
+            });
+        }
         warn_about_ephemeral_ports(&config);
         // Everything that can fail comes before any worker starts: the data-plane threads
         // (they wait for the shared state), the mirror thread and the mirror stores.
@@ -218,13 +233,15 @@ impl Server {
         let apps = config
             .apps
             .iter()
-            .map(|a| {
+            .zip(direct)
+            .map(|(a, sock)| {
                 Arc::new(start_app(
                     a.clone(),
                     logs.clone(),
                     cfg.log_line_max_bytes,
                     cfg.drain_timeout,
                     hurry.clone(),
+                    sock,
                 ))
             })
             .collect();
@@ -996,6 +1013,11 @@ fn status(shared: &Shared) -> Status {
                     let b = slot.current.load_full();
                     let failed = slot.failed.load(Ordering::Relaxed);
                     WorkerStatus {
+                        replaced_because: slot
+                            .last_replaced
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .clone(),
                         index: slot.index,
                         pid: b.as_ref().map(|b| b.pid()),
                         port: b.as_ref().map(|b| b.addr().port()),
@@ -1025,7 +1047,7 @@ fn metrics_text(shared: &Shared) -> String {
     let mut p = PromText::default();
     let load = |f: &std::sync::atomic::AtomicU64| f.load(Ordering::Relaxed) as f64;
     type Counter = fn(&crate::metrics::AppMetrics) -> &std::sync::atomic::AtomicU64;
-    let counters: [(&str, &str, Counter); 7] = [
+    let counters: [(&str, &str, Counter); 8] = [
         (
             "scalpel_serve_requests_total",
             "Requests routed to the app (an A/B arm).",
@@ -1050,6 +1072,11 @@ fn metrics_text(shared: &Shared) -> String {
             "scalpel_serve_reloads_total",
             "Workers replaced by a rolling reload.",
             |m| &m.reloads,
+        ),
+        (
+            "scalpel_serve_memory_replacements_total",
+            "Workers replaced (successor first, then drained) for passing max_memory_mb.",
+            |m| &m.memory_replacements,
         ),
         (
             "scalpel_serve_mirrored_total",
@@ -1384,7 +1411,59 @@ async fn sample_resources(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) 
             app.metrics
                 .set_resources(cpu, reading.rss_bytes, reading.pss_bytes);
             last[i] = Some((pids, reading));
+            if let Some(limit) = app.cfg.max_memory_bytes {
+                check_memory(app, limit).await;
+            }
         }
+    }
+}
+
+/// Replaces each ready worker of `app` whose process tree's PSS passes `limit`: the
+/// successor starts and joins before the old one drains (a rolling reload of that slot),
+/// so no request is lost, unlike a kill-first restart.
+async fn check_memory(app: &Arc<App>, limit: u64) {
+    for slot in &app.slots {
+        let Some(b) = slot.current.load_full() else {
+            continue;
+        };
+        if b.state() != WorkerState::Ready
+            || b.pid() == 0
+            || slot.memory_replacing.load(Ordering::Relaxed)
+        {
+            continue;
+        }
+        let pid = b.pid();
+        let Ok(reading) =
+            tokio::task::spawn_blocking(move || scalpel_procstat::read_set(&[pid])).await
+        else {
+            continue;
+        };
+        let Some(pss) = reading.pss_bytes else {
+            continue;
+        };
+        if pss <= limit {
+            continue;
+        }
+        slot.memory_replacing.store(true, Ordering::Relaxed);
+        let why = format!(
+            "max_memory_mb: PSS {} MiB over {} MiB",
+            pss / (1024 * 1024),
+            limit / (1024 * 1024)
+        );
+        tracing::warn!(app = %app.cfg.name, worker = slot.index, pid, pss_bytes = pss,
+            limit_bytes = limit, "worker over max_memory_mb; its successor starts, then it drains");
+        app.metrics
+            .memory_replacements
+            .fetch_add(1, Ordering::Relaxed);
+        let slot = slot.clone();
+        tokio::spawn(async move {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            if slot.send(SlotCmd::Reload(tx)).await {
+                let _ = rx.await;
+            }
+            *slot.last_replaced.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+            slot.memory_replacing.store(false, Ordering::Relaxed);
+        });
     }
 }
 
