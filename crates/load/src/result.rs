@@ -165,6 +165,78 @@ pub struct StepResult {
     /// Why the step did not hold: every clause that broke; `null` when it held.
     #[serde(default)]
     pub slo_reason: Option<String>,
+    /// With a mix of endpoints (`--mix`): the same figures per endpoint, in the mix file's
+    /// order; they add up to the step's. Absent without a mix.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub endpoints: Vec<EndpointResult>,
+}
+
+/// One endpoint of a mix in one step: the step's figures for the requests that went to it.
+/// Its histogram is kept so runs merge per endpoint exactly, as steps do.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct EndpointResult {
+    /// The endpoint's name in the mix file.
+    pub name: String,
+    /// Its answers per second, over the same span as the step's `achieved_rps`.
+    pub achieved_rps: f64,
+    /// Attempts that ended (as the step's `requests`).
+    pub requests: u64,
+    /// Requests written to a connection.
+    pub sent: u64,
+    /// Sent requests that got a whole response.
+    pub answered: u64,
+    /// Sent requests that got no answer.
+    pub failed: u64,
+    /// Failed connects, sent requests with no answer, and non-2xx answers.
+    pub errors: u64,
+    /// Errors by kind, as the step's.
+    pub error_kinds: BTreeMap<String, u64>,
+    /// Sent later than intended for want of a free connection (open models).
+    pub late: u64,
+    /// Due but never sent.
+    pub not_sent: u64,
+    /// In flight when the run was interrupted.
+    pub interrupted: u64,
+    /// Latency summary in milliseconds (same keys as the step's); `null` when nothing
+    /// was sent.
+    pub latency_ms: Option<LatencySummary>,
+    /// Its latency histogram (µs), HdrHistogram V2+deflate, base64.
+    pub histogram: String,
+}
+
+impl EndpointResult {
+    /// The endpoint seen as a step of its own — the step's rate, duration and
+    /// interruption with the endpoint's counts and histogram — so an SLO judges it with
+    /// the very rules it judges a step with.
+    pub fn as_step(&self, step: &StepResult) -> StepResult {
+        StepResult {
+            index: step.index,
+            offered_rps: step.offered_rps,
+            achieved_rps: self.achieved_rps,
+            duration_s: step.duration_s,
+            requests: self.requests,
+            sent: self.sent,
+            answered: self.answered,
+            failed: self.failed,
+            errors: self.errors,
+            error_kinds: self.error_kinds.clone(),
+            late: self.late,
+            not_sent: self.not_sent,
+            interrupted: self.interrupted,
+            partial: step.partial,
+            latency_ms: self.latency_ms,
+            histogram: self.histogram.clone(),
+            cpu_percent: None,
+            cpu_percent_peak: None,
+            rss_mb: None,
+            rss_mb_peak: None,
+            pss_mb: None,
+            pss_mb_peak: None,
+            slo_held: None,
+            slo_reason: None,
+            endpoints: Vec::new(),
+        }
+    }
 }
 
 impl StepResult {
