@@ -14,6 +14,7 @@ mod load;
 mod report;
 mod serve;
 mod shadow;
+mod sources;
 
 /// Move a service's hot paths to Rust, and prove it.
 #[derive(Debug, Parser)]

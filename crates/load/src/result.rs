@@ -66,8 +66,48 @@ pub struct RunConfig {
     pub requests_per_step: Option<u64>,
     /// The SLO as given, e.g. `p99<50ms,errors<1%`.
     pub slo: Option<String>,
-    /// The request template (method and URL template).
+    /// The request template (method and URL template), or the mix or recorded file.
     pub request: String,
+    /// Recorded traffic as the requests (`--from`): what the file held, what was skipped
+    /// and why, and how the records were used. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorded: Option<RecordedInfo>,
+}
+
+/// Recorded traffic as a run's requests: the file's counts and how it was replayed.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RecordedInfo {
+    /// The file, as given.
+    pub file: String,
+    /// Its format: `access-log`, `har` or `capture`.
+    pub format: String,
+    /// `recorded`: on the recorded schedule at `speed`; `pool`: in file order at the load
+    /// model's pace (`--rate`, `--ramp`, `-c`).
+    pub schedule: String,
+    /// The replay speed of a recorded schedule (1 = as recorded); `null` for a pool.
+    pub speed: Option<f64>,
+    /// Records found, usable or not.
+    pub records: u64,
+    /// Records that passed every filter: the requests a run sends.
+    pub usable: u64,
+    /// Records skipped, by reason: `malformed`, `not_replayable`, `method_not_selected`,
+    /// `path_not_included`, `path_excluded`, `unsafe_method`.
+    pub skipped: BTreeMap<String, u64>,
+    /// The first five malformed lines or entries.
+    pub first_malformed: Vec<MalformedRecord>,
+    /// From the first to the last usable request, as recorded, in seconds.
+    pub span_s: f64,
+    /// A pool that the run outlasted: its records were used again from the top.
+    pub looped: bool,
+}
+
+/// A malformed line or entry of a recorded file.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct MalformedRecord {
+    /// 1-based line in the file (where a HAR entry starts).
+    pub line: u64,
+    /// What is wrong with it.
+    pub message: String,
 }
 
 /// Everything measured for one target.

@@ -801,6 +801,7 @@ fn run_config(plan: &Plan) -> RunConfig {
         },
         slo: plan.slo.as_ref().map(|s| s.as_str().to_string()),
         request: plan.request_label.clone(),
+        recorded: None,
     }
 }
 

@@ -71,6 +71,21 @@ fn meta(result: &RunResult) -> String {
         ),
         ("request", c.request.clone()),
     ]);
+    if let Some(r) = &c.recorded {
+        for line in figures::recorded_lines(r) {
+            let key = if line.starts_with("  malformed") {
+                "malformed"
+            } else if line.starts_with("schedule") {
+                "schedule"
+            } else {
+                "recorded"
+            };
+            let text = line.trim_start();
+            let text = text.strip_prefix("schedule: ").unwrap_or(text);
+            let text = text.strip_prefix("recorded traffic: ").unwrap_or(text);
+            items.push((key, text.to_owned()));
+        }
+    }
     if let Some(n) = c.max_in_flight {
         items.push(("in flight", format!("at most {n}")));
     }
@@ -271,7 +286,20 @@ fn overview(result: &RunResult, out: &mut String) {
     out.push_str("</tbody></table>");
 }
 
+/// A step's table, then one per endpoint of a mix.
 fn section_table(result: &RunResult, section: &Section, out: &mut String) {
+    figure_table(result, &section.rows, out);
+    for (name, rows) in &section.endpoints {
+        let _ = write!(
+            out,
+            r#"<h4 class="endpoint">endpoint {}</h4>"#,
+            escape(name)
+        );
+        figure_table(result, rows, out);
+    }
+}
+
+fn figure_table(result: &RunResult, rows: &[Row], out: &mut String) {
     out.push_str(r#"<table class="figures"><thead><tr><th>figure</th>"#);
     let first = result.targets.first().map_or("", |t| t.name.as_str());
     for (i, target) in result.targets.iter().enumerate() {
@@ -291,7 +319,7 @@ fn section_table(result: &RunResult, section: &Section, out: &mut String) {
         indent,
         cells,
         ratios,
-    } in &section.rows
+    } in rows
     {
         let class = if *indent { r#" class="sub""# } else { "" };
         let _ = write!(out, "<tr{class}><th>{}</th>", escape(label));
