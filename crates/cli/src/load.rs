@@ -235,6 +235,16 @@ pub(crate) fn run(mut args: LoadArgs) -> anyhow::Result<ExitCode> {
     }
     fit_descriptors(&mut args)?;
     let (plan, targets, recorded) = build(&args)?;
+    if let Some(r) = &recorded {
+        // Before a replay that may be long: what the file holds and what is skipped.
+        let summary = r.source().summary();
+        eprintln!(
+            "scalpel: {} ({}): {}",
+            r.source().path().display(),
+            summary.format,
+            summary.describe()
+        );
+    }
     let show_progress = !args.no_progress && (args.progress || std::io::stderr().is_terminal());
     let tty = std::io::stderr().is_terminal();
     let mut line = ProgressLine {
@@ -467,7 +477,10 @@ fn build(args: &LoadArgs) -> anyhow::Result<(Plan, Vec<Target>, Option<Arc<Recor
                 );
                 (recorded.clone(), label, Some(recorded))
             }
-            (None, None) => template_source(args, &template)?,
+            (None, None) => {
+                let (template, label) = template_source(args, &template)?;
+                (template, label, None)
+            }
         };
     let pool = args.rate.is_some() || args.ramp.is_some() || args.connections.is_some();
     let replay = recorded.as_ref().filter(|_| !pool);
@@ -625,11 +638,7 @@ const MAX_ENDPOINTS: usize = 256;
 fn template_source(
     args: &LoadArgs,
     template: &str,
-) -> anyhow::Result<(
-    Arc<dyn RequestSource>,
-    String,
-    Option<Arc<RecordedRequests>>,
-)> {
+) -> anyhow::Result<(Arc<dyn RequestSource>, String)> {
     let method = match args.methods.as_slice() {
         [] => "GET",
         [one] => one.as_str(),
@@ -649,7 +658,7 @@ fn template_source(
     let fixed = request.placeholders().is_empty();
     let set = RequestSet::new(request, data_set(args)?, order(args)?)?;
     let label = format!("{} {template}", method.to_ascii_uppercase());
-    Ok((Arc::new(TemplateSource::new(set, fixed)), label, None))
+    Ok((Arc::new(TemplateSource::new(set, fixed)), label))
 }
 
 /// `--data`, when given.
@@ -696,7 +705,7 @@ fn mix_source(args: &LoadArgs, path: &std::path::Path) -> anyhow::Result<(Arc<Mi
     Ok((Arc::new(MixSource::new(mix)), label))
 }
 
-/// `--from FILE` read with its filters and rewrites; says on stderr what it holds.
+/// `--from FILE` read with its filters and rewrites.
 fn recorded_source(args: &LoadArgs, path: &std::path::Path) -> anyhow::Result<RecordedRequests> {
     let mut options = SourceOptions::new();
     if let Some(format) = &args.from_format {
@@ -718,13 +727,6 @@ fn recorded_source(args: &LoadArgs, path: &std::path::Path) -> anyhow::Result<Re
         options = options.drop_header(h)?;
     }
     let source = RecordedSource::open(path, options.allow_unsafe(args.allow_unsafe))?;
-    let summary = source.summary();
-    eprintln!(
-        "scalpel: {} ({}): {}",
-        path.display(),
-        summary.format,
-        summary.describe()
-    );
     Ok(RecordedRequests::new(source))
 }
 

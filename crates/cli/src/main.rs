@@ -24,6 +24,8 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once per process: the size of the largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Open- or closed-model load, ramping to the breaking point, with the targets' CPU and memory.

@@ -70,6 +70,7 @@ pub fn step_with_values(
         pss_mb_peak: None,
         slo_held: None,
         slo_reason: None,
+        endpoints: Vec::new(),
     }
 }
 
@@ -91,6 +92,7 @@ pub fn config(model: &str, slo: Option<&str>) -> RunConfig {
         requests_per_step: None,
         slo: slo.map(str::to_owned),
         request: "GET /balance/{user_id}".to_owned(),
+        recorded: None,
     }
 }
 
@@ -200,6 +202,7 @@ pub fn simulated_step(
         pss_mb_peak: Some(rss * 0.93),
         slo_held: None,
         slo_reason: None,
+        endpoints: Vec::new(),
     }
 }
 
