@@ -1,5 +1,6 @@
 //! `scalpel load`: flags → a [`scalpel_load::Plan`] and [`scalpel_load::Target`]s, run,
-//! print the summary table, write `--json`/`--html`, exit 0 (SLO held or none), 1 (broken),
+//! print the summary table (on stderr when `--json -` takes stdout), write `--json`/`--html`
+//! (with `--shard`, the JSON says which part of which run it is), exit 0 (SLO held or none), 1 (broken),
 //! 2 (bad usage, or a result that could not be written), 128 + the signal (130 for
 //! Ctrl-C) when interrupted — after printing and writing what was measured.
 //!
@@ -15,10 +16,11 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
-use scalpel_load::result::{MalformedRecord, RecordedInfo};
+use scalpel_load::result::{MalformedRecord, RecordedInfo, RunResult, ShardInfo};
+use scalpel_load::shard::{Fingerprint, JOB_INDEX_VAR, check_run_id, run_id};
 use scalpel_load::{
-    Model, Plan, Progress, RequestSource, ResourceUsage, ResourceWatch, Slo, StepLimit, Stop,
-    Target,
+    Model, Plan, Progress, RequestSource, ResourceUsage, ResourceWatch, Shard, Slo, StartAt,
+    StepLimit, Stop, Target,
 };
 use scalpel_procstat::{SampleMark, TreeSampler};
 use scalpel_requests::{
@@ -30,7 +32,7 @@ use crate::sources::{MixSource, RecordedRequests, TemplateSource};
 /// Arguments of `scalpel load`.
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Examples:\n  scalpel load -c 50 -d 30s http://127.0.0.1:8080/\n  scalpel load --rate 2000 -d 30s http://127.0.0.1:8080/v1/users/{id}/stats --data ids.txt\n  scalpel load --ramp 1000,1000,20000 --step-duration 10s --slo 'p99<50ms,errors<1%' \\\n      --target go=http://127.0.0.1:8080 --target rust=http://127.0.0.1:8081 \\\n      --watch-port go=8080 --watch-port rust=8081 /v1/users/{id}/stats --data ids.txt"
+    after_help = "Examples:\n  scalpel load -c 50 -d 30s http://127.0.0.1:8080/\n  scalpel load --shard auto/10 --start-at 2030-01-01T12:00:00Z --rate 500000 -d 60s \\\n      --json - http://payments.default.svc:8080/   (on each of 10 Indexed Job pods)\n  scalpel load --rate 2000 -d 30s http://127.0.0.1:8080/v1/users/{id}/stats --data ids.txt\n  scalpel load --ramp 1000,1000,20000 --step-duration 10s --slo 'p99<50ms,errors<1%' \\\n      --target go=http://127.0.0.1:8080 --target rust=http://127.0.0.1:8081 \\\n      --watch-port go=8080 --watch-port rust=8081 /v1/users/{id}/stats --data ids.txt"
 )]
 pub(crate) struct LoadArgs {
     /// The target URL with the request's path template (`http://HOST:PORT/PATH?QUERY`), or,
@@ -184,9 +186,27 @@ pub(crate) struct LoadArgs {
     #[arg(long, value_name = "N")]
     rounds: Option<u32>,
 
-    /// Write all results, histograms included, to this JSON file.
+    /// Write all results, histograms included, to this JSON file; `-` writes them to stdout
+    /// on one line (the table then goes to stderr).
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+
+    /// This process's part of a run spread over several machines: `I/N` (from 1) or
+    /// `auto/N` (the index, from 0, from JOB_COMPLETION_INDEX, as Kubernetes sets it on
+    /// Indexed Job pods). --rate, --ramp, -n, -c and --max-in-flight stay the whole run's;
+    /// each shard takes its part and a disjoint part of --data. Needs --start-at or --run-id.
+    #[arg(long, value_name = "I/N|auto/N")]
+    shard: Option<String>,
+
+    /// Start the clock at this time, RFC 3339 (2030-01-01T12:00:00Z) or Unix seconds: every
+    /// shard starts then and time-bound steps line up across machines.
+    #[arg(long, value_name = "TIME")]
+    start_at: Option<String>,
+
+    /// The run's id, the same on every shard, checked by `scalpel report merge` (default:
+    /// derived from the settings and --start-at).
+    #[arg(long, value_name = "ID")]
+    run_id: Option<String>,
 
     /// Write a self-contained HTML page with plots to this file.
     #[arg(long, value_name = "FILE")]
@@ -230,7 +250,11 @@ pub(crate) fn run(mut args: LoadArgs) -> anyhow::Result<ExitCode> {
     // below receives SIGINT and SIGTERM.
     let stop = Stop::new();
     let signal = watch_signals(stop.clone())?;
+    let json_to_stdout = args.json.as_deref() == Some(std::path::Path::new("-"));
     for path in [&args.json, &args.html].into_iter().flatten() {
+        if json_to_stdout && Some(path) == args.json.as_ref() {
+            continue;
+        }
         scalpel_report::check_writable(path)?;
     }
     fit_descriptors(&mut args)?;
@@ -245,6 +269,15 @@ pub(crate) fn run(mut args: LoadArgs) -> anyhow::Result<ExitCode> {
             summary.describe()
         );
     }
+    // Before any load: the data file is read for the fingerprint only when sharded.
+    let shard_id = match args.shard {
+        Some(_) => Some(shard_identity(
+            &args,
+            &plan,
+            recorded.as_deref().map(RecordedRequests::source),
+        )?),
+        None => None,
+    };
     let show_progress = !args.no_progress && (args.progress || std::io::stderr().is_terminal());
     let tty = std::io::stderr().is_terminal();
     let mut line = ProgressLine {
@@ -253,16 +286,32 @@ pub(crate) fn run(mut args: LoadArgs) -> anyhow::Result<ExitCode> {
         last_print: None,
         printed: false,
     };
+    if let Some(at) = plan.start_at {
+        let wait = StartAt::now().seconds_until(at);
+        if wait > 1.0 {
+            // In a pod's log: why nothing happens yet.
+            eprintln!("scalpel: the clock starts at {at} (in {wait:.0} s)");
+        }
+    }
     let mut result = scalpel_load::run_until(&plan, targets, &mut |p| line.show(p), &stop)?;
     line.finish();
     if let Some(r) = &recorded {
         result.config.recorded = Some(recorded_info(r, &plan));
     }
-    // The table first: whatever happens to the files, what was measured is on screen.
-    let mut out = std::io::stdout().lock();
-    if let Err(e) = out
-        .write_all(scalpel_report::summary_table(&result).as_bytes())
-        .and_then(|()| out.flush())
+    if let Some((run_id, settings)) = shard_id {
+        describe_shard(&mut result, &plan, run_id, settings);
+    }
+    // The table first: whatever happens to the files, what was measured is on screen (on
+    // stderr when the JSON takes stdout).
+    let table = scalpel_report::summary_table(&result);
+    let shown = if json_to_stdout {
+        let mut err = std::io::stderr().lock();
+        err.write_all(table.as_bytes()).and_then(|()| err.flush())
+    } else {
+        let mut out = std::io::stdout().lock();
+        out.write_all(table.as_bytes()).and_then(|()| out.flush())
+    };
+    if let Err(e) = shown
         && e.kind() != std::io::ErrorKind::BrokenPipe
     {
         return Err(e.into());
@@ -274,7 +323,19 @@ pub(crate) fn run(mut args: LoadArgs) -> anyhow::Result<ExitCode> {
             write_failed = true;
         }
     };
-    if let Some(path) = &args.json {
+    if json_to_stdout {
+        // One line, so it can be picked out of a log that holds stderr too (kubectl logs).
+        let mut out = std::io::stdout().lock();
+        if let Err(e) = out
+            .write_all(scalpel_report::to_json_line(&result).as_bytes())
+            .and_then(|()| out.flush())
+        {
+            report(Err(scalpel_report::ReportError::Write {
+                path: "stdout".into(),
+                error: e,
+            }));
+        }
+    } else if let Some(path) = &args.json {
         report(scalpel_report::write_json(&result, path));
     }
     if let Some(path) = &args.html {
@@ -596,6 +657,7 @@ fn build(args: &LoadArgs) -> anyhow::Result<(Plan, Vec<Target>, Option<Arc<Recor
         None if bases.len() > 1 && replay.is_none() => 2,
         None => 1,
     };
+    let (shard, start_at) = shard_and_start(args, &model, limit, max_in_flight, rounds)?;
     let plan = Plan {
         model,
         limit,
@@ -607,6 +669,8 @@ fn build(args: &LoadArgs) -> anyhow::Result<(Plan, Vec<Target>, Option<Arc<Recor
         slo,
         rounds,
         request_label: label,
+        shard,
+        start_at,
     };
 
     // Targets with their watchers.
@@ -793,6 +857,191 @@ fn check_slo_endpoints(
         }
     }
     Ok(())
+}
+
+/// `--shard` (with the index from the environment for `auto/N`) and `--start-at`, checked
+/// against the totals each shard takes a part of.
+fn shard_and_start(
+    args: &LoadArgs,
+    model: &Model,
+    limit: StepLimit,
+    max_in_flight: u32,
+    rounds: u32,
+) -> anyhow::Result<(Shard, Option<StartAt>)> {
+    let start_at = args.start_at.as_deref().map(StartAt::parse).transpose()?;
+    if let Some(at) = start_at {
+        // A day either way: further is a typo (milliseconds as seconds, a wrong year).
+        let ahead = StartAt::now().seconds_until(at);
+        if ahead.abs() > 86_400.0 {
+            bail!(
+                "--start-at {at} is {} hours {}: give a time within a day of now",
+                (ahead.abs() / 3600.0).round(),
+                if ahead > 0.0 { "ahead" } else { "ago" }
+            );
+        }
+    }
+    if let Some(id) = &args.run_id {
+        check_run_id(id).map_err(|e| anyhow!(e))?;
+        if args.shard.is_none() {
+            bail!("--run-id names the shards of one run: give --shard too");
+        }
+    }
+    let Some(spec) = &args.shard else {
+        return Ok((Shard::WHOLE, start_at));
+    };
+    let job_index = std::env::var(JOB_INDEX_VAR).ok();
+    let shard = Shard::parse(spec, job_index.as_deref())?;
+    if start_at.is_none() && args.run_id.is_none() {
+        bail!(
+            "--shard needs --start-at TIME (so the shards start together) or --run-id ID (so \
+             `scalpel report merge` knows they belong together)"
+        );
+    }
+    // Every shard refuses alike: one that got nothing would make the set incomplete.
+    let n = u64::from(shard.count());
+    if u64::from(args.connections()) < n {
+        bail!(
+            "-c {} is the whole run's connections: {n} shards need at least {n}",
+            args.connections()
+        );
+    }
+    if !matches!(model, Model::Closed) && u64::from(max_in_flight) < n {
+        bail!("--max-in-flight {max_in_flight} is the whole run's: {n} shards need at least {n}");
+    }
+    if let StepLimit::Requests(count) = limit
+        && count < n * u64::from(rounds)
+    {
+        bail!(
+            "-n {count} is the whole run's count per step: {n} shards need at least {}",
+            n * u64::from(rounds)
+        );
+    }
+    Ok((shard, start_at))
+}
+
+/// The run id and settings fingerprint of a shard: everything that shapes the traffic, so
+/// shards started with different command lines are told apart by `scalpel report merge`.
+/// Machine-local flags (threads, watched processes, output files, progress) are left out.
+fn shard_identity(
+    args: &LoadArgs,
+    plan: &Plan,
+    recorded: Option<&RecordedSource>,
+) -> anyhow::Result<(String, String)> {
+    let mut f = Fingerprint::new();
+    f.field("url", args.url.as_deref().unwrap_or_default());
+    for t in &args.targets {
+        f.field("target", t);
+    }
+    for m in &args.methods {
+        f.field("method", m);
+    }
+    for h in &args.headers {
+        f.field("header", h);
+    }
+    // A mix and its body files are small: their bytes. A recording may be gigabytes: what
+    // it was counted to hold (size, records, usable, skips, span) and how it is read.
+    if let Some(path) = &args.mix {
+        let bytes =
+            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        f.field("mix", "").bytes(&bytes);
+        f.field("mix-seed", &args.mix_seed.to_string());
+    }
+    if let Some(recorded) = &recorded {
+        let s = recorded.summary();
+        f.field(
+            "from",
+            &format!(
+                "{} {} bytes, {} read, {} usable, {:?} span, {}",
+                s.format,
+                s.bytes,
+                s.read,
+                s.usable,
+                s.span,
+                s.describe()
+            ),
+        );
+        for (flag, values) in [
+            ("include-path", &args.include_path),
+            ("exclude-path", &args.exclude_path),
+            ("set-header", &args.set_header),
+            ("drop-header", &args.drop_header),
+        ] {
+            for v in values {
+                f.field(flag, v);
+            }
+        }
+        f.field("allow-unsafe", &args.allow_unsafe.to_string());
+    }
+    if let Some(body) = &args.body {
+        f.field("body", body);
+    }
+    for (flag, path) in [("body-file", &args.body_file), ("data", &args.data)] {
+        if let Some(path) = path {
+            let bytes =
+                std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+            f.field(flag, "");
+            f.bytes(&bytes);
+        }
+    }
+    f.field("shuffle", &format!("{:?}", args.shuffle))
+        .field("model", &format!("{:?}", plan.model))
+        .field("limit", &format!("{:?}", plan.limit))
+        .field("connections", &plan.connections.to_string())
+        .field("max-in-flight", &plan.max_in_flight.to_string())
+        .field("connect-timeout", &format!("{:?}", plan.connect_timeout))
+        .field("timeout", &format!("{:?}", plan.timeout))
+        .field("slo", plan.slo.as_ref().map_or("", |s| s.as_str()))
+        .field("rounds", &plan.rounds.to_string())
+        .field("shards", &plan.shard.count().to_string());
+    let settings = f.hex();
+    let id = match &args.run_id {
+        Some(id) => id.clone(),
+        None => run_id(
+            &settings,
+            &plan.start_at.map(|t| t.to_string()).unwrap_or_default(),
+        ),
+    };
+    Ok((id, settings))
+}
+
+/// Says in the result which part of which run it is, and on stderr when it started late.
+fn describe_shard(result: &mut RunResult, plan: &Plan, run_id: String, settings: String) {
+    let first = result
+        .targets
+        .iter()
+        .filter_map(|t| t.steps.first())
+        .filter_map(|s| s.start_late_s)
+        .reduce(f64::min);
+    let step_s = match plan.limit {
+        StepLimit::Duration(d) => Some(d.as_secs_f64()),
+        StepLimit::Requests(_) => None,
+    };
+    let late_steps = result
+        .targets
+        .iter()
+        .flat_map(|t| &t.steps)
+        .filter(|s| {
+            s.start_late_s
+                .zip(step_s)
+                .is_some_and(|(late, step)| late > step / 10.0)
+        })
+        .count();
+    if late_steps > 0 {
+        eprintln!(
+            "scalpel: shard {} started {late_steps} step(s) more than a tenth of a step after \
+             the common clock (the first {:.2} s after --start-at); `report merge` will flag it",
+            plan.shard,
+            first.unwrap_or(0.0)
+        );
+    }
+    result.shard = Some(ShardInfo {
+        run_id,
+        index: plan.shard.index(),
+        count: plan.shard.count(),
+        start_at: plan.start_at.map(|t| t.to_string()),
+        start_late_s: first,
+        settings,
+    });
 }
 
 /// Refuses a rate one generator cannot schedule (see [`MAX_RATE`]).

@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod load;
+mod logs;
 mod report;
 mod serve;
 mod shadow;
@@ -64,21 +65,33 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("SCALPEL_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
-        .with_writer(std::io::stderr)
-        // Colour codes only for a person at a terminal, never in a log file.
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+        // Colour codes only for a person at a terminal, never in a log file or a pipe.
+        .with_ansi(std::io::stderr().is_terminal());
+    // `serve` supervises for hours: its log lines must never wait for a stderr nobody
+    // reads (they are dropped past a bound instead, and counted); the short-lived
+    // commands write directly.
+    let mut flush = None;
+    if matches!(cli.command, Command::Serve(_)) {
+        let (writer, f) = logs::lossy_stderr();
+        logs.with_writer(writer).init();
+        flush = Some(f);
+    } else {
+        logs.with_writer(std::io::stderr).init();
+    }
     let result = match cli.command {
         Command::Load(args) => load::run(args),
         Command::Report(args) => report::run(args),
         Command::Shadow(args) => shadow::run(args),
         Command::Serve(args) => serve::run(args),
     };
+    if let Some(f) = flush {
+        f.wait(std::time::Duration::from_secs(5));
+    }
     match result {
         Ok(code) => code,
         Err(err) => {

@@ -71,6 +71,8 @@ fn lean(authority: &str, path: &str, conns: u32, threads: u32, d: Duration) -> R
         slo: None,
         rounds: 1,
         request_label: format!("GET {path}"),
+        shard: scalpel_load::Shard::WHOLE,
+        start_at: None,
     };
     let source = Arc::new(FixedRequest::new("GET", path));
     let target =

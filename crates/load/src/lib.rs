@@ -24,6 +24,8 @@
 //!     slo: Some(Slo::parse("p99<50ms,errors<1%").unwrap()),
 //!     rounds: 1,
 //!     request_label: "GET /".into(),
+//!     shard: scalpel_load::Shard::WHOLE,
+//!     start_at: None,
 //! };
 //! let target = Target::new("go", "http://127.0.0.1:8080", Arc::new(FixedRequest::new("GET", "/")))
 //!     .unwrap();
@@ -72,7 +74,9 @@
 mod http1;
 pub mod result;
 mod run;
+pub mod shard;
 mod slo;
+mod start;
 mod timer;
 mod worker;
 
@@ -82,4 +86,6 @@ pub use run::{
     RequestSource, ResourceUsage, ResourceWatch, SourceError, StepLimit, Stop, Target, probe, run,
     run_until,
 };
+pub use shard::{Shard, ShardError};
 pub use slo::{Slo, SloError};
+pub use start::{StartAt, StartAtError};

@@ -36,6 +36,120 @@ pub struct RunResult {
     pub config: RunConfig,
     /// One entry per target, in the order given; ratios are computed against the first.
     pub targets: Vec<TargetResult>,
+    /// Which part of a sharded run (`--shard`) this file is; absent for a run in one process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<ShardInfo>,
+    /// After `scalpel report merge` of a shard set: the set and each shard's own figures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards: Option<ShardSet>,
+}
+
+/// One shard's place in a run spread over several processes or machines.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ShardInfo {
+    /// The run's id, the same on every shard: `--run-id`, or derived from the settings and
+    /// the start time.
+    pub run_id: String,
+    /// This shard's index, from 0 (as `JOB_COMPLETION_INDEX`); people read `index + 1` of
+    /// `count`.
+    pub index: u32,
+    /// How many shards the run has.
+    pub count: u32,
+    /// The common start (`--start-at`), RFC 3339; `null` without one.
+    pub start_at: Option<String>,
+    /// How many seconds after the common start this shard's first step began; `null`
+    /// without a common start.
+    pub start_late_s: Option<f64>,
+    /// A fingerprint of the settings that shape the traffic (targets, request, data, rates,
+    /// counts, time-outs, SLO, the number of shards): equal on every shard of one run.
+    pub settings: String,
+}
+
+/// A merged shard set: which run, and every shard's own figures, so a slow generator shows.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ShardSet {
+    /// The run's id.
+    pub run_id: String,
+    /// How many shards the run has (all of them are merged).
+    pub count: u32,
+    /// The common start, RFC 3339; `null` without one.
+    pub start_at: Option<String>,
+    /// The settings fingerprint every shard carried.
+    pub settings: String,
+    /// Each shard's figures, by index.
+    pub parts: Vec<ShardPart>,
+    /// What the merge found wrong with the set without refusing it, one sentence each: a
+    /// shard whose clock started a step more than a tenth of a step late, a step only some
+    /// shards ran.
+    pub flags: Vec<String>,
+}
+
+/// One shard's figures in a merged set.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ShardPart {
+    /// The shard's index, from 0.
+    pub index: u32,
+    /// The machine it ran on.
+    pub host: String,
+    /// How late its first step started, in seconds, when there was a common start.
+    pub start_late_s: Option<f64>,
+    /// Its figures per target and step (no histograms: the merged steps hold the sum).
+    pub targets: Vec<ShardTarget>,
+}
+
+/// One target's steps as one shard measured them.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ShardTarget {
+    /// The target's name.
+    pub name: String,
+    /// Its steps in this shard, in order.
+    pub steps: Vec<ShardStep>,
+}
+
+/// One step of one target as one shard measured it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ShardStep {
+    /// Position of the step, from 0.
+    pub index: u32,
+    /// This shard's part of the asked rate.
+    pub offered_rps: Option<f64>,
+    /// What it achieved.
+    pub achieved_rps: f64,
+    /// Attempts that ended.
+    pub requests: u64,
+    /// Errors.
+    pub errors: u64,
+    /// Sent late for want of a free connection.
+    pub late: u64,
+    /// Never sent.
+    pub not_sent: u64,
+    /// Its latency percentiles.
+    pub latency_ms: Option<LatencySummary>,
+    /// How late its clock started, in seconds.
+    pub start_late_s: Option<f64>,
+    /// Its own verdict on its part (rps limits scaled to its share).
+    pub slo_held: Option<bool>,
+    /// Cut short by an interrupt.
+    pub partial: bool,
+}
+
+impl ShardStep {
+    /// The shard's figures of a step.
+    pub fn of(step: &StepResult) -> ShardStep {
+        ShardStep {
+            index: step.index,
+            offered_rps: step.offered_rps,
+            achieved_rps: step.achieved_rps,
+            requests: step.requests,
+            errors: step.errors,
+            late: step.late,
+            not_sent: step.not_sent,
+            latency_ms: step.latency_ms,
+            start_late_s: step.start_late_s,
+            slo_held: step.slo_held,
+            partial: step.partial,
+        }
+    }
 }
 
 /// The machine a run was made on (several when runs were merged).
@@ -205,6 +319,11 @@ pub struct StepResult {
     /// Why the step did not hold: every clause that broke; `null` when it held.
     #[serde(default)]
     pub slo_reason: Option<String>,
+    /// With a common clock (`--start-at`): how many seconds after its planned time the
+    /// step's clock started (0 when on time); `null` without one, and for count-bound steps
+    /// after the first, whose start cannot be planned. In a merged run, the latest shard's.
+    #[serde(default)]
+    pub start_late_s: Option<f64>,
     /// With a mix of endpoints (`--mix`): the same figures per endpoint, in the mix file's
     /// order; they add up to the step's. Absent without a mix.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -274,6 +393,7 @@ impl EndpointResult {
             pss_mb_peak: None,
             slo_held: None,
             slo_reason: None,
+            start_late_s: None,
             endpoints: Vec::new(),
         }
     }

@@ -11,7 +11,9 @@ use crate::result::{
     EndpointResult, FORMAT_VERSION, LatencySummary, Machine, RunConfig, RunResult, StepResult,
     TargetResult, encode_histogram,
 };
+use crate::shard::Shard;
 use crate::slo::Slo;
+use crate::start::StartAt;
 use crate::worker::{Limit, Live, Outcome, Pacing, SegmentSpec, Tally, run_segment, share};
 
 /// Where a run's requests come from. Implemented by the CLI over `scalpel-requests`;
@@ -301,6 +303,14 @@ pub struct Plan {
     pub rounds: u32,
     /// A description of the request for the result file, e.g. `GET /v1/users/{id}`.
     pub request_label: String,
+    /// This process's part of a run spread over several (`--shard`); rates, `connections`,
+    /// `max_in_flight` and request counts above are the whole run's, and this process takes
+    /// its share of each (see [`crate::shard`]). [`Shard::WHOLE`] for a run in one process.
+    pub shard: Shard,
+    /// The common clock (`--start-at`): the first step starts at this wall-clock time, and
+    /// time-bound step `k` (segment `k` of the alternation) `k` step-lengths later, so the
+    /// steps of every shard line up. `None`: start as soon as the connections are open.
+    pub start_at: Option<StartAt>,
 }
 
 /// Failure to start a run.
@@ -409,14 +419,28 @@ impl Plan {
         if self.max_in_flight == 0 {
             return bad("the in-flight limit must be at least 1");
         }
+        // Every shard refuses alike: one that got nothing would make the set incomplete.
+        let shards = self.shard.count();
+        if self.connections < shards {
+            return Err(LoadError::BadPlan(format!(
+                "{} connections are the whole run's: too few for {shards} shards (at least one each)",
+                self.connections
+            )));
+        }
+        if !matches!(self.model, Model::Closed) && self.max_in_flight < shards {
+            return Err(LoadError::BadPlan(format!(
+                "the in-flight limit {} is the whole run's: too low for {shards} shards (at least one each)",
+                self.max_in_flight
+            )));
+        }
         if self.rounds == 0 || self.threads == 0 {
             return bad("rounds and threads must be at least 1");
         }
         match self.limit {
             StepLimit::Duration(d) if d.is_zero() => bad("the duration must be longer than 0"),
             StepLimit::Requests(0) => bad("the request count must be at least 1"),
-            StepLimit::Requests(n) if n < u64::from(self.rounds) => {
-                bad("the request count must be at least the number of rounds")
+            StepLimit::Requests(n) if n < u64::from(self.rounds) * u64::from(shards) => {
+                bad("the request count must be at least the number of rounds times the shards")
             }
             _ => Ok(()),
         }
@@ -467,10 +491,11 @@ fn resolve_all(
                 addrs.push((addr, started.elapsed()));
                 continue;
             }
+            // The shard's own first request: a sharded run probes with N different ones.
             let mut parts = RequestParts::default();
             t.source
                 .renderer()
-                .render(0, &mut parts)
+                .render(plan.shard.global(0), &mut parts)
                 .map_err(|e| fail(format!("cannot make the probe request: {e}")))?;
             let mut wire = Vec::new();
             parts.encode(&t.endpoint, &mut wire);
@@ -501,6 +526,8 @@ struct StepAcc {
     segments: u32,
     /// An interrupt cut a segment of this step short.
     cut: bool,
+    /// The latest any of its segments started after its planned time on the common clock.
+    start_late: Option<Duration>,
 }
 
 /// What the run loop knows about one target between steps.
@@ -533,8 +560,6 @@ pub fn run_until(
     stop: &Stop,
 ) -> Result<RunResult, LoadError> {
     plan.validate(&targets)?;
-    let started_at = rfc3339_now();
-    let run_id = new_run_id(&started_at);
     let mut states: Vec<TargetState> = resolve_all(plan, &targets)?
         .into_iter()
         .map(|(addr, probe)| TargetState {
@@ -543,6 +568,24 @@ pub fn run_until(
             pace: probe,
         })
         .collect();
+    // The common clock on this process's monotonic one; steps are planned from it.
+    let anchor = plan.start_at.map(|at| {
+        let now = (Instant::now(), StartAt::now());
+        let ahead = now.1.seconds_until(at);
+        if ahead >= 0.0 {
+            now.0 + Duration::from_secs_f64(ahead)
+        } else {
+            now.0
+                .checked_sub(Duration::from_secs_f64(-ahead))
+                .unwrap_or(now.0)
+        }
+    });
+    let started_at = plan
+        .start_at
+        .map_or_else(rfc3339_now, |at| at.max(StartAt::now()).to_string());
+    let run_id = new_run_id(&started_at);
+    // A shard judges its own part: `rps` limits are the whole run's.
+    let slo = plan.slo.as_ref().map(|s| s.for_part(plan.shard.count()));
     let rates = plan.rates();
     let mut results: Vec<TargetResult> = targets
         .iter()
@@ -556,6 +599,7 @@ pub fn run_until(
     let mut clock = SegmentClock {
         segments_left: (rates.len() * targets.len()) as u32 * plan.rounds,
         sequence: 0,
+        anchor,
     };
     for (step_index, rate) in rates.iter().enumerate() {
         if stop.is_stopped() || !states.iter().any(|s| s.active) {
@@ -578,13 +622,18 @@ pub fn run_until(
         for (ti, acc) in accs.into_iter().enumerate() {
             let Some(acc) = acc else { continue };
             let partial = acc.cut || acc.segments < plan.rounds;
-            let offered = offered_rate(plan, &targets[ti], *rate);
+            // This shard's part of the step's rate: every N-th request of the schedule.
+            let offered = offered_rate(plan, &targets[ti], *rate).map(|r| plan.shard.rate(r));
+            let limit = match plan.limit {
+                StepLimit::Requests(n) => StepLimit::Requests(plan.shard.share(n)),
+                d => d,
+            };
             let names = targets[ti].source.endpoints();
-            let mut result = step_result(step.index, offered, plan.limit, names, acc);
+            let mut result = step_result(step.index, offered, limit, names, acc);
             result.partial = partial;
             let target = &mut results[ti];
             target.steps.push(result);
-            if let Some(slo) = &plan.slo {
+            if let Some(slo) = &slo {
                 target.breaking_point = slo.judge(&mut target.steps);
                 states[ti].active = target.breaking_point.is_none();
             }
@@ -603,6 +652,9 @@ pub fn run_until(
         machine: machine(),
         config: run_config(plan),
         targets: results,
+        // The caller, which knows the run's id and settings, describes the shard.
+        shard: None,
+        shards: None,
     })
 }
 
@@ -618,6 +670,36 @@ struct SegmentClock {
     segments_left: u32,
     /// Rounds run so far: odd ones run the targets in reverse order.
     sequence: u64,
+    /// The common clock's start (`--start-at`) on this process's monotonic clock.
+    anchor: Option<Instant>,
+}
+
+impl SegmentClock {
+    /// When segment `slot` of the run (counting every target's segments in the order of
+    /// the alternation, also those of targets that stopped, so the plan is the same on every
+    /// shard) is due on the common clock: `slot` segment-lengths after the anchor when
+    /// time-bound; only the first when count-bound (its length is not known ahead).
+    fn planned(&self, slot: u64, segment_time: Option<Duration>) -> Option<Instant> {
+        let anchor = self.anchor?;
+        match segment_time {
+            Some(seg) => Some(anchor + seg.saturating_mul(u32::try_from(slot).ok()?)),
+            None => (slot == 0).then_some(anchor),
+        }
+    }
+}
+
+/// Sleeps until `at` less a margin to open the connections in, in short naps so an
+/// interrupt is seen at once: a segment's threads then wait for the rest at the gate, on
+/// connections too fresh for a server's idle time-out.
+fn wait_until(at: Instant, stop: &Stop) {
+    const MARGIN: Duration = Duration::from_secs(1);
+    loop {
+        let now = Instant::now();
+        if stop.is_stopped() || now + MARGIN >= at {
+            return;
+        }
+        std::thread::sleep((at - MARGIN - now).min(Duration::from_millis(100)));
+    }
 }
 
 /// Runs one step: `rounds` segments of every active target, in alternating order, until
@@ -639,10 +721,12 @@ fn run_step(
     };
     let live: Vec<usize> = (0..targets.len()).filter(|&i| states[i].active).collect();
     let mut accs: Vec<Option<StepAcc>> = (0..targets.len()).map(|_| None).collect();
+    let n_targets = targets.len() as u64;
     'rounds: for round in 0..rounds {
         // Alternate the order each round, continuing across steps: A,B then B,A, …
+        let reversed = clock.sequence % 2 == 1;
         let mut order = live.clone();
-        if clock.sequence % 2 == 1 {
+        if reversed {
             order.reverse();
         }
         clock.sequence += 1;
@@ -650,25 +734,43 @@ fn run_step(
             if stop.is_stopped() {
                 break 'rounds;
             }
+            // The segment's place on the common clock, the same on every shard.
+            let position = if reversed {
+                n_targets - 1 - ti as u64
+            } else {
+                ti as u64
+            };
+            let slot = (u64::from(step.index) * u64::from(rounds) + u64::from(round)) * n_targets
+                + position;
+            let planned = clock.planned(slot, segment_time);
+            if let Some(at) = planned {
+                wait_until(at, stop);
+                if stop.is_stopped() {
+                    break 'rounds;
+                }
+            }
             let limit = match plan.limit {
                 StepLimit::Duration(_) => Limit::Time(segment_time.expect("time-bound")),
                 StepLimit::Requests(n) => {
                     Limit::Count(share(n, u64::from(rounds), u64::from(round)))
                 }
             };
+            // Rates and counts stay the whole run's (the schedule is shared out by index);
+            // connections and the in-flight limit are this shard's part.
+            let part = |n: u32| plan.shard.share(u64::from(n)) as u32;
             let pacing = match (plan.model, step.rate) {
                 (Model::Recorded { speed }, _) => Pacing::Recorded {
                     speed,
-                    max_in_flight: plan.max_in_flight,
-                    preconnect: plan.connections.min(plan.max_in_flight),
+                    max_in_flight: part(plan.max_in_flight),
+                    preconnect: part(plan.connections).min(part(plan.max_in_flight)),
                 },
                 (_, None) => Pacing::Closed {
-                    connections: plan.connections,
+                    connections: part(plan.connections),
                 },
                 (_, Some(rate)) => Pacing::Open {
                     rate,
-                    max_in_flight: plan.max_in_flight,
-                    preconnect: plan.connections.min(plan.max_in_flight),
+                    max_in_flight: part(plan.max_in_flight),
+                    preconnect: part(plan.connections).min(part(plan.max_in_flight)),
                 },
             };
             let seg_threads = match pacing {
@@ -689,6 +791,8 @@ fn run_step(
                 timeout: plan.timeout,
                 stop: stop.clone(),
                 typical_latency: states[ti].pace,
+                shard: plan.shard,
+                planned,
             });
             if let Some(w) = target.watch.as_mut() {
                 w.begin();
@@ -697,6 +801,7 @@ fn run_step(
             let mut show = LiveProgress {
                 name: &target.name,
                 step,
+                shard: plan.shard,
                 segment_time,
                 seg_left_after,
                 last: (Instant::now(), 0, 0),
@@ -715,6 +820,7 @@ fn run_step(
                 usage: None,
                 segments: 0,
                 cut: false,
+                start_late: None,
             });
             acc.tally.merge(outcome.tally);
             acc.wall += outcome.wall;
@@ -725,6 +831,7 @@ fn run_step(
             acc.usage = combine(acc.usage, usage);
             acc.segments += 1;
             acc.cut |= outcome.partial;
+            acc.start_late = acc.start_late.max(outcome.start_late);
         }
     }
     Ok(accs)
@@ -734,6 +841,7 @@ fn run_step(
 struct LiveProgress<'a> {
     name: &'a str,
     step: &'a StepPlan,
+    shard: Shard,
     segment_time: Option<Duration>,
     seg_left_after: u32,
     /// When the line was last given, with the completions and latency sum then.
@@ -769,7 +877,7 @@ impl LiveProgress<'_> {
             target: self.name,
             step: self.step.index,
             steps: self.step.steps,
-            offered_rps: self.step.rate,
+            offered_rps: self.step.rate.map(|r| self.shard.rate(r)),
             rps: dn as f64 / dt,
             mean_latency_ms: mean,
             errors,
@@ -787,16 +895,18 @@ fn run_config(plan: &Plan) -> RunConfig {
         Model::Ramp { .. } => "ramp",
         Model::Recorded { .. } => "recorded",
     };
+    // A shard writes its own part; `scalpel report merge` adds the parts up again.
+    let part = |n: u32| plan.shard.share(u64::from(n)) as u32;
     RunConfig {
         model: model.to_string(),
-        connections: plan.connections,
-        max_in_flight: (!matches!(plan.model, Model::Closed)).then_some(plan.max_in_flight),
+        connections: part(plan.connections),
+        max_in_flight: (!matches!(plan.model, Model::Closed)).then_some(part(plan.max_in_flight)),
         step_duration_s: match plan.limit {
             StepLimit::Duration(d) => Some(d.as_secs_f64()),
             StepLimit::Requests(_) => None,
         },
         requests_per_step: match plan.limit {
-            StepLimit::Requests(n) => Some(n),
+            StepLimit::Requests(n) => Some(plan.shard.share(n)),
             StepLimit::Duration(_) => None,
         },
         slo: plan.slo.as_ref().map(|s| s.as_str().to_string()),
@@ -881,6 +991,7 @@ fn step_result(
         }
         (None, _, _) => secs,
     };
+    let start_late_s = acc.start_late.map(|d| d.as_secs_f64());
     let windowed = acc.window.is_some();
     let achieved = |t: &Tally| {
         let done = if windowed { t.in_window } else { t.answered };
@@ -913,6 +1024,7 @@ fn step_result(
         pss_mb_peak: u.and_then(|u| u.pss_bytes_peak).map(mb),
         slo_held: None,
         slo_reason: None,
+        start_late_s,
         endpoints: names
             .iter()
             .zip(&endpoints)
@@ -962,29 +1074,10 @@ fn machine() -> Machine {
     }
 }
 
-/// Now as RFC 3339 UTC, e.g. `2025-06-01T12:00:00Z`.
+/// Now as RFC 3339 UTC to the second, e.g. `2025-06-01T12:00:00Z`.
 fn rfc3339_now() -> String {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0) as i64;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    let now = StartAt::now().since_epoch();
+    StartAt::from_unix(Duration::from_secs(now.as_secs())).to_string()
 }
 
 #[cfg(test)]
@@ -1008,6 +1101,8 @@ mod tests {
             slo: None,
             rounds: 1,
             request_label: String::new(),
+            shard: Shard::WHOLE,
+            start_at: None,
         };
         let r: Vec<f64> = plan.rates().into_iter().flatten().collect();
         assert_eq!(r, vec![100.0, 200.0, 300.0, 400.0, 500.0]);

@@ -163,6 +163,19 @@ impl Slo {
         })
     }
 
+    /// The SLO a shard judges its own part by, one of `parts` equal parts of a run: `rps`
+    /// limits divided by `parts` (they name the whole run's rate), every other clause as it
+    /// is. The text stays the whole run's.
+    pub fn for_part(&self, parts: u32) -> Slo {
+        let mut part = self.clone();
+        for c in &mut part.clauses {
+            if c.metric == Metric::Rps {
+                c.limit /= f64::from(parts.max(1));
+            }
+        }
+        part
+    }
+
     /// The SLO as given.
     pub fn as_str(&self) -> &str {
         &self.text
@@ -518,6 +531,7 @@ mod tests {
                 slo_held: None,
                 slo_reason: None,
                 endpoints: Vec::new(),
+                start_late_s: None,
             }
         }
 

@@ -20,6 +20,7 @@ use tokio::task::JoinHandle;
 
 use crate::http1::{Conn, Endpoint, Failure, RequestParts};
 use crate::result::new_histogram;
+use crate::shard::Shard;
 use crate::timer::PreciseTimer;
 use crate::{RecordedTimes, Renderer, RequestSource, Stop};
 
@@ -73,6 +74,54 @@ pub(crate) struct SegmentSpec {
     /// the target's answers so far in the run, or the probe's): what a failed connect is
     /// weighed against until this segment has answers of its own.
     pub(crate) typical_latency: Duration,
+    /// This process's part of the run: request `i` of the segment's schedule is sent here
+    /// only if the shard owns it (`Shard::WHOLE`: every request). Counts, rates and
+    /// connections in `pacing` and `limit` are the whole run's.
+    pub(crate) shard: Shard,
+    /// When the segment is due to start on the run's common clock (`--start-at`); `None`:
+    /// as soon as the connections are open.
+    pub(crate) planned: Option<Instant>,
+}
+
+/// The moment a segment's clock starts and its limit from there. A segment ready after its
+/// planned start begins at once and, when time-bound, ends where it was planned to end (but
+/// lasts at least half its length), so the segments after it keep to the common clock.
+#[derive(Debug, Clone, Copy)]
+struct Start {
+    t0: Instant,
+    limit: Limit,
+}
+
+impl Start {
+    /// The start of a segment whose threads are all ready at `ready`.
+    fn at(ready: Instant, planned: Option<Instant>, limit: Limit) -> (Start, Option<Duration>) {
+        // A moment for the threads to get from the gate to their clocks.
+        let earliest = ready + Duration::from_millis(2);
+        let Some(planned) = planned else {
+            return (
+                Start {
+                    t0: earliest,
+                    limit,
+                },
+                None,
+            );
+        };
+        if planned >= earliest {
+            return (Start { t0: planned, limit }, Some(Duration::ZERO));
+        }
+        let late = earliest - planned;
+        let limit = match limit {
+            Limit::Time(d) => Limit::Time(d.saturating_sub(late).max(d / 2)),
+            count => count,
+        };
+        (
+            Start {
+                t0: earliest,
+                limit,
+            },
+            Some(late),
+        )
+    }
 }
 
 /// Counters one thread keeps; merged per segment, then per step.
@@ -318,6 +367,9 @@ pub(crate) struct Outcome {
     pub(crate) window: Option<Duration>,
     /// An interrupt ended the segment before its time or count was reached.
     pub(crate) partial: bool,
+    /// How much later than planned the segment's clock started; `None` when it had no
+    /// planned start.
+    pub(crate) start_late: Option<Duration>,
 }
 
 /// Runs one segment on `spec.threads` OS threads; `watch` is called every ~200 ms on the
@@ -352,8 +404,9 @@ pub(crate) fn run_segment(
         }
     }
     gate.wait_ready(threads); // every thread has pre-connected
-    let t0 = Instant::now() + Duration::from_millis(2);
-    gate.open(Some(t0));
+    let (start, start_late) = Start::at(Instant::now(), spec.planned, spec.limit);
+    let Start { t0, limit } = start;
+    gate.open(Some(start));
     while handles.iter().any(|h| !h.is_finished()) {
         std::thread::sleep(Duration::from_millis(50));
         watch(&lives, t0);
@@ -369,19 +422,20 @@ pub(crate) fn run_segment(
     }
     total.settle();
     let stopped_at = spec.stop.at();
-    let partial = stopped_at.is_some_and(|at| match spec.limit {
+    let partial = stopped_at.is_some_and(|at| match limit {
         Limit::Time(d) => at < t0 + d,
         Limit::Count(_) => at < end,
     });
     Ok(Outcome {
         tally: total,
         wall: end.saturating_duration_since(t0),
-        window: match (spec.limit, stopped_at) {
+        window: match (limit, stopped_at) {
             (Limit::Time(d), Some(at)) if partial => Some(at.saturating_duration_since(t0).min(d)),
             (Limit::Time(d), _) => Some(d),
             (Limit::Count(_), _) => None,
         },
         partial,
+        start_late,
     })
 }
 
@@ -394,12 +448,12 @@ pub(crate) fn share(total: u64, parts: u64, index: u64) -> u64 {
 /// common start instant, or with `None` to call the segment off.
 #[derive(Debug, Default)]
 struct Gate {
-    state: Mutex<(usize, Option<Option<Instant>>)>,
+    state: Mutex<(usize, Option<Option<Start>>)>,
     changed: Condvar,
 }
 
 impl Gate {
-    fn ready_and_wait(&self) -> Option<Instant> {
+    fn ready_and_wait(&self) -> Option<Start> {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         s.0 += 1;
         self.changed.notify_all();
@@ -418,7 +472,7 @@ impl Gate {
         }
     }
 
-    fn open(&self, t0: Option<Instant>) {
+    fn open(&self, t0: Option<Start>) {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         s.1 = Some(t0);
         self.changed.notify_all();
@@ -476,7 +530,7 @@ fn thread_main(
         }
         out
     });
-    let Some(t0) = gate.ready_and_wait() else {
+    let Some(Start { t0, limit }) = gate.ready_and_wait() else {
         return (Tally::new(), Instant::now());
     };
     let endpoints = spec.source.endpoints().len();
@@ -487,10 +541,11 @@ fn thread_main(
         halt: halt.clone(),
         in_flight: Cell::new(0),
         in_flight_at: (0..endpoints).map(|_| Cell::new(0)).collect(),
-        window_end: match spec.limit {
+        window_end: match limit {
             Limit::Time(d) => Some(t0 + d),
             Limit::Count(_) => None,
         },
+        limit,
         fixed: fixed_request(&spec, &mut *renderer),
         renderer: RefCell::new(renderer),
         spec: spec.clone(),
@@ -509,18 +564,20 @@ fn thread_main(
         });
         match spec.pacing {
             Pacing::Closed { .. } => {
-                let deadline = match spec.limit {
+                let deadline = match limit {
                     Limit::Time(d) => Some(t0 + d),
                     Limit::Count(_) => None,
                 };
-                let count = match spec.limit {
-                    Limit::Count(n) => Some(n),
+                // The shard's part of the whole run's count: its own requests below it.
+                let count = match limit {
+                    Limit::Count(n) => Some(spec.shard.share(n)),
                     Limit::Time(_) => None,
                 };
                 let pacer = Rc::new(Pacer::Closed {
                     deadline,
                     count,
                     claim,
+                    shard: spec.shard,
                     stop: spec.stop.clone(),
                 });
                 // Wait for t0 so that every thread starts together.
@@ -574,6 +631,8 @@ struct Ctx {
     renderer: RefCell<Box<dyn Renderer>>,
     /// Completions up to this instant count towards the achieved rate (time-bound segments).
     window_end: Option<Instant>,
+    /// The segment's limit from its start (see [`Start`]).
+    limit: Limit,
     fixed: Option<(Vec<u8>, bool)>,
     tally: Rc<RefCell<Tally>>,
     live: Arc<Live>,
@@ -615,11 +674,13 @@ struct Ticket {
 
 /// Where a slot's next request comes from.
 enum Pacer {
-    /// Back to back until the deadline or until `count` requests were claimed by all threads.
+    /// Back to back until the deadline or until `count` requests were claimed by all threads;
+    /// the `k`-th claim is the shard's `k`-th request of the run.
     Closed {
         deadline: Option<Instant>,
         count: Option<u64>,
         claim: Arc<AtomicU64>,
+        shard: Shard,
         stop: Stop,
     },
     /// Claimed from the thread's share of the schedule when due.
@@ -633,17 +694,18 @@ impl Pacer {
                 deadline,
                 count,
                 claim,
+                shard,
                 stop,
             } => {
                 if deadline.is_some_and(|d| Instant::now() >= d) || stop.is_stopped() {
                     return None;
                 }
-                let index = claim.fetch_add(1, Ordering::Relaxed);
-                if count.is_some_and(|n| index >= n) {
+                let k = claim.fetch_add(1, Ordering::Relaxed);
+                if count.is_some_and(|n| k >= n) {
                     return None;
                 }
                 Some(Ticket {
-                    index,
+                    index: shard.global(k),
                     intended: None,
                     late: false,
                 })
@@ -1092,8 +1154,8 @@ async fn dispatch(
     w: u64,
     threads: u64,
 ) {
-    // Number of requests of the whole schedule, over all threads.
-    let (total, deadline) = match (ctx.spec.limit, clock) {
+    // Number of requests of the whole schedule, over all threads of every shard.
+    let (total, deadline) = match (ctx.limit, clock) {
         (Limit::Count(n), _) => (n, None),
         (Limit::Time(d), Clock::Rate(rate)) => (
             (d.as_secs_f64() * rate).ceil().max(0.0) as u64,
@@ -1105,8 +1167,13 @@ async fn dispatch(
             Some(t0 + d),
         ),
     };
-    let mine = if total > w {
-        (total - w).div_ceil(threads)
+    // Shard `s` of `N` owns requests `s + N·j`; its thread `w` of `T` owns every `T`-th of
+    // those: `s + N·w + N·T·k`. Over all shards and threads, each request exactly once.
+    let shards = u64::from(ctx.spec.shard.count());
+    let first = ctx.spec.shard.global(w);
+    let stride = shards * threads;
+    let mine = if total > first {
+        (total - first).div_ceil(stride)
     } else {
         0
     };
@@ -1117,14 +1184,14 @@ async fn dispatch(
             ctx.spec
                 .source
                 .recorded()
-                .map(|r| RecordedClock::new(speed, r.times(w, threads))),
+                .map(|r| RecordedClock::new(speed, r.times(first, stride))),
         ),
     };
     let sched = Rc::new(Schedule {
         t0,
         period_s,
-        first: w,
-        stride: threads,
+        first,
+        stride,
         mine,
         next: Cell::new(0),
         stop: Cell::new(mine),

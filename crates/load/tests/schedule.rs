@@ -63,6 +63,8 @@ fn plan(model: Model, limit: StepLimit) -> Plan {
         slo: Some(scalpel_load::Slo::parse("errors<1%").unwrap()),
         rounds: 1,
         request_label: "GET /".into(),
+        shard: scalpel_load::Shard::WHOLE,
+        start_at: None,
     }
 }
 

@@ -34,6 +34,7 @@ pub fn html(result: &RunResult) -> String {
     );
     cards(result, &mut out);
     summary(result, &mut out);
+    shards(result, &mut out);
     plots(result, &mut out);
     distribution(result, &mut out);
     let _ = write!(
@@ -88,6 +89,25 @@ fn meta(result: &RunResult) -> String {
     }
     if let Some(n) = c.max_in_flight {
         items.push(("in flight", format!("at most {n}")));
+    }
+    if let Some(shard) = &result.shard {
+        items.push((
+            "shard",
+            format!(
+                "{}/{} of run {} (connections, rates and counts are this shard's part){}",
+                shard.index + 1,
+                shard.count,
+                shard.run_id,
+                shard
+                    .start_late_s
+                    .filter(|l| *l > 0.0)
+                    .map(|l| format!(", started {l:.3} s late"))
+                    .unwrap_or_default()
+            ),
+        ));
+    }
+    if let Some(set) = &result.shards {
+        items.push(("shards", format!("all {} of run {}", set.count, set.run_id)));
     }
     if let Some(s) = c.step_duration_s {
         items.push(("step", format!("{s} s")));
@@ -237,6 +257,40 @@ fn summary(result: &RunResult, out: &mut String) {
         for note in &section.notes {
             let _ = write!(out, r#"<p class="note">{}</p>"#, escape(note));
         }
+    }
+    out.push_str("</section>\n");
+}
+
+/// A merged shard set: each shard's own totals, the ones that fell behind marked, and the
+/// merge's flags.
+fn shards(result: &RunResult, out: &mut String) {
+    let Some(table) = crate::shards::table(result) else {
+        return;
+    };
+    let _ = write!(
+        out,
+        r#"<section><h2>Shards</h2><p class="note">{}</p><table class="shards"><thead><tr>"#,
+        escape(&table.title)
+    );
+    for h in &table.head {
+        let _ = write!(out, "<th>{}</th>", escape(h));
+    }
+    out.push_str("</tr></thead><tbody>");
+    for (row, behind) in table.rows.iter().zip(&table.behind) {
+        out.push_str("<tr>");
+        for (i, cell) in row.iter().enumerate() {
+            let class = match (i, behind) {
+                (0, true) => r#" class="first worse""#,
+                (0, false) => r#" class="first""#,
+                _ => "",
+            };
+            let _ = write!(out, "<td{class}>{}</td>", escape(cell));
+        }
+        out.push_str("</tr>");
+    }
+    out.push_str("</tbody></table>");
+    for flag in &table.flags {
+        let _ = write!(out, r#"<p class="note worse">{}</p>"#, escape(flag));
     }
     out.push_str("</section>\n");
 }

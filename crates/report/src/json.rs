@@ -107,6 +107,14 @@ pub fn write_json(result: &RunResult, path: &Path) -> Result<(), ReportError> {
     write_atomic(path, to_json_string(result).as_bytes())
 }
 
+/// The result as JSON on one line, ending in a newline: what `scalpel load --json -` prints,
+/// so it can be picked out of a log that also holds other lines (`kubectl logs`).
+pub fn to_json_line(result: &RunResult) -> String {
+    let mut text = serde_json::to_string(result).expect("the result model always serializes");
+    text.push('\n');
+    text
+}
+
 /// Writes the HTML page ([`crate::html`]) for the result, atomically like [`write_json`].
 pub fn write_html(result: &RunResult, path: &Path) -> Result<(), ReportError> {
     write_atomic(path, crate::html(result).as_bytes())

@@ -63,6 +63,8 @@ pub fn merge_with(runs: &[RunResult], options: MergeOptions) -> Result<RunResult
     let (first, rest) = runs
         .split_first()
         .ok_or_else(|| mismatch("no runs given".to_owned()))?;
+    // The shards of one run: all there, once each, same settings (names what is wrong).
+    let shard_set = crate::shards::check_set(runs)?;
     check_distinct(runs)?;
     for (i, run) in rest.iter().enumerate() {
         check_compatible(first, run, i + 2, options)?;
@@ -111,7 +113,10 @@ pub fn merge_with(runs: &[RunResult], options: MergeOptions) -> Result<RunResult
             .unwrap_or(0);
         target.steps.truncate(common);
         target.breaking_point = None;
-        for step in &mut target.steps {
+        // Steps merge independently; decoding their histograms is most of a large merge's
+        // work (100 files × 60 steps: 6,000 histograms), so it is shared among the cores.
+        let name = target.name.as_str();
+        let merged_steps = par_map(&target.steps, |step| {
             let pieces: Vec<&StepResult> = parts
                 .iter()
                 .map(|t| {
@@ -121,13 +126,39 @@ pub fn merge_with(runs: &[RunResult], options: MergeOptions) -> Result<RunResult
                         .expect("checked by check_compatible")
                 })
                 .collect();
-            *step = merge_step(&target.name, &pieces)?;
-        }
+            merge_step(name, &pieces)
+        });
+        target.steps = merged_steps.into_iter().collect::<Result<_, _>>()?;
         if let Some(slo) = &slo {
             target.breaking_point = slo.judge(&mut target.steps);
         }
     }
+    if let Some(basis) = shard_set {
+        crate::shards::attach(&mut merged, runs, basis, slo.as_ref());
+    }
     Ok(merged)
+}
+
+/// `f` over `items` on up to as many threads as there are cores, results in order.
+pub(crate) fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZero::get)
+        .min(items.len());
+    if threads <= 1 {
+        return items.iter().map(f).collect();
+    }
+    let chunk = items.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let f = &f;
+        let handles: Vec<_> = items
+            .chunks(chunk)
+            .map(|part| scope.spawn(move || part.iter().map(f).collect::<Vec<R>>()))
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("a merge thread panicked"))
+            .collect()
+    })
 }
 
 fn mismatch(message: String) -> ReportError {
@@ -434,6 +465,10 @@ fn merge_step(target: &str, pieces: &[&StepResult]) -> Result<StepResult, Report
         pss_mb_peak,
         slo_held: None,
         slo_reason: None,
+        start_late_s: pieces
+            .iter()
+            .filter_map(|p| p.start_late_s)
+            .reduce(f64::max),
         endpoints: merge_endpoints(target, pieces)?,
     })
 }

@@ -33,6 +33,7 @@ pub fn summary_table(result: &RunResult) -> String {
         }
     }
     breaking_points(result, &mut out);
+    shards(result, &mut out);
     out
 }
 
@@ -66,6 +67,36 @@ fn figure_grid(result: &RunResult, rows: &[figures::Row], out: &mut String) {
     grid.render(out);
 }
 
+/// A merged shard set: a row per shard with its own totals (a slow generator shows as
+/// `behind`), then what the merge flagged.
+fn shards(result: &RunResult, out: &mut String) {
+    let Some(table) = crate::shards::table(result) else {
+        return;
+    };
+    let _ = writeln!(out, "\n{}", table.title);
+    let mut grid = Grid::default();
+    let mut head: Vec<String> = table.head.iter().map(|h| (*h).to_owned()).collect();
+    let any_behind = table.behind.iter().any(|b| *b);
+    if any_behind {
+        head.push(String::new());
+    }
+    grid.rows.push(head);
+    grid.rule_after_first = true;
+    grid.left_columns = (1..table.head.iter().position(|h| *h == "steps").unwrap_or(2)).collect();
+    for (mut row, behind) in table.rows.into_iter().zip(table.behind) {
+        if any_behind {
+            row.push(if behind { "behind" } else { "" }.to_owned());
+        }
+        grid.rows.push(row);
+    }
+    grid.render(out);
+    for flag in &table.flags {
+        for line in wrap(&format!("! {flag}"), WIDTH, "  ") {
+            let _ = writeln!(out, "{line}");
+        }
+    }
+}
+
 fn header(result: &RunResult, out: &mut String) {
     let c = &result.config;
     let m = &result.machine;
@@ -97,6 +128,25 @@ fn header(result: &RunResult, out: &mut String) {
         let _ = write!(model, ", SLO {slo}");
     }
     let _ = writeln!(out, "{model}");
+    if let Some(shard) = &result.shard {
+        let start = shard
+            .start_at
+            .as_deref()
+            .map(|s| format!(", common start {s}"))
+            .unwrap_or_default();
+        let late = shard
+            .start_late_s
+            .filter(|l| *l > 0.0)
+            .map(|l| format!(", started {l:.3} s late"))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "shard {}/{} of run {}{start}{late}: connections, rates and counts are this shard's part",
+            shard.index + 1,
+            shard.count,
+            shard.run_id
+        );
+    }
     if result.interrupted {
         let _ = writeln!(
             out,

@@ -71,6 +71,7 @@ pub fn step_with_values(
         slo_held: None,
         slo_reason: None,
         endpoints: Vec::new(),
+        start_late_s: None,
     }
 }
 
@@ -106,6 +107,8 @@ pub fn run(host: &str, model: &str, slo: Option<&str>, targets: Vec<TargetResult
         machine: machine(host),
         config: config(model, slo),
         targets,
+        shard: None,
+        shards: None,
     }
 }
 
@@ -203,6 +206,7 @@ pub fn simulated_step(
         slo_held: None,
         slo_reason: None,
         endpoints: Vec::new(),
+        start_late_s: None,
     }
 }
 
