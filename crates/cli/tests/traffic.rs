@@ -1048,3 +1048,72 @@ fn bad_replay_flags_are_one_line_and_exit_2() {
     }
     assert!(server.seen().is_empty(), "nothing was sent");
 }
+
+/// A log of `n` GETs of `/r/0`, `/r/1`, …, two a second.
+fn numbered_log(path: &Path, n: usize) {
+    let mut text = String::new();
+    for i in 0..n {
+        text.push_str(&format!(
+            "1.2.3.4 - - [10/Oct/2000:13:{:02}:{:02} -0700] \"GET /r/{i} HTTP/1.1\" 200 5 \"-\" \"a\"\n",
+            i / 2 / 60,
+            i / 2 % 60
+        ));
+    }
+    std::fs::write(path, text).unwrap();
+}
+
+#[test]
+fn shards_split_the_records_disjointly() {
+    let dir = scratch("shards");
+    let log = dir.join("access.log");
+    numbered_log(&log, 20);
+    let log = log.to_str().unwrap();
+    let all: Vec<String> = (0..20).map(|i| format!("GET /r/{i}")).collect();
+    // On the recorded schedule (a hundred times faster) and as a pool.
+    for (mode, extra) in [
+        ("recorded", vec!["--speed", "100", "--max-in-flight", "2"]),
+        (
+            "pool",
+            vec!["--rate", "200", "-n", "20", "--max-in-flight", "2"],
+        ),
+    ] {
+        let mut seen = Vec::new();
+        for shard in ["1/2", "2/2"] {
+            let server = Server::ok();
+            let mut args = vec![
+                "--from",
+                log,
+                "--threads",
+                "1",
+                "--shard",
+                shard,
+                "--run-id",
+                "traffic-test",
+            ];
+            args.extend(extra.iter().copied());
+            let url = server.url();
+            args.push(&url);
+            let (code, json, out) = load_json(&dir, &format!("{mode}-{}", &shard[..1]), &args);
+            assert_eq!(code, 0, "{mode} {shard}: {}", stderr(&out));
+            let mut lines = server.lines();
+            lines.sort();
+            let step = &json["targets"][0]["steps"][0];
+            assert_eq!(
+                u(&step["requests"]),
+                10,
+                "{mode} {shard}: half of them each"
+            );
+            seen.push(lines);
+        }
+        let (a, b) = (&seen[0], &seen[1]);
+        assert!(
+            a.iter().all(|l| !b.contains(l)),
+            "{mode}: disjoint: {a:?} {b:?}"
+        );
+        let mut union: Vec<String> = a.iter().chain(b).cloned().collect();
+        union.sort();
+        let mut expected = all.clone();
+        expected.sort();
+        assert_eq!(union, expected, "{mode}: together every record once");
+    }
+}
