@@ -125,21 +125,21 @@ fn section_title(
 /// schedule, and whether a pool was looped.
 pub(crate) fn recorded_lines(r: &RecordedInfo) -> Vec<String> {
     let mut lines = Vec::new();
-    let mut counts = format!(
-        "recorded traffic: {} ({}), {} records: {} usable",
+    lines.push(format!(
+        "recorded traffic: {} ({}), {} records, {} usable",
         r.file,
         r.format,
         fmt_count(r.records as f64),
         fmt_count(r.usable as f64)
-    );
-    for (reason, n) in &r.skipped {
-        counts.push_str(&format!(
-            ", {} skipped: {}",
-            fmt_count(*n as f64),
-            reason.replace('_', " ")
-        ));
+    ));
+    if !r.skipped.is_empty() {
+        let skipped: Vec<String> = r
+            .skipped
+            .iter()
+            .map(|(reason, n)| format!("{} {}", fmt_count(*n as f64), reason.replace('_', " ")))
+            .collect();
+        lines.push(format!("  skipped: {}", skipped.join(", ")));
     }
-    lines.push(counts);
     for bad in &r.first_malformed {
         lines.push(format!("  malformed, line {}: {}", bad.line, bad.message));
     }

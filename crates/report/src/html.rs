@@ -76,6 +76,8 @@ fn meta(result: &RunResult) -> String {
         for line in figures::recorded_lines(r) {
             let key = if line.starts_with("  malformed") {
                 "malformed"
+            } else if line.starts_with("  skipped") {
+                "skipped"
             } else if line.starts_with("schedule") {
                 "schedule"
             } else {
@@ -83,6 +85,7 @@ fn meta(result: &RunResult) -> String {
             };
             let text = line.trim_start();
             let text = text.strip_prefix("schedule: ").unwrap_or(text);
+            let text = text.strip_prefix("skipped: ").unwrap_or(text);
             let text = text.strip_prefix("recorded traffic: ").unwrap_or(text);
             items.push((key, text.to_owned()));
         }

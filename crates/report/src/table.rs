@@ -156,8 +156,10 @@ fn header(result: &RunResult, out: &mut String) {
     let _ = writeln!(out, "request: {}", c.request);
     if let Some(r) = &c.recorded {
         for line in figures::recorded_lines(r) {
-            for line in wrap(&line, WIDTH, "  ") {
-                let _ = writeln!(out, "{line}");
+            let text = line.trim_start();
+            let indent = &line[..line.len() - text.len()];
+            for part in wrap(text, WIDTH - indent.len(), "  ") {
+                let _ = writeln!(out, "{indent}{part}");
             }
         }
     }
