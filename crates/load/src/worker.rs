@@ -770,7 +770,7 @@ struct Schedule {
 }
 
 /// One thread's share of a recorded schedule, read ahead only as far as requests fall due:
-/// the times of requests due and not yet claimed are held (8 bytes each), nothing else.
+/// the times of requests due and not yet claimed are held (16 bytes each), nothing else.
 struct RecordedClock {
     speed: f64,
     times: RefCell<Box<dyn RecordedTimes>>,
