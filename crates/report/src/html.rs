@@ -86,6 +86,7 @@ fn meta(result: &RunResult) -> String {
             let text = line.trim_start();
             let text = text.strip_prefix("schedule: ").unwrap_or(text);
             let text = text.strip_prefix("skipped: ").unwrap_or(text);
+            let text = text.strip_prefix("malformed, ").unwrap_or(text);
             let text = text.strip_prefix("recorded traffic: ").unwrap_or(text);
             items.push((key, text.to_owned()));
         }
