@@ -13,7 +13,8 @@
 # load average beside it (shared machine).
 #
 # Installs nginx with apt-get if missing. Honors CARGO_TARGET_DIR.
-# Environment: N (2000), SPAN (20, seconds), REPEATS (3), SEED (1).
+# Environment: N (2000), SPAN (20, seconds), REPEATS (3), SEED (1); SCALPEL (a scalpel
+# binary to use instead of building the release one).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -23,8 +24,10 @@ SPAN="${SPAN:-20}"
 REPEATS="${REPEATS:-3}"
 SEED="${SEED:-1}"
 
-(cd "$ROOT" && cargo build --release -q -p scalpel)
-SCALPEL="$TARGET_DIR/release/scalpel"
+if [ -z "${SCALPEL:-}" ]; then
+    (cd "$ROOT" && cargo build --release -q -p scalpel)
+    SCALPEL="$TARGET_DIR/release/scalpel"
+fi
 WORK="$(mktemp -d)"
 NGINX_PID=""
 cleanup() {
