@@ -191,6 +191,42 @@ fn endpoint_rows(steps: &[Option<&StepResult>]) -> Vec<(String, Vec<Row>)> {
         .collect()
 }
 
+/// The columns of the endpoints at a glance, and the rows of the endpoint blocks they come
+/// from (so both show the very same numbers).
+pub(crate) const GLANCE: [(&str, &str); 5] = [
+    ("rps", "achieved rps"),
+    ("requests", "requests"),
+    ("errors", "errors"),
+    ("p50 ms", "latency p50 ms"),
+    ("p99 ms", "latency p99 ms"),
+];
+
+/// A line per endpoint with the few figures of [`GLANCE`], per target (`-` where a target
+/// has no such figure).
+pub(crate) fn glance(
+    endpoints: &[(String, Vec<Row>)],
+    targets: usize,
+) -> Vec<(String, Vec<String>)> {
+    endpoints
+        .iter()
+        .map(|(name, rows)| {
+            let mut cells = Vec::with_capacity(targets * GLANCE.len());
+            for t in 0..targets {
+                for (_, label) in GLANCE {
+                    let cell = rows
+                        .iter()
+                        .find(|r| r.label == label)
+                        .and_then(|r| r.cells.get(t))
+                        .cloned()
+                        .unwrap_or_else(|| "-".to_owned());
+                    cells.push(cell);
+                }
+            }
+            (name.clone(), cells)
+        })
+        .collect()
+}
+
 /// Why each target's step broke the SLO, and which were cut short by an interrupt.
 fn notes(result: &RunResult, index: u32) -> Vec<String> {
     let mut notes = Vec::new();

@@ -347,6 +347,9 @@ fn overview(result: &RunResult, out: &mut String) {
 /// A step's table, then one per endpoint of a mix.
 fn section_table(result: &RunResult, section: &Section, out: &mut String) {
     figure_table(result, &section.rows, out);
+    if !section.endpoints.is_empty() {
+        glance_table(result, section, out);
+    }
     for (name, rows) in &section.endpoints {
         let _ = write!(
             out,
@@ -355,6 +358,37 @@ fn section_table(result: &RunResult, section: &Section, out: &mut String) {
         );
         figure_table(result, rows, out);
     }
+}
+
+/// A line per endpoint of a mix with its few main figures, per target.
+fn glance_table(result: &RunResult, section: &Section, out: &mut String) {
+    let span = figures::GLANCE.len();
+    out.push_str(
+        r#"<h4 class="endpoint">endpoints</h4><table class="overview"><thead><tr><th></th>"#,
+    );
+    for (i, target) in result.targets.iter().enumerate() {
+        let _ = write!(
+            out,
+            r#"<th class="group" colspan="{span}" style="color:{c}">{n}</th>"#,
+            c = color(i),
+            n = escape(&target.name)
+        );
+    }
+    out.push_str("</tr><tr><th>endpoint</th>");
+    for _ in &result.targets {
+        for (head, _) in figures::GLANCE {
+            let _ = write!(out, "<th>{}</th>", escape(head));
+        }
+    }
+    out.push_str("</tr></thead><tbody>");
+    for (name, cells) in figures::glance(&section.endpoints, result.targets.len()) {
+        let _ = write!(out, "<tr><td>{}</td>", escape(&name));
+        for cell in cells {
+            let _ = write!(out, "<td>{}</td>", escape(&cell));
+        }
+        out.push_str("</tr>");
+    }
+    out.push_str("</tbody></table>");
 }
 
 fn figure_table(result: &RunResult, rows: &[Row], out: &mut String) {

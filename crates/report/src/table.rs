@@ -26,7 +26,28 @@ pub fn summary_table(result: &RunResult) -> String {
                 let _ = writeln!(out, "{line}");
             }
         }
-        // A mix: the same figures for each endpoint's requests.
+        // A mix: the endpoints at a glance, then every figure for each endpoint's requests.
+        if !section.endpoints.is_empty() {
+            let _ = writeln!(out, "\n{}: endpoints", section.title);
+            let mut grid = Grid::default();
+            let mut groups = vec![(String::new(), 1)];
+            let mut head = vec!["endpoint".to_owned()];
+            for target in &result.targets {
+                groups.push((target.name.clone(), figures::GLANCE.len()));
+                head.extend(figures::GLANCE.iter().map(|(h, _)| (*h).to_owned()));
+            }
+            if result.targets.len() > 1 {
+                grid.groups = groups;
+            }
+            grid.rows.push(head);
+            grid.rule_after_first = true;
+            for (name, cells) in figures::glance(&section.endpoints, result.targets.len()) {
+                let mut line = vec![name];
+                line.extend(cells);
+                grid.rows.push(line);
+            }
+            grid.render(&mut out);
+        }
         for (name, rows) in &section.endpoints {
             let _ = writeln!(out, "\n{}: endpoint {name}", section.title);
             figure_grid(result, rows, &mut out);

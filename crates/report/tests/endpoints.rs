@@ -92,7 +92,19 @@ fn the_table_and_the_page_show_every_endpoint() {
         .filter(|n| n.has_tag_name("h4"))
         .map(|n| n.text().unwrap_or_default().to_owned())
         .collect();
-    assert_eq!(headings, ["endpoint balance", "endpoint stats"]);
+    assert_eq!(
+        headings,
+        ["endpoints", "endpoint balance", "endpoint stats"]
+    );
+    // At a glance: a line per endpoint, with the same numbers as its block.
+    let glance = table.split(": endpoints\n").nth(1).unwrap();
+    let stats_line = glance.lines().find(|l| l.starts_with("stats ")).unwrap();
+    let p99_row = stats_block
+        .lines()
+        .find(|l| l.starts_with("latency p99 ms"))
+        .unwrap();
+    let p99 = p99_row.split_whitespace().last().unwrap();
+    assert!(stats_line.ends_with(p99), "{stats_line} / {p99_row}");
 }
 
 #[test]
