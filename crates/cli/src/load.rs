@@ -29,6 +29,8 @@ use scalpel_requests::{
 
 use crate::sources::{MixSource, RecordedRequests, TemplateSource};
 
+use crate::dashboard::{DashTarget, Dashboard};
+
 /// Arguments of `scalpel load`.
 #[derive(Debug, clap::Args)]
 #[command(
@@ -212,6 +214,21 @@ pub(crate) struct LoadArgs {
     #[arg(long, value_name = "FILE")]
     html: Option<PathBuf>,
 
+    /// Serve a live page of the run at this address (e.g. 127.0.0.1:9300): rates,
+    /// latency over time with the SLO line, CPU and memory, the ramp's step; at the end,
+    /// the same report as --html.
+    #[arg(long, value_name = "ADDR")]
+    dashboard: Option<std::net::SocketAddr>,
+
+    /// How long the dashboard keeps serving the final report after the run.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "5s",
+        requires = "dashboard"
+    )]
+    dashboard_linger: String,
+
     /// Show the live progress line even when stderr is not a terminal.
     #[arg(long, conflicts_with = "no_progress")]
     progress: bool,
@@ -258,7 +275,12 @@ pub(crate) fn run(mut args: LoadArgs) -> anyhow::Result<ExitCode> {
         scalpel_report::check_writable(path)?;
     }
     fit_descriptors(&mut args)?;
-    let (plan, targets, recorded) = build(&args)?;
+    let Built {
+        plan,
+        targets,
+        watched,
+        recorded,
+    } = build(&args)?;
     if let Some(r) = &recorded {
         // Before a replay that may be long: what the file holds and what is skipped.
         let summary = r.source().summary();
@@ -278,6 +300,21 @@ pub(crate) fn run(mut args: LoadArgs) -> anyhow::Result<ExitCode> {
         )?),
         None => None,
     };
+    let linger = duration_arg("--dashboard-linger", &args.dashboard_linger)?;
+    let dashboard = match args.dashboard {
+        Some(addr) => {
+            let model = match plan.model {
+                Model::Closed => "closed",
+                Model::Open { .. } => "open",
+                Model::Ramp { .. } => "ramp",
+                Model::Recorded { .. } => "recorded",
+            };
+            let d = Dashboard::start(addr, model, plan.slo.clone(), watched)?;
+            tracing::info!("dashboard: http://{}/", d.addr());
+            Some(d)
+        }
+        None => None,
+    };
     let show_progress = !args.no_progress && (args.progress || std::io::stderr().is_terminal());
     let tty = std::io::stderr().is_terminal();
     let mut line = ProgressLine {
@@ -293,13 +330,26 @@ pub(crate) fn run(mut args: LoadArgs) -> anyhow::Result<ExitCode> {
             eprintln!("scalpel: the clock starts at {at} (in {wait:.0} s)");
         }
     }
-    let mut result = scalpel_load::run_until(&plan, targets, &mut |p| line.show(p), &stop)?;
+    let mut result = scalpel_load::run_until(
+        &plan,
+        targets,
+        &mut |p| {
+            line.show(p);
+            if let Some(d) = &dashboard {
+                d.progress(p);
+            }
+        },
+        &stop,
+    )?;
     line.finish();
     if let Some(r) = &recorded {
         result.config.recorded = Some(recorded_info(r, &plan));
     }
     if let Some((run_id, settings)) = shard_id {
         describe_shard(&mut result, &plan, run_id, settings);
+    }
+    if let Some(d) = &dashboard {
+        d.finish(scalpel_report::html(&result));
     }
     // The table first: whatever happens to the files, what was measured is on screen (on
     // stderr when the JSON takes stdout).
@@ -340,6 +390,10 @@ pub(crate) fn run(mut args: LoadArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(path) = &args.html {
         report(scalpel_report::write_html(&result, path));
+    }
+    if let Some(d) = dashboard {
+        // An open page fetches the report meanwhile; SIGINT or SIGTERM cut it short.
+        d.close(linger, &stop);
     }
     let signal = signal.load(Ordering::Acquire);
     let broke = result.targets.iter().any(|t| t.breaking_point.is_some());
@@ -479,9 +533,17 @@ fn duration_arg(flag: &str, text: &str) -> anyhow::Result<Duration> {
     scalpel_units::parse_duration(text).map_err(|e| anyhow!("{flag}: {e}"))
 }
 
-/// Turns the raw flags into the plan and the targets (and, with --from, the recording, for
-/// the report); every error is one line.
-fn build(args: &LoadArgs) -> anyhow::Result<(Plan, Vec<Target>, Option<Arc<RecordedRequests>>)> {
+/// What the flags make: the plan, the targets, what the dashboard watches, and, with
+/// --from, the recording (for the report).
+struct Built {
+    plan: Plan,
+    targets: Vec<Target>,
+    watched: Vec<DashTarget>,
+    recorded: Option<Arc<RecordedRequests>>,
+}
+
+/// Turns the raw flags into the plan, the targets and the rest; every error is one line.
+fn build(args: &LoadArgs) -> anyhow::Result<Built> {
     // Targets and the path template. A mix or a recording brings its own paths: the URL
     // is then only the base.
     let whole = args.mix.is_some() || args.from.is_some();
@@ -675,21 +737,36 @@ fn build(args: &LoadArgs) -> anyhow::Result<(Plan, Vec<Target>, Option<Arc<Recor
 
     // Targets with their watchers.
     let mut targets = Vec::new();
+    let mut watched = Vec::new();
     for (name, base) in &bases {
         let mut target = Target::new(name, base, source.clone())?;
+        let mut sampler_of = None;
         if let Some(pid) = watch_for(name, &bases, &args.watch_pid, &args.watch_port)? {
-            let sampler = TreeSampler::start(pid, Duration::from_millis(100))
-                .with_context(|| format!("cannot watch process {pid}"))?;
+            let sampler = Arc::new(
+                TreeSampler::start(pid, Duration::from_millis(100))
+                    .with_context(|| format!("cannot watch process {pid}"))?,
+            );
+            sampler_of = Some(sampler.clone());
             target = target.with_watch(Box::new(ProcWatch {
                 sampler,
                 mark: None,
             }));
         }
         targets.push(target);
+        watched.push(DashTarget {
+            name: name.clone(),
+            url: base.clone(),
+            sampler: sampler_of,
+        });
     }
     // `scalpel_load::run` probes every target with one request (a connection only for
     // recorded traffic) before any load.
-    Ok((plan, targets, recorded))
+    Ok(Built {
+        plan,
+        targets,
+        watched,
+        recorded,
+    })
 }
 
 /// The highest `--speed`: a million times faster sends any real recording at once.
@@ -1129,7 +1206,8 @@ fn watch_for(
 /// `scalpel-procstat` behind the load crate's resource seam.
 #[derive(Debug)]
 struct ProcWatch {
-    sampler: TreeSampler,
+    /// Shared with the dashboard, which shows its latest sample.
+    sampler: Arc<TreeSampler>,
     mark: Option<SampleMark>,
 }
 

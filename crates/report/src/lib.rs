@@ -13,6 +13,7 @@
 //! - [`summary_table`]: a column per target, the ratio to the first target marked `better`
 //!   or `worse` by each figure's direction, one block per step.
 //! - [`html`]: the same table, the breaking points and the plots.
+//! - [`chart`]: the same SVG line charts and style sheet for other pages (the live pages).
 //!
 //! The table and the page render one model of the figures (private module `figures`), so
 //! they always show the same numbers with the same rounding.
@@ -30,6 +31,7 @@
 //!
 //! [`RunResult`]: scalpel_load::result::RunResult
 
+pub mod chart;
 mod error;
 mod escape;
 mod figures;

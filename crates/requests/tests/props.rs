@@ -10,7 +10,11 @@ use scalpel_requests::{
 
 fn config() -> ProptestConfig {
     ProptestConfig {
-        cases: 256,
+        // `./run fuzz` raises this through PROPTEST_CASES.
+        cases: std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(256),
         failure_persistence: None,
         ..ProptestConfig::default()
     }
