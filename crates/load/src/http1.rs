@@ -108,8 +108,9 @@ pub struct RequestParts {
     pub method: String,
     /// Path and query, starting with `/`.
     pub path_and_query: String,
-    /// Extra headers, in order.
-    pub headers: Vec<(String, String)>,
+    /// Extra headers, in order. Values are bytes: a recorded value need not be UTF-8
+    /// (`obs-text`), and is sent as it was recorded.
+    pub headers: Vec<(String, Vec<u8>)>,
     /// Body bytes; a Content-Length header is added when non-empty or the method has a body.
     pub body: Vec<u8>,
 }
@@ -147,7 +148,7 @@ impl RequestParts {
         for (name, value) in &self.headers {
             out.extend_from_slice(name.as_bytes());
             out.extend_from_slice(b": ");
-            out.extend_from_slice(value.as_bytes());
+            out.extend_from_slice(value);
             out.extend_from_slice(b"\r\n");
         }
         let method_has_body = matches!(
@@ -662,14 +663,18 @@ mod tests {
         let parts = RequestParts {
             method: "POST".into(),
             path_and_query: "/v1/x?y=1".into(),
-            headers: vec![("X-A".into(), "b".into())],
+            headers: vec![("X-A".into(), b"b\xE9".to_vec())],
             body: b"hello".to_vec(),
         };
         let mut out = Vec::new();
         parts.encode(&e, &mut out);
         assert_eq!(
-            String::from_utf8(out).unwrap(),
-            "POST /base/v1/x?y=1 HTTP/1.1\r\nHost: 127.0.0.1:81\r\nUser-Agent: scalpel\r\nX-A: b\r\nContent-Length: 5\r\n\r\nhello"
+            String::from_utf8_lossy(&out),
+            "POST /base/v1/x?y=1 HTTP/1.1\r\nHost: 127.0.0.1:81\r\nUser-Agent: scalpel\r\nX-A: b\u{FFFD}\r\nContent-Length: 5\r\n\r\nhello"
+        );
+        assert!(
+            out.windows(7).any(|w| w == b"X-A: b\xE9"),
+            "a header value's bytes are sent as they are"
         );
     }
 }

@@ -70,6 +70,7 @@ pub fn step_with_values(
         pss_mb_peak: None,
         slo_held: None,
         slo_reason: None,
+        endpoints: Vec::new(),
         start_late_s: None,
     }
 }
@@ -92,6 +93,7 @@ pub fn config(model: &str, slo: Option<&str>) -> RunConfig {
         requests_per_step: None,
         slo: slo.map(str::to_owned),
         request: "GET /balance/{user_id}".to_owned(),
+        recorded: None,
     }
 }
 
@@ -203,6 +205,7 @@ pub fn simulated_step(
         pss_mb_peak: Some(rss * 0.93),
         slo_held: None,
         slo_reason: None,
+        endpoints: Vec::new(),
         start_late_s: None,
     }
 }
