@@ -13,6 +13,8 @@
 //! - [`summary_table`]: a column per target, the ratio to the first target marked `better`
 //!   or `worse` by each figure's direction, one block per step.
 //! - [`html`]: the same table, the breaking points and the plots.
+//! - [`cost_projection`]: from each target's CPU per request in one step, the vCPUs a fleet
+//!   needs at a given rate and the yearly saving (money in integers, shown to the cent).
 //!
 //! The table and the page render one model of the figures (private module `figures`), so
 //! they always show the same numbers with the same rounding.
@@ -30,6 +32,7 @@
 //!
 //! [`RunResult`]: scalpel_load::result::RunResult
 
+mod cost;
 mod error;
 mod escape;
 mod figures;
@@ -40,6 +43,9 @@ mod slo;
 mod svg;
 mod table;
 
+pub use cost::{
+    CostError, CostOptions, CostProjection, HOURS_PER_YEAR, VcpuHourPrice, cost_projection,
+};
 pub use error::ReportError;
 pub use html::html;
 pub use json::{read_json, to_json_string, write_json};

@@ -141,18 +141,18 @@ fn breaking_points(result: &RunResult, out: &mut String) {
 
 /// Right-aligned columns (except the first and any listed), two spaces apart.
 #[derive(Debug, Default)]
-struct Grid {
+pub(crate) struct Grid {
     /// Optional group titles above the header, each spanning some columns.
-    groups: Vec<(String, usize)>,
-    rows: Vec<Vec<String>>,
-    rule_after_first: bool,
-    left_columns: Vec<usize>,
+    pub(crate) groups: Vec<(String, usize)>,
+    pub(crate) rows: Vec<Vec<String>>,
+    pub(crate) rule_after_first: bool,
+    pub(crate) left_columns: Vec<usize>,
 }
 
 const GAP: &str = "  ";
 
 impl Grid {
-    fn render(&self, out: &mut String) {
+    pub(crate) fn render(&self, out: &mut String) {
         let columns = self.rows.iter().map(Vec::len).max().unwrap_or(0);
         let mut widths = vec![0; columns];
         for row in &self.rows {
