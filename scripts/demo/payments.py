@@ -228,6 +228,9 @@ def print_tables(result):
              c.fmt_ratio(c.ratio(f["cpu_us_per_request"]["rust"], f["cpu_us_per_request"]["go"])), "-"],
         ]
         print(c.table(["figure", "Go", "Rust", "Rust/Go", "the story"], rows))
+        if not e["max_rps"]["go"]:
+            print("warning: Go broke the SLO at the ramp's first step: this machine is too busy for a "
+                  "meaningful maximum; the fixed load ran at the floor of 100 req/s")
         cpu = e["cpu_percent_at_max"]
         print(f"CPU at the last step that held: Go {c.fmt_num(cpu['go'])}%, Rust {c.fmt_num(cpu['rust'])}% of a "
               "core ('>=': the ramp's top held, a lower bound; a service below 100% there had room left)")

@@ -148,6 +148,9 @@ def workload(cfg, out, pm2, procs, name, what, app, template, lines, slo):
         targets = ["--target", f"pm2=http://127.0.0.1:{pm2_port}", "--target", f"serve=http://127.0.0.1:{listen}",
                    "--watch-pid", f"pm2={pm2_pid}", "--watch-pid", f"serve={sp.pid}"]
         extra = ["--data", data, "--shuffle", "3"] if data else []
+        # Both setups warmed alike (JIT, connections), then discarded.
+        c.scalpel_load(["-c", "64", "-d", "1s", "--rounds", "1"] + targets + extra + [template],
+                       os.path.join(out, f"{name}-warmup.json"), cpu=None)
         # pm2's closed-model maximum scales the ramp (same schedule for both).
         probe = c.scalpel_load(["-c", "64", "-d", cfg["rt_probe"], "--target", f"pm2=http://127.0.0.1:{pm2_port}"]
                                + extra + [template], os.path.join(out, f"{name}-probe.json"), cpu=None)
