@@ -279,10 +279,10 @@ fn target_cost(name: &str, s: &StepResult, options: &CostOptions) -> Result<Targ
         target: name.to_owned(),
         why,
     };
-    if s.requests == 0 || !(s.achieved_rps > 0.0) {
+    if s.requests == 0 || !positive(s.achieved_rps) {
         return Err(nothing("no request completed"));
     }
-    if !(cpu_percent > 0.0) {
+    if !positive(cpu_percent) {
         return Err(nothing("no CPU time was measured"));
     }
     let cpu_s_per_request = cpu_percent / 100.0 / s.achieved_rps;
@@ -325,6 +325,11 @@ fn target_cost(name: &str, s: &StepResult, options: &CostOptions) -> Result<Targ
         saving: None,
         notes,
     })
+}
+
+/// A finite number above zero (NaN is not).
+fn positive(x: f64) -> bool {
+    x.is_finite() && x > 0.0
 }
 
 /// `n / d` rounded half away from zero (`d > 0`).

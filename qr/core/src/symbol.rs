@@ -268,7 +268,11 @@ const FINDER: [bool; 11] = [
 
 /// The low `n` bits set.
 fn line_mask(n: usize) -> u128 {
-    if n >= 128 { u128::MAX } else { (1u128 << n) - 1 }
+    if n >= 128 {
+        u128::MAX
+    } else {
+        (1u128 << n) - 1
+    }
 }
 
 /// The ISO 18004 data mask condition for row `i`, column `j` (npm qrcode's `getMaskAt`).
@@ -516,7 +520,11 @@ mod tests {
                 let bits = Bits::from_fn(size, |x, y| drawn[y * size + x]);
                 let want = penalty_reference(&drawn, size);
                 assert_eq!(bits.penalty(), want, "len {len} mask {mask}");
-                assert_eq!(bits.penalty_lines(), want, "len {len} mask {mask}, no POPCNT");
+                assert_eq!(
+                    bits.penalty_lines(),
+                    want,
+                    "len {len} mask {mask}, no POPCNT"
+                );
                 scored += 1;
             }
         }

@@ -15,10 +15,7 @@ type Reply = Response<Full<Bytes>>;
 /// Texts of at most `inline_max` UTF-8 bytes are rendered right here, on the connection's
 /// thread; longer ones on the blocking pool (see `main.rs` for why, and docs/qr.md for the
 /// measurement).
-pub(crate) async fn handle(
-    req: Request<Incoming>,
-    inline_max: usize,
-) -> Result<Reply, Infallible> {
+pub(crate) async fn handle(req: Request<Incoming>, inline_max: usize) -> Result<Reply, Infallible> {
     Ok(match req.uri().path() {
         "/qrcode" if req.method() == Method::GET => qrcode(req.uri().query(), inline_max).await,
         "/healthz" if req.method() == Method::GET => {

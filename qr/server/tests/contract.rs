@@ -168,7 +168,11 @@ fn short_and_long_texts_render_correctly_inline_and_on_the_pool() {
                             .collect();
                         let reply = request(addr, "GET", &format!("/qrcode?text={text}"));
                         assert_eq!(reply.status, 200, "{extra:?} len {len}");
-                        assert_eq!(reply.body, qr_core::png(&text).unwrap(), "{extra:?} len {len}");
+                        assert_eq!(
+                            reply.body,
+                            qr_core::png(&text).unwrap(),
+                            "{extra:?} len {len}"
+                        );
                         assert_eq!(decode_qr(&reply.body), text, "{extra:?} len {len}");
                     }
                 });
