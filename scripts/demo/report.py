@@ -11,7 +11,7 @@ import common as c
 
 EXTRA_CSS = """
 .story{margin-top:34px}
-.embedded{border-top:1px dashed var(--line);margin-top:8px;padding-top:4px}
+.embedded{border-top:1px dashed var(--line);margin-top:8px;padding-top:4px;overflow-x:auto}
 .embedded header h1{font-size:16px}
 .target-met{color:var(--good);font-weight:600}.target-not{color:var(--bad);font-weight:600}
 pre{background:var(--soft);border:1px solid var(--line);border-radius:6px;padding:8px 12px;overflow-x:auto;font-size:12.5px}
