@@ -17,6 +17,7 @@
 #
 # Needs node, wrk, nginx (apt-get install -y nginx wrk), pm2 (installed locally under
 # bench-out/, gitignored), python3. Writes bench-out/serve/: raw outputs + results.md.
+# SKIP_BUILD=1 uses the scalpel binary already in the target dir.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -48,7 +49,7 @@ need node && need python3 || { echo "bench-serve: node and python3 are required"
 PM2=$OUT/pm2/node_modules/.bin/pm2
 [ -x "$PM2" ] || npm i --silent --prefix "$OUT/pm2" pm2@5 >/dev/null
 export PM2_HOME=$OUT/pm2home
-(cd "$ROOT" && cargo build --release -q -p scalpel)
+[[ "${SKIP_BUILD:-0}" == 1 ]] || (cd "$ROOT" && cargo build --release -q -p scalpel)
 [ -f "$ROOT/qr/node/node_modules/qrcode/package.json" ] || (cd "$ROOT/qr/node" && npm ci --silent)
 
 PIDS=()
@@ -85,6 +86,12 @@ stats() { # numbers... -> "median (min–max)"
 }
 stats3() { # numbers... -> "median (min–max)", 3 decimals (latencies in ms)
   python3 -c "import sys,statistics as st; v=sorted(float(x) for x in sys.argv[1:]); print(f'{st.median(v):.3f} ({v[0]:.3f}–{v[-1]:.3f})')" "$@"
+}
+mem_line() { # pid -> "VmHWM 11880 kB, VmRSS 11880 kB, Pss 9123 kB" on one line
+  local line
+  line=$({ grep -E '^(VmHWM|VmRSS):' /proc/"$1"/status; grep '^Pss:' /proc/"$1"/smaps_rollup; } 2>/dev/null |
+    tr -s ' \t' ' ' | sed 's/://' | paste -sd, - | sed 's/,/, /g')
+  echo "${line:-unavailable (pid $1 had exited)}"
 }
 median() { python3 -c "import sys,statistics as st; print(st.median(float(x) for x in sys.argv[1:]))" "$@"; }
 
@@ -147,6 +154,7 @@ say "## 1. Two Node hello-world workers"
 serve_config "$OUT/hello.toml" hello "[\"node\", \"$HELLO\"]" 2 "$W1" least_conn "$P_SERVE" "$P_ADMIN"
 nginx_config nginx auto "$P_NGINX" "server 127.0.0.1:$W2; server 127.0.0.1:$((W2 + 1));"
 declare -A RPS CPUREQ
+MEM=()
 for r in $(seq 1 "$REPEATS"); do
   # scalpel serve
   start_serve "$OUT/hello.toml" "$OUT/serve-hello.log"
@@ -156,8 +164,7 @@ for r in $(seq 1 "$REPEATS"); do
   T1=$(cpu_ticks "$SERVE_PID")
   N=$(tail -20 "$OUT/wrk.log" | awk '/requests in/ {n=$1} END {print n}')
   CPUREQ[serve]+=" $(python3 -c "print(($T1-$T0)/$(getconf CLK_TCK)*1e6/$N)")"
-  grep -E 'VmHWM|VmRSS' /proc/"$SERVE_PID"/status | tr -s ' \t' ' ' >"$OUT/serve-mem-$r.txt"
-  grep '^Pss:' /proc/"$SERVE_PID"/smaps_rollup | tr -s ' ' >>"$OUT/serve-mem-$r.txt"
+  MEM+=("run $r: $(mem_line "$SERVE_PID")")
   stop_pid "$SERVE_PID"
   # nginx in front of two single node processes
   PORT=$W2 node "$HELLO" >/dev/null & N1=$!
@@ -196,10 +203,9 @@ say "| balancer | µs CPU / request |"
 say "|---|---|"
 for k in serve nginx; do say "| $k | $(stats ${CPUREQ[$k]}) |"; done
 say ""
-say "Balancer process memory after the wrk run (the scalpel process only, workers excluded):"
-say '```'
-cat "$OUT"/serve-mem-*.txt | tee -a "$RESULTS" >/dev/null
-say '```'
+say "Balancer process memory after each wrk run (the scalpel process only, workers excluded):"
+say ""
+for m in "${MEM[@]}"; do say "- $m"; done
 
 # Added latency: one Node worker direct, behind nginx and behind scalpel serve, the three
 # targets alternating within each `scalpel load` run (open model), so drift hits all alike.

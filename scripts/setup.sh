@@ -12,6 +12,25 @@ for tool in cargo go node npm; do
     need "$tool" || { echo "setup: '$tool' is not installed; install Rust (rustup), Go and Node 20 first" >&2; exit 2; }
 done
 
+step "debian packages (nginx, wrk, h2load, chromium: real peers for the tests and benchmarks)"
+missing=()
+need nginx || [ -x /usr/sbin/nginx ] || missing+=(nginx)
+need wrk || missing+=(wrk)
+need h2load || missing+=(nghttp2-client)
+need chromium || missing+=(chromium)
+need openssl || missing+=(openssl)
+# the system trust store scalpel-http reads by default (its tests expect a non-empty one)
+[ -s /etc/ssl/certs/ca-certificates.crt ] || missing+=(ca-certificates)
+if [ ${#missing[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ] && need apt-get; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    else
+        echo "setup: missing ${missing[*]}; install them with apt-get (needs root)" >&2
+        exit 2
+    fi
+fi
+
 step "rust components and targets"
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 rustup target add wasm32-unknown-unknown >/dev/null
@@ -24,4 +43,9 @@ fi
 step "go modules (payments/go)"
 if [ -f payments/go/go.mod ]; then
     (cd payments/go && go mod download)
+fi
+
+step "python packages (kubernetes-validate: the deploy manifests checked offline)"
+if ! command -v kubernetes-validate >/dev/null 2>&1; then
+    python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore kubernetes-validate
 fi

@@ -36,6 +36,9 @@ step "go: gofmt, vet, test"
 step "node tests (qr/node)"
 (cd qr/node && node --test)
 
+step "deploy manifests: kubernetes-validate --strict"
+kubernetes-validate --strict --quiet -k 1.31.0 deploy/kubernetes/*.yaml
+
 step "end to end: scalpel against the payments services"
 bash scripts/e2e.sh
 

@@ -27,12 +27,17 @@ import (
 	"time"
 
 	"scalpel.example/payments-go/internal/api"
+	"scalpel.example/payments-go/internal/headcheck"
 	"scalpel.example/payments-go/internal/ledger"
 	"scalpel.example/payments-go/internal/readmodel"
 )
 
-// shutdownGrace bounds how long in-flight requests may take after a signal.
-const shutdownGrace = 10 * time.Second
+const (
+	// shutdownGrace bounds how long in-flight requests may take after a signal.
+	shutdownGrace = 10 * time.Second
+	// headTimeout bounds how long a request head may take to arrive.
+	headTimeout = 5 * time.Second
+)
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -131,18 +136,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	l, err := ledger.Open(ctx, cfg.db)
-	if err != nil {
-		fmt.Fprintf(stderr, "payments-go: %v\n", err)
-		return 2
+	l, model, code := load(ctx, cfg.db, log, stderr)
+	if l == nil {
+		return code
 	}
 	defer l.Close()
-
-	model, err := readmodel.Load(ctx, l.Reader(), log)
-	if err != nil {
-		fmt.Fprintf(stderr, "payments-go: loading %s: %v\n", cfg.db, err)
-		return 2
-	}
 
 	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.host, strconv.Itoa(cfg.port)))
 	if err != nil {
@@ -159,12 +157,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	srv := &http.Server{
 		Handler:           api.New(model, l, log).Handler(),
-		ReadHeaderTimeout: 5 * time.Second,
+		ReadHeaderTimeout: headTimeout,
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       90 * time.Second,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		// headcheck refuses heads past 64 KiB first, with the SPEC's JSON.
+		MaxHeaderBytes: 64 << 10,
+		ConnState:      headcheck.ConnState,
+		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 
 	tailCtx, stopTail := context.WithCancel(context.Background())
@@ -172,7 +172,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	wg.Go(func() { model.Run(tailCtx) })
 
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+	// Every request head is checked before net/http parses it (SPEC "Request
+	// heads"), so malformed ones get the same JSON answers as from the Rust service.
+	go func() { serveErr <- srv.Serve(headcheck.Listener(ln, headTimeout)) }()
 	fmt.Fprintf(stdout, "payments-go listening on http://%s (seq %d)\n", ln.Addr(), model.Seq())
 	if pln != nil {
 		psrv := pprofServer()
@@ -181,7 +183,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "pprof on http://%s/debug/pprof/\n", pln.Addr())
 	}
 
-	code := 0
+	code = 0
 	select {
 	case err := <-serveErr:
 		log.Error("server stopped", "err", err)
@@ -196,4 +198,45 @@ func run(args []string, stdout, stderr io.Writer) int {
 	stopTail()
 	wg.Wait()
 	return code
+}
+
+// load opens the ledger and loads the read model. Loading a big ledger takes
+// seconds, and a locked file waits out SQLite's busy timeout: a SIGTERM or
+// SIGINT meanwhile is a requested stop, so it exits 0 at once (a nil ledger
+// and code 0) instead of waiting for the query or reporting the interrupted
+// one as bad input (exit 2). The abandoned load only ever read.
+func load(ctx context.Context, db string, log *slog.Logger, stderr io.Writer) (*ledger.Ledger, *readmodel.Model, int) {
+	type result struct {
+		l     *ledger.Ledger
+		model *readmodel.Model
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		l, err := ledger.Open(ctx, db)
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		model, err := readmodel.Load(ctx, l.Reader(), log)
+		if err != nil {
+			l.Close()
+			done <- result{err: fmt.Errorf("loading %s: %w", db, err)}
+			return
+		}
+		done <- result{l: l, model: model}
+	}()
+	select {
+	case r := <-done:
+		if r.err == nil {
+			return r.l, r.model, 0
+		}
+		if ctx.Err() == nil {
+			fmt.Fprintf(stderr, "payments-go: %v\n", r.err)
+			return nil, nil, 2
+		}
+	case <-ctx.Done():
+	}
+	fmt.Fprintln(stderr, "payments-go: stopped by a signal while loading the ledger")
+	return nil, nil, 0
 }

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -25,6 +26,8 @@ import (
 	"testing"
 	"time"
 
+	"scalpel.example/payments-go/internal/headcheck"
+	"scalpel.example/payments-go/internal/testheads"
 	"scalpel.example/payments-go/internal/testledger"
 )
 
@@ -502,5 +505,148 @@ func TestPprofServesACPUProfileOnItsOwnListener(t *testing.T) {
 	}
 	if code := s.stop(syscall.SIGTERM); code != 0 {
 		t.Errorf("exit code %d after SIGTERM; stderr: %s", code, s.stderr)
+	}
+}
+
+// lockLedger holds the ledger exclusively through db (one connection), as a
+// long write by another process would: the service's first query waits in
+// SQLite's busy handler, so it stays in the middle of loading.
+func lockLedger(t *testing.T, db *sql.DB) {
+	t.Helper()
+	for _, stmt := range []string{`PRAGMA locking_mode=EXCLUSIVE`, `BEGIN EXCLUSIVE`, `COMMIT`} {
+		if _, err := db.Exec(stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+}
+
+// waitOpenFile waits until process pid has path open: the service has begun
+// loading (it opens the ledger only after installing its signal handlers).
+func waitOpenFile(t *testing.T, pid int, path string) {
+	t.Helper()
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	if _, err := os.Stat(dir); err != nil {
+		t.Skipf("no %s: %v", dir, err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			if target, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil && target == path {
+				return
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("pid %d never opened %s", pid, path)
+}
+
+// TestSIGTERMWhileLoadingExitsZero: a SIGTERM while the read model loaded
+// made the service exit 2 ("context canceled"), the code for bad input.
+func TestSIGTERMWhileLoadingExitsZero(t *testing.T) {
+	b := testledger.New(t)
+	b.User("u0000000000a1", "EUR")
+	b.Txn(1782777600, "u0000000000a1", "EUR", 100, "settled", "topup", "ext:topup")
+	lockLedger(t, b.DB)
+
+	cmd := exec.Command(binary(t), "--db", b.Path, "--port", "0")
+	stderr, stdout := &syncBuffer{}, &syncBuffer{}
+	cmd.Stderr, cmd.Stdout = stderr, stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
+
+	waitOpenFile(t, cmd.Process.Pid, b.Path)
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("no exit 60 s after SIGTERM; stderr: %s", stderr)
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("exit code %d after SIGTERM while loading, want 0; stderr: %s", code, stderr)
+	}
+	if got := stderr.String(); got != "payments-go: stopped by a signal while loading the ledger\n" {
+		t.Errorf("stderr %q", got)
+	}
+	if got := stdout.String(); got != "" {
+		t.Errorf("printed %q though it never became ready", got)
+	}
+}
+
+// exchange sends raw on a new connection and reads one answer (no body after
+// a HEAD).
+func exchange(t *testing.T, addr string, raw []byte) (status int, ctype, body string) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(60 * time.Second))
+	// The service may answer and stop reading before all is sent.
+	go func() { _, _ = c.Write(raw) }()
+	method := http.MethodGet
+	if bytes.HasPrefix(bytes.TrimLeft(raw, "\r\n"), []byte("HEAD ")) {
+		method = http.MethodHead
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: method})
+	if err != nil {
+		t.Fatalf("%.80q: %v", raw, err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%.80q: body: %v", raw, err)
+	}
+	return resp.StatusCode, resp.Header.Get("Content-Type"), string(b)
+}
+
+// TestEveryRequestHeadOfTheTableGetsItsAnswer sends each case of
+// payments/testdata/request-heads.txt to the real service. net/http answered
+// some with text/plain 400, 431 or 505, an empty 417, a 200 to "OPTIONS *",
+// and routed "/x#frag" as a path; now the head check answers them first.
+func TestEveryRequestHeadOfTheTableGetsItsAnswer(t *testing.T) {
+	b := testledger.New(t)
+	b.User(testheads.ID, "EUR")
+	b.Txn(1782777600, testheads.ID, "EUR", 100, "settled", "topup", "ext:topup")
+	s := startService(t, b.Path)
+	addr := strings.TrimPrefix(s.url, "http://")
+	checkCodes := map[string]bool{}
+	for r := headcheck.InvalidRequest; r <= headcheck.HeadersTooLarge; r++ {
+		checkCodes[r.Code()] = true
+	}
+	for _, c := range testheads.Load(t, testheads.ID) {
+		status, ctype, body := exchange(t, addr, c.Raw)
+		head := bytes.HasPrefix(bytes.TrimLeft(c.Raw, "\r\n"), []byte("HEAD "))
+		switch {
+		case ctype != "application/json":
+			t.Errorf("line %d: %d with content type %q: %q", c.Line, status, ctype, body)
+		case c.Status != 0:
+			var want string
+			for r := headcheck.InvalidRequest; r <= headcheck.HeadersTooLarge; r++ {
+				if r.Code() == c.Code && !head {
+					want = r.Body()
+				}
+			}
+			if status != c.Status || body != want {
+				t.Errorf("line %d: got %d %q, want %d %s", c.Line, status, body, c.Status, c.Code)
+			}
+		default:
+			var e struct {
+				Error struct{ Code string } `json:"error"`
+			}
+			_ = json.Unmarshal([]byte(body), &e)
+			if checkCodes[e.Error.Code] || (!head && !json.Valid([]byte(body))) {
+				t.Errorf("line %d: refused a head the table passes: %d %q", c.Line, status, body)
+			}
+		}
+	}
+	if code := s.stop(syscall.SIGTERM); code != 0 {
+		t.Errorf("exit code %d; stderr: %s", code, s.stderr)
 	}
 }

@@ -1,5 +1,8 @@
 //! `scalpel load`: flags → a [`scalpel_load::Plan`] and [`scalpel_load::Target`]s, run,
-//! print the summary table, write `--json`/`--html`, exit 0 (SLO held or none), 1 (broken).
+//! print the summary table (on stderr when `--json -` takes stdout), write `--json`/`--html`
+//! (with `--shard`, the JSON says which part of which run it is), exit 0 (SLO held or none), 1 (broken),
+//! 2 (bad usage, or a result that could not be written), 128 + the signal (130 for
+//! Ctrl-C) when interrupted — after printing and writing what was measured.
 //!
 //! Templates come from `scalpel-requests`, process sampling from `scalpel-procstat`, output
 //! from `scalpel-report`; this module only adapts them to the load crate's two seams
@@ -10,12 +13,15 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
+use scalpel_load::result::{RunResult, ShardInfo};
+use scalpel_load::shard::{Fingerprint, JOB_INDEX_VAR, check_run_id, run_id};
 use scalpel_load::{
-    Model, Plan, Progress, RequestParts, RequestSource, ResourceUsage, ResourceWatch, Slo,
-    StepLimit, Target,
+    Model, Plan, Progress, RequestParts, RequestSource, ResourceUsage, ResourceWatch, Shard, Slo,
+    StartAt, StepLimit, Stop, Target,
 };
 use scalpel_procstat::{SampleMark, TreeSampler};
 use scalpel_requests::{DataSet, Order, RenderedRequest, RequestSet, RequestTemplate};
@@ -23,7 +29,7 @@ use scalpel_requests::{DataSet, Order, RenderedRequest, RequestSet, RequestTempl
 /// Arguments of `scalpel load`.
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Examples:\n  scalpel load -c 50 -d 30s http://127.0.0.1:8080/\n  scalpel load --rate 2000 -d 30s http://127.0.0.1:8080/v1/users/{id}/stats --data ids.txt\n  scalpel load --ramp 1000,1000,20000 --step-duration 10s --slo 'p99<50ms,errors<1%' \\\n      --target go=http://127.0.0.1:8080 --target rust=http://127.0.0.1:8081 \\\n      --watch-port go=8080 --watch-port rust=8081 /v1/users/{id}/stats --data ids.txt"
+    after_help = "Examples:\n  scalpel load -c 50 -d 30s http://127.0.0.1:8080/\n  scalpel load --shard auto/10 --start-at 2030-01-01T12:00:00Z --rate 500000 -d 60s \\\n      --json - http://payments.default.svc:8080/   (on each of 10 Indexed Job pods)\n  scalpel load --rate 2000 -d 30s http://127.0.0.1:8080/v1/users/{id}/stats --data ids.txt\n  scalpel load --ramp 1000,1000,20000 --step-duration 10s --slo 'p99<50ms,errors<1%' \\\n      --target go=http://127.0.0.1:8080 --target rust=http://127.0.0.1:8081 \\\n      --watch-port go=8080 --watch-port rust=8081 /v1/users/{id}/stats --data ids.txt"
 )]
 pub(crate) struct LoadArgs {
     /// The target URL with the request's path template (`http://HOST:PORT/PATH?QUERY`), or,
@@ -40,7 +46,8 @@ pub(crate) struct LoadArgs {
     #[arg(short = 'c', long, default_value_t = 50, value_name = "N")]
     connections: u32,
 
-    /// Open model: requests per second on a fixed schedule.
+    /// Open model: requests per second on a fixed schedule (at most 10,000,000: above that
+    /// one generator cannot even schedule the requests; run several and merge).
     #[arg(long, value_name = "R", conflicts_with = "ramp")]
     rate: Option<f64>,
 
@@ -65,9 +72,10 @@ pub(crate) struct LoadArgs {
     #[arg(long, value_name = "DURATION")]
     step_duration: Option<String>,
 
-    /// Open models: most requests in flight per target (and connections).
-    #[arg(long, default_value_t = 1000, value_name = "N")]
-    max_in_flight: u32,
+    /// Open models: most requests in flight per target (and connections). Default 1000,
+    /// lowered to fit the open-file limit.
+    #[arg(long, value_name = "N")]
+    max_in_flight: Option<u32>,
 
     /// OS threads generating load, each with its own runtime. Default: the number of CPUs.
     #[arg(long, value_name = "N")]
@@ -123,9 +131,27 @@ pub(crate) struct LoadArgs {
     #[arg(long, value_name = "N")]
     rounds: Option<u32>,
 
-    /// Write all results, histograms included, to this JSON file.
+    /// Write all results, histograms included, to this JSON file; `-` writes them to stdout
+    /// on one line (the table then goes to stderr).
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+
+    /// This process's part of a run spread over several machines: `I/N` (from 1) or
+    /// `auto/N` (the index, from 0, from JOB_COMPLETION_INDEX, as Kubernetes sets it on
+    /// Indexed Job pods). --rate, --ramp, -n, -c and --max-in-flight stay the whole run's;
+    /// each shard takes its part and a disjoint part of --data. Needs --start-at or --run-id.
+    #[arg(long, value_name = "I/N|auto/N")]
+    shard: Option<String>,
+
+    /// Start the clock at this time, RFC 3339 (2030-01-01T12:00:00Z) or Unix seconds: every
+    /// shard starts then and time-bound steps line up across machines.
+    #[arg(long, value_name = "TIME")]
+    start_at: Option<String>,
+
+    /// The run's id, the same on every shard, checked by `scalpel report merge` (default:
+    /// derived from the settings and --start-at).
+    #[arg(long, value_name = "ID")]
+    run_id: Option<String>,
 
     /// Write a self-contained HTML page with plots to this file.
     #[arg(long, value_name = "FILE")]
@@ -140,9 +166,39 @@ pub(crate) struct LoadArgs {
     no_progress: bool,
 }
 
+/// The highest rate one generator is asked to schedule, per target. A request costs the
+/// generator at least ~1 µs of CPU on a thread, so far below this rate it falls behind
+/// (counted `late` and `not_sent`); above it, the figure would describe the generator, not
+/// the target. Several machines and `scalpel report merge` go further.
+const MAX_RATE: f64 = 10_000_000.0;
+
+/// Descriptors a run needs beside its connections: stdio, each thread's epoll, eventfd and
+/// timerfd, /proc files of the samplers, the result files.
+const SPARE_FDS: u64 = 64;
+
+/// `--max-in-flight` when not given.
+const DEFAULT_MAX_IN_FLIGHT: u32 = 1000;
+
 /// Runs `scalpel load`.
-pub(crate) fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(mut args: LoadArgs) -> anyhow::Result<ExitCode> {
+    // Before any thread exists, so every thread inherits the mask and only the watcher
+    // below receives SIGINT and SIGTERM.
+    let stop = Stop::new();
+    let signal = watch_signals(stop.clone())?;
+    let json_to_stdout = args.json.as_deref() == Some(std::path::Path::new("-"));
+    for path in [&args.json, &args.html].into_iter().flatten() {
+        if json_to_stdout && Some(path) == args.json.as_ref() {
+            continue;
+        }
+        scalpel_report::check_writable(path)?;
+    }
+    fit_descriptors(&mut args)?;
     let (plan, targets) = build(&args)?;
+    // Before any load: the data file is read for the fingerprint only when sharded.
+    let shard_id = match args.shard {
+        Some(_) => Some(shard_identity(&args, &plan)?),
+        None => None,
+    };
     let show_progress = !args.no_progress && (args.progress || std::io::stderr().is_terminal());
     let tty = std::io::stderr().is_terminal();
     let mut line = ProgressLine {
@@ -151,36 +207,162 @@ pub(crate) fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
         last_print: None,
         printed: false,
     };
-    let result = scalpel_load::run(&plan, targets, &mut |p| line.show(p))?;
+    if let Some(at) = plan.start_at {
+        let wait = StartAt::now().seconds_until(at);
+        if wait > 1.0 {
+            // In a pod's log: why nothing happens yet.
+            eprintln!("scalpel: the clock starts at {at} (in {wait:.0} s)");
+        }
+    }
+    let mut result = scalpel_load::run_until(&plan, targets, &mut |p| line.show(p), &stop)?;
     line.finish();
-    if let Some(path) = &args.json {
-        scalpel_report::write_json(&result, path)
-            .with_context(|| format!("cannot write {}", path.display()))?;
+    if let Some((run_id, settings)) = shard_id {
+        describe_shard(&mut result, &plan, run_id, settings);
     }
-    if let Some(path) = &args.html {
-        std::fs::write(path, scalpel_report::html(&result))
-            .with_context(|| format!("cannot write {}", path.display()))?;
-    }
-    let mut out = std::io::stdout().lock();
-    if let Err(e) = out
-        .write_all(scalpel_report::summary_table(&result).as_bytes())
-        .and_then(|()| out.flush())
+    // The table first: whatever happens to the files, what was measured is on screen (on
+    // stderr when the JSON takes stdout).
+    let table = scalpel_report::summary_table(&result);
+    let shown = if json_to_stdout {
+        let mut err = std::io::stderr().lock();
+        err.write_all(table.as_bytes()).and_then(|()| err.flush())
+    } else {
+        let mut out = std::io::stdout().lock();
+        out.write_all(table.as_bytes()).and_then(|()| out.flush())
+    };
+    if let Err(e) = shown
         && e.kind() != std::io::ErrorKind::BrokenPipe
     {
         return Err(e.into());
     }
+    let mut write_failed = false;
+    let mut report = |written: Result<(), scalpel_report::ReportError>| {
+        if let Err(e) = written {
+            eprintln!("scalpel: {e}");
+            write_failed = true;
+        }
+    };
+    if json_to_stdout {
+        // One line, so it can be picked out of a log that holds stderr too (kubectl logs).
+        let mut out = std::io::stdout().lock();
+        if let Err(e) = out
+            .write_all(scalpel_report::to_json_line(&result).as_bytes())
+            .and_then(|()| out.flush())
+        {
+            report(Err(scalpel_report::ReportError::Write {
+                path: "stdout".into(),
+                error: e,
+            }));
+        }
+    } else if let Some(path) = &args.json {
+        report(scalpel_report::write_json(&result, path));
+    }
+    if let Some(path) = &args.html {
+        report(scalpel_report::write_html(&result, path));
+    }
+    let signal = signal.load(Ordering::Acquire);
     let broke = result.targets.iter().any(|t| t.breaking_point.is_some());
-    Ok(if broke {
+    Ok(if signal > 0 {
+        ExitCode::from(128 + signal as u8)
+    } else if write_failed {
+        ExitCode::from(2)
+    } else if broke {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
     })
 }
 
+/// Blocks SIGINT and SIGTERM in this (still the only) thread and starts one thread that
+/// waits for them: the first raises `stop` (the run ends its step early and reports), the
+/// second exits at once. Returns the number of the first signal, 0 until there is one.
+fn watch_signals(stop: Stop) -> anyhow::Result<Arc<AtomicI32>> {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGINT);
+    set.add(Signal::SIGTERM);
+    set.thread_block()
+        .context("cannot block SIGINT and SIGTERM")?;
+    let first = Arc::new(AtomicI32::new(0));
+    let seen = first.clone();
+    std::thread::Builder::new()
+        .name("scalpel-signals".into())
+        .spawn(move || {
+            while let Ok(signal) = set.wait() {
+                if seen.load(Ordering::Acquire) != 0 {
+                    eprintln!("scalpel: {signal} again: quitting without a report");
+                    std::process::exit(128 + signal as i32);
+                }
+                seen.store(signal as i32, Ordering::Release);
+                eprintln!(
+                    "scalpel: {signal}: stopping; the steps so far are reported \
+                     (send it again to quit at once)"
+                );
+                stop.stop();
+            }
+        })
+        .context("cannot start the signal thread")?;
+    Ok(first)
+}
+
+/// Raises the soft limit on open files up to the hard one, so the connections asked for
+/// fit; refuses `-c` that still does not (the generator's own `EMFILE` would otherwise
+/// show as the target's connect errors), and lowers a default `--max-in-flight` to fit.
+fn fit_descriptors(args: &mut LoadArgs) -> anyhow::Result<()> {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current != limit.maximum {
+        let raised = rustix::process::Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        };
+        if setrlimit(Resource::Nofile, raised).is_ok() {
+            limit = raised;
+        }
+    }
+    let Some(available) = limit.current else {
+        return Ok(()); // unlimited
+    };
+    let room = available.saturating_sub(SPARE_FDS);
+    let open_model = args.rate.is_some() || args.ramp.is_some();
+    let hard = limit
+        .maximum
+        .map_or_else(|| "unlimited".to_owned(), |m| m.to_string());
+    let in_flight = args.max_in_flight.unwrap_or(DEFAULT_MAX_IN_FLIGHT);
+    let needed = u64::from(if open_model {
+        args.connections.min(in_flight)
+    } else {
+        args.connections
+    });
+    if needed > room {
+        bail!(
+            "-c {} needs about {} open files, but this process may open {available} (ulimit -n; \
+             hard limit {hard}): lower -c or raise the limit",
+            args.connections,
+            needed + SPARE_FDS
+        );
+    }
+    if open_model && u64::from(in_flight) > room {
+        if args.max_in_flight.is_some() {
+            bail!(
+                "--max-in-flight {in_flight} needs about {} open files, but this process may \
+                 open {available} (ulimit -n; hard limit {hard}): lower it or raise the limit",
+                u64::from(in_flight) + SPARE_FDS
+            );
+        }
+        let fits = u32::try_from(room).unwrap_or(u32::MAX).max(1);
+        eprintln!(
+            "scalpel: --max-in-flight lowered from {in_flight} to {fits} to fit the open-file \
+             limit ({available}, ulimit -n)"
+        );
+        args.max_in_flight = Some(fits);
+    }
+    Ok(())
+}
+
 /// The error's own message only: `scalpel-requests` errors already include their cause, and
 /// the `{:#}` chain printed by main would repeat it.
 fn duration_arg(flag: &str, text: &str) -> anyhow::Result<Duration> {
-    scalpel_load::parse_duration(text).map_err(|e| anyhow!("{flag}: {e}"))
+    scalpel_units::parse_duration(text).map_err(|e| anyhow!("{flag}: {e}"))
 }
 
 /// Turns the raw flags into the plan and the targets; every error is one line.
@@ -242,6 +424,7 @@ fn build(args: &LoadArgs) -> anyhow::Result<(Plan, Vec<Target>)> {
             if !(rate > 0.0 && rate.is_finite()) {
                 bail!("--rate must be a positive number of requests per second");
             }
+            check_rate("--rate", rate)?;
             Model::Open { rate }
         }
         (None, Some(ramp)) => {
@@ -254,6 +437,7 @@ fn build(args: &LoadArgs) -> anyhow::Result<(Plan, Vec<Target>)> {
                 [start, step, max]
                     if start > 0.0 && step > 0.0 && max >= start && max.is_finite() =>
                 {
+                    check_rate("--ramp", max)?;
                     Model::Ramp { start, step, max }
                 }
                 _ => bail!(
@@ -292,7 +476,8 @@ fn build(args: &LoadArgs) -> anyhow::Result<(Plan, Vec<Target>)> {
     if args.connections == 0 {
         bail!("-c/--connections must be at least 1");
     }
-    if args.max_in_flight == 0 {
+    let max_in_flight = args.max_in_flight.unwrap_or(DEFAULT_MAX_IN_FLIGHT);
+    if max_in_flight == 0 {
         bail!("--max-in-flight must be at least 1");
     }
     let connect_timeout = duration_arg("--connect-timeout", &args.connect_timeout)?;
@@ -317,17 +502,20 @@ fn build(args: &LoadArgs) -> anyhow::Result<(Plan, Vec<Target>)> {
         None if bases.len() > 1 => 2,
         None => 1,
     };
+    let (shard, start_at) = shard_and_start(args, &model, limit, max_in_flight, rounds)?;
     let plan = Plan {
         model,
         limit,
         connections: args.connections,
-        max_in_flight: args.max_in_flight,
+        max_in_flight,
         threads,
         connect_timeout,
         timeout,
         slo,
         rounds,
         request_label: format!("{} {template}", args.method.to_ascii_uppercase()),
+        shard,
+        start_at,
     };
 
     // Targets with their watchers.
@@ -346,6 +534,163 @@ fn build(args: &LoadArgs) -> anyhow::Result<(Plan, Vec<Target>)> {
     }
     // `scalpel_load::run` probes every target with one request before any load.
     Ok((plan, targets))
+}
+
+/// `--shard` (with the index from the environment for `auto/N`) and `--start-at`, checked
+/// against the totals each shard takes a part of.
+fn shard_and_start(
+    args: &LoadArgs,
+    model: &Model,
+    limit: StepLimit,
+    max_in_flight: u32,
+    rounds: u32,
+) -> anyhow::Result<(Shard, Option<StartAt>)> {
+    let start_at = args.start_at.as_deref().map(StartAt::parse).transpose()?;
+    if let Some(at) = start_at {
+        // A day either way: further is a typo (milliseconds as seconds, a wrong year).
+        let ahead = StartAt::now().seconds_until(at);
+        if ahead.abs() > 86_400.0 {
+            bail!(
+                "--start-at {at} is {} hours {}: give a time within a day of now",
+                (ahead.abs() / 3600.0).round(),
+                if ahead > 0.0 { "ahead" } else { "ago" }
+            );
+        }
+    }
+    if let Some(id) = &args.run_id {
+        check_run_id(id).map_err(|e| anyhow!(e))?;
+        if args.shard.is_none() {
+            bail!("--run-id names the shards of one run: give --shard too");
+        }
+    }
+    let Some(spec) = &args.shard else {
+        return Ok((Shard::WHOLE, start_at));
+    };
+    let job_index = std::env::var(JOB_INDEX_VAR).ok();
+    let shard = Shard::parse(spec, job_index.as_deref())?;
+    if start_at.is_none() && args.run_id.is_none() {
+        bail!(
+            "--shard needs --start-at TIME (so the shards start together) or --run-id ID (so \
+             `scalpel report merge` knows they belong together)"
+        );
+    }
+    // Every shard refuses alike: one that got nothing would make the set incomplete.
+    let n = u64::from(shard.count());
+    if u64::from(args.connections) < n {
+        bail!(
+            "-c {} is the whole run's connections: {n} shards need at least {n}",
+            args.connections
+        );
+    }
+    if !matches!(model, Model::Closed) && u64::from(max_in_flight) < n {
+        bail!("--max-in-flight {max_in_flight} is the whole run's: {n} shards need at least {n}");
+    }
+    if let StepLimit::Requests(count) = limit
+        && count < n * u64::from(rounds)
+    {
+        bail!(
+            "-n {count} is the whole run's count per step: {n} shards need at least {}",
+            n * u64::from(rounds)
+        );
+    }
+    Ok((shard, start_at))
+}
+
+/// The run id and settings fingerprint of a shard: everything that shapes the traffic, so
+/// shards started with different command lines are told apart by `scalpel report merge`.
+/// Machine-local flags (threads, watched processes, output files, progress) are left out.
+fn shard_identity(args: &LoadArgs, plan: &Plan) -> anyhow::Result<(String, String)> {
+    let mut f = Fingerprint::new();
+    f.field("url", args.url.as_deref().unwrap_or_default());
+    for t in &args.targets {
+        f.field("target", t);
+    }
+    f.field("method", &args.method.to_ascii_uppercase());
+    for h in &args.headers {
+        f.field("header", h);
+    }
+    if let Some(body) = &args.body {
+        f.field("body", body);
+    }
+    for (flag, path) in [("body-file", &args.body_file), ("data", &args.data)] {
+        if let Some(path) = path {
+            let bytes =
+                std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+            f.field(flag, "");
+            f.bytes(&bytes);
+        }
+    }
+    f.field("shuffle", &format!("{:?}", args.shuffle))
+        .field("model", &format!("{:?}", plan.model))
+        .field("limit", &format!("{:?}", plan.limit))
+        .field("connections", &plan.connections.to_string())
+        .field("max-in-flight", &plan.max_in_flight.to_string())
+        .field("connect-timeout", &format!("{:?}", plan.connect_timeout))
+        .field("timeout", &format!("{:?}", plan.timeout))
+        .field("slo", plan.slo.as_ref().map_or("", |s| s.as_str()))
+        .field("rounds", &plan.rounds.to_string())
+        .field("shards", &plan.shard.count().to_string());
+    let settings = f.hex();
+    let id = match &args.run_id {
+        Some(id) => id.clone(),
+        None => run_id(
+            &settings,
+            &plan.start_at.map(|t| t.to_string()).unwrap_or_default(),
+        ),
+    };
+    Ok((id, settings))
+}
+
+/// Says in the result which part of which run it is, and on stderr when it started late.
+fn describe_shard(result: &mut RunResult, plan: &Plan, run_id: String, settings: String) {
+    let first = result
+        .targets
+        .iter()
+        .filter_map(|t| t.steps.first())
+        .filter_map(|s| s.start_late_s)
+        .reduce(f64::min);
+    let step_s = match plan.limit {
+        StepLimit::Duration(d) => Some(d.as_secs_f64()),
+        StepLimit::Requests(_) => None,
+    };
+    let late_steps = result
+        .targets
+        .iter()
+        .flat_map(|t| &t.steps)
+        .filter(|s| {
+            s.start_late_s
+                .zip(step_s)
+                .is_some_and(|(late, step)| late > step / 10.0)
+        })
+        .count();
+    if late_steps > 0 {
+        eprintln!(
+            "scalpel: shard {} started {late_steps} step(s) more than a tenth of a step after \
+             the common clock (the first {:.2} s after --start-at); `report merge` will flag it",
+            plan.shard,
+            first.unwrap_or(0.0)
+        );
+    }
+    result.shard = Some(ShardInfo {
+        run_id,
+        index: plan.shard.index(),
+        count: plan.shard.count(),
+        start_at: plan.start_at.map(|t| t.to_string()),
+        start_late_s: first,
+        settings,
+    });
+}
+
+/// Refuses a rate one generator cannot schedule (see [`MAX_RATE`]).
+fn check_rate(flag: &str, rate: f64) -> anyhow::Result<()> {
+    if rate > MAX_RATE {
+        bail!(
+            "{flag}: {rate} requests/s is more than one load generator can schedule (at most \
+             10,000,000/s per target); run it from several machines and merge their results \
+             with `scalpel report merge`"
+        );
+    }
+    Ok(())
 }
 
 /// Splits `http://host:port/path?q` into the base URL and the path template (default `/`).
@@ -475,14 +820,17 @@ impl ResourceWatch for ProcWatch {
 
     fn end(&mut self) -> Option<ResourceUsage> {
         let s = self.sampler.summary_since(self.mark.take()?);
+        // PSS is read once, at the end of the step; a tree that has exited by then reads
+        // as 0 bytes. A live process never has a PSS of 0: that is "not measured".
+        let pss = |bytes: Option<u64>| bytes.filter(|&b| b > 0);
         (s.samples > 0).then_some(ResourceUsage {
             samples: u64::from(s.samples),
             cpu_percent_mean: s.cpu_percent_mean,
             cpu_percent_peak: s.cpu_percent_peak,
             rss_bytes_mean: s.rss_bytes_mean,
             rss_bytes_peak: s.rss_bytes_peak,
-            pss_bytes_mean: s.pss_bytes_mean,
-            pss_bytes_peak: s.pss_bytes_peak,
+            pss_bytes_mean: pss(s.pss_bytes_mean),
+            pss_bytes_peak: pss(s.pss_bytes_peak),
         })
     }
 }

@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod load;
+mod logs;
 mod report;
 mod serve;
 mod shadow;
@@ -44,31 +45,50 @@ fn main() -> ExitCode {
                 let _ = err.print();
                 return ExitCode::SUCCESS;
             }
-            // Bad usage is one line on stderr, like every other bad input.
+            // Bad usage is one line on stderr, like every other bad input. A first line
+            // ending in `:` lists on the next lines what it means (the missing arguments).
             let text = err.render().to_string();
-            let first = text.lines().next().unwrap_or_default();
-            eprintln!(
-                "scalpel: {} (see --help)",
-                first.strip_prefix("error: ").unwrap_or(first)
-            );
+            let mut lines = text.lines();
+            let first = lines.next().unwrap_or_default();
+            let mut line = first.strip_prefix("error: ").unwrap_or(first).to_owned();
+            if line.ends_with(':') {
+                let listed: Vec<&str> = lines
+                    .take_while(|l| l.starts_with(' '))
+                    .map(str::trim)
+                    .collect();
+                line = format!("{} {}", line, listed.join(", "));
+            }
+            eprintln!("scalpel: {line} (see --help)");
             return ExitCode::from(2);
         }
     };
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("SCALPEL_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
-        .with_writer(std::io::stderr)
-        // Colour codes only for a person at a terminal, never in a log file.
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+        // Colour codes only for a person at a terminal, never in a log file or a pipe.
+        .with_ansi(std::io::stderr().is_terminal());
+    // `serve` supervises for hours: its log lines must never wait for a stderr nobody
+    // reads (they are dropped past a bound instead, and counted); the short-lived
+    // commands write directly.
+    let mut flush = None;
+    if matches!(cli.command, Command::Serve(_)) {
+        let (writer, f) = logs::lossy_stderr();
+        logs.with_writer(writer).init();
+        flush = Some(f);
+    } else {
+        logs.with_writer(std::io::stderr).init();
+    }
     let result = match cli.command {
         Command::Load(args) => load::run(args),
         Command::Report(args) => report::run(args),
         Command::Shadow(args) => shadow::run(args),
         Command::Serve(args) => serve::run(args),
     };
+    if let Some(f) = flush {
+        f.wait(std::time::Duration::from_secs(5));
+    }
     match result {
         Ok(code) => code,
         Err(err) => {

@@ -1,11 +1,16 @@
 //! `scalpel report`: merge result files exactly, print the summary table, write the HTML page,
 //! project the cost of a fleet.
+//!
+//! `merge` writes the merged JSON (stdout, or `-o`), the summary table on stderr and, with
+//! `--html`, the page; it exits 1 when the merged run broke its SLO, 2 when the files cannot
+//! be merged (a shard set that is incomplete, holds a shard twice, or mixes runs or settings
+//! is named as such).
 
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context as _;
+use anyhow::bail;
 
 /// Arguments of `scalpel report`.
 #[derive(Debug, clap::Args)]
@@ -16,15 +21,27 @@ pub(crate) struct ReportArgs {
 
 #[derive(Debug, clap::Subcommand)]
 enum ReportCommand {
-    /// Merge runs made at the same time on several machines (histograms added, percentiles
-    /// recomputed); JSON to stdout or to -o.
+    /// Merge runs made at the same time on several machines, or the N shards of one
+    /// `scalpel load --shard` run (histograms added, percentiles recomputed, the SLO judged
+    /// again on the whole); JSON to stdout or to -o, the table on stderr; exit 1 when the
+    /// merged run broke its SLO.
     Merge {
-        /// Result files from `scalpel load --json`, two or more.
-        #[arg(required = true, num_args = 2..)]
+        /// Result files from `scalpel load --json`, two or more (or the one shard of a 1/1 run).
+        #[arg(value_name = "RUN")]
         runs: Vec<PathBuf>,
         /// Write the merged result here (atomically) instead of stdout.
         #[arg(short, long)]
         output: Option<PathBuf>,
+        /// Also write the self-contained HTML page of the merged run here.
+        #[arg(long, value_name = "FILE")]
+        html: Option<PathBuf>,
+        /// Merge a target whose URL differs between the runs (the same service reached by
+        /// another address from each machine).
+        #[arg(long)]
+        allow_different_urls: bool,
+        /// Merge runs written by different scalpel versions.
+        #[arg(long)]
+        allow_different_versions: bool,
     },
     /// Print the summary table of a result file.
     Show {
@@ -73,15 +90,51 @@ struct CostArgs {
 /// Runs `scalpel report`.
 pub(crate) fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
     match args.command {
-        ReportCommand::Merge { runs, output } => {
-            let runs = runs
-                .iter()
-                .map(|path| scalpel_report::read_json(path))
-                .collect::<Result<Vec<_>, _>>()?;
-            let merged = scalpel_report::merge(&runs)?;
+        ReportCommand::Merge {
+            runs,
+            output,
+            html,
+            allow_different_urls,
+            allow_different_versions,
+        } => {
+            if runs.is_empty() {
+                bail!(
+                    "report merge: missing the result files to merge (RUN...): give two or \
+                     more files written by `scalpel load --json`"
+                );
+            }
+            refuse_repeated(&runs)?;
+            for path in [&output, &html].into_iter().flatten() {
+                scalpel_report::check_writable(path)?;
+            }
+            let paths = runs;
+            let runs = read_all(&paths)?;
+            if let [one] = runs.as_slice()
+                && one.shard.as_ref().is_none_or(|s| s.count != 1)
+            {
+                bail!(
+                    "report merge: one result file ({}) is not a merge: give two or more",
+                    paths[0].display()
+                );
+            }
+            let options = scalpel_report::MergeOptions {
+                allow_different_urls,
+                allow_different_versions,
+            };
+            let merged = scalpel_report::merge_with(&runs, options)?;
+            // The table on stderr: stdout may be the JSON, and is a file's content either way.
+            let table = scalpel_report::summary_table(&merged);
+            let mut err = std::io::stderr().lock();
+            let _ = err.write_all(table.as_bytes()).and_then(|()| err.flush());
             match output {
                 Some(path) => scalpel_report::write_json(&merged, &path)?,
                 None => print_stdout(&scalpel_report::to_json_string(&merged))?,
+            }
+            if let Some(path) = &html {
+                scalpel_report::write_html(&merged, path)?;
+            }
+            if merged.targets.iter().any(|t| t.breaking_point.is_some()) {
+                return Ok(ExitCode::from(1));
             }
         }
         ReportCommand::Show { run } => {
@@ -90,8 +143,7 @@ pub(crate) fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
         }
         ReportCommand::Html { run, output } => {
             let result = scalpel_report::read_json(&run)?;
-            std::fs::write(&output, scalpel_report::html(&result))
-                .with_context(|| format!("cannot write {}", output.display()))?;
+            scalpel_report::write_html(&result, &output)?;
         }
         ReportCommand::Cost(args) => cost(args)?,
     }
@@ -118,6 +170,58 @@ fn cost(args: CostArgs) -> anyhow::Result<()> {
     }
 }
 
+/// Reads result files on up to as many threads as there are cores (each file's histograms
+/// are decoded to check them: most of a large merge's reading); the first bad file in the
+/// order given is the one reported.
+fn read_all(
+    paths: &[PathBuf],
+) -> Result<Vec<scalpel_load::result::RunResult>, scalpel_report::ReportError> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZero::get)
+        .min(paths.len())
+        .max(1);
+    let chunk = paths.len().div_ceil(threads).max(1);
+    let read = std::thread::scope(|scope| {
+        let handles: Vec<_> = paths
+            .chunks(chunk)
+            .map(|part| {
+                scope.spawn(move || {
+                    part.iter()
+                        .map(|p| scalpel_report::read_json(p))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("a reading thread panicked"))
+            .collect::<Vec<_>>()
+    });
+    read.into_iter().collect()
+}
+
+/// Refuses a file named twice (also through another path to it): merged with itself, a
+/// run would count every request twice.
+fn refuse_repeated(runs: &[PathBuf]) -> anyhow::Result<()> {
+    let mut seen: Vec<(PathBuf, &PathBuf)> = Vec::new();
+    for path in runs {
+        // A file that cannot be resolved is reported by the read that follows.
+        let Ok(real) = std::fs::canonicalize(path) else {
+            continue;
+        };
+        if let Some((_, earlier)) = seen.iter().find(|(r, _)| *r == real) {
+            bail!(
+                "report merge: {} and {} are the same file; a run merged with itself would \
+                 count every request twice",
+                earlier.display(),
+                path.display()
+            );
+        }
+        seen.push((real, path));
+    }
+    Ok(())
+}
+
 /// Writes to stdout; a closed pipe (`| head`) ends quietly, as ripgrep does.
 fn print_stdout(text: &str) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout().lock();
@@ -126,6 +230,6 @@ fn print_stdout(text: &str) -> anyhow::Result<()> {
         .and_then(|()| stdout.flush())
     {
         Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        other => other.context("cannot write to stdout"),
+        other => anyhow::Context::context(other, "cannot write to stdout"),
     }
 }

@@ -1,5 +1,6 @@
 //! `scalpel serve`: load and check the config, start the supervisor and balancer, and
-//! map signals — SIGHUP to a rolling reload, SIGTERM/SIGINT to drain-then-stop.
+//! map signals — SIGHUP to a rolling reload, SIGTERM/SIGINT to drain-then-stop, and a
+//! second SIGTERM/SIGINT to stop at once.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -23,7 +24,10 @@ pub(crate) struct ServeArgs {
 
 /// Runs `scalpel serve`.
 pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    let config = match Config::from_file(&args.config) {
+    // The programs and directories too: a config that passes --check must not fail
+    // at start for a missing one.
+    let config = match Config::from_file(&args.config).and_then(|c| c.check_programs().map(|()| c))
+    {
         Ok(c) => c,
         Err(e) => {
             eprintln!("scalpel serve: invalid config: {e}");
@@ -56,7 +60,13 @@ async fn serve(config: Config) -> anyhow::Result<ExitCode> {
     let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
     let mut hup = signal(SignalKind::hangup()).context("SIGHUP handler")?;
-    let server = Arc::new(Server::start(config, ServeOptions::default()).await?);
+    let server = match Server::start(config, ServeOptions::default()).await {
+        Ok(s) => Arc::new(s),
+        Err(e) => {
+            eprintln!("scalpel serve: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
     tracing::info!(
         listen = %server.listen_addr(),
         admin = %server.admin_addr().map_or_else(|| "none".into(), |a| a.to_string()),
@@ -85,7 +95,20 @@ async fn serve(config: Config) -> anyhow::Result<ExitCode> {
             }
         }
     };
-    tracing::info!(signal = why, "draining, then stopping workers");
-    server.shutdown().await;
+    tracing::info!(
+        signal = why,
+        "draining, then stopping workers (send it again to stop at once)"
+    );
+    let shutdown = server.shutdown();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        tracing::warn!("second signal: stopping now, requests in flight are cut off");
+        server.hurry();
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -68,6 +68,9 @@ struct CompareArgs {
     /// Noise rule: minimum absolute difference, percent of requests.
     #[arg(long, value_name = "PCT", default_value_t = 0.03)]
     noise_absolute: f64,
+    /// Largest body once its Content-Encoding (gzip, deflate, br, zstd) is undone; a pair with a side over it is skipped (decoded_too_large).
+    #[arg(long = "max-decoded-body", value_name = "SIZE", default_value = "16MiB", value_parser = size)]
+    max_decoded_body: usize,
 }
 
 #[derive(Debug, clap::Args)]
@@ -99,25 +102,30 @@ struct ProxyArgs {
     /// Mirror exchanges in flight at once.
     #[arg(long = "mirror-concurrency", value_name = "N", default_value_t = 64)]
     mirror_concurrency: usize,
-    /// Time-out of one mirror exchange (e.g. 500ms, 5s).
-    #[arg(long = "mirror-timeout", value_name = "DUR", default_value = "5s")]
-    mirror_timeout: String,
+    /// Time-out of one mirror exchange (e.g. 500ms, 5s); also the longest a shutdown waits for mirrors in flight.
+    #[arg(long = "mirror-timeout", value_name = "DUR", default_value = "5s", value_parser = positive_duration)]
+    mirror_timeout: Duration,
     /// Time-out for the primary's response head.
-    #[arg(long = "primary-timeout", value_name = "DUR", default_value = "30s")]
-    primary_timeout: String,
+    #[arg(long = "primary-timeout", value_name = "DUR", default_value = "30s", value_parser = positive_duration)]
+    primary_timeout: Duration,
     /// Largest request body mirrored (larger ones reach the primary only, counted as skipped).
-    #[arg(long = "max-body", value_name = "SIZE", default_value = "1MiB")]
-    max_body: String,
+    #[arg(long = "max-body", value_name = "SIZE", default_value = "1MiB", value_parser = size)]
+    max_body: usize,
     /// Largest response body captured for comparison.
-    #[arg(
-        long = "max-response-body",
-        value_name = "SIZE",
-        default_value = "4MiB"
-    )]
-    max_response_body: String,
+    #[arg(long = "max-response-body", value_name = "SIZE", default_value = "4MiB", value_parser = size)]
+    max_response_body: usize,
+    /// Bytes of bodies held at once for queued and in-flight mirrors; past it, mirrors are skipped (over_budget).
+    #[arg(long = "mirror-budget", value_name = "SIZE", default_value = "256MiB", value_parser = size)]
+    mirror_budget: usize,
+    /// A mirror that waited longer than this in the queue is dropped (too_old) instead of compared late.
+    #[arg(long = "mirror-max-age", value_name = "DUR", default_value = "10s", value_parser = positive_duration)]
+    mirror_max_age: Duration,
+    /// The most a client may take to send a request head or a mirrored request body (408 past it); idle client connections close after it.
+    #[arg(long = "client-timeout", value_name = "DUR", default_value = "30s", value_parser = positive_duration)]
+    client_timeout: Duration,
     /// How often counters are written to the store.
-    #[arg(long = "flush-interval", value_name = "DUR", default_value = "1s")]
-    flush_interval: String,
+    #[arg(long = "flush-interval", value_name = "DUR", default_value = "1s", value_parser = positive_duration)]
+    flush_interval: Duration,
     #[command(flatten)]
     compare: CompareArgs,
 }
@@ -152,11 +160,11 @@ struct ReplayArgs {
     #[arg(short = 'c', long, value_name = "N", default_value_t = 16)]
     concurrency: usize,
     /// Time-out of one exchange with one side.
-    #[arg(long, value_name = "DUR", default_value = "10s")]
-    timeout: String,
+    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = positive_duration)]
+    timeout: Duration,
     /// Largest response body read.
-    #[arg(long = "max-body", value_name = "SIZE", default_value = "8MiB")]
-    max_body: String,
+    #[arg(long = "max-body", value_name = "SIZE", default_value = "8MiB", value_parser = size)]
+    max_body: usize,
     /// Write the summary as JSON here.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -202,52 +210,20 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
-/// `500ms`, `5s`, `2m`, or plain seconds.
-fn parse_duration(flag: &str, s: &str) -> anyhow::Result<Duration> {
-    let t = s.trim();
-    let (num, unit) = t
-        .find(|c: char| c.is_ascii_alphabetic())
-        .map_or((t, "s"), |i| t.split_at(i));
-    let v: f64 = num
-        .trim()
-        .parse()
-        .ok()
-        .filter(|v: &f64| v.is_finite() && *v > 0.0)
-        .with_context(|| {
-            format!("--{flag} {s}: expected a positive duration such as 500ms, 5s or 2m")
-        })?;
-    let secs = match unit {
-        "ms" => v / 1000.0,
-        "s" => v,
-        "m" => v * 60.0,
-        _ => bail!("--{flag} {s}: unknown unit `{unit}` (use ms, s or m)"),
-    };
-    Ok(Duration::from_secs_f64(secs))
+/// A duration in the one grammar of `scalpel-units` (`500ms`, `5s`, `2m`), above zero: a
+/// zero time-out or interval is never what a person meant.
+fn positive_duration(s: &str) -> Result<Duration, String> {
+    let d = scalpel_units::parse_duration(s).map_err(|e| e.to_string())?;
+    if d.is_zero() {
+        return Err(format!("`{s}` is zero; give a duration above zero"));
+    }
+    Ok(d)
 }
 
-/// `1048576`, `64KiB`, `1MiB`, `1MB`, `2GiB`.
-fn parse_size(flag: &str, s: &str) -> anyhow::Result<usize> {
-    let t = s.trim();
-    let (num, unit) = t
-        .find(|c: char| c.is_ascii_alphabetic())
-        .map_or((t, ""), |i| t.split_at(i));
-    let v: f64 = num
-        .trim()
-        .parse()
-        .ok()
-        .filter(|v: &f64| v.is_finite() && *v >= 0.0)
-        .with_context(|| format!("--{flag} {s}: expected a size such as 65536, 64KiB or 1MiB"))?;
-    let mult = match unit.to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kb" => 1e3,
-        "kib" => 1024.0,
-        "m" | "mb" => 1e6,
-        "mib" => 1024.0 * 1024.0,
-        "g" | "gb" => 1e9,
-        "gib" => 1024.0 * 1024.0 * 1024.0,
-        _ => bail!("--{flag} {s}: unknown unit `{unit}`"),
-    };
-    Ok((v * mult) as usize)
+/// A size in the one grammar of `scalpel-units` (`65536`, `64KiB`, `1MiB`).
+fn size(s: &str) -> Result<usize, String> {
+    let n = scalpel_units::parse_size(s).map_err(|e| e.to_string())?;
+    usize::try_from(n).map_err(|_| format!("size `{s}` does not fit in memory addresses here"))
 }
 
 fn upstream(flag: &str, url: &str) -> anyhow::Result<Upstream> {
@@ -281,7 +257,8 @@ fn settings(c: &CompareArgs) -> anyhow::Result<CompareSettings> {
         Redactor::new(&c.redact),
         c.samples,
         c.secondary.is_some(),
-    ))
+    )
+    .with_max_decoded_body(c.max_decoded_body))
 }
 
 fn recorder(
@@ -324,6 +301,15 @@ fn run_proxy(a: ProxyArgs) -> anyhow::Result<ExitCode> {
     if a.queue == 0 || a.mirror_concurrency == 0 {
         bail!("--queue and --mirror-concurrency must be at least 1");
     }
+    if a.mirror_budget < a.max_response_body {
+        // Allowed (a tight memory limit may matter more), but said once: answers larger
+        // than the budget can never be compared.
+        eprintln!(
+            "scalpel: warning: --mirror-budget {} is below --max-response-body {}: larger answers are skipped as over_budget",
+            scalpel_units::format_size(a.mirror_budget as u64),
+            scalpel_units::format_size(a.max_response_body as u64)
+        );
+    }
     let cfg = ProxyConfig {
         listen: a.listen,
         primary: primary.clone(),
@@ -335,11 +321,14 @@ fn run_proxy(a: ProxyArgs) -> anyhow::Result<ExitCode> {
         mirror_unsafe: a.mirror_unsafe,
         queue: a.queue,
         mirror_concurrency: a.mirror_concurrency,
-        mirror_timeout: parse_duration("mirror-timeout", &a.mirror_timeout)?,
-        primary_timeout: parse_duration("primary-timeout", &a.primary_timeout)?,
-        max_request_body: parse_size("max-body", &a.max_body)?,
-        max_response_body: parse_size("max-response-body", &a.max_response_body)?,
-        flush_interval: parse_duration("flush-interval", &a.flush_interval)?,
+        mirror_timeout: a.mirror_timeout,
+        primary_timeout: a.primary_timeout,
+        max_request_body: a.max_body,
+        max_response_body: a.max_response_body,
+        mirror_budget: a.mirror_budget as u64,
+        mirror_max_age: a.mirror_max_age,
+        client_timeout: a.client_timeout,
+        flush_interval: a.flush_interval,
     };
     let recorder = recorder(
         &a.compare,
@@ -349,7 +338,7 @@ fn run_proxy(a: ProxyArgs) -> anyhow::Result<ExitCode> {
         secondary.as_ref(),
     )?;
     let rt = runtime()?;
-    rt.block_on(async {
+    let stats = rt.block_on(async {
         let proxy = Proxy::bind(cfg, recorder.clone()).await?;
         let admin = proxy
             .admin_addr()
@@ -358,12 +347,41 @@ fn run_proxy(a: ProxyArgs) -> anyhow::Result<ExitCode> {
             "scalpel shadow proxy: listening on {}{admin}; primary {primary}, candidate {candidate}",
             proxy.local_addr()
         );
-        proxy.run(shutdown_signal()).await?;
-        anyhow::Ok(())
+        anyhow::Ok(proxy.run(shutdown_signal()).await?)
     })?;
+    // Connections still streaming past the shutdown time end here, not later.
+    rt.shutdown_background();
     let summary = recorder.summary();
     print!("{}", table(&summary));
-    Ok(ExitCode::SUCCESS)
+    println!(
+        "{} requests proxied, {} chosen for comparison; stopped in {:.1} s",
+        stats.requests,
+        stats.chosen,
+        stats.shutdown.as_secs_f64()
+    );
+    Ok(
+        if store_lost_writes(&recorder, a.compare.store.as_deref()) {
+            ExitCode::from(1)
+        } else {
+            ExitCode::SUCCESS
+        },
+    )
+}
+
+/// Says so (one line on stderr) when the store's final counters did not reach the disk;
+/// the run's figures on the terminal are then the only complete ones.
+fn store_lost_writes(recorder: &Recorder, store: Option<&Path>) -> bool {
+    let Some(path) = store else { return false };
+    if recorder.store_complete() {
+        return false;
+    }
+    eprintln!(
+        "scalpel: store {}: the final counters could not be written ({} writes failed, {} dropped); the file is incomplete",
+        path.display(),
+        recorder.store_failed(),
+        recorder.store_dropped()
+    );
+    true
 }
 
 async fn shutdown_signal() {
@@ -405,8 +423,8 @@ fn run_replay(a: ReplayArgs) -> anyhow::Result<ExitCode> {
         candidate: candidate.clone(),
         secondary: secondary.clone(),
         concurrency: a.concurrency,
-        timeout: parse_duration("timeout", &a.timeout)?,
-        max_body: parse_size("max-body", &a.max_body)?,
+        timeout: a.timeout,
+        max_body: a.max_body,
     };
     // Create output files' folders early: a typo should fail before the run, not after.
     for p in [&a.json, &a.html].into_iter().flatten() {
@@ -421,10 +439,22 @@ fn run_replay(a: ReplayArgs) -> anyhow::Result<ExitCode> {
     )?;
     let rt = runtime()?;
     let progress = Arc::new(ReplayProgress::default());
+    let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let stats = rt.block_on(async {
         let ticker = tokio::spawn(show_progress(progress.clone(), recorder.clone()));
+        // SIGINT/SIGTERM: stop sending, count what was in flight, and still print and
+        // write everything (the counters of a half-done run are evidence too).
+        let stopper = {
+            let (progress, interrupted) = (progress.clone(), interrupted.clone());
+            tokio::spawn(async move {
+                shutdown_signal().await;
+                interrupted.store(true, std::sync::atomic::Ordering::SeqCst);
+                progress.stop();
+            })
+        };
         let stats = scalpel_shadow::replay(set, cfg, recorder.clone(), progress.clone()).await;
         ticker.abort();
+        stopper.abort();
         stats
     });
     if std::io::stderr().is_terminal() {
@@ -439,6 +469,14 @@ fn run_replay(a: ReplayArgs) -> anyhow::Result<ExitCode> {
         stats.elapsed.as_secs_f64(),
         stats.pairs_per_second()
     );
+    let interrupted = interrupted.load(std::sync::atomic::Ordering::SeqCst);
+    if interrupted {
+        println!(
+            "INTERRUPTED: {} of {} requests not sent",
+            stats.not_sent,
+            stats.requests + stats.not_sent
+        );
+    }
     let meta = BTreeMap::from([
         ("mode".to_string(), "replay".to_string()),
         ("primary".to_string(), primary.to_string()),
@@ -455,7 +493,18 @@ fn run_replay(a: ReplayArgs) -> anyhow::Result<ExitCode> {
         a.json.as_deref(),
         a.html.as_deref(),
     )?;
-    Ok(verdict(&summary, a.min_consistency))
+    let lost = store_lost_writes(&recorder, a.compare.store.as_deref());
+    if interrupted {
+        // 128 + SIGINT, like any interrupted command; a partial run is never a pass.
+        return Ok(ExitCode::from(130));
+    }
+    let code = verdict(&summary, a.min_consistency);
+    if lost {
+        // The check may have passed, but its evidence on disk is not whole.
+        println!("FAIL: the store is incomplete");
+        return Ok(ExitCode::from(1));
+    }
+    Ok(code)
 }
 
 async fn show_progress(p: Arc<ReplayProgress>, r: Arc<Recorder>) {
@@ -538,15 +587,27 @@ fn write_outputs(
     Ok(())
 }
 
-/// 0 when every pair compared matched (or at least `min` percent did) and no side failed.
+/// 0 when every pair compared matched (or at least `min` percent did) and no side failed
+/// (a failed secondary included: the noise figures would be missing).
 fn verdict(s: &Summary, min: f64) -> ExitCode {
-    let pass = s.compared > 0 && s.errors == 0 && s.consistency_percent >= min;
+    let side_failures: u64 = s.errors_by_kind.values().sum();
+    let pass = s.compared > 0 && side_failures == 0 && s.consistency_percent >= min;
     let why = if s.compared == 0 {
         "nothing was compared".to_string()
     } else if s.errors > 0 {
         format!("{} requests where a side failed", s.errors)
+    } else if side_failures > 0 {
+        format!("{side_failures} requests where the secondary failed")
     } else {
-        format!("{}% consistent, need {min}%", floor2(s.consistency_percent))
+        let mut why = format!("{}% consistent, need {min}%", floor2(s.consistency_percent));
+        if s.not_compared > 0 {
+            let _ = write!(
+                why,
+                " (over the {} compared; {} chosen requests were not compared)",
+                s.compared, s.not_compared
+            );
+        }
+        why
     };
     if pass {
         println!("PASS: {why}");
@@ -573,31 +634,44 @@ fn table(s: &Summary) -> String {
         .max(8);
     let _ = writeln!(
         o,
-        "{:<w$}  {:>9}  {:>9}  {:>10}  {:>7}  {:>11}",
-        "endpoint", "compared", "matched", "mismatched", "errors", "consistency"
+        "{:<w$}  {:>9}  {:>9}  {:>10}  {:>7}  {:>8}  {:>11}",
+        "endpoint", "compared", "matched", "mismatched", "errors", "skipped", "consistency"
     );
+    // Consistency is a range wherever chosen requests were not compared (see
+    // `consistency_text`): never 100 % over requests nobody compared.
     for e in &s.endpoints {
         let _ = writeln!(
             o,
-            "{:<w$}  {:>9}  {:>9}  {:>10}  {:>7}  {:>10}%",
+            "{:<w$}  {:>9}  {:>9}  {:>10}  {:>7}  {:>8}  {:>11}",
             e.endpoint,
             e.compared,
             e.matched,
             e.mismatched,
             e.errors,
-            floor2(e.consistency_percent)
+            "",
+            e.consistency_text()
         );
     }
     let _ = writeln!(
         o,
-        "{:<w$}  {:>9}  {:>9}  {:>10}  {:>7}  {:>10}%",
+        "{:<w$}  {:>9}  {:>9}  {:>10}  {:>7}  {:>8}  {:>11}",
         "TOTAL",
         s.compared,
         s.matched,
         s.mismatched,
         s.errors,
-        floor2(s.consistency_percent)
+        s.skipped,
+        s.consistency_text()
     );
+    if s.not_compared > 0 {
+        let _ = writeln!(
+            o,
+            "not compared: {} of {} chosen ({:.2}% compared)",
+            s.not_compared,
+            s.compared + s.not_compared,
+            s.coverage_percent
+        );
+    }
     if s.skipped > 0 {
         let reasons: Vec<String> = s
             .skipped_by_reason
@@ -606,13 +680,13 @@ fn table(s: &Summary) -> String {
             .collect();
         let _ = writeln!(o, "skipped: {} ({})", s.skipped, reasons.join(", "));
     }
-    if s.errors > 0 {
+    if !s.errors_by_kind.is_empty() {
         let kinds: Vec<String> = s
             .errors_by_kind
             .iter()
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
-        let _ = writeln!(o, "errors: {}", kinds.join(", "));
+        let _ = writeln!(o, "failed sides: {}", kinds.join(", "));
     }
     let fields: Vec<_> = s
         .endpoints
@@ -646,18 +720,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn durations_and_sizes_parse_with_units() {
+    fn durations_and_sizes_use_the_shared_grammar_and_refuse_zero_and_overflow() {
         assert_eq!(
-            parse_duration("t", "500ms").unwrap(),
+            positive_duration("500ms").unwrap(),
             Duration::from_millis(500)
         );
-        assert_eq!(parse_duration("t", "2").unwrap(), Duration::from_secs(2));
-        assert_eq!(parse_duration("t", "1m").unwrap(), Duration::from_secs(60));
-        assert!(parse_duration("t", "0s").is_err());
-        assert!(parse_duration("t", "5h").is_err());
-        assert_eq!(parse_size("s", "1MiB").unwrap(), 1 << 20);
-        assert_eq!(parse_size("s", "64kb").unwrap(), 64_000);
-        assert_eq!(parse_size("s", "100").unwrap(), 100);
-        assert!(parse_size("s", "x").is_err());
+        assert_eq!(positive_duration("1m").unwrap(), Duration::from_secs(60));
+        for bad in [
+            "0s",
+            "2",
+            "5x",
+            "99999999999999999999999",
+            "99999999999999999999999s",
+            "-1s",
+            "NaNs",
+        ] {
+            assert!(positive_duration(bad).is_err(), "{bad}");
+        }
+        assert_eq!(size("1MiB").unwrap(), 1 << 20);
+        assert_eq!(size("64kb").unwrap(), 64_000);
+        assert!(size("x").is_err());
+        assert!(size("99999999999999999999999").is_err());
     }
 }

@@ -156,7 +156,85 @@ fn bad_input_is_one_line_on_stderr_and_exit_2() {
     );
     assert!(out.stdout.is_empty());
 
-    // One file is not a merge: a usage error from clap, also exit 2.
+    // One file is not a merge: exit 2, one line.
     let out = scalpel(&["report", "merge", &pa]);
     assert_eq!(out.status.code(), Some(2));
+    assert!(stderr_line(&out).contains("give two or more"));
+}
+
+/// #18.14: `report merge` without arguments named no missing argument.
+#[test]
+fn merge_without_files_names_what_is_missing() {
+    let out = scalpel(&["report", "merge"]);
+    assert_eq!(out.status.code(), Some(2));
+    let line = stderr_line(&out);
+    assert!(
+        line.contains("RUN") && line.contains("result files"),
+        "{line}"
+    );
+    // The same holds for every missing required argument (here `-o`).
+    let out = scalpel(&["report", "html", "x.json"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr_line(&out).contains("--output"));
+}
+
+/// #18.14: a file merged with itself doubled every rate.
+#[test]
+fn merge_refuses_a_file_given_twice() {
+    let dir = scratch("twice");
+    let (a, _) = host_run("host-a", 1, 1500.0);
+    let pa = write(&dir, "a.json", &a);
+    let copy = write(&dir, "copy.json", &a);
+    let same_via_dot = format!("{}/./a.json", dir.display());
+    for (x, y, says) in [
+        (&pa, &same_via_dot, "are the same file"),
+        (&pa, &copy, "are the same run"),
+    ] {
+        let out = scalpel(&["report", "merge", x, y]);
+        assert_eq!(out.status.code(), Some(2), "{x} {y}");
+        let line = stderr_line(&out);
+        assert!(line.contains(says), "{line}");
+        assert!(out.stdout.is_empty());
+    }
+}
+
+/// #18.14: differing target URLs and scalpel versions are named, and merged only when
+/// allowed by a flag.
+#[test]
+fn merge_names_differing_urls_and_versions_and_takes_them_when_allowed() {
+    let dir = scratch("differ");
+    let (a, _) = host_run("host-a", 1, 1500.0);
+    let (mut b, _) = host_run("host-b", 2, 1500.0);
+    b.targets[0].url = "http://10.1.2.3:80".into();
+    b.tool = "scalpel 9.9.9".into();
+    let (pa, pb) = (write(&dir, "a.json", &a), write(&dir, "b.json", &b));
+    let out = scalpel(&["report", "merge", &pa, &pb]);
+    assert_eq!(out.status.code(), Some(2));
+    let line = stderr_line(&out);
+    assert!(
+        line.contains("scalpel 0.1.0 (run 1) vs scalpel 9.9.9 (run 2)"),
+        "{line}"
+    );
+    let out = scalpel(&["report", "merge", "--allow-different-versions", &pa, &pb]);
+    assert_eq!(out.status.code(), Some(2));
+    let line = stderr_line(&out);
+    assert!(
+        line.contains("http://127.0.0.1:9 in run 1 but http://10.1.2.3:80 in run 2"),
+        "{line}"
+    );
+    let out = scalpel(&[
+        "report",
+        "merge",
+        "--allow-different-versions",
+        "--allow-different-urls",
+        &pa,
+        &pb,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let merged: RunResult = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(merged.tool, "scalpel 0.1.0, scalpel 9.9.9");
 }

@@ -283,3 +283,387 @@ fn workers_die_with_a_sigkilled_balancer() {
         "workers {workers:?} outlived a SIGKILLed balancer"
     );
 }
+
+/// A `scalpel serve` of a test, killed (SIGKILL) however the test ends, so a failed
+/// test leaves no balancer behind.
+struct Running(Child);
+
+impl std::ops::Deref for Running {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Running {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `scalpel serve` on `toml` (written to a temp dir) with stdout and stderr
+/// piped; stderr is collected by a thread (its lines so far in the returned buffer).
+fn spawn_serve(
+    toml: &str,
+    env: &[(&str, &str)],
+) -> (
+    tempfile::TempDir,
+    Running,
+    std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("serve.toml");
+    std::fs::write(&path, toml).unwrap();
+    let mut child = Running(
+        Command::new(BIN)
+            .args(["serve", "--config"])
+            .arg(&path)
+            .env("SCALPEL_LOG", "info")
+            .envs(env.iter().copied())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let stderr = child.stderr.take().unwrap();
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = lines.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            sink.lock().unwrap().push(line);
+        }
+    });
+    (dir, child, lines)
+}
+
+fn wait_exit(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return Some(st);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn app_toml(listen: u16, admin: u16, base: u16, workers: u16, extra: &str) -> String {
+    format!(
+        "[server]\nlisten = \"127.0.0.1:{listen}\"\nadmin = \"127.0.0.1:{admin}\"\n{extra}\n[[app]]\nname = \"web\"\ncommand = [\"node\", \"{}\"]\nworkers = {workers}\nport_base = {base}\n",
+        app_js().display()
+    )
+}
+
+/// Issue 18, item 16 — serve's stdout and stderr go to readers that stopped (full
+/// pipes), a worker prints 100,000 lines and serve logs at trace level: supervision and
+/// the admin endpoints go on (before, `/status` hung and a killed worker was noticed only
+/// seconds later), the lines past the buffers are dropped and counted.
+#[test]
+fn a_stalled_stdout_reader_never_freezes_supervision() {
+    let (listen, admin, base) = (free_port(), free_port(), free_base(4));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("serve.toml");
+    std::fs::write(&path, app_toml(listen, admin, base, 2, "")).unwrap();
+    let mut child = Running(
+        Command::new(BIN)
+            .args(["serve", "--config"])
+            .arg(&path)
+            .env("SCALPEL_LOG", "trace")
+            .env("FLOOD", "100000")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    // Both piped, never read.
+    let _stdout = child.stdout.take().unwrap();
+    let _stderr = child.stderr.take().unwrap();
+    let status = wait_both_ready(admin);
+    let victim = pids(&status)[0];
+    // Log volume: every request is dozens of trace lines.
+    for _ in 0..300 {
+        assert_eq!(http(listen, "GET", "/").unwrap().0, 200);
+    }
+    Command::new("kill")
+        .args(["-KILL", &victim.to_string()])
+        .status()
+        .unwrap();
+    let mut status = String::new();
+    assert!(
+        poll(Duration::from_secs(60), || {
+            status = http(admin, "GET", "/status")
+                .map(|r| r.1)
+                .unwrap_or_default();
+            let now = pids(&status);
+            now.len() == 2
+                && !now.contains(&victim)
+                && status.matches("\"state\": \"ready\"").count() == 2
+        }),
+        "the killed worker was not replaced: {status}"
+    );
+    let (_, metrics) = http(admin, "GET", "/metrics").unwrap();
+    let dropped: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("scalpel_serve_worker_log_lines_dropped_total{app=\"web\"} "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
+    assert!(dropped > 0.0, "{metrics}");
+    signal(&child, "KILL");
+    let _ = child.wait();
+}
+
+/// Issue 18, item 20 — a second SIGTERM cuts the drain short: a request that would hold
+/// the drain for ten minutes, and a worker that would take ten minutes to stop, do not
+/// hold scalpel once the signal comes again.
+#[test]
+fn a_second_signal_cuts_the_drain_short() {
+    let (listen, admin, base) = (free_port(), free_port(), free_base(4));
+    let toml = app_toml(
+        listen,
+        admin,
+        base,
+        1,
+        "drain_timeout = \"10m\"\nupstream_timeout = \"20m\"\n",
+    ) + "stop_grace = \"10m\"\n";
+    let (_dir, mut child, err) = spawn_serve(&toml, &[]);
+    let mut out = child.stdout.take().unwrap();
+    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    let status = wait_both_ready_n(admin, 1);
+    let worker = pids(&status)[0];
+    let slow = std::thread::spawn(move || http(listen, "GET", "/slow?ms=600000"));
+    assert!(poll(Duration::from_secs(30), || {
+        http(admin, "GET", "/status").is_ok_and(|r| r.1.contains("\"in_flight\": 1"))
+    }));
+    signal(&child, "TERM");
+    assert!(
+        poll(Duration::from_secs(30), || err
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.contains("draining"))),
+        "{:?}",
+        err.lock().unwrap()
+    );
+    signal(&child, "TERM");
+    let exit = wait_exit(&mut child, Duration::from_secs(60));
+    assert!(exit.is_some(), "still draining after a second SIGTERM");
+    assert_eq!(exit.unwrap().code(), Some(0));
+    assert!(
+        poll(Duration::from_secs(10), || !Path::new(&format!(
+            "/proc/{worker}"
+        ))
+        .exists()
+            || std::fs::read_to_string(format!("/proc/{worker}/stat"))
+                .is_ok_and(|s| s
+                    .rsplit_once(") ")
+                    .is_some_and(|(_, r)| r.starts_with('Z')))),
+        "worker {worker} outlived serve"
+    );
+    let err = err.lock().unwrap().clone();
+    assert!(err.iter().any(|l| l.contains("second signal")), "{err:?}");
+    // Logs to a pipe: no colour codes (issue 18, item 20).
+    assert!(err.iter().all(|l| !l.contains('\u{1b}')), "{err:?}");
+    drop(slow);
+}
+
+/// Polls `/status` until `n` workers are ready; the last body.
+fn wait_both_ready_n(admin: u16, n: usize) -> String {
+    let mut status = String::new();
+    assert!(
+        poll(Duration::from_secs(60), || {
+            status = http(admin, "GET", "/status")
+                .map(|r| r.1)
+                .unwrap_or_default();
+            status.matches("\"state\": \"ready\"").count() == n
+        }),
+        "not ready: {status}"
+    );
+    status
+}
+
+/// Issue 18, item 18 — `--check` refuses what would fail at start, in one line naming
+/// the file and line: a missing cwd, a program that does not exist. And a start with a
+/// missing cwd blames the cwd, not the program.
+#[test]
+fn check_refuses_a_missing_cwd_or_program_and_start_blames_the_cwd() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("serve.toml");
+    let base = "[server]\nlisten = \"127.0.0.1:18080\"\nadmin = \"127.0.0.1:18090\"\n\n[[app]]\nname = \"web\"\n";
+    for (app, want) in [
+        (
+            "command = [\"python3\", \"app.py\"]\ncwd = \"missing-dir\"\nport_base = 3001\n",
+            ":8: app `web`: cwd",
+        ),
+        (
+            "command = [\"no-such-program-xyz\"]\nport_base = 3001\n",
+            ":7: app `web`: program `no-such-program-xyz` not found on PATH",
+        ),
+    ] {
+        std::fs::write(&path, format!("{base}{app}")).unwrap();
+        for check in [true, false] {
+            let mut cmd = Command::new(BIN);
+            cmd.arg("serve");
+            if check {
+                cmd.arg("--check");
+            }
+            let out = cmd.arg("--config").arg(&path).output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "check={check}: {err}");
+            assert_eq!(err.lines().count(), 1, "{err}");
+            assert!(
+                err.contains(want),
+                "check={check}: expected {want:?} in {err:?}"
+            );
+            assert!(!err.contains("python3\": No such file"), "{err}");
+        }
+    }
+}
+
+/// Issue 18, item 20 — an error says its cause once (before: "Address already in use
+/// (os error 98): Address already in use (os error 98)"), and logs written to a pipe or
+/// a file carry no colour codes.
+#[test]
+fn errors_name_their_cause_once_and_logs_have_no_colour_codes() {
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("serve.toml");
+    std::fs::write(&path, app_toml(port, free_port(), free_base(2), 1, "")).unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--config"])
+        .arg(&path)
+        .env("SCALPEL_LOG", "info")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.contains("cannot listen"))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert_eq!(line.matches("in use").count(), 1, "{line}");
+    assert!(!err.contains('\u{1b}'), "colour codes on a pipe: {err:?}");
+}
+
+/// Issue 18, item 15 (first reproduction) — a grandchild of a SIGKILLed serve (a `sh -c`
+/// command's child) still holds a worker's port. The next serve names it and does not
+/// take it for its worker (before: "ready" 3 ms after the spawn, and every request went
+/// to the leftover).
+#[test]
+fn a_leftover_grandchild_on_a_port_is_named_not_served() {
+    let (listen, admin, base) = (free_port(), free_port(), free_base(2));
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:{listen}\"\nadmin = \"127.0.0.1:{admin}\"\n\n[[app]]\nname = \"web\"\ncommand = [\"sh\", \"-c\", \"node {} ; true\"]\nworkers = 1\nport_base = {base}\n[app.restart]\nbackoff_ms = 10\n",
+        app_js().display()
+    );
+    let (_dir, mut child, _err) = spawn_serve(&toml, &[]);
+    let mut out = child.stdout.take().unwrap();
+    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    wait_both_ready_n(admin, 1);
+    signal(&child, "KILL");
+    let _ = child.wait();
+    // sh died with serve (PR_SET_PDEATHSIG); its node child did not.
+    let leftover = {
+        let mut pid = None;
+        assert!(poll(Duration::from_secs(10), || {
+            pid = pid_on(base);
+            pid.is_some()
+        }));
+        pid.unwrap()
+    };
+    let _leftover_killed_at_the_end = KillPid(leftover);
+    let (_dir2, mut second, err) = spawn_serve(&toml, &[]);
+    let mut out = second.stdout.take().unwrap();
+    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    let status = wait_both_ready_n(admin, 1);
+    let served: serde_json::Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(
+        served["apps"][0]["workers"][0]["port"],
+        base + 1,
+        "{status}"
+    );
+    let (_, body) = http(listen, "GET", "/pid").unwrap();
+    assert_ne!(
+        body.trim(),
+        leftover.to_string(),
+        "a request reached the leftover"
+    );
+    let err_lines = err.lock().unwrap().clone();
+    assert!(
+        err_lines
+            .iter()
+            .any(|l| l.contains(&format!("port {base} is already in use"))
+                && l.contains(&format!("pid {leftover}"))),
+        "{err_lines:?}"
+    );
+    signal(&second, "TERM");
+    let _ = wait_exit(&mut second, Duration::from_secs(60));
+}
+
+/// A process the test did not start itself (a leftover it provoked), killed at the end.
+struct KillPid(u64);
+
+impl Drop for KillPid {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-KILL", &self.0.to_string()])
+            .status();
+    }
+}
+
+/// Issue 18, item 15 (second reproduction) — a second serve with the same port_base: its
+/// workers never count the first one's as their own. They start on the ports the first
+/// does not hold; and a reload of the first, whose next ports the second now holds,
+/// fails saying so, the first's workers serving on.
+#[test]
+fn two_serves_with_the_same_ports_never_serve_each_others_workers() {
+    let base = free_base(4);
+    let (l1, a1, l2, a2) = (free_port(), free_port(), free_port(), free_port());
+    let (_d1, mut first, _e1) = spawn_serve(&app_toml(l1, a1, base, 1, ""), &[]);
+    let mut out = first.stdout.take().unwrap();
+    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    let s1 = wait_both_ready_n(a1, 1);
+    let (_d2, mut second, _e2) = spawn_serve(
+        &(app_toml(l2, a2, base, 1, "") + "[app.restart]\nbackoff_ms = 10\n"),
+        &[],
+    );
+    let mut out = second.stdout.take().unwrap();
+    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    let s2 = wait_both_ready_n(a2, 1);
+    let (p1, p2) = (pids(&s1)[0], pids(&s2)[0]);
+    assert_ne!(p1, p2);
+    assert_eq!(http(l1, "GET", "/pid").unwrap().1.trim(), p1.to_string());
+    assert_eq!(http(l2, "GET", "/pid").unwrap().1.trim(), p2.to_string());
+    let (code, body) = http(a1, "POST", "/reload").unwrap();
+    assert_eq!(code, 500, "{body}");
+    assert!(
+        body.contains("\"reloaded\": false") && body.contains("already in use"),
+        "{body}"
+    );
+    assert_eq!(
+        http(l1, "GET", "/pid").unwrap().1.trim(),
+        p1.to_string(),
+        "the first's worker serves on"
+    );
+    for c in [&first, &second] {
+        signal(c, "TERM");
+    }
+    let _ = wait_exit(&mut first, Duration::from_secs(60));
+    let _ = wait_exit(&mut second, Duration::from_secs(60));
+}
+
+/// The pid of the test app listening on `port` (it answers `/pid`).
+fn pid_on(port: u16) -> Option<u64> {
+    http(port, "GET", "/pid")
+        .ok()
+        .and_then(|(_, b)| b.trim().parse().ok())
+}

@@ -400,3 +400,329 @@ async fn a_killed_candidate_process_leaves_every_client_answer_intact() {
     p.child.kill().unwrap();
     p.child.wait().unwrap();
 }
+
+/// Issue #11.8: `--timeout 99999999999999999999999` panicked (exit 101). Every duration and
+/// size of `scalpel shadow` goes through the one grammar (scalpel-units): nonsense,
+/// overflow and zero are one line and exit 2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn absurd_durations_and_sizes_are_one_line_and_exit_2() {
+    let replay = |flag: &str, value: &str| {
+        strings(&[
+            "shadow",
+            "replay",
+            "--primary",
+            "http://127.0.0.1:1",
+            "--candidate",
+            "http://127.0.0.1:2",
+            "--template",
+            "/x",
+            flag,
+            value,
+        ])
+    };
+    let proxy = |flag: &str, value: &str| {
+        strings(&[
+            "shadow",
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--primary",
+            "http://127.0.0.1:1",
+            "--candidate",
+            "http://127.0.0.1:2",
+            flag,
+            value,
+        ])
+    };
+    let cases = [
+        replay("--timeout", "99999999999999999999999"),
+        replay("--timeout", "99999999999999999999999s"),
+        replay("--timeout", "1e400s"),
+        replay("--timeout", "5"),
+        replay("--timeout", "0s"),
+        replay("--timeout", "-1s"),
+        replay("--max-body", "99999999999999999999999"),
+        replay("--max-body", "1.5"),
+        replay("--max-decoded-body", "lots"),
+        proxy("--mirror-timeout", "NaNs"),
+        proxy("--primary-timeout", "9999999h"),
+        proxy("--mirror-budget", "1ZiB"),
+        proxy("--mirror-max-age", "0ms"),
+        proxy("--flush-interval", "∞"),
+    ];
+    for args in cases {
+        let out = run(args.clone()).await;
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("scalpel: "), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
+
+fn sigint(child: &Child) {
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// Waits for a child to exit (a hang guard, not a timing assertion) and returns its
+/// stdout and exit code.
+fn wait_out(mut child: Child) -> (String, Option<i32>) {
+    use std::io::Read as _;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut out = String::new();
+            child
+                .stdout
+                .take()
+                .unwrap()
+                .read_to_string(&mut out)
+                .unwrap();
+            return (out, status.code());
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the process did not stop within 60 s of SIGINT");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Issue #18.10: at SIGINT, 1,097 mirrored, 680 accounted for, and the table said
+/// 100.00%. Now every chosen request is in exactly one counter (compared, errors, skipped
+/// by reason, `abandoned_at_shutdown`), in the table and in the store, and the table shows
+/// a range instead of 100 %.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_accounts_every_mirror_and_never_says_100_percent_over_uncompared_ones() {
+    let primary = serve(|a| Answer::json(body(user_id(a), 1))).await;
+    let candidate = serve(|a| {
+        let id = user_id(a);
+        Answer::json(body(id, 1)).delay(if id > 3 {
+            Duration::from_secs(60)
+        } else {
+            Duration::ZERO
+        })
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("s.db");
+    let mut child = Command::new(BIN)
+        .args(strings(&[
+            "shadow",
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--primary",
+            &primary.url(),
+            "--candidate",
+            &candidate.url(),
+            "--admin",
+            "127.0.0.1:0",
+            "--mirror-concurrency",
+            "2",
+            "--mirror-timeout",
+            "2s",
+            "--store",
+            store.to_str().unwrap(),
+        ]))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let line = loop {
+        let l = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("proxy did not start");
+        if l.contains("listening on ") {
+            break l;
+        }
+    };
+    let rest = line.split("listening on ").nth(1).unwrap();
+    let url = format!("http://{}", rest.split([',', ';']).next().unwrap().trim());
+    let admin = format!(
+        "http://{}",
+        rest.split("admin on http://")
+            .nth(1)
+            .unwrap()
+            .split('/')
+            .next()
+            .unwrap()
+    );
+    let c = support::client();
+    for id in 1..=3 {
+        get(&c, &format!("{url}/v1/users/{id}/stats")).await;
+    }
+    eventually("3 compared", Duration::from_secs(30), async || {
+        (summary_json(&c, &admin).await["compared"] == 3).then_some(())
+    })
+    .await;
+    for id in 4..=10 {
+        get(&c, &format!("{url}/v1/users/{id}/stats")).await;
+    }
+    drop(c);
+    sigint(&child);
+    let (stdout, code) = tokio::task::spawn_blocking(move || wait_out(child))
+        .await
+        .unwrap();
+    assert_eq!(code, Some(0), "{stdout}");
+    assert!(stdout.contains("10 chosen for comparison"), "{stdout}");
+    let total = stdout.lines().find(|l| l.starts_with("TOTAL")).unwrap();
+    assert!(total.ends_with("30.00–100.00%"), "{stdout}");
+    assert!(stdout.contains("not compared: 7 of 10 chosen"), "{stdout}");
+    assert!(stdout.contains("abandoned_at_shutdown="), "{stdout}");
+
+    // The store holds the same accounting.
+    let json = dir.path().join("r.json");
+    let out = run(strings(&[
+        "shadow",
+        "report",
+        "--store",
+        store.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+    ]))
+    .await;
+    let v = read_json(&json);
+    assert_eq!(v["compared"], 3, "{v}");
+    assert_eq!(v["not_compared"], 7, "{v}");
+    assert_eq!(
+        v["compared"].as_u64().unwrap()
+            + v["errors"].as_u64().unwrap()
+            + v["skipped"].as_u64().unwrap(),
+        10
+    );
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(report.contains("not compared: 7 of 10"), "{report}");
+}
+
+/// A sibling of #18.10 in replay: Ctrl-C lost the whole run (nothing flushed, no table, no
+/// JSON). Now sending stops, what was in flight is counted as abandoned, and the table,
+/// JSON and store are written before exit 130.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_interrupted_by_sigint_still_writes_its_counts_and_exits_130() {
+    let primary = serve(|a| Answer::json(body(user_id(a), 1))).await;
+    let candidate = serve(|a| {
+        let id = user_id(a);
+        Answer::json(body(id, 1)).delay(if id > 4 {
+            Duration::from_secs(60)
+        } else {
+            Duration::ZERO
+        })
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let ids = dir.path().join("ids.txt");
+    std::fs::write(&ids, (1..=50).map(|i| format!("{i}\n")).collect::<String>()).unwrap();
+    let json = dir.path().join("out.json");
+    let store = dir.path().join("s.db");
+    let child = Command::new(BIN)
+        .args(strings(&[
+            "shadow",
+            "replay",
+            "--primary",
+            &primary.url(),
+            "--candidate",
+            &candidate.url(),
+            "--template",
+            "/v1/users/{id}/stats",
+            "--data",
+            ids.to_str().unwrap(),
+            "-c",
+            "2",
+            "--timeout",
+            "120s",
+            "--json",
+            json.to_str().unwrap(),
+            "--store",
+            store.to_str().unwrap(),
+        ]))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    eventually(
+        "first 4 answered by the candidate",
+        Duration::from_secs(30),
+        async || (candidate.hits() >= 6).then_some(()),
+    )
+    .await;
+    sigint(&child);
+    let (stdout, code) = tokio::task::spawn_blocking(move || wait_out(child))
+        .await
+        .unwrap();
+    assert_eq!(code, Some(130), "{stdout}");
+    assert!(
+        stdout.contains("INTERRUPTED: 44 of 50 requests not sent"),
+        "{stdout}"
+    );
+    let v = read_json(&json);
+    assert_eq!(v["compared"], 4, "{v}");
+    assert_eq!(v["skipped_by_reason"]["abandoned_at_shutdown"], 2, "{v}");
+    let stored = scalpel_shadow::Store::read(&store).unwrap().summary(None);
+    assert_eq!((stored.compared, stored.skipped), (4, 2));
+}
+
+/// A sibling in the store: a write SQLite refused was only logged (the `failed` counter
+/// was never counted), and the final flush was skipped when nothing had changed since the
+/// failed write — a replay passed with its counters missing from the file. Now the final
+/// counters are always written and waited for, and a store that could not be completed
+/// is one line on stderr and a FAIL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_cannot_be_written_fails_the_run_loudly() {
+    let primary = serve(|a| Answer::json(body(user_id(a), 1))).await;
+    let candidate =
+        serve(|a| Answer::json(body(user_id(a), 1)).delay(Duration::from_secs(1))).await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("s.db");
+    let child = Command::new(BIN)
+        .args(strings(&[
+            "shadow",
+            "replay",
+            "--primary",
+            &primary.url(),
+            "--candidate",
+            &candidate.url(),
+            "--template",
+            "/v1/users/7/stats",
+            "--store",
+            store.to_str().unwrap(),
+        ]))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    eventually(
+        "the replay is running",
+        Duration::from_secs(30),
+        async || (candidate.hits() >= 1).then_some(()),
+    )
+    .await;
+    // Another process holds the write lock for as long as the replay runs.
+    let lock = rusqlite::Connection::open(&store).unwrap();
+    lock.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    lock.execute_batch("ROLLBACK").unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(stdout.contains("FAIL: the store is incomplete"), "{stdout}");
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with("scalpel: store ") && l.contains("the file is incomplete")),
+        "{stderr}"
+    );
+}

@@ -1,7 +1,7 @@
 //! Comparing two responses: status, chosen headers, body (JSON by structure, else bytes).
 
 use http::HeaderMap;
-use http::header::{CONTENT_TYPE, HeaderName};
+use http::header::{CONTENT_ENCODING, CONTENT_TYPE, HeaderName};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -173,7 +173,13 @@ fn generalize(path: &str) -> String {
             while j < b.len() && b[j] != b'"' {
                 j += if b[j] == b'\\' { 2 } else { 1 };
             }
-            let end = (j + 2).min(b.len());
+            // Past the closing quote and its `]` (both ASCII, so `end` is a char
+            // boundary even when the key or what follows is not ASCII).
+            let end = if j < b.len() {
+                j + 1 + usize::from(b.get(j + 1) == Some(&b']'))
+            } else {
+                b.len()
+            };
             out.push_str(&path[i..end]);
             i = end;
             continue;
@@ -236,10 +242,15 @@ impl Default for Comparer {
 }
 
 impl Comparer {
-    /// Compares status, `content-type` and the body; ignores nothing.
+    /// Compares status, `content-type`, `content-encoding` and the body; ignores nothing.
+    ///
+    /// Bodies are compared as given: pass them through [`crate::decode_body`] first, so
+    /// that the same document sent gzip by one side and plain by the other is the same
+    /// body (the `content-encoding` header still differs, and can be ignored with
+    /// [`Comparer::ignore_header`]).
     pub fn new() -> Self {
         Self {
-            headers: vec![CONTENT_TYPE],
+            headers: vec![CONTENT_TYPE, CONTENT_ENCODING],
             ignored_headers: Vec::new(),
             ignore: Vec::new(),
         }
@@ -287,14 +298,14 @@ impl Comparer {
             ));
         }
         for name in self.compared_headers() {
-            let a = header_text(primary.headers, name);
-            let b = header_text(candidate.headers, name);
+            let a = header_bytes(primary.headers, name);
+            let b = header_bytes(candidate.headers, name);
             if a != b {
                 out.push(Difference::new(
                     format!("header:{name}"),
                     DiffKind::Header,
-                    a,
-                    b,
+                    a.as_deref().map(shown_bytes),
+                    b.as_deref().map(shown_bytes),
                 ));
             }
         }
@@ -344,13 +355,19 @@ fn header_name(name: &str) -> Result<HeaderName, Error> {
     HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| Error::HeaderName(name.to_string()))
 }
 
-fn header_text(headers: &HeaderMap, name: &HeaderName) -> Option<String> {
+/// A header's values joined with `, `, as bytes: compared exactly (two different
+/// non-UTF-8 values must not both become replacement characters and look equal).
+fn header_bytes(headers: &HeaderMap, name: &HeaderName) -> Option<Vec<u8>> {
     let mut values = headers.get_all(name).iter().peekable();
     values.peek()?;
-    let joined: Vec<String> = values
-        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
-        .collect();
-    Some(joined.join(", "))
+    let mut joined = Vec::new();
+    for (i, v) in values.enumerate() {
+        if i > 0 {
+            joined.extend_from_slice(b", ");
+        }
+        joined.extend_from_slice(v.as_bytes());
+    }
+    Some(joined)
 }
 
 fn looks_like_json(r: &Response<'_>) -> bool {
@@ -366,12 +383,30 @@ fn looks_like_json(r: &Response<'_>) -> bool {
         )
 }
 
+/// A short rendering of a body: its text when it is UTF-8 (cut at a character boundary),
+/// else `base64:` and the first bytes in base64 — never replacement characters.
 fn shown_bytes(body: &[u8]) -> String {
-    let text = String::from_utf8_lossy(&body[..body.len().min(SHOWN_VALUE_MAX)]);
-    if body.len() > SHOWN_VALUE_MAX {
-        format!("{text}… ({} bytes)", body.len())
-    } else {
-        text.into_owned()
+    let more = |shown: usize| {
+        if body.len() > shown {
+            format!("… ({} bytes)", body.len())
+        } else {
+            String::new()
+        }
+    };
+    match std::str::from_utf8(body) {
+        Ok(text) => {
+            let mut cut = text.len().min(SHOWN_VALUE_MAX);
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            format!("{}{}", &text[..cut], more(cut))
+        }
+        Err(_) => {
+            use base64::Engine as _;
+            let cut = body.len().min(SHOWN_VALUE_MAX * 3 / 4);
+            let b64 = base64::engine::general_purpose::STANDARD.encode(&body[..cut]);
+            format!("base64:{b64}{}", more(cut))
+        }
     }
 }
 
@@ -673,6 +708,36 @@ mod tests {
     fn generalize_keeps_quoted_keys() {
         assert_eq!(generalize(r#"$.a[12]["b[3]"][0]"#), r#"$.a[*]["b[3]"][*]"#);
         assert_eq!(generalize("header:x"), "header:x");
+        // Found by the property test: a non-ASCII character right after a quoted key
+        // used to be cut in half (a panic).
+        assert_eq!(generalize(r#"$["a"é"#), r#"$["a"é"#);
+        assert_eq!(generalize(r#"$["a\é"#), r#"$["a\é"#);
+    }
+
+    #[test]
+    fn binary_bodies_are_shown_as_base64_and_text_is_cut_between_characters() {
+        let d = Comparer::new().compare(
+            &Response::new(200, &HeaderMap::new(), b"\x1f\x8b\x08\x00binary"),
+            &Response::new(200, &HeaderMap::new(), "é".repeat(100).as_bytes()),
+        );
+        assert_eq!(d[0].primary(), Some("base64:H4sIAGJpbmFyeQ=="));
+        let shown = d[0].candidate().unwrap();
+        assert!(
+            shown.starts_with("éé") && shown.ends_with("… (200 bytes)"),
+            "{shown}"
+        );
+        assert!(!shown.contains('\u{fffd}'));
+    }
+
+    #[test]
+    fn non_utf8_header_values_are_compared_as_bytes() {
+        let mut a = HeaderMap::new();
+        let mut b = HeaderMap::new();
+        a.insert(CONTENT_TYPE, HeaderValue::from_bytes(b"text/\xff").unwrap());
+        b.insert(CONTENT_TYPE, HeaderValue::from_bytes(b"text/\xfe").unwrap());
+        let d = Comparer::new().compare(&Response::new(200, &a, b""), &Response::new(200, &b, b""));
+        assert_eq!(d.len(), 1, "lossy text made these two equal");
+        assert_eq!(d[0].primary(), Some("base64:dGV4dC//"));
     }
 
     #[test]

@@ -12,6 +12,13 @@
 //! function of its inputs, which keeps it easy to test and fuzz and lets every caller
 //! bring its own HTTP stack.
 //!
+//! Undoing `Content-Encoding` ([`decode_body`]: gzip, deflate, br, zstd, with a cap on
+//! the decoded size) lives here rather than in `scalpel-shadow`: it is a pure function of
+//! bytes, it is part of this crate's question (the same document sent gzip by one side
+//! and plain by the other is the same answer; only the `content-encoding` header
+//! differs), and every caller of the comparison — the proxy, replay, `scalpel serve`'s
+//! A/B mirror — needs it before comparing, and again to show samples as text.
+//!
 //! # Example
 //!
 //! ```
@@ -37,12 +44,14 @@
 //! shifted arrays would only be noise). Numbers compare as JSON values (`1 == 1.0`).
 
 mod compare;
+mod decode;
 mod noise;
 mod path;
 mod route;
 mod sample;
 
 pub use compare::{Comparer, DiffKind, Difference, Response};
+pub use decode::{DecodeError, content_codings, decode_body};
 pub use noise::{FieldCounts, NoiseRule, Verdict};
 pub use path::FieldPattern;
 pub use route::RouteNormalizer;

@@ -30,7 +30,7 @@ fn main() -> ExitCode {
     let (Ok(conns), Ok(threads), Ok(duration)) = (
         conns.parse::<u32>(),
         threads.parse::<u32>(),
-        scalpel_load::parse_duration(duration),
+        scalpel_units::parse_duration(duration),
     ) else {
         eprintln!("hyper_vs_lean: bad CONNS, THREADS or DURATION");
         return ExitCode::from(2);
@@ -71,6 +71,8 @@ fn lean(authority: &str, path: &str, conns: u32, threads: u32, d: Duration) -> R
         slo: None,
         rounds: 1,
         request_label: format!("GET {path}"),
+        shard: scalpel_load::Shard::WHOLE,
+        start_at: None,
     };
     let source = Arc::new(FixedRequest::new("GET", path));
     let target =

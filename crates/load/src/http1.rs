@@ -1,9 +1,14 @@
 //! The lean HTTP/1.1 client of the hot path: one keep-alive connection, pre-encoded request
 //! bytes written as one buffer, the response head parsed with `httparse`, the body
 //! (Content-Length, chunked, or until close) read and discarded into a reused buffer.
+//!
+//! Limits are in bytes, as curl's and hyper's are, never a count of header lines: a
+//! response head may be up to [`MAX_HEAD_BYTES`] (64 KiB) with any number of headers, a
+//! chunk-size line up to 8 KiB, a trailer section up to 64 KiB.
 
 use std::io;
 use std::net::SocketAddr;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -158,16 +163,48 @@ impl RequestParts {
 }
 
 /// Why a request did not get a response.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Failure {
-    /// Could not connect (refused, unreachable, connect time-out).
+    /// Could not connect to the target (refused, unreachable, connect time-out): the
+    /// request was never sent.
     Connect,
-    /// The whole request took longer than the request time-out.
+    /// The generator's own limit, not the target's fault (no descriptor, no ephemeral
+    /// port, no buffer memory): the request was never sent. The name is the errno.
+    Local(&'static str),
+    /// The request was sent and no whole response came within the request time-out.
     Timeout,
-    /// The connection broke while writing or reading.
+    /// The connection broke while writing or reading (a reset, a body cut short).
     Io,
-    /// The response was not valid HTTP/1.x.
+    /// The response was not valid HTTP/1.x, or over a byte limit.
     Protocol,
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Connect => f.write_str("could not connect"),
+            Failure::Local(errno) => write!(f, "the load generator's own limit ({errno})"),
+            Failure::Timeout => f.write_str("no response within the time-out"),
+            Failure::Io => f.write_str("the connection broke before the response was complete"),
+            Failure::Protocol => f.write_str("the response is not valid HTTP/1.1 or over a limit"),
+        }
+    }
+}
+
+/// The errno names of connect failures that are the generator's own: its descriptor
+/// table, its ephemeral ports, its memory. Counted as `local:NAME`, never against the
+/// target.
+fn local_errno(error: &io::Error) -> Option<&'static str> {
+    use nix::errno::Errno;
+    Some(match Errno::from_raw(error.raw_os_error()?) {
+        Errno::EMFILE => "EMFILE",
+        Errno::ENFILE => "ENFILE",
+        Errno::ENOBUFS => "ENOBUFS",
+        Errno::ENOMEM => "ENOMEM",
+        Errno::EADDRNOTAVAIL => "EADDRNOTAVAIL",
+        Errno::EADDRINUSE => "EADDRINUSE",
+        _ => return None,
+    })
 }
 
 /// A keep-alive connection with its reused read buffer.
@@ -181,13 +218,21 @@ pub(crate) struct Conn {
 }
 
 const BUF_SIZE: usize = 16 * 1024;
-const MAX_HEADERS: usize = 64;
+/// The largest response head (status line and headers) accepted, like curl's 100 KB and
+/// hyper's ~400 KB read buffer: a limit in bytes, any number of header lines.
+pub const MAX_HEAD_BYTES: usize = 64 * 1024;
+/// Header lines parsed on the stack; a head with more is parsed again into a vector
+/// sized by its line count (still bounded by [`MAX_HEAD_BYTES`]).
+const STACK_HEADERS: usize = 64;
+/// The longest chunk-size line.
+const MAX_LINE_BYTES: usize = 8 * 1024;
 
 impl Conn {
     pub(crate) async fn connect(addr: SocketAddr, timeout: Duration) -> Result<Conn, Failure> {
         let stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
             Ok(Ok(s)) => s,
-            Ok(Err(_)) | Err(_) => return Err(Failure::Connect),
+            Ok(Err(e)) => return Err(local_errno(&e).map_or(Failure::Connect, Failure::Local)),
+            Err(_) => return Err(Failure::Connect),
         };
         let _ = stream.set_nodelay(true);
         Ok(Conn {
@@ -196,6 +241,27 @@ impl Conn {
             start: 0,
             end: 0,
         })
+    }
+
+    /// Did the server close this idle keep-alive connection (its idle time-out), reset it,
+    /// or send bytes nobody asked for? Asks the event loop's readiness first, so a live
+    /// connection costs no system call. A closed one is replaced before the request is
+    /// written: the request never reached anyone, so it is no error of the target.
+    pub(crate) fn is_closed(&self) -> bool {
+        if self.end > self.start {
+            return true; // bytes after the last response: the framing is lost
+        }
+        let mut cx = Context::from_waker(Waker::noop());
+        match self.stream.poll_read_ready(&mut cx) {
+            Poll::Pending => false,
+            Poll::Ready(Err(_)) => true,
+            // Readable while idle: EOF, a reset, or stray bytes. Only `WouldBlock` (stale
+            // readiness) leaves it usable.
+            Poll::Ready(Ok(())) => {
+                let mut probe = [0u8; 1];
+                !matches!(self.stream.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+            }
+        }
     }
 
     /// Sends one request and reads its whole response. Returns the status and whether the
@@ -248,11 +314,11 @@ impl Conn {
                 self.buf.copy_within(self.start..self.end, 0);
                 self.end -= self.start;
                 self.start = 0;
-            } else if self.buf.len() < 1024 * 1024 {
-                // A response head larger than the buffer: grow, bounded.
-                self.buf.resize(self.buf.len() * 2, 0);
+            } else if self.buf.len() < MAX_HEAD_BYTES {
+                // A response head larger than the buffer: grow, up to the head limit.
+                self.buf.resize((self.buf.len() * 2).min(MAX_HEAD_BYTES), 0);
             } else {
-                return Err(Failure::Protocol);
+                return Err(Failure::Protocol); // a head (or a line) over the limit
             }
         }
         let n = self
@@ -267,53 +333,24 @@ impl Conn {
     async fn read_head(&mut self, head: bool) -> Result<(u16, bool, Body), Failure> {
         loop {
             if self.end > self.start {
-                let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-                let mut response = httparse::Response::new(&mut headers);
-                match response.parse(&self.buf[self.start..self.end]) {
-                    Ok(httparse::Status::Complete(len)) => {
-                        let status = response.code.ok_or(Failure::Protocol)?;
-                        let mut keep_alive = response.version == Some(1);
-                        let mut length = None;
-                        let mut chunked = false;
-                        for h in response.headers.iter() {
-                            if h.name.eq_ignore_ascii_case("content-length") {
-                                let v =
-                                    std::str::from_utf8(h.value).map_err(|_| Failure::Protocol)?;
-                                length =
-                                    Some(v.trim().parse::<u64>().map_err(|_| Failure::Protocol)?);
-                            } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
-                                chunked =
-                                    h.value.rsplit(|&b| b == b',').next().is_some_and(|last| {
-                                        last.trim_ascii().eq_ignore_ascii_case(b"chunked")
-                                    });
-                            } else if h.name.eq_ignore_ascii_case("connection") {
-                                for token in h.value.split(|&b| b == b',') {
-                                    let token = token.trim_ascii();
-                                    if token.eq_ignore_ascii_case(b"close") {
-                                        keep_alive = false;
-                                    } else if token.eq_ignore_ascii_case(b"keep-alive") {
-                                        keep_alive = true;
-                                    }
-                                }
-                            }
-                        }
+                let bytes = &self.buf[self.start..self.end];
+                let mut headers = [httparse::EMPTY_HEADER; STACK_HEADERS];
+                let parsed = match parse_head(bytes, &mut headers, head) {
+                    Err(httparse::Error::TooManyHeaders) => {
+                        // More header lines than the stack holds: parse again with room
+                        // for every line there is (the bytes are bounded, so is this).
+                        let lines = bytes.iter().filter(|&&b| b == b'\n').count();
+                        let mut many = vec![httparse::EMPTY_HEADER; lines + 1];
+                        parse_head(bytes, &mut many, head)
+                    }
+                    other => other,
+                };
+                match parsed {
+                    Ok(Some((len, status, keep_alive, body))) => {
                         self.start += len;
-                        let body = if head
-                            || status == 204
-                            || status == 304
-                            || (100..200).contains(&status)
-                        {
-                            Body::Empty
-                        } else if chunked {
-                            Body::Chunked
-                        } else if let Some(n) = length {
-                            Body::Length(n)
-                        } else {
-                            Body::UntilClose
-                        };
                         return Ok((status, keep_alive, body));
                     }
-                    Ok(httparse::Status::Partial) => {}
+                    Ok(None) => {}
                     Err(_) => return Err(Failure::Protocol),
                 }
             }
@@ -352,7 +389,7 @@ impl Conn {
                 self.start += pos + 2;
                 return Ok((at, pos));
             }
-            if self.end - self.start > 8 * 1024 {
+            if self.end - self.start > MAX_LINE_BYTES {
                 return Err(Failure::Protocol); // a chunk-size line or trailer that long is bogus
             }
             if self.fill().await? == 0 {
@@ -372,11 +409,16 @@ impl Conn {
             let hex = std::str::from_utf8(hex.trim_ascii()).map_err(|_| Failure::Protocol)?;
             let size = u64::from_str_radix(hex, 16).map_err(|_| Failure::Protocol)?;
             if size == 0 {
-                // Trailers, then the empty line.
+                // Trailers, then the empty line; the section is bounded like a head.
+                let mut trailers = 0usize;
                 loop {
                     let (_, len) = self.line().await?;
                     if len == 0 {
                         return Ok(());
+                    }
+                    trailers += len + 2;
+                    if trailers > MAX_HEAD_BYTES {
+                        return Err(Failure::Protocol);
                     }
                 }
             }
@@ -389,11 +431,74 @@ impl Conn {
     }
 }
 
+#[derive(Debug)]
 enum Body {
     Empty,
     Length(u64),
     Chunked,
     UntilClose,
+}
+
+/// Parses a response head: `None` while incomplete, else its length, status, whether
+/// the connection stays open, and how the body is framed.
+fn parse_head<'b>(
+    bytes: &'b [u8],
+    headers: &mut [httparse::Header<'b>],
+    head: bool,
+) -> Result<Option<(usize, u16, bool, Body)>, httparse::Error> {
+    let mut response = httparse::Response::new(headers);
+    let len = match response.parse(bytes)? {
+        httparse::Status::Complete(len) => len,
+        httparse::Status::Partial => return Ok(None),
+    };
+    let status = response.code.ok_or(httparse::Error::Status)?;
+    let mut keep_alive = response.version == Some(1);
+    let mut length = None;
+    let mut chunked = false;
+    for h in response.headers.iter() {
+        if h.name.eq_ignore_ascii_case("content-length") {
+            let v = std::str::from_utf8(h.value).map_err(|_| httparse::Error::HeaderValue)?;
+            let n = v
+                .trim()
+                .parse::<u64>()
+                .map_err(|_| httparse::Error::HeaderValue)?;
+            // Two different lengths: no way to know where the body ends (RFC 9112 §6.3).
+            if length.is_some_and(|l| l != n) {
+                return Err(httparse::Error::HeaderValue);
+            }
+            length = Some(n);
+        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+            chunked = h
+                .value
+                .rsplit(|&b| b == b',')
+                .next()
+                .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+        } else if h.name.eq_ignore_ascii_case("connection") {
+            for token in h.value.split(|&b| b == b',') {
+                let token = token.trim_ascii();
+                if token.eq_ignore_ascii_case(b"close") {
+                    keep_alive = false;
+                } else if token.eq_ignore_ascii_case(b"keep-alive") {
+                    keep_alive = true;
+                }
+            }
+        }
+    }
+    if chunked && length.is_some() {
+        // Framed by chunks, but a message with both is a smuggling risk: read this one by
+        // its chunks and close the connection after it (RFC 9112 §6.3).
+        keep_alive = false;
+    }
+    let body = if head || status == 204 || status == 304 || (100..200).contains(&status) {
+        Body::Empty
+    } else if chunked {
+        Body::Chunked
+    } else if let Some(n) = length {
+        Body::Length(n)
+    } else {
+        Body::UntilClose
+    };
+    Ok(Some((len, status, keep_alive, body)))
 }
 
 #[cfg(test)]
@@ -423,6 +528,131 @@ mod tests {
             "http://h?x=1",
         ] {
             assert!(Endpoint::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    /// Serves each of `responses` on its own connection (written, then closed) and returns
+    /// what the client made of each.
+    fn exchange(responses: Vec<Vec<u8>>) -> Vec<Result<(u16, bool), Failure>> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let n = responses.len();
+            tokio::spawn(async move {
+                for bytes in responses {
+                    let (mut s, _) = listener.accept().await.unwrap();
+                    let mut request = [0u8; 1024];
+                    let _ = s.read(&mut request).await;
+                    let _ = s.write_all(&bytes).await;
+                    let _ = s.shutdown().await;
+                }
+            });
+            let mut out = Vec::new();
+            for _ in 0..n {
+                let mut conn = Conn::connect(addr, Duration::from_secs(2)).await.unwrap();
+                let result = tokio::time::timeout(
+                    Duration::from_secs(5),
+                    conn.round_trip(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", false),
+                )
+                .await
+                .unwrap_or(Err(Failure::Timeout));
+                out.push(result);
+            }
+            out
+        })
+    }
+
+    fn head_with(headers: usize, value_len: usize) -> Vec<u8> {
+        let mut head = String::from("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n");
+        for i in 0..headers {
+            head += &format!("X-H{i}: {}\r\n", "v".repeat(value_len));
+        }
+        head += "\r\nok";
+        head.into_bytes()
+    }
+
+    /// #18.7: 64 header lines were a protocol error; the limit is 64 KiB of head.
+    #[test]
+    fn heads_are_limited_by_bytes_not_by_header_count() {
+        let results = exchange(vec![
+            head_with(65, 8),
+            head_with(2000, 8),
+            head_with(60, 1000),
+            head_with(70, 1000),
+        ]);
+        assert_eq!(results[0], Ok((200, true)));
+        assert_eq!(
+            results[1],
+            Ok((200, true)),
+            "2000 short headers fit in 64 KiB"
+        );
+        assert_eq!(results[2], Ok((200, true)), "60 KiB of head");
+        assert_eq!(results[3], Err(Failure::Protocol), "70 KiB of head");
+    }
+
+    /// RFC 9112 §6.3: a response with both Transfer-Encoding and Content-Length is read by
+    /// its chunks and its connection not reused; two different lengths are an error.
+    #[test]
+    fn ambiguous_framing_is_not_reused_or_refused() {
+        let results = exchange(vec![
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n".to_vec(),
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok".to_vec(),
+        ]);
+        assert_eq!(results[0], Ok((200, false)));
+        assert_eq!(results[1], Err(Failure::Protocol));
+    }
+
+    /// A seeded mutation test of the response parser over real sockets: any bytes end in
+    /// an answer or a failure, never a panic or a hang.
+    #[test]
+    fn mutated_responses_never_panic() {
+        let seeds: [&[u8]; 4] = [
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;x=1\r\nhello\r\n0\r\nT: 1\r\n\r\n",
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.0 404 No\r\nConnection: keep-alive\r\n\r\nbody",
+            b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n",
+        ];
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut cases = Vec::new();
+        for i in 0..200 {
+            let mut bytes = seeds[i % seeds.len()].to_vec();
+            for _ in 0..(1 + next() % 4) {
+                let at = (next() as usize) % (bytes.len() + 1);
+                match next() % 4 {
+                    0 if at < bytes.len() => bytes[at] = next() as u8,
+                    1 if at < bytes.len() => {
+                        bytes.remove(at);
+                    }
+                    2 => bytes.insert(at, b"\r\n:0;-9fF"[(next() % 9) as usize]),
+                    _ => bytes.truncate(at),
+                }
+            }
+            cases.push(bytes);
+        }
+        let results = exchange(cases);
+        assert_eq!(results.len(), 200);
+    }
+
+    mod prop {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            /// Any base URL text: an endpoint or an error, never a panic.
+            #[test]
+            fn any_url_parses_or_errs(text in "(http://)?.{0,40}") {
+                let _ = Endpoint::parse(&text);
+            }
         }
     }
 

@@ -24,6 +24,8 @@
 //!     slo: Some(Slo::parse("p99<50ms,errors<1%").unwrap()),
 //!     rounds: 1,
 //!     request_label: "GET /".into(),
+//!     shard: scalpel_load::Shard::WHOLE,
+//!     start_at: None,
 //! };
 //! let target = Target::new("go", "http://127.0.0.1:8080", Arc::new(FixedRequest::new("GET", "/")))
 //!     .unwrap();
@@ -72,13 +74,17 @@
 mod http1;
 pub mod result;
 mod run;
+pub mod shard;
 mod slo;
+mod start;
 mod timer;
 mod worker;
 
-pub use http1::{Endpoint, RequestParts, UrlError};
+pub use http1::{Endpoint, MAX_HEAD_BYTES, RequestParts, UrlError};
 pub use run::{
     FixedRequest, LoadError, Model, Plan, Progress, RequestSource, ResourceUsage, ResourceWatch,
-    StepLimit, Target, probe, run,
+    StepLimit, Stop, Target, probe, run, run_until,
 };
-pub use slo::{DurationError, Slo, SloError, parse_duration};
+pub use shard::{Shard, ShardError};
+pub use slo::{Slo, SloError};
+pub use start::{StartAt, StartAtError};

@@ -17,8 +17,17 @@ pub const FORMAT_VERSION: u32 = 1;
 pub struct RunResult {
     /// Always [`FORMAT_VERSION`] when written by this version.
     pub format_version: u32,
-    /// The tool that wrote the file, e.g. `scalpel 0.1.0`.
+    /// The tool and its version that wrote the file, e.g. `scalpel 0.1.0` (several,
+    /// comma-separated, after a merge of runs from different versions).
     pub tool: String,
+    /// Identifies each measured part: one id for a run, the ids of every part after a merge, so a
+    /// run is never merged with itself. Empty in files from before it was recorded.
+    #[serde(default)]
+    pub part_ids: Vec<String>,
+    /// The run was stopped by a signal (SIGINT, SIGTERM): the last step of each target
+    /// that was running is `partial`, later steps were not run.
+    #[serde(default)]
+    pub interrupted: bool,
     /// When the run started, RFC 3339 UTC.
     pub started_at: String,
     /// Where it ran: host name, cores, CPU model, kernel.
@@ -27,6 +36,120 @@ pub struct RunResult {
     pub config: RunConfig,
     /// One entry per target, in the order given; ratios are computed against the first.
     pub targets: Vec<TargetResult>,
+    /// Which part of a sharded run (`--shard`) this file is; absent for a run in one process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<ShardInfo>,
+    /// After `scalpel report merge` of a shard set: the set and each shard's own figures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards: Option<ShardSet>,
+}
+
+/// One shard's place in a run spread over several processes or machines.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ShardInfo {
+    /// The run's id, the same on every shard: `--run-id`, or derived from the settings and
+    /// the start time.
+    pub run_id: String,
+    /// This shard's index, from 0 (as `JOB_COMPLETION_INDEX`); people read `index + 1` of
+    /// `count`.
+    pub index: u32,
+    /// How many shards the run has.
+    pub count: u32,
+    /// The common start (`--start-at`), RFC 3339; `null` without one.
+    pub start_at: Option<String>,
+    /// How many seconds after the common start this shard's first step began; `null`
+    /// without a common start.
+    pub start_late_s: Option<f64>,
+    /// A fingerprint of the settings that shape the traffic (targets, request, data, rates,
+    /// counts, time-outs, SLO, the number of shards): equal on every shard of one run.
+    pub settings: String,
+}
+
+/// A merged shard set: which run, and every shard's own figures, so a slow generator shows.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ShardSet {
+    /// The run's id.
+    pub run_id: String,
+    /// How many shards the run has (all of them are merged).
+    pub count: u32,
+    /// The common start, RFC 3339; `null` without one.
+    pub start_at: Option<String>,
+    /// The settings fingerprint every shard carried.
+    pub settings: String,
+    /// Each shard's figures, by index.
+    pub parts: Vec<ShardPart>,
+    /// What the merge found wrong with the set without refusing it, one sentence each: a
+    /// shard whose clock started a step more than a tenth of a step late, a step only some
+    /// shards ran.
+    pub flags: Vec<String>,
+}
+
+/// One shard's figures in a merged set.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ShardPart {
+    /// The shard's index, from 0.
+    pub index: u32,
+    /// The machine it ran on.
+    pub host: String,
+    /// How late its first step started, in seconds, when there was a common start.
+    pub start_late_s: Option<f64>,
+    /// Its figures per target and step (no histograms: the merged steps hold the sum).
+    pub targets: Vec<ShardTarget>,
+}
+
+/// One target's steps as one shard measured them.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ShardTarget {
+    /// The target's name.
+    pub name: String,
+    /// Its steps in this shard, in order.
+    pub steps: Vec<ShardStep>,
+}
+
+/// One step of one target as one shard measured it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ShardStep {
+    /// Position of the step, from 0.
+    pub index: u32,
+    /// This shard's part of the asked rate.
+    pub offered_rps: Option<f64>,
+    /// What it achieved.
+    pub achieved_rps: f64,
+    /// Attempts that ended.
+    pub requests: u64,
+    /// Errors.
+    pub errors: u64,
+    /// Sent late for want of a free connection.
+    pub late: u64,
+    /// Never sent.
+    pub not_sent: u64,
+    /// Its latency percentiles.
+    pub latency_ms: Option<LatencySummary>,
+    /// How late its clock started, in seconds.
+    pub start_late_s: Option<f64>,
+    /// Its own verdict on its part (rps limits scaled to its share).
+    pub slo_held: Option<bool>,
+    /// Cut short by an interrupt.
+    pub partial: bool,
+}
+
+impl ShardStep {
+    /// The shard's figures of a step.
+    pub fn of(step: &StepResult) -> ShardStep {
+        ShardStep {
+            index: step.index,
+            offered_rps: step.offered_rps,
+            achieved_rps: step.achieved_rps,
+            requests: step.requests,
+            errors: step.errors,
+            late: step.late,
+            not_sent: step.not_sent,
+            latency_ms: step.latency_ms,
+            start_late_s: step.start_late_s,
+            slo_held: step.slo_held,
+            partial: step.partial,
+        }
+    }
 }
 
 /// The machine a run was made on (several when runs were merged).
@@ -79,9 +202,10 @@ pub struct TargetResult {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct BreakingPoint {
     /// Offered rate (requests/s) of the last step that held the SLO; 0 when even the first
-    /// step broke it.
-    pub rps: f64,
-    /// Why the first failing step failed, e.g. `p99 71.3ms >= 50ms at 4000 rps`.
+    /// step broke it; `null` in the closed model, which offers no rate.
+    pub rps: Option<f64>,
+    /// Why the first failing step failed: every clause that broke, e.g.
+    /// `p99 71.3ms >= 50ms, errors 3% >= 1% at 4000 rps`.
     pub reason: String,
 }
 
@@ -92,28 +216,51 @@ pub struct StepResult {
     pub index: u32,
     /// Asked rate in requests/s; `null` in the closed model.
     pub offered_rps: Option<f64>,
-    /// Requests completed (any outcome) per second: time-bound steps count the completions
-    /// inside the scheduled window and divide by its length; count-bound steps divide all
-    /// completions by `duration_s`.
+    /// Answers (any status) per second: time-bound steps count the answers inside the
+    /// scheduled window and divide by its length; count-bound steps divide all answers by
+    /// `duration_s`, or by the schedule's length when that is longer (so a short step
+    /// never shows more than was offered).
     pub achieved_rps: f64,
     /// Wall time of the step in seconds, from the start to the last completion.
     pub duration_s: f64,
-    /// Requests completed in the step (successes and errors).
+    /// Attempts that ended: `sent` plus failed connects (in the closed model, a failed
+    /// connect counts as the requests the connection would have sent in the time lost).
     pub requests: u64,
-    /// Requests that failed: connection errors, time-outs and non-2xx statuses.
+    /// Requests written to a connection.
+    #[serde(default)]
+    pub sent: u64,
+    /// Sent requests that got a whole response, any status.
+    #[serde(default)]
+    pub answered: u64,
+    /// Sent requests that got no answer: time-out, broken connection, invalid response.
+    #[serde(default)]
+    pub failed: u64,
+    /// Failed connects, sent requests with no answer, and non-2xx answers.
     pub errors: u64,
-    /// Errors by kind: `connect`, `timeout`, `io`, `status_503`, … Every non-2xx status has
-    /// its own key.
+    /// Errors by kind: `connect`, `timeout`, `io`, `protocol`, `status_503`, … Every
+    /// non-2xx status has its own key. Kinds `local:ERRNO` (`local:EMFILE`, …) are the
+    /// load generator's own failures: counted in `not_sent`, never in `errors`.
     pub error_kinds: BTreeMap<String, u64>,
     /// Open models: requests whose send started later than their intended time because
     /// the in-flight limit was reached (their latency still counts from the intended time).
     pub late: u64,
-    /// Open models: requests that were never sent because the step ended while they waited
-    /// for a free slot; counted, never silently dropped.
+    /// Requests due that were never sent: still waiting for a free connection when the
+    /// step ended, beyond what the generator could schedule, or failed by the generator's
+    /// own limits (`local:*` kinds); counted, never silently dropped.
     pub not_sent: u64,
-    /// Latency summary in milliseconds, from the histogram below.
-    pub latency_ms: LatencySummary,
-    /// The latency histogram (microseconds), HdrHistogram V2+deflate, base64.
+    /// Requests in flight when the run was interrupted (partial steps only); in no other
+    /// count.
+    #[serde(default)]
+    pub interrupted: u64,
+    /// The step was cut short by an interrupt: its figures cover the time until then, and
+    /// it has no SLO verdict.
+    #[serde(default)]
+    pub partial: bool,
+    /// Latency summary in milliseconds, from the histogram below; `null` when nothing was
+    /// sent (an empty histogram has no percentiles, and 0 would read as fast).
+    pub latency_ms: Option<LatencySummary>,
+    /// The latency histogram (microseconds), HdrHistogram V2+deflate, base64: every sent
+    /// request, answered ones at their answer and the others at the moment they failed.
     pub histogram: String,
     /// Mean CPU% of the watched process tree (100 = one core); `null` when not watched.
     pub cpu_percent: Option<f64>,
@@ -127,8 +274,32 @@ pub struct StepResult {
     pub pss_mb: Option<f64>,
     /// Peak proportional set size of the tree in MiB.
     pub pss_mb_peak: Option<f64>,
-    /// Whether this step held the SLO; `null` when no SLO was given.
+    /// Whether this step held the SLO; `null` when no SLO was given or the step is partial.
     pub slo_held: Option<bool>,
+    /// Why the step did not hold: every clause that broke; `null` when it held.
+    #[serde(default)]
+    pub slo_reason: Option<String>,
+    /// With a common clock (`--start-at`): how many seconds after its planned time the
+    /// step's clock started (0 when on time); `null` without one, and for count-bound steps
+    /// after the first, whose start cannot be planned. In a merged run, the latest shard's.
+    #[serde(default)]
+    pub start_late_s: Option<f64>,
+}
+
+impl StepResult {
+    /// Requests the step was due to make: every attempt plus those never sent.
+    pub fn due(&self) -> u64 {
+        self.requests + self.not_sent
+    }
+
+    /// Requests the load generator itself failed to send (`local:*` error kinds).
+    pub fn local_failures(&self) -> u64 {
+        self.error_kinds
+            .iter()
+            .filter(|(k, _)| k.starts_with("local:"))
+            .map(|(_, n)| n)
+            .sum()
+    }
 }
 
 /// Latency percentiles in milliseconds.
@@ -191,20 +362,21 @@ pub fn decode_histogram(text: &str) -> Result<hdrhistogram::Histogram<u64>, Hist
 }
 
 impl LatencySummary {
-    /// Percentiles of a microsecond histogram, in milliseconds. An empty histogram gives zeros.
-    pub fn from_histogram(histogram: &hdrhistogram::Histogram<u64>) -> Self {
+    /// Percentiles of a microsecond histogram, in milliseconds; `None` for an empty one
+    /// (no latency was measured, which must never read as 0 ms).
+    pub fn from_histogram(histogram: &hdrhistogram::Histogram<u64>) -> Option<Self> {
         if histogram.is_empty() {
-            return Self::default();
+            return None;
         }
         let ms = |us: u64| us as f64 / 1000.0;
-        Self {
+        Some(Self {
             mean: histogram.mean() / 1000.0,
             p50: ms(histogram.value_at_quantile(0.50)),
             p90: ms(histogram.value_at_quantile(0.90)),
             p99: ms(histogram.value_at_quantile(0.99)),
             p999: ms(histogram.value_at_quantile(0.999)),
             max: ms(histogram.max()),
-        }
+        })
     }
 }
 
@@ -224,6 +396,11 @@ mod tests {
             LatencySummary::from_histogram(&back),
             LatencySummary::from_histogram(&h)
         );
+    }
+
+    #[test]
+    fn empty_histogram_has_no_percentiles_not_zeros() {
+        assert_eq!(LatencySummary::from_histogram(&new_histogram()), None);
     }
 
     #[test]

@@ -2,15 +2,18 @@
 //! each target's segments into one [`StepResult`] per step, judging the SLO, and assembling
 //! the [`RunResult`].
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::http1::{Conn, Endpoint, RequestParts, UrlError};
+use crate::http1::{Conn, Endpoint, Failure, RequestParts, UrlError};
 use crate::result::{
-    BreakingPoint, FORMAT_VERSION, LatencySummary, Machine, RunConfig, RunResult, StepResult,
-    TargetResult, encode_histogram,
+    FORMAT_VERSION, LatencySummary, Machine, RunConfig, RunResult, StepResult, TargetResult,
+    encode_histogram,
 };
+use crate::shard::Shard;
 use crate::slo::Slo;
+use crate::start::StartAt;
 use crate::worker::{Limit, Live, Outcome, Pacing, SegmentSpec, Tally, run_segment, share};
 
 /// Renders request number `index` of a run. Implemented by the CLI over `scalpel-requests`;
@@ -49,6 +52,45 @@ impl RequestSource for FixedRequest {
     }
     fn render(&self, _index: u64, out: &mut RequestParts) {
         out.clone_from(&self.0);
+    }
+}
+
+/// Asks a running load to stop early, e.g. from a SIGINT handler on another thread. The
+/// run stops claiming requests, cuts those in flight (counted `interrupted`), marks the
+/// step it was in `partial` and returns everything measured until then.
+#[derive(Debug, Clone, Default)]
+pub struct Stop(Arc<StopState>);
+
+#[derive(Debug, Default)]
+struct StopState {
+    raised: AtomicBool,
+    at: OnceLock<Instant>,
+}
+
+impl Stop {
+    /// A stop that has not been raised.
+    pub fn new() -> Stop {
+        Stop::default()
+    }
+
+    /// Raises it (idempotent; the first call's time counts).
+    pub fn stop(&self) {
+        let _ = self.0.at.set(Instant::now());
+        self.0.raised.store(true, Ordering::Release);
+    }
+
+    /// Whether it was raised.
+    pub fn is_stopped(&self) -> bool {
+        self.0.raised.load(Ordering::Acquire)
+    }
+
+    /// When it was raised.
+    pub(crate) fn at(&self) -> Option<Instant> {
+        if self.is_stopped() {
+            self.0.at.get().copied()
+        } else {
+            None
+        }
     }
 }
 
@@ -170,6 +212,14 @@ pub struct Plan {
     pub rounds: u32,
     /// A description of the request for the result file, e.g. `GET /v1/users/{id}`.
     pub request_label: String,
+    /// This process's part of a run spread over several (`--shard`); rates, `connections`,
+    /// `max_in_flight` and request counts above are the whole run's, and this process takes
+    /// its share of each (see [`crate::shard`]). [`Shard::WHOLE`] for a run in one process.
+    pub shard: Shard,
+    /// The common clock (`--start-at`): the first step starts at this wall-clock time, and
+    /// time-bound step `k` (segment `k` of the alternation) `k` step-lengths later, so the
+    /// steps of every shard line up. `None`: start as soon as the connections are open.
+    pub start_at: Option<StartAt>,
 }
 
 /// Failure to start a run.
@@ -267,14 +317,28 @@ impl Plan {
         if self.max_in_flight == 0 {
             return bad("the in-flight limit must be at least 1");
         }
+        // Every shard refuses alike: one that got nothing would make the set incomplete.
+        let shards = self.shard.count();
+        if self.connections < shards {
+            return Err(LoadError::BadPlan(format!(
+                "{} connections are the whole run's: too few for {shards} shards (at least one each)",
+                self.connections
+            )));
+        }
+        if !matches!(self.model, Model::Closed) && self.max_in_flight < shards {
+            return Err(LoadError::BadPlan(format!(
+                "the in-flight limit {} is the whole run's: too low for {shards} shards (at least one each)",
+                self.max_in_flight
+            )));
+        }
         if self.rounds == 0 || self.threads == 0 {
             return bad("rounds and threads must be at least 1");
         }
         match self.limit {
             StepLimit::Duration(d) if d.is_zero() => bad("the duration must be longer than 0"),
             StepLimit::Requests(0) => bad("the request count must be at least 1"),
-            StepLimit::Requests(n) if n < u64::from(self.rounds) => {
-                bad("the request count must be at least the number of rounds")
+            StepLimit::Requests(n) if n < u64::from(self.rounds) * u64::from(shards) => {
+                bad("the request count must be at least the number of rounds times the shards")
             }
             _ => Ok(()),
         }
@@ -287,7 +351,11 @@ pub fn probe(plan: &Plan, targets: &[Target]) -> Result<(), LoadError> {
     resolve_all(plan, targets).map(|_| ())
 }
 
-fn resolve_all(plan: &Plan, targets: &[Target]) -> Result<Vec<std::net::SocketAddr>, LoadError> {
+/// Each target's address and the latency of its probe request.
+fn resolve_all(
+    plan: &Plan,
+    targets: &[Target],
+) -> Result<Vec<(std::net::SocketAddr, Duration)>, LoadError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -303,30 +371,36 @@ fn resolve_all(plan: &Plan, targets: &[Target]) -> Result<Vec<std::net::SocketAd
                 .await
                 .map_err(|_| fail("name resolution timed out".into()))?
                 .map_err(|e| fail(format!("cannot resolve host: {e}")))?;
-            let mut conn = Conn::connect(addr, plan.connect_timeout)
-                .await
-                .map_err(|_| {
-                    fail(format!(
-                        "cannot connect to {addr} within {:?}",
-                        plan.connect_timeout
-                    ))
-                })?;
+            let started = Instant::now();
+            let mut conn =
+                Conn::connect(addr, plan.connect_timeout)
+                    .await
+                    .map_err(|f| match f {
+                        Failure::Local(_) => {
+                            fail(format!("cannot open a connection to {addr}: {f}"))
+                        }
+                        _ => fail(format!(
+                            "cannot connect to {addr} within {}",
+                            scalpel_units::format_duration(plan.connect_timeout)
+                        )),
+                    })?;
+            // The shard's own first request: a sharded run probes with N different ones.
             let mut parts = RequestParts::default();
-            t.source.render(0, &mut parts);
+            t.source.render(plan.shard.global(0), &mut parts);
             let mut wire = Vec::new();
             parts.encode(&t.endpoint, &mut wire);
             match tokio::time::timeout(plan.timeout, conn.round_trip(&wire, parts.is_head())).await
             {
                 Ok(Ok(_)) => {}
-                Ok(Err(f)) => return Err(fail(format!("probe request failed ({f:?})"))),
+                Ok(Err(f)) => return Err(fail(format!("the probe request failed: {f}"))),
                 Err(_) => {
                     return Err(fail(format!(
-                        "no response to a probe request within {:?}",
-                        plan.timeout
+                        "no response to a probe request within {}",
+                        scalpel_units::format_duration(plan.timeout)
                     )));
                 }
             }
-            addrs.push(addr);
+            addrs.push((addr, started.elapsed()));
         }
         Ok(addrs)
     })
@@ -338,20 +412,71 @@ struct StepAcc {
     /// Sum of the segments' time windows (time-bound steps).
     window: Option<Duration>,
     usage: Option<ResourceUsage>,
+    /// Segments run; fewer than the plan's rounds when an interrupt came first.
+    segments: u32,
+    /// An interrupt cut a segment of this step short.
+    cut: bool,
+    /// The latest any of its segments started after its planned time on the common clock.
+    start_late: Option<Duration>,
+}
+
+/// What the run loop knows about one target between steps.
+struct TargetState {
+    addr: std::net::SocketAddr,
+    /// Still ramping (no step has broken the SLO yet).
+    active: bool,
+    /// One connection's pace in the closed model: the mean latency of the target's answers
+    /// so far (the probe's at first), to weigh failed connects against.
+    pace: Duration,
 }
 
 /// Runs the plan against the targets and returns everything measured. `progress` is called
 /// about five times a second from the calling thread.
 pub fn run(
     plan: &Plan,
-    mut targets: Vec<Target>,
+    targets: Vec<Target>,
     progress: &mut dyn FnMut(&Progress<'_>),
 ) -> Result<RunResult, LoadError> {
+    run_until(plan, targets, progress, &Stop::new())
+}
+
+/// [`run`], ending early when `stop` is raised (a signal): the steps finished so far and
+/// the one that was running, marked `partial`, are returned with
+/// [`RunResult::interrupted`] set.
+pub fn run_until(
+    plan: &Plan,
+    mut targets: Vec<Target>,
+    progress: &mut dyn FnMut(&Progress<'_>),
+    stop: &Stop,
+) -> Result<RunResult, LoadError> {
     plan.validate(&targets)?;
-    let started_at = rfc3339_now();
-    let addrs = resolve_all(plan, &targets)?;
+    let mut states: Vec<TargetState> = resolve_all(plan, &targets)?
+        .into_iter()
+        .map(|(addr, probe)| TargetState {
+            addr,
+            active: true,
+            pace: probe,
+        })
+        .collect();
+    // The common clock on this process's monotonic one; steps are planned from it.
+    let anchor = plan.start_at.map(|at| {
+        let now = (Instant::now(), StartAt::now());
+        let ahead = now.1.seconds_until(at);
+        if ahead >= 0.0 {
+            now.0 + Duration::from_secs_f64(ahead)
+        } else {
+            now.0
+                .checked_sub(Duration::from_secs_f64(-ahead))
+                .unwrap_or(now.0)
+        }
+    });
+    let started_at = plan
+        .start_at
+        .map_or_else(rfc3339_now, |at| at.max(StartAt::now()).to_string());
+    let run_id = new_run_id(&started_at);
+    // A shard judges its own part: `rps` limits are the whole run's.
+    let slo = plan.slo.as_ref().map(|s| s.for_part(plan.shard.count()));
     let rates = plan.rates();
-    let threads = plan.threads;
     let mut results: Vec<TargetResult> = targets
         .iter()
         .map(|t| TargetResult {
@@ -361,169 +486,327 @@ pub fn run(
             breaking_point: None,
         })
         .collect();
-    let mut active: Vec<bool> = vec![true; targets.len()];
-    let mut last_held: Vec<Option<f64>> = vec![None; targets.len()];
+    let mut clock = SegmentClock {
+        segments_left: (rates.len() * targets.len()) as u32 * plan.rounds,
+        sequence: 0,
+        anchor,
+    };
+    for (step_index, rate) in rates.iter().enumerate() {
+        if stop.is_stopped() || !states.iter().any(|s| s.active) {
+            break;
+        }
+        let step = StepPlan {
+            index: step_index as u32,
+            steps: rates.len() as u32,
+            rate: *rate,
+        };
+        let accs = run_step(
+            plan,
+            &step,
+            &mut targets,
+            &mut states,
+            &mut clock,
+            stop,
+            progress,
+        )?;
+        for (ti, acc) in accs.into_iter().enumerate() {
+            let Some(acc) = acc else { continue };
+            let partial = acc.cut || acc.segments < plan.rounds;
+            // This shard's part of the step's rate: every N-th request of the schedule.
+            let offered = rate.map(|r| plan.shard.rate(r));
+            let limit = match plan.limit {
+                StepLimit::Requests(n) => StepLimit::Requests(plan.shard.share(n)),
+                d => d,
+            };
+            let mut result = step_result(step.index, offered, limit, acc);
+            result.partial = partial;
+            let target = &mut results[ti];
+            target.steps.push(result);
+            if let Some(slo) = &slo {
+                target.breaking_point = slo.judge(&mut target.steps);
+                states[ti].active = target.breaking_point.is_none();
+            }
+        }
+        // Segments of targets that stopped are not run: keep the time-left estimate honest.
+        let live = states.iter().filter(|s| s.active).count() as u32;
+        let steps_after = (rates.len() - step_index - 1) as u32;
+        clock.segments_left = clock.segments_left.min(live * plan.rounds * steps_after);
+    }
+    Ok(RunResult {
+        format_version: FORMAT_VERSION,
+        tool: format!("scalpel {}", env!("CARGO_PKG_VERSION")),
+        part_ids: vec![run_id],
+        interrupted: stop.is_stopped(),
+        started_at,
+        machine: machine(),
+        config: run_config(plan),
+        targets: results,
+        // The caller, which knows the run's id and settings, describes the shard.
+        shard: None,
+        shards: None,
+    })
+}
+
+/// One step's rate and place in the run.
+struct StepPlan {
+    index: u32,
+    steps: u32,
+    rate: Option<f64>,
+}
+
+/// The alternation and the time-left estimate across the run.
+struct SegmentClock {
+    segments_left: u32,
+    /// Rounds run so far: odd ones run the targets in reverse order.
+    sequence: u64,
+    /// The common clock's start (`--start-at`) on this process's monotonic clock.
+    anchor: Option<Instant>,
+}
+
+impl SegmentClock {
+    /// When segment `slot` of the run (counting every target's segments in the order of
+    /// the alternation, also those of targets that stopped, so the plan is the same on every
+    /// shard) is due on the common clock: `slot` segment-lengths after the anchor when
+    /// time-bound; only the first when count-bound (its length is not known ahead).
+    fn planned(&self, slot: u64, segment_time: Option<Duration>) -> Option<Instant> {
+        let anchor = self.anchor?;
+        match segment_time {
+            Some(seg) => Some(anchor + seg.saturating_mul(u32::try_from(slot).ok()?)),
+            None => (slot == 0).then_some(anchor),
+        }
+    }
+}
+
+/// Sleeps until `at` less a margin to open the connections in, in short naps so an
+/// interrupt is seen at once: a segment's threads then wait for the rest at the gate, on
+/// connections too fresh for a server's idle time-out.
+fn wait_until(at: Instant, stop: &Stop) {
+    const MARGIN: Duration = Duration::from_secs(1);
+    loop {
+        let now = Instant::now();
+        if stop.is_stopped() || now + MARGIN >= at {
+            return;
+        }
+        std::thread::sleep((at - MARGIN - now).min(Duration::from_millis(100)));
+    }
+}
+
+/// Runs one step: `rounds` segments of every active target, in alternating order, until
+/// done or stopped. Returns each target's accumulated segments (`None` for targets that
+/// did not run in this step).
+fn run_step(
+    plan: &Plan,
+    step: &StepPlan,
+    targets: &mut [Target],
+    states: &mut [TargetState],
+    clock: &mut SegmentClock,
+    stop: &Stop,
+    progress: &mut dyn FnMut(&Progress<'_>),
+) -> Result<Vec<Option<StepAcc>>, LoadError> {
     let rounds = plan.rounds;
     let segment_time = match plan.limit {
         StepLimit::Duration(d) => Some(d / rounds),
         StepLimit::Requests(_) => None,
     };
-    let mut segments_left = (rates.len() * targets.len()) as u32 * rounds;
-    let mut sequence = 0u64;
-    for (step_index, rate) in rates.iter().enumerate() {
-        let live_targets: Vec<usize> = (0..targets.len()).filter(|&i| active[i]).collect();
-        if live_targets.is_empty() {
-            break;
+    let live: Vec<usize> = (0..targets.len()).filter(|&i| states[i].active).collect();
+    let mut accs: Vec<Option<StepAcc>> = (0..targets.len()).map(|_| None).collect();
+    let n_targets = targets.len() as u64;
+    'rounds: for round in 0..rounds {
+        // Alternate the order each round, continuing across steps: A,B then B,A, …
+        let reversed = clock.sequence % 2 == 1;
+        let mut order = live.clone();
+        if reversed {
+            order.reverse();
         }
-        let mut accs: Vec<Option<StepAcc>> = (0..targets.len()).map(|_| None).collect();
-        for round in 0..rounds {
-            // Alternate the order each round, continuing across steps: A,B then B,A, …
-            let mut order = live_targets.clone();
-            if sequence % 2 == 1 {
-                order.reverse();
+        clock.sequence += 1;
+        for &ti in &order {
+            if stop.is_stopped() {
+                break 'rounds;
             }
-            sequence += 1;
-            for &ti in &order {
-                let limit = match plan.limit {
-                    StepLimit::Duration(_) => Limit::Time(segment_time.expect("time-bound")),
-                    StepLimit::Requests(n) => {
-                        Limit::Count(share(n, u64::from(rounds), u64::from(round)))
-                    }
-                };
-                let pacing = match rate {
-                    None => Pacing::Closed {
-                        connections: plan.connections,
-                    },
-                    Some(rate) => Pacing::Open {
-                        rate: *rate,
-                        max_in_flight: plan.max_in_flight,
-                        preconnect: plan.connections.min(plan.max_in_flight),
-                    },
-                };
-                let seg_threads = match pacing {
-                    Pacing::Closed { connections } => threads.min(connections).max(1),
-                    Pacing::Open { max_in_flight, .. } => threads.min(max_in_flight).max(1),
-                };
-                let target = &mut targets[ti];
-                let spec = Arc::new(SegmentSpec {
-                    addr: addrs[ti],
-                    endpoint: target.endpoint.clone(),
-                    source: target.source.clone(),
-                    pacing,
-                    limit,
-                    threads: seg_threads,
-                    connect_timeout: plan.connect_timeout,
-                    timeout: plan.timeout,
-                });
-                if let Some(w) = target.watch.as_mut() {
-                    w.begin();
-                }
-                let mut last = (Instant::now(), 0u64, 0u64);
-                let name = target.name.clone();
-                let steps = rates.len() as u32;
-                let seg_left_after = segments_left.saturating_sub(1);
-                let outcome: Outcome = run_segment(spec, |lives: &[Arc<Live>], t0: Instant| {
-                    let now = Instant::now();
-                    if now.duration_since(last.0) < Duration::from_millis(200) {
-                        return;
-                    }
-                    let sum = |f: fn(&Live) -> u64| lives.iter().map(|l| f(l)).sum::<u64>();
-                    let completed = sum(|l| l.completed.load(std::sync::atomic::Ordering::Relaxed));
-                    let errors = sum(|l| l.errors.load(std::sync::atomic::Ordering::Relaxed));
-                    let lat = sum(|l| l.latency_us_sum.load(std::sync::atomic::Ordering::Relaxed));
-                    let dt = now.duration_since(last.0).as_secs_f64();
-                    let dn = completed - last.1;
-                    let mean = if dn > 0 {
-                        (lat - last.2) as f64 / dn as f64 / 1000.0
-                    } else {
-                        0.0
-                    };
-                    let left = segment_time.map(|seg| {
-                        seg.saturating_sub(now.saturating_duration_since(t0)) + seg * seg_left_after
-                    });
-                    progress(&Progress {
-                        target: &name,
-                        step: step_index as u32,
-                        steps,
-                        offered_rps: *rate,
-                        rps: dn as f64 / dt,
-                        mean_latency_ms: mean,
-                        errors,
-                        completed,
-                        left,
-                    });
-                    last = (now, completed, lat);
-                })?;
-                segments_left = seg_left_after;
-                let usage = targets[ti].watch.as_mut().and_then(|w| w.end());
-                let acc = accs[ti].get_or_insert_with(|| StepAcc {
-                    tally: Tally::new(),
-                    wall: Duration::ZERO,
-                    window: None,
-                    usage: None,
-                });
-                acc.tally.merge(outcome.tally);
-                acc.wall += outcome.wall;
-                acc.window = match (acc.window, outcome.window) {
-                    (None, w) | (w, None) => w,
-                    (Some(a), Some(b)) => Some(a + b),
-                };
-                acc.usage = combine(acc.usage, usage);
-            }
-        }
-        for &ti in &live_targets {
-            let acc = accs[ti].take().expect("every live target ran this step");
-            let mut step = step_result(step_index as u32, *rate, acc);
-            if let Some(slo) = &plan.slo {
-                match slo.violation(&step) {
-                    None => {
-                        step.slo_held = Some(true);
-                        last_held[ti] = Some(rate.unwrap_or(step.achieved_rps));
-                    }
-                    Some(reason) => {
-                        step.slo_held = Some(false);
-                        active[ti] = false;
-                        results[ti].breaking_point = Some(BreakingPoint {
-                            rps: last_held[ti].unwrap_or(0.0),
-                            reason,
-                        });
-                    }
+            // The segment's place on the common clock, the same on every shard.
+            let position = if reversed {
+                n_targets - 1 - ti as u64
+            } else {
+                ti as u64
+            };
+            let slot = (u64::from(step.index) * u64::from(rounds) + u64::from(round)) * n_targets
+                + position;
+            let planned = clock.planned(slot, segment_time);
+            if let Some(at) = planned {
+                wait_until(at, stop);
+                if stop.is_stopped() {
+                    break 'rounds;
                 }
             }
-            results[ti].steps.push(step);
+            let limit = match plan.limit {
+                StepLimit::Duration(_) => Limit::Time(segment_time.expect("time-bound")),
+                StepLimit::Requests(n) => {
+                    Limit::Count(share(n, u64::from(rounds), u64::from(round)))
+                }
+            };
+            // Rates and counts stay the whole run's (the schedule is shared out by index);
+            // connections and the in-flight limit are this shard's part.
+            let part = |n: u32| plan.shard.share(u64::from(n)) as u32;
+            let pacing = match step.rate {
+                None => Pacing::Closed {
+                    connections: part(plan.connections),
+                },
+                Some(rate) => Pacing::Open {
+                    rate,
+                    max_in_flight: part(plan.max_in_flight),
+                    preconnect: part(plan.connections).min(part(plan.max_in_flight)),
+                },
+            };
+            let seg_threads = match pacing {
+                Pacing::Closed { connections } => plan.threads.min(connections).max(1),
+                Pacing::Open { max_in_flight, .. } => plan.threads.min(max_in_flight).max(1),
+            };
+            let target = &mut targets[ti];
+            let spec = Arc::new(SegmentSpec {
+                addr: states[ti].addr,
+                endpoint: target.endpoint.clone(),
+                source: target.source.clone(),
+                pacing,
+                limit,
+                threads: seg_threads,
+                connect_timeout: plan.connect_timeout,
+                timeout: plan.timeout,
+                stop: stop.clone(),
+                typical_latency: states[ti].pace,
+                shard: plan.shard,
+                planned,
+            });
+            if let Some(w) = target.watch.as_mut() {
+                w.begin();
+            }
+            let seg_left_after = clock.segments_left.saturating_sub(1);
+            let mut show = LiveProgress {
+                name: &target.name,
+                step,
+                shard: plan.shard,
+                segment_time,
+                seg_left_after,
+                last: (Instant::now(), 0, 0),
+            };
+            let outcome: Outcome = run_segment(spec, |lives, t0| show.report(lives, t0, progress))?;
+            clock.segments_left = seg_left_after;
+            let usage = targets[ti].watch.as_mut().and_then(|w| w.end());
+            if let Some(pace) = outcome.tally.answered_mean() {
+                states[ti].pace = pace;
+            }
+            let acc = accs[ti].get_or_insert_with(|| StepAcc {
+                tally: Tally::new(),
+                wall: Duration::ZERO,
+                window: None,
+                usage: None,
+                segments: 0,
+                cut: false,
+                start_late: None,
+            });
+            acc.tally.merge(outcome.tally);
+            acc.wall += outcome.wall;
+            acc.window = match (acc.window, outcome.window) {
+                (None, w) | (w, None) => w,
+                (Some(a), Some(b)) => Some(a + b),
+            };
+            acc.usage = combine(acc.usage, usage);
+            acc.segments += 1;
+            acc.cut |= outcome.partial;
+            acc.start_late = acc.start_late.max(outcome.start_late);
         }
-        // Segments of targets that stopped are not run: keep the time-left estimate honest.
-        let stopped = (0..targets.len()).filter(|&i| !active[i]).count() as u32;
-        let steps_after = (rates.len() - step_index - 1) as u32;
-        segments_left = segments_left.min((targets.len() as u32 - stopped) * rounds * steps_after);
     }
+    Ok(accs)
+}
+
+/// The progress line's view of one segment.
+struct LiveProgress<'a> {
+    name: &'a str,
+    step: &'a StepPlan,
+    shard: Shard,
+    segment_time: Option<Duration>,
+    seg_left_after: u32,
+    /// When the line was last given, with the completions and latency sum then.
+    last: (Instant, u64, u64),
+}
+
+impl LiveProgress<'_> {
+    fn report(
+        &mut self,
+        lives: &[Arc<Live>],
+        t0: Instant,
+        progress: &mut dyn FnMut(&Progress<'_>),
+    ) {
+        let now = Instant::now();
+        if now.duration_since(self.last.0) < Duration::from_millis(200) {
+            return;
+        }
+        let sum = |f: fn(&Live) -> u64| lives.iter().map(|l| f(l)).sum::<u64>();
+        let completed = sum(|l| l.completed.load(Ordering::Relaxed));
+        let errors = sum(|l| l.errors.load(Ordering::Relaxed));
+        let lat = sum(|l| l.latency_us_sum.load(Ordering::Relaxed));
+        let dt = now.duration_since(self.last.0).as_secs_f64();
+        let dn = completed.saturating_sub(self.last.1);
+        let mean = if dn > 0 {
+            lat.saturating_sub(self.last.2) as f64 / dn as f64 / 1000.0
+        } else {
+            0.0
+        };
+        let left = self.segment_time.map(|seg| {
+            seg.saturating_sub(now.saturating_duration_since(t0)) + seg * self.seg_left_after
+        });
+        progress(&Progress {
+            target: self.name,
+            step: self.step.index,
+            steps: self.step.steps,
+            offered_rps: self.step.rate.map(|r| self.shard.rate(r)),
+            rps: dn as f64 / dt,
+            mean_latency_ms: mean,
+            errors,
+            completed,
+            left,
+        });
+        self.last = (now, completed, lat);
+    }
+}
+
+fn run_config(plan: &Plan) -> RunConfig {
     let model = match plan.model {
         Model::Closed => "closed",
         Model::Open { .. } => "open",
         Model::Ramp { .. } => "ramp",
     };
-    Ok(RunResult {
-        format_version: FORMAT_VERSION,
-        tool: format!("scalpel {}", env!("CARGO_PKG_VERSION")),
-        started_at,
-        machine: machine(),
-        config: RunConfig {
-            model: model.to_string(),
-            connections: plan.connections,
-            max_in_flight: (!matches!(plan.model, Model::Closed)).then_some(plan.max_in_flight),
-            step_duration_s: match plan.limit {
-                StepLimit::Duration(d) => Some(d.as_secs_f64()),
-                StepLimit::Requests(_) => None,
-            },
-            requests_per_step: match plan.limit {
-                StepLimit::Requests(n) => Some(n),
-                StepLimit::Duration(_) => None,
-            },
-            slo: plan.slo.as_ref().map(|s| s.as_str().to_string()),
-            request: plan.request_label.clone(),
+    // A shard writes its own part; `scalpel report merge` adds the parts up again.
+    let part = |n: u32| plan.shard.share(u64::from(n)) as u32;
+    RunConfig {
+        model: model.to_string(),
+        connections: part(plan.connections),
+        max_in_flight: (!matches!(plan.model, Model::Closed)).then_some(part(plan.max_in_flight)),
+        step_duration_s: match plan.limit {
+            StepLimit::Duration(d) => Some(d.as_secs_f64()),
+            StepLimit::Requests(_) => None,
         },
-        targets: results,
-    })
+        requests_per_step: match plan.limit {
+            StepLimit::Requests(n) => Some(plan.shard.share(n)),
+            StepLimit::Duration(_) => None,
+        },
+        slo: plan.slo.as_ref().map(|s| s.as_str().to_string()),
+        request: plan.request_label.clone(),
+    }
+}
+
+/// An id unlikely to repeat: the start time, the host, the process and the nanoseconds,
+/// so that `scalpel report merge` can tell a run given twice from two runs.
+fn new_run_id(started_at: &str) -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!(
+        "{}-{}-{}-{nanos:09}",
+        read_trimmed("/proc/sys/kernel/hostname"),
+        started_at,
+        std::process::id()
+    )
 }
 
 fn combine(a: Option<ResourceUsage>, b: Option<ResourceUsage>) -> Option<ResourceUsage> {
@@ -552,15 +835,22 @@ fn combine(a: Option<ResourceUsage>, b: Option<ResourceUsage>) -> Option<Resourc
     }
 }
 
-fn step_result(index: u32, offered: Option<f64>, acc: StepAcc) -> StepResult {
+fn step_result(index: u32, offered: Option<f64>, limit: StepLimit, acc: StepAcc) -> StepResult {
     let t = acc.tally;
     let secs = acc.wall.as_secs_f64();
-    // Time-bound: completions inside the scheduled window ÷ its length (as wrk), so the
-    // wait for the last in-flight requests does not dilute the rate. Count-bound: all
-    // completions ÷ the wall time from start to the last completion.
-    let (done, span) = match acc.window {
-        Some(w) => (t.in_window, w.as_secs_f64()),
-        None => (t.requests, secs),
+    // Time-bound: answers inside the scheduled window ÷ its length (as wrk), so the wait
+    // for the last in-flight requests does not dilute the rate. Count-bound: all answers ÷
+    // the wall time from start to the last completion — or ÷ the schedule's own length
+    // when that is longer: 5 requests at 50 rps span 0.1 s, and dividing by the 80 ms to
+    // the last answer showed 62 rps "achieved" of 50 offered.
+    let start_late_s = acc.start_late.map(|d| d.as_secs_f64());
+    let (done, span) = match (acc.window, limit, offered) {
+        (Some(w), _, _) => (t.in_window, w.as_secs_f64()),
+        (None, StepLimit::Requests(_), Some(rate)) if rate > 0.0 => (
+            t.answered,
+            secs.max((t.requests + t.not_sent) as f64 / rate),
+        ),
+        (None, _, _) => (t.answered, secs),
     };
     let mb = |b: u64| b as f64 / (1024.0 * 1024.0);
     let u = acc.usage;
@@ -570,10 +860,15 @@ fn step_result(index: u32, offered: Option<f64>, acc: StepAcc) -> StepResult {
         achieved_rps: if span > 0.0 { done as f64 / span } else { 0.0 },
         duration_s: secs,
         requests: t.requests,
+        sent: t.sent,
+        answered: t.answered,
+        failed: t.sent - t.answered,
         errors: t.errors,
         error_kinds: t.error_kinds.clone(),
         late: t.late,
         not_sent: t.not_sent,
+        interrupted: t.interrupted,
+        partial: false,
         latency_ms: LatencySummary::from_histogram(&t.histogram),
         histogram: encode_histogram(&t.histogram),
         cpu_percent: u.map(|u| u.cpu_percent_mean),
@@ -583,6 +878,8 @@ fn step_result(index: u32, offered: Option<f64>, acc: StepAcc) -> StepResult {
         pss_mb: u.and_then(|u| u.pss_bytes_mean).map(mb),
         pss_mb_peak: u.and_then(|u| u.pss_bytes_peak).map(mb),
         slo_held: None,
+        slo_reason: None,
+        start_late_s,
     }
 }
 
@@ -613,29 +910,10 @@ fn machine() -> Machine {
     }
 }
 
-/// Now as RFC 3339 UTC, e.g. `2025-06-01T12:00:00Z`.
+/// Now as RFC 3339 UTC to the second, e.g. `2025-06-01T12:00:00Z`.
 fn rfc3339_now() -> String {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0) as i64;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    let now = StartAt::now().since_epoch();
+    StartAt::from_unix(Duration::from_secs(now.as_secs())).to_string()
 }
 
 #[cfg(test)]
@@ -659,6 +937,8 @@ mod tests {
             slo: None,
             rounds: 1,
             request_label: String::new(),
+            shard: Shard::WHOLE,
+            start_at: None,
         };
         let r: Vec<f64> = plan.rates().into_iter().flatten().collect();
         assert_eq!(r, vec![100.0, 200.0, 300.0, 400.0, 500.0]);

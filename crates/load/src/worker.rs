@@ -18,10 +18,16 @@ use hdrhistogram::Histogram;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use crate::RequestSource;
 use crate::http1::{Conn, Endpoint, Failure, RequestParts};
 use crate::result::new_histogram;
+use crate::shard::Shard;
 use crate::timer::PreciseTimer;
+use crate::{RequestSource, Stop};
+
+/// How long a closed-model connection waits after a failed connect before it tries again:
+/// a refused connect fails in microseconds, and without a pause the loop would spin on a
+/// dead target. The time lost is counted as failed requests (see [`Tally::record_failure`]).
+const RETRY_PAUSE: Duration = Duration::from_millis(10);
 
 /// How many requests a segment may send.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -55,23 +61,98 @@ pub(crate) struct SegmentSpec {
     pub(crate) threads: u32,
     pub(crate) connect_timeout: Duration,
     pub(crate) timeout: Duration,
+    /// Raised by a signal: stop claiming, cut what is in flight, report what was measured.
+    pub(crate) stop: Stop,
+    /// The closed model's pace of one connection before this segment (the mean latency of
+    /// the target's answers so far in the run, or the probe's): what a failed connect is
+    /// weighed against until this segment has answers of its own.
+    pub(crate) typical_latency: Duration,
+    /// This process's part of the run: request `i` of the segment's schedule is sent here
+    /// only if the shard owns it (`Shard::WHOLE`: every request). Counts, rates and
+    /// connections in `pacing` and `limit` are the whole run's.
+    pub(crate) shard: Shard,
+    /// When the segment is due to start on the run's common clock (`--start-at`); `None`:
+    /// as soon as the connections are open.
+    pub(crate) planned: Option<Instant>,
+}
+
+/// The moment a segment's clock starts and its limit from there. A segment ready after its
+/// planned start begins at once and, when time-bound, ends where it was planned to end (but
+/// lasts at least half its length), so the segments after it keep to the common clock.
+#[derive(Debug, Clone, Copy)]
+struct Start {
+    t0: Instant,
+    limit: Limit,
+}
+
+impl Start {
+    /// The start of a segment whose threads are all ready at `ready`.
+    fn at(ready: Instant, planned: Option<Instant>, limit: Limit) -> (Start, Option<Duration>) {
+        // A moment for the threads to get from the gate to their clocks.
+        let earliest = ready + Duration::from_millis(2);
+        let Some(planned) = planned else {
+            return (
+                Start {
+                    t0: earliest,
+                    limit,
+                },
+                None,
+            );
+        };
+        if planned >= earliest {
+            return (Start { t0: planned, limit }, Some(Duration::ZERO));
+        }
+        let late = earliest - planned;
+        let limit = match limit {
+            Limit::Time(d) => Limit::Time(d.saturating_sub(late).max(d / 2)),
+            count => count,
+        };
+        (
+            Start {
+                t0: earliest,
+                limit,
+            },
+            Some(late),
+        )
+    }
 }
 
 /// Counters one thread keeps; merged per segment, then per step.
+///
+/// Every request due ends in exactly one place: `sent` (then `answered` or failed with no
+/// answer), a failed connect (in `requests` and `errors`, never sent), `not_sent` (never
+/// attempted, or the generator's own error: `local:*` kinds), or `interrupted`.
 #[derive(Debug)]
 pub(crate) struct Tally {
+    /// Latency of every sent request: answers at their answer, requests with no answer
+    /// (time-out, reset, broken body) at the moment they failed.
     pub(crate) histogram: Histogram<u64>,
+    /// Attempts that ended: sent requests plus failed connects (weighted in the closed
+    /// model, see [`Tally::record_failure`]).
     pub(crate) requests: u64,
+    /// Requests written to a connection.
+    pub(crate) sent: u64,
+    /// Sent requests that got a whole response (any status).
+    pub(crate) answered: u64,
+    /// Failed connects, sent requests with no answer, and non-2xx answers.
     pub(crate) errors: u64,
     pub(crate) late: u64,
+    /// Due but never attempted (no free connection when the step ended, or beyond what
+    /// the generator could schedule), plus the generator's own failures (`local:*`).
     pub(crate) not_sent: u64,
-    /// Requests (any outcome) completed inside the segment's time window.
+    /// In flight when the run was interrupted: cut, in no other count.
+    pub(crate) interrupted: u64,
+    /// Answers (any status) inside the segment's time window.
     pub(crate) in_window: u64,
+    /// Sum of the answers' latencies in µs: the closed model's pace per connection.
+    answered_us: u64,
     pub(crate) error_kinds: BTreeMap<String, u64>,
     connect: u64,
     timeout: u64,
     io: u64,
     protocol: u64,
+    /// The generator's own errors by errno: few distinct ones.
+    local: Vec<(&'static str, u64)>,
     /// Non-2xx statuses, few distinct ones: a small vector beats a map on the hot path.
     statuses: Vec<(u16, u64)>,
 }
@@ -81,24 +162,36 @@ impl Tally {
         Tally {
             histogram: new_histogram(),
             requests: 0,
+            sent: 0,
+            answered: 0,
             errors: 0,
             late: 0,
             not_sent: 0,
+            interrupted: 0,
             in_window: 0,
+            answered_us: 0,
             error_kinds: BTreeMap::new(),
             connect: 0,
             timeout: 0,
             io: 0,
             protocol: 0,
+            local: Vec::new(),
             statuses: Vec::new(),
         }
     }
 
-    fn record_response(&mut self, status: u16, latency: Duration) {
+    fn record_latency(&mut self, latency: Duration) {
+        let us = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
+        let _ = self.histogram.record(us.clamp(1, self.histogram.high()));
+    }
+
+    fn record_response(&mut self, status: u16, latency: Duration, in_window: bool) {
         self.requests += 1;
-        let _ = self
-            .histogram
-            .record((latency.as_micros() as u64).clamp(1, self.histogram.high()));
+        self.sent += 1;
+        self.answered += 1;
+        self.in_window += u64::from(in_window);
+        self.answered_us += u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
+        self.record_latency(latency);
         if !(200..300).contains(&status) {
             self.errors += 1;
             match self.statuses.iter_mut().find(|(s, _)| *s == status) {
@@ -108,19 +201,47 @@ impl Tally {
         }
     }
 
-    fn record_failure(&mut self, failure: Failure) {
-        self.requests += 1;
-        self.errors += 1;
+    /// A request that got no answer. Sent ones (time-out, broken connection, bad
+    /// response) go into the latency histogram at the moment they failed, as wrk2 and oha
+    /// count a time-out: leaving them out would let a target that answers nothing show
+    /// a fast p99. A failed connect was never sent: it is an error with no latency, and
+    /// counts `weight` times (the requests the connection would have completed in the
+    /// time it lost). The generator's own failures are `not_sent`, never the target's.
+    fn record_failure(&mut self, failure: Failure, latency: Duration, weight: u64) {
         match failure {
-            Failure::Connect => self.connect += 1,
-            Failure::Timeout => self.timeout += 1,
-            Failure::Io => self.io += 1,
-            Failure::Protocol => self.protocol += 1,
+            Failure::Local(errno) => {
+                self.not_sent += weight;
+                match self.local.iter_mut().find(|(e, _)| *e == errno) {
+                    Some((_, n)) => *n += weight,
+                    None => self.local.push((errno, weight)),
+                }
+            }
+            Failure::Connect => {
+                self.requests += weight;
+                self.errors += weight;
+                self.connect += weight;
+            }
+            Failure::Timeout | Failure::Io | Failure::Protocol => {
+                self.requests += 1;
+                self.sent += 1;
+                self.errors += 1;
+                self.record_latency(latency);
+                match failure {
+                    Failure::Timeout => self.timeout += 1,
+                    Failure::Io => self.io += 1,
+                    _ => self.protocol += 1,
+                }
+            }
         }
     }
 
+    /// Mean latency of the answers so far, if any.
+    pub(crate) fn answered_mean(&self) -> Option<Duration> {
+        (self.answered > 0).then(|| Duration::from_micros(self.answered_us / self.answered))
+    }
+
     /// Moves the hot-path counters into `error_kinds` (keys `connect`, `timeout`, `io`,
-    /// `protocol`, `status_NNN`).
+    /// `protocol`, `status_NNN`, `local:ERRNO`).
     fn settle(&mut self) {
         for (key, n) in [
             ("connect", &mut self.connect),
@@ -139,6 +260,12 @@ impl Tally {
                 .entry(format!("status_{status}"))
                 .or_default() += n;
         }
+        for (errno, n) in self.local.drain(..) {
+            *self
+                .error_kinds
+                .entry(format!("local:{errno}"))
+                .or_default() += n;
+        }
     }
 
     pub(crate) fn merge(&mut self, mut other: Tally) {
@@ -146,10 +273,14 @@ impl Tally {
         self.settle();
         let _ = self.histogram.add(&other.histogram);
         self.requests += other.requests;
+        self.sent += other.sent;
+        self.answered += other.answered;
         self.errors += other.errors;
         self.late += other.late;
         self.not_sent += other.not_sent;
+        self.interrupted += other.interrupted;
         self.in_window += other.in_window;
+        self.answered_us = self.answered_us.saturating_add(other.answered_us);
         for (k, n) in other.error_kinds {
             *self.error_kinds.entry(k).or_default() += n;
         }
@@ -171,8 +302,14 @@ pub(crate) struct Outcome {
     pub(crate) tally: Tally,
     /// From the common start to the last completion.
     pub(crate) wall: Duration,
-    /// The time window of a time-bound segment (`tally.in_window` completed inside it).
+    /// The time window of a time-bound segment (`tally.in_window` answered inside it),
+    /// cut short at an interrupt.
     pub(crate) window: Option<Duration>,
+    /// An interrupt ended the segment before its time or count was reached.
+    pub(crate) partial: bool,
+    /// How much later than planned the segment's clock started; `None` when it had no
+    /// planned start.
+    pub(crate) start_late: Option<Duration>,
 }
 
 /// Runs one segment on `spec.threads` OS threads; `watch` is called every ~200 ms on the
@@ -207,8 +344,9 @@ pub(crate) fn run_segment(
         }
     }
     gate.wait_ready(threads); // every thread has pre-connected
-    let t0 = Instant::now() + Duration::from_millis(2);
-    gate.open(Some(t0));
+    let (start, start_late) = Start::at(Instant::now(), spec.planned, spec.limit);
+    let Start { t0, limit } = start;
+    gate.open(Some(start));
     while handles.iter().any(|h| !h.is_finished()) {
         std::thread::sleep(Duration::from_millis(50));
         watch(&lives, t0);
@@ -223,13 +361,21 @@ pub(crate) fn run_segment(
         end = end.max(thread_end);
     }
     total.settle();
+    let stopped_at = spec.stop.at();
+    let partial = stopped_at.is_some_and(|at| match limit {
+        Limit::Time(d) => at < t0 + d,
+        Limit::Count(_) => at < end,
+    });
     Ok(Outcome {
         tally: total,
         wall: end.saturating_duration_since(t0),
-        window: match spec.limit {
-            Limit::Time(d) => Some(d),
-            Limit::Count(_) => None,
+        window: match (limit, stopped_at) {
+            (Limit::Time(d), Some(at)) if partial => Some(at.saturating_duration_since(t0).min(d)),
+            (Limit::Time(d), _) => Some(d),
+            (Limit::Count(_), _) => None,
         },
+        partial,
+        start_late,
     })
 }
 
@@ -242,12 +388,12 @@ pub(crate) fn share(total: u64, parts: u64, index: u64) -> u64 {
 /// common start instant, or with `None` to call the segment off.
 #[derive(Debug, Default)]
 struct Gate {
-    state: Mutex<(usize, Option<Option<Instant>>)>,
+    state: Mutex<(usize, Option<Option<Start>>)>,
     changed: Condvar,
 }
 
 impl Gate {
-    fn ready_and_wait(&self) -> Option<Instant> {
+    fn ready_and_wait(&self) -> Option<Start> {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         s.0 += 1;
         self.changed.notify_all();
@@ -266,7 +412,7 @@ impl Gate {
         }
     }
 
-    fn open(&self, t0: Option<Instant>) {
+    fn open(&self, t0: Option<Start>) {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         s.1 = Some(t0);
         self.changed.notify_all();
@@ -287,9 +433,11 @@ fn thread_main(
     {
         Ok(rt) => rt,
         Err(_) => {
+            // No runtime for this thread (out of memory or descriptors): its share is
+            // the generator's own failure, never the target's.
             gate.ready_and_wait();
             let mut t = Tally::new();
-            t.record_failure(Failure::Io);
+            t.record_failure(Failure::Local("ENOMEM"), Duration::ZERO, 1);
             return (t, Instant::now());
         }
     };
@@ -317,35 +465,51 @@ fn thread_main(
         }
         out
     });
-    let Some(t0) = gate.ready_and_wait() else {
+    let Some(Start { t0, limit }) = gate.ready_and_wait() else {
         return (Tally::new(), Instant::now());
     };
     let tally = Rc::new(RefCell::new(Tally::new()));
+    let halt = Rc::new(Halt::default());
     let ctx = Rc::new(Ctx {
-        window_end: match spec.limit {
+        halt: halt.clone(),
+        in_flight: Cell::new(0),
+        window_end: match limit {
             Limit::Time(d) => Some(t0 + d),
             Limit::Count(_) => None,
         },
+        limit,
         spec: spec.clone(),
         fixed: fixed_request(&spec),
         tally: tally.clone(),
         live,
     });
     local.block_on(&rt, async {
+        // Watches the run's stop flag (raised by a signal on another thread) and wakes
+        // this thread's slots, which then cut what they have in flight.
+        let stop = spec.stop.clone();
+        tokio::task::spawn_local(async move {
+            while !stop.is_stopped() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            halt.raise();
+        });
         match spec.pacing {
             Pacing::Closed { .. } => {
-                let deadline = match spec.limit {
+                let deadline = match limit {
                     Limit::Time(d) => Some(t0 + d),
                     Limit::Count(_) => None,
                 };
-                let count = match spec.limit {
-                    Limit::Count(n) => Some(n),
+                // The shard's part of the whole run's count: its own requests below it.
+                let count = match limit {
+                    Limit::Count(n) => Some(spec.shard.share(n)),
                     Limit::Time(_) => None,
                 };
                 let pacer = Rc::new(Pacer::Closed {
                     deadline,
                     count,
                     claim,
+                    shard: spec.shard,
+                    stop: spec.stop.clone(),
                 });
                 // Wait for t0 so that every thread starts together.
                 tokio::time::sleep_until(t0.into()).await;
@@ -354,9 +518,7 @@ fn thread_main(
                     .take(slots as usize)
                     .map(|c| tokio::task::spawn_local(slot(ctx.clone(), pacer.clone(), c, false)))
                     .collect();
-                for h in handles {
-                    let _ = h.await;
-                }
+                join_or_cut(&ctx, handles).await;
             }
             Pacing::Open { rate, .. } => {
                 dispatch(ctx.clone(), conns, slots, rate, t0, w, threads).await;
@@ -385,11 +547,42 @@ fn fixed_request(spec: &SegmentSpec) -> Option<(Vec<u8>, bool)> {
 
 struct Ctx {
     spec: Arc<SegmentSpec>,
+    /// This thread's view of the stop flag.
+    halt: Rc<Halt>,
+    /// Requests of this thread between "attempt" and "recorded": what an interrupt cuts.
+    in_flight: Cell<u64>,
     /// Completions up to this instant count towards the achieved rate (time-bound segments).
     window_end: Option<Instant>,
+    /// The segment's limit from its start (see [`Start`]).
+    limit: Limit,
     fixed: Option<(Vec<u8>, bool)>,
     tally: Rc<RefCell<Tally>>,
     live: Arc<Live>,
+}
+
+/// A thread's copy of the run's stop flag, with a wake-up for the slots waiting on it.
+#[derive(Default)]
+struct Halt {
+    raised: Cell<bool>,
+    wake: Notify,
+}
+
+impl Halt {
+    fn raise(&self) {
+        self.raised.set(true);
+        self.wake.notify_waiters();
+    }
+
+    /// Resolves once the stop flag is raised.
+    async fn raised(&self) {
+        let notified = self.wake.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if self.raised.get() {
+            return;
+        }
+        notified.await;
+    }
 }
 
 /// One request to make: its index in the request set and, in the open model, when it was due.
@@ -401,11 +594,14 @@ struct Ticket {
 
 /// Where a slot's next request comes from.
 enum Pacer {
-    /// Back to back until the deadline or until `count` requests were claimed by all threads.
+    /// Back to back until the deadline or until `count` requests were claimed by all threads;
+    /// the `k`-th claim is the shard's `k`-th request of the run.
     Closed {
         deadline: Option<Instant>,
         count: Option<u64>,
         claim: Arc<AtomicU64>,
+        shard: Shard,
+        stop: Stop,
     },
     /// Claimed from the thread's share of the schedule when due.
     Open(Rc<Schedule>),
@@ -418,16 +614,18 @@ impl Pacer {
                 deadline,
                 count,
                 claim,
+                shard,
+                stop,
             } => {
-                if deadline.is_some_and(|d| Instant::now() >= d) {
+                if deadline.is_some_and(|d| Instant::now() >= d) || stop.is_stopped() {
                     return None;
                 }
-                let index = claim.fetch_add(1, Ordering::Relaxed);
-                if count.is_some_and(|n| index >= n) {
+                let k = claim.fetch_add(1, Ordering::Relaxed);
+                if count.is_some_and(|n| k >= n) {
                     return None;
                 }
                 Some(Ticket {
-                    index,
+                    index: shard.global(k),
                     intended: None,
                 })
             }
@@ -440,7 +638,10 @@ impl Pacer {
                 }
                 // Nothing due yet: wait for the thread's timer to hand over a due request.
                 s.parked.set(s.parked.get() + 1);
-                s.wake.notified().await;
+                tokio::select! {
+                    () = s.wake.notified() => {}
+                    () = s.halt.raised() => return None,
+                }
                 s.coming.set(s.coming.get().saturating_sub(1));
             },
         }
@@ -481,6 +682,8 @@ struct Schedule {
     /// Slots woken or spawned for due requests that have not claimed yet.
     coming: Cell<u64>,
     wake: Notify,
+    /// The thread's stop flag: no claims once it is raised.
+    halt: Rc<Halt>,
 }
 
 impl Schedule {
@@ -488,10 +691,36 @@ impl Schedule {
         self.t0 + Duration::from_secs_f64((self.first + k * self.stride) as f64 * self.period_s)
     }
 
+    /// How many of this thread's requests are due by `now`, computed, not counted: at an
+    /// absurd rate (1e10/s) counting them one by one took the generator 30–55 s for a
+    /// 1 s run. The arithmetic is checked against [`Schedule::intended`] at the edge, so
+    /// `due` agrees exactly with what [`Schedule::claim`] will find due.
+    fn due_by(&self, now: Instant) -> u64 {
+        let elapsed = now.saturating_duration_since(self.t0).as_secs_f64();
+        let global = (elapsed / self.period_s).floor();
+        let mut due = if global < self.first as f64 {
+            0
+        } else {
+            let k = ((global - self.first as f64) / self.stride as f64).floor();
+            if k >= self.mine as f64 {
+                self.mine
+            } else {
+                k as u64 + 1
+            }
+        };
+        while due > 0 && self.intended(due - 1) > now {
+            due -= 1;
+        }
+        while due < self.mine && self.intended(due) <= now {
+            due += 1;
+        }
+        due
+    }
+
     /// Takes the next request if it is due by `now`.
     fn claim(&self, now: Instant) -> Option<Ticket> {
         let k = self.next.get();
-        if k >= self.stop.get() {
+        if k >= self.stop.get() || self.halt.raised.get() {
             return None;
         }
         let intended = self.intended(k);
@@ -512,7 +741,7 @@ impl Schedule {
     }
 
     fn exhausted(&self) -> bool {
-        self.next.get() >= self.stop.get()
+        self.next.get() >= self.stop.get() || self.halt.raised.get()
     }
 }
 
@@ -535,31 +764,44 @@ async fn slot(ctx: Rc<Ctx>, pacer: Rc<Pacer>, mut conn: Option<Conn>, handed: bo
             }
         };
         let start = ticket.intended.unwrap_or_else(Instant::now);
+        let attempt_start = Instant::now();
+        let mut sent = false;
         let attempt = async {
+            // A keep-alive connection the server closed while it sat idle (its idle
+            // time-out) is replaced before writing: nothing was sent, nothing failed.
+            if conn.as_ref().is_some_and(Conn::is_closed) {
+                conn = None;
+            }
             if conn.is_none() {
                 conn = Some(Conn::connect(spec.addr, spec.connect_timeout).await?);
             }
+            sent = true;
             let c = conn.as_mut().expect("connected above");
             c.round_trip(request, head).await
         };
-        let outcome = match tokio::time::timeout(spec.timeout, attempt).await {
+        // An interrupt aborts this task here, with the request counted in `in_flight`
+        // ([`join_or_cut`]): no per-request wake-up registration on the hot path.
+        ctx.in_flight.set(ctx.in_flight.get() + 1);
+        let outcome = tokio::time::timeout(spec.timeout, attempt).await;
+        ctx.in_flight.set(ctx.in_flight.get() - 1);
+        let outcome = match outcome {
             Ok(result) => result,
+            // The time-out struck while connecting: the request was never sent.
+            Err(_) if !sent => Err(Failure::Connect),
             Err(_) => Err(Failure::Timeout),
         };
         let now = Instant::now();
         let latency = now.saturating_duration_since(start);
-        let mut connect_failed = false;
+        let mut pause = None;
         {
             let mut tally = ctx.tally.borrow_mut();
-            if ctx.window_end.is_none_or(|end| now <= end) {
-                tally.in_window += 1;
-            }
             match outcome {
                 Ok((status, reusable)) => {
                     if !reusable {
                         conn = None;
                     }
-                    tally.record_response(status, latency);
+                    let in_window = ctx.window_end.is_none_or(|end| now <= end);
+                    tally.record_response(status, latency, in_window);
                     ctx.live
                         .latency_us_sum
                         .fetch_add(latency.as_micros() as u64, Ordering::Relaxed);
@@ -569,19 +811,67 @@ async fn slot(ctx: Rc<Ctx>, pacer: Rc<Pacer>, mut conn: Option<Conn>, handed: bo
                 }
                 Err(failure) => {
                     conn = None;
-                    connect_failed = matches!(failure, Failure::Connect);
-                    tally.record_failure(failure);
-                    ctx.live.errors.fetch_add(1, Ordering::Relaxed);
+                    let unsent = matches!(failure, Failure::Connect | Failure::Local(_));
+                    let mut weight = 1;
+                    if unsent && pacer.is_closed() {
+                        // The open model's schedule paces failed connects by itself; a
+                        // closed connection pauses before it tries again.
+                        let until = ctx.window_end.map_or(now + RETRY_PAUSE, |end| {
+                            (now + RETRY_PAUSE).min(end).max(now)
+                        });
+                        pause = Some(until);
+                        // Time-bound, one error per pause while a live target gave one
+                        // answer per latency let a target down two thirds of the run pass
+                        // `errors<10%`. So a failed connect counts as the requests the
+                        // connection would have completed in the time it lost. (Count-
+                        // bound, each attempt is one of the requests asked for.)
+                        if ctx.window_end.is_some() {
+                            let pace = tally.answered_mean().unwrap_or(spec.typical_latency);
+                            weight = weigh(until.saturating_duration_since(attempt_start), pace);
+                        }
+                    }
+                    tally.record_failure(failure, latency, weight);
+                    if !matches!(failure, Failure::Local(_)) {
+                        ctx.live.errors.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
             }
         }
         ctx.live.completed.fetch_add(1, Ordering::Relaxed);
-        if connect_failed && pacer.is_closed() {
-            // A refused connection fails in microseconds; without a pause a closed loop
-            // would spin on it. The open model needs none: its schedule paces it.
-            tokio::time::sleep(Duration::from_millis(1)).await;
+        if let Some(until) = pause {
+            tokio::time::sleep_until(until.into()).await;
         }
     }
+}
+
+/// Waits for the slots to finish, or, when the run is interrupted, aborts them: what they
+/// had in flight is counted `interrupted` (cut, in no other count).
+async fn join_or_cut(ctx: &Ctx, mut handles: Vec<JoinHandle<()>>) {
+    let cut = tokio::select! {
+        () = async {
+            for h in handles.iter_mut() {
+                let _ = h.await;
+            }
+        } => false,
+        () = ctx.halt.raised() => true,
+    };
+    if cut {
+        for h in &handles {
+            h.abort();
+        }
+        for h in handles {
+            let _ = h.await;
+        }
+        ctx.tally.borrow_mut().interrupted += ctx.in_flight.get();
+        ctx.in_flight.set(0);
+    }
+}
+
+/// How many requests a closed-model connection would have completed in `lost` at one
+/// request per `pace`: at least one (the attempt itself).
+pub(crate) fn weigh(lost: Duration, pace: Duration) -> u64 {
+    let pace = pace.max(Duration::from_micros(1));
+    ((lost.as_secs_f64() / pace.as_secs_f64()).round() as u64).max(1)
 }
 
 /// The open model's timer loop for thread `w` of `threads` (see [`Schedule`]). A request
@@ -599,24 +889,29 @@ async fn dispatch(
     w: u64,
     threads: u64,
 ) {
-    // Number of requests of the whole schedule, over all threads.
-    let (total, deadline) = match ctx.spec.limit {
+    // Number of requests of the whole schedule, over all threads of every shard.
+    let (total, deadline) = match ctx.limit {
         Limit::Count(n) => (n, None),
         Limit::Time(d) => (
             (d.as_secs_f64() * rate).ceil().max(0.0) as u64,
             Some(t0 + d),
         ),
     };
-    let mine = if total > w {
-        (total - w).div_ceil(threads)
+    // Shard `s` of `N` owns requests `s + N·j`; its thread `w` of `T` owns every `T`-th of
+    // those: `s + N·w + N·T·k`. Over all shards and threads, each request exactly once.
+    let shards = u64::from(ctx.spec.shard.count());
+    let first = ctx.spec.shard.global(w);
+    let stride = shards * threads;
+    let mine = if total > first {
+        (total - first).div_ceil(stride)
     } else {
         0
     };
     let sched = Rc::new(Schedule {
         t0,
         period_s: 1.0 / rate,
-        first: w,
-        stride: threads,
+        first,
+        stride,
         mine,
         next: Cell::new(0),
         stop: Cell::new(mine),
@@ -625,6 +920,7 @@ async fn dispatch(
         parked: Cell::new(0),
         coming: Cell::new(0),
         wake: Notify::new(),
+        halt: ctx.halt.clone(),
     });
     let pacer = Rc::new(Pacer::Open(sched.clone()));
     let mut handles: Vec<JoinHandle<()>> = Vec::new();
@@ -648,9 +944,11 @@ async fn dispatch(
     loop {
         let now = Instant::now();
         let time_up = deadline.is_some_and(|d| now >= d);
-        while due < sched.mine && sched.intended(due) <= now {
-            due += 1;
+        if ctx.halt.raised.get() {
+            sched.stop.set(sched.next.get()); // interrupted: nothing more goes out
+            break;
         }
+        due = due.max(sched.due_by(now));
         // Due and not claimed yet. Claims go in order, so the oldest are served first: by
         // slots already on their way, then by parked slots woken now.
         let next = sched.next.get();
@@ -705,17 +1003,25 @@ async fn dispatch(
         // and at 100k req/s one per request would eat half the generator's core. Requests
         // falling due within the gap leave together, at most MIN_WAKE_GAP late (still
         // measured from their intended time).
-        timer.sleep_until(at.max(now + MIN_WAKE_GAP)).await;
+        tokio::select! {
+            () = timer.sleep_until(at.max(now + MIN_WAKE_GAP)) => {}
+            () = ctx.halt.raised() => {}
+        }
         // Let the slots whose responses arrived with this wake-up claim due requests first.
         tokio::task::yield_now().await;
     }
     if sched.exhausted() {
         sched.wake.notify_waiters();
     }
-    for h in handles {
-        let _ = h.await;
-    }
+    join_or_cut(&ctx, handles).await;
+    // Everything due and never claimed is `not_sent`, counted, not dropped — also what the
+    // generator could not even schedule at an absurd rate. An interrupt ends the schedule
+    // where it stood: requests not yet due then were never due.
+    let due_in_step = match ctx.spec.stop.at() {
+        Some(at) if ctx.halt.raised.get() => sched.due_by(at),
+        _ => sched.mine,
+    };
     let mut tally = ctx.tally.borrow_mut();
     tally.late += sched.late.get();
-    tally.not_sent += sched.mine - sched.next.get();
+    tally.not_sent += due_in_step.saturating_sub(sched.next.get());
 }

@@ -11,7 +11,10 @@
 //! Main items: [`read_tree`] / [`read_set`] give one [`TreeReading`]; [`cpu_percent`]
 //! turns two readings into CPU%; [`TreeSampler`] samples on a background thread and
 //! summarizes windows ([`ResourceSummary`]) between [`SampleMark`]s; [`pid_listening_on`]
-//! finds a server by its port; [`tree_pids`] lists a tree.
+//! finds a server by its port; [`tree_pids`] lists a tree. For a supervisor:
+//! [`listening_in_tree`] tells whether a port's listener is a process tree's own,
+//! [`tcp_queues`] what a connection's peer has not read yet, and [`process_ended`]
+//! whether a process has begun to exit.
 //!
 //! # Accounting rules
 //!
@@ -75,11 +78,15 @@
 mod error;
 mod proc;
 mod sampler;
+mod sockets;
 
 use std::time::Instant;
 
 pub use error::ProcStatError;
 pub use sampler::{ResourceSummary, Sample, SampleMark, TreeSampler};
+pub use sockets::{
+    TcpQueue, listening_in_tree, process_ended, process_exited, process_name, tcp_queues,
+};
 
 /// One reading of a process tree (or several trees, summed).
 #[derive(Debug, Clone, Copy)]

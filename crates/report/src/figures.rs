@@ -2,7 +2,7 @@
 //! a value per target and a ratio to the first target. The terminal table and the HTML page
 //! both render this one model, so they always show the same numbers.
 
-use scalpel_load::result::{RunResult, StepResult, TargetResult};
+use scalpel_load::result::{LatencySummary, RunResult, StepResult, TargetResult};
 
 /// Which way a figure should move for the candidate to be better.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,6 +51,9 @@ pub(crate) struct Row {
 pub(crate) struct Section {
     pub(crate) title: String,
     pub(crate) rows: Vec<Row>,
+    /// Lines under the table: why a target's step broke the SLO, which step an interrupt
+    /// cut short.
+    pub(crate) notes: Vec<String>,
 }
 
 /// The step indices any target ran, in order.
@@ -80,6 +83,7 @@ pub(crate) fn sections(result: &RunResult) -> Vec<Section> {
             Section {
                 title: section_title(result, &steps, index, indices.len()),
                 rows: rows(&steps),
+                notes: notes(result, index),
             }
         })
         .collect()
@@ -110,6 +114,38 @@ fn section_title(
     } else {
         format!("{what}, {duration:.1} s")
     }
+}
+
+/// Why each target's step broke the SLO, and which were cut short by an interrupt.
+fn notes(result: &RunResult, index: u32) -> Vec<String> {
+    let mut notes = Vec::new();
+    for target in &result.targets {
+        let Some(step) = step_of(target, index) else {
+            continue;
+        };
+        if step.partial {
+            let mut note = format!(
+                "{}: partial, the run was interrupted during this step",
+                target.name
+            );
+            if step.interrupted > 0 {
+                note.push_str(&format!(
+                    " ({} requests in flight were cut)",
+                    fmt_count(step.interrupted as f64)
+                ));
+            }
+            notes.push(note);
+        }
+        if let Some(reason) = &step.slo_reason {
+            notes.push(format!("{}: SLO broke: {reason}", target.name));
+        }
+    }
+    notes
+}
+
+/// A latency figure, or none when nothing was measured (`-`, never a fast-looking 0).
+fn latency_cell(step: &StepResult, get: impl Fn(&LatencySummary) -> f64) -> Option<f64> {
+    step.latency_ms.as_ref().map(get)
 }
 
 fn rows(steps: &[Option<&StepResult>]) -> Vec<Row> {
@@ -155,6 +191,27 @@ fn rows(steps: &[Option<&StepResult>]) -> Vec<Row> {
         &|s| Some(s.requests as f64),
         &fmt_count,
     );
+    add(
+        "sent",
+        false,
+        Better::Neither,
+        &|s| Some(s.sent as f64),
+        &fmt_count,
+    );
+    add(
+        "answered",
+        false,
+        Better::Higher,
+        &|s| Some(s.answered as f64),
+        &fmt_count,
+    );
+    add(
+        "no answer",
+        false,
+        Better::Lower,
+        &|s| Some(s.failed as f64),
+        &fmt_count,
+    );
     let errors_row = {
         let values: Vec<Option<f64>> = steps.iter().map(|s| s.map(|s| s.errors as f64)).collect();
         Row {
@@ -176,9 +233,13 @@ fn rows(steps: &[Option<&StepResult>]) -> Vec<Row> {
         }
     };
     rows.push(errors_row);
+    // The generator's own failures (`local:*`) are not the target's errors: they are
+    // listed under "not sent", where they are counted.
     let mut kinds: Vec<&String> = present().flat_map(|s| s.error_kinds.keys()).collect();
     kinds.sort();
     kinds.dedup();
+    let (local, kinds): (Vec<&String>, Vec<&String>) =
+        kinds.into_iter().partition(|k| k.starts_with("local:"));
     let mut add = |label: &str,
                    indent: bool,
                    better: Better,
@@ -212,6 +273,8 @@ fn rows(steps: &[Option<&StepResult>]) -> Vec<Row> {
             &|s| Some(s.late as f64),
             &fmt_count,
         );
+    }
+    if open || present().any(|s| s.not_sent > 0) {
         add(
             "not sent",
             false,
@@ -219,47 +282,65 @@ fn rows(steps: &[Option<&StepResult>]) -> Vec<Row> {
             &|s| Some(s.not_sent as f64),
             &fmt_count,
         );
+        for kind in local {
+            add(
+                kind,
+                true,
+                Better::Lower,
+                &|s| Some(s.error_kinds.get(kind).copied().unwrap_or(0) as f64),
+                &fmt_count,
+            );
+        }
+    }
+    if present().any(|s| s.interrupted > 0) {
+        add(
+            "cut at interrupt",
+            false,
+            Better::NoRatio,
+            &|s| Some(s.interrupted as f64),
+            &fmt_count,
+        );
     }
     add(
         "latency mean ms",
         false,
         Better::Lower,
-        &|s| Some(s.latency_ms.mean),
+        &|s| latency_cell(s, |l| l.mean),
         &fmt_ms,
     );
     add(
         "latency p50 ms",
         false,
         Better::Lower,
-        &|s| Some(s.latency_ms.p50),
+        &|s| latency_cell(s, |l| l.p50),
         &fmt_ms,
     );
     add(
         "latency p90 ms",
         false,
         Better::Lower,
-        &|s| Some(s.latency_ms.p90),
+        &|s| latency_cell(s, |l| l.p90),
         &fmt_ms,
     );
     add(
         "latency p99 ms",
         false,
         Better::Lower,
-        &|s| Some(s.latency_ms.p99),
+        &|s| latency_cell(s, |l| l.p99),
         &fmt_ms,
     );
     add(
         "latency p99.9 ms",
         false,
         Better::Lower,
-        &|s| Some(s.latency_ms.p999),
+        &|s| latency_cell(s, |l| l.p999),
         &fmt_ms,
     );
     add(
         "latency max ms",
         false,
         Better::Lower,
-        &|s| Some(s.latency_ms.max),
+        &|s| latency_cell(s, |l| l.max),
         &fmt_ms,
     );
     if present().any(|s| s.cpu_percent.is_some()) {
@@ -375,7 +456,8 @@ pub(crate) fn overview(result: &RunResult) -> Overview {
                     Some(s) => {
                         let mut cells = vec![
                             fmt_rate(s.achieved_rps),
-                            fmt_ms(s.latency_ms.p99),
+                            s.latency_ms
+                                .map_or_else(|| "-".to_owned(), |l| fmt_ms(l.p99)),
                             if s.requests == 0 {
                                 "-".to_owned()
                             } else {
@@ -389,7 +471,11 @@ pub(crate) fn overview(result: &RunResult) -> Overview {
                             );
                         }
                         if has_slo {
-                            cells.push(held_text(s.slo_held).to_owned());
+                            cells.push(if s.partial {
+                                "cut".to_owned()
+                            } else {
+                                held_text(s.slo_held).to_owned()
+                            });
                         }
                         cells
                     }
@@ -425,12 +511,15 @@ pub(crate) struct BreakingRow {
 }
 
 pub(crate) fn breaking_points(result: &RunResult) -> Vec<BreakingRow> {
+    // The rate a target is credited with: the last offered rate that held; a lower bound
+    // (the top step) when every step held. `None` when no rate held or none was offered
+    // (the closed model), so no ratio is formed from a rate that was never delivered.
     let rate_of = |t: &TargetResult| match &t.breaking_point {
-        Some(bp) => Some(bp.rps),
-        // Held everywhere: the breaking point is above the highest step tried.
+        Some(bp) => bp.rps.filter(|r| *r > 0.0),
         None => t
             .steps
             .iter()
+            .filter(|s| s.slo_held == Some(true))
             .filter_map(|s| s.offered_rps)
             .reduce(f64::max),
     };
@@ -440,16 +529,35 @@ pub(crate) fn breaking_points(result: &RunResult) -> Vec<BreakingRow> {
         .iter()
         .enumerate()
         .map(|(i, target)| {
+            let first_offered = target.steps.first().and_then(|s| s.offered_rps);
             let (rate, why) = match &target.breaking_point {
                 Some(bp) => (
-                    format!("{} rps", fmt_rate(bp.rps)),
+                    match (bp.rps, first_offered) {
+                        (Some(r), _) if r > 0.0 => format!("{} rps", fmt_rate(r)),
+                        // Even the first step broke: no rate held.
+                        (Some(_), Some(first)) => format!("< {} rps", fmt_rate(first)),
+                        _ => "-".to_owned(),
+                    },
                     format!("broke: {}", bp.reason),
                 ),
-                None => (
-                    rate_of(target)
-                        .map_or_else(|| "-".to_owned(), |r| format!(">= {} rps", fmt_rate(r))),
-                    "held at every step".to_owned(),
-                ),
+                None => match rate_of(target) {
+                    Some(r) => (
+                        format!(">= {} rps", fmt_rate(r)),
+                        "held at every step".to_owned(),
+                    ),
+                    None if target.steps.iter().any(|s| s.partial) => {
+                        ("-".to_owned(), "interrupted before a verdict".to_owned())
+                    }
+                    None if target.steps.iter().all(|s| s.offered_rps.is_none())
+                        && target.steps.iter().any(|s| s.slo_held == Some(true)) =>
+                    {
+                        (
+                            "-".to_owned(),
+                            "held (closed model: no rate offered)".to_owned(),
+                        )
+                    }
+                    None => ("-".to_owned(), "no verdict".to_owned()),
+                },
             };
             let ratio = if i == 0 {
                 (String::new(), Verdict::Unknown)

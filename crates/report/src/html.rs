@@ -8,7 +8,6 @@ use crate::escape::escape;
 use crate::figures::{
     self, Row, Section, Verdict, fmt_amount, fmt_ms, fmt_rate, held_text, step_indices, step_of,
 };
-use crate::slo::latency_bound_ms;
 use crate::svg::{BarChart, LineChart, NARROW, Scale, Series, WIDE, color};
 
 const STYLE: &str = include_str!("report.css");
@@ -35,6 +34,7 @@ pub fn html(result: &RunResult) -> String {
     );
     cards(result, &mut out);
     summary(result, &mut out);
+    shards(result, &mut out);
     plots(result, &mut out);
     distribution(result, &mut out);
     let _ = write!(
@@ -51,7 +51,15 @@ pub fn html(result: &RunResult) -> String {
 fn meta(result: &RunResult) -> String {
     let c = &result.config;
     let m = &result.machine;
-    let mut items = vec![
+    let mut items = Vec::new();
+    if result.interrupted {
+        items.push((
+            "INTERRUPTED",
+            "stopped by a signal: the last step run is partial, later steps were not run"
+                .to_owned(),
+        ));
+    }
+    items.extend([
         ("started", result.started_at.clone()),
         ("hosts", m.hosts.join(", ")),
         (
@@ -63,9 +71,28 @@ fn meta(result: &RunResult) -> String {
             format!("{}, {} connections", c.model, c.connections),
         ),
         ("request", c.request.clone()),
-    ];
+    ]);
     if let Some(n) = c.max_in_flight {
         items.push(("in flight", format!("at most {n}")));
+    }
+    if let Some(shard) = &result.shard {
+        items.push((
+            "shard",
+            format!(
+                "{}/{} of run {} (connections, rates and counts are this shard's part){}",
+                shard.index + 1,
+                shard.count,
+                shard.run_id,
+                shard
+                    .start_late_s
+                    .filter(|l| *l > 0.0)
+                    .map(|l| format!(", started {l:.3} s late"))
+                    .unwrap_or_default()
+            ),
+        ));
+    }
+    if let Some(set) = &result.shards {
+        items.push(("shards", format!("all {} of run {}", set.count, set.run_id)));
     }
     if let Some(s) = c.step_duration_s {
         items.push(("step", format!("{s} s")));
@@ -93,21 +120,29 @@ fn meta(result: &RunResult) -> String {
 }
 
 /// The step every target ran where none had broken the SLO yet, the last such; else the
-/// last step. Comparing there compares the targets under a load they all held.
+/// last step. Comparing there compares the targets under a load they all held. A step cut
+/// short by an interrupt is no place to compare.
 fn comparison_step(result: &RunResult) -> Option<u32> {
     let indices = step_indices(result);
+    let whole = |i: u32| {
+        result
+            .targets
+            .iter()
+            .all(|t| step_of(t, i).is_some_and(|s| !s.partial))
+    };
     indices
         .iter()
         .rev()
         .find(|&&i| {
-            result.targets.iter().all(|t| {
-                t.steps
-                    .iter()
-                    .filter(|s| s.index <= i)
-                    .all(|s| s.slo_held != Some(false))
-                    && step_of(t, i).is_some()
-            })
+            whole(i)
+                && result.targets.iter().all(|t| {
+                    t.steps
+                        .iter()
+                        .filter(|s| s.index <= i)
+                        .all(|s| s.slo_held != Some(false))
+                })
         })
+        .or_else(|| indices.iter().rev().find(|&&i| whole(i)))
         .or(indices.last())
         .copied()
 }
@@ -141,7 +176,10 @@ fn cards(result: &RunResult, out: &mut String) {
             );
         }
         if let Some(s) = step {
-            let mut note = format!("p99 {} ms", fmt_ms(s.latency_ms.p99));
+            let mut note = match s.latency_ms {
+                Some(l) => format!("p99 {} ms", fmt_ms(l.p99)),
+                None => "p99 -".to_owned(),
+            };
             if let Some(cpu) = s.cpu_percent {
                 let _ = write!(note, " · CPU {}%", fmt_amount(cpu));
             }
@@ -201,6 +239,43 @@ fn summary(result: &RunResult, out: &mut String) {
             let _ = write!(out, "<h3>{}</h3>", escape(&section.title));
             section_table(result, section, out);
         }
+        for note in &section.notes {
+            let _ = write!(out, r#"<p class="note">{}</p>"#, escape(note));
+        }
+    }
+    out.push_str("</section>\n");
+}
+
+/// A merged shard set: each shard's own totals, the ones that fell behind marked, and the
+/// merge's flags.
+fn shards(result: &RunResult, out: &mut String) {
+    let Some(table) = crate::shards::table(result) else {
+        return;
+    };
+    let _ = write!(
+        out,
+        r#"<section><h2>Shards</h2><p class="note">{}</p><table class="shards"><thead><tr>"#,
+        escape(&table.title)
+    );
+    for h in &table.head {
+        let _ = write!(out, "<th>{}</th>", escape(h));
+    }
+    out.push_str("</tr></thead><tbody>");
+    for (row, behind) in table.rows.iter().zip(&table.behind) {
+        out.push_str("<tr>");
+        for (i, cell) in row.iter().enumerate() {
+            let class = match (i, behind) {
+                (0, true) => r#" class="first worse""#,
+                (0, false) => r#" class="first""#,
+                _ => "",
+            };
+            let _ = write!(out, "<td{class}>{}</td>", escape(cell));
+        }
+        out.push_str("</tr>");
+    }
+    out.push_str("</tbody></table>");
+    for flag in &table.flags {
+        let _ = write!(out, r#"<p class="note worse">{}</p>"#, escape(flag));
     }
     out.push_str("</section>\n");
 }
@@ -351,8 +426,8 @@ fn line_series(
         .collect()
 }
 
-/// Reads one figure of a step.
-type Figure = fn(&StepResult) -> f64;
+/// Reads one figure of a step, if it was measured.
+type Figure = fn(&StepResult) -> Option<f64>;
 
 fn plots(result: &RunResult, out: &mut String) {
     let indices = step_indices(result);
@@ -401,15 +476,20 @@ fn plots(result: &RunResult, out: &mut String) {
     };
     out.push_str(r#"<section><h2>Latency per step</h2><p class="note">Log scale. Latency counts from each request's intended send time, so queueing in an overloaded target shows here.</p><div class="grid">"#);
     let percentiles: [(&str, Figure); 4] = [
-        ("p50", |s| s.latency_ms.p50),
-        ("p90", |s| s.latency_ms.p90),
-        ("p99", |s| s.latency_ms.p99),
-        ("p99.9", |s| s.latency_ms.p999),
+        ("p50", |s| s.latency_ms.map(|l| l.p50)),
+        ("p90", |s| s.latency_ms.map(|l| l.p90)),
+        ("p99", |s| s.latency_ms.map(|l| l.p99)),
+        ("p99.9", |s| s.latency_ms.map(|l| l.p999)),
     ];
-    let slo = result.config.slo.as_deref();
+    // The run's own SLO, read by the load engine's parser: one grammar.
+    let slo = result
+        .config
+        .slo
+        .as_deref()
+        .and_then(|text| scalpel_load::Slo::parse(text).ok());
     for (name, get) in percentiles {
-        let series = line_series(result, by_rate, "", None, "ms", &|s| Some(get(s)), fmt_ms);
-        let limit = slo.and_then(|slo| latency_bound_ms(slo, name));
+        let series = line_series(result, by_rate, "", None, "ms", &get, fmt_ms);
+        let limit = slo.as_ref().and_then(|slo| slo.latency_bound_ms(name));
         let thresholds = limit
             .map(|ms| vec![(ms, format!("SLO {name} < {} ms", fmt_ms(ms)))])
             .unwrap_or_default();
@@ -542,11 +622,11 @@ fn bar_plots(result: &RunResult, has_cpu: bool, has_mem: bool, out: &mut String)
             title: "Latency".to_owned(),
             y_label: "milliseconds".to_owned(),
             categories: strings(&["mean", "p50", "p90", "p99", "p99.9", "max"]),
-            groups: group(&|s| {
-                let l = s.latency_ms;
-                [l.mean, l.p50, l.p90, l.p99, l.p999, l.max]
+            groups: group(&|s| match s.latency_ms {
+                Some(l) => [l.mean, l.p50, l.p90, l.p99, l.p999, l.max]
                     .map(Some)
-                    .to_vec()
+                    .to_vec(),
+                None => vec![None; 6],
             }),
             value_label: fmt_ms,
         }

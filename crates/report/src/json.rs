@@ -22,7 +22,7 @@ pub fn read_json(path: &Path) -> Result<RunResult, ReportError> {
         column: err.column(),
         message: strip_position(&err.to_string()),
     };
-    let value: serde_json::Value = serde_json::from_str(&text).map_err(json_error)?;
+    let mut value: serde_json::Value = serde_json::from_str(&text).map_err(json_error)?;
     match value
         .get("format_version")
         .and_then(serde_json::Value::as_u64)
@@ -45,7 +45,8 @@ pub fn read_json(path: &Path) -> Result<RunResult, ReportError> {
         }
     }
     // Parse the text again (not the Value) so shape errors keep their line and column.
-    let result: RunResult = serde_json::from_str(&text).map_err(json_error)?;
+    let mut result: RunResult = serde_json::from_str(&text).map_err(json_error)?;
+    upgrade(&mut value, &mut result);
     // A histogram that does not decode would only fail later, in a merge or a plot.
     for target in &result.targets {
         for step in &target.steps {
@@ -57,6 +58,30 @@ pub fn read_json(path: &Path) -> Result<RunResult, ReportError> {
         }
     }
     Ok(result)
+}
+
+/// Fills in what files written before a key existed lack, from what they have: `sent`,
+/// `answered` and `failed` from the error kinds (those versions left failed requests out
+/// of the histogram, so such a step's latency stays that of its answers).
+fn upgrade(value: &mut serde_json::Value, result: &mut RunResult) {
+    let Some(targets) = value.get_mut("targets").and_then(|t| t.as_array_mut()) else {
+        return;
+    };
+    for (target, json) in result.targets.iter_mut().zip(targets) {
+        let Some(steps) = json.get_mut("steps").and_then(|s| s.as_array_mut()) else {
+            continue;
+        };
+        for (step, json) in target.steps.iter_mut().zip(steps) {
+            if json.get("answered").is_some() {
+                continue;
+            }
+            let kind = |k: &str| step.error_kinds.get(k).copied().unwrap_or(0);
+            let no_answer = kind("timeout") + kind("io") + kind("protocol");
+            step.sent = step.requests.saturating_sub(kind("connect"));
+            step.failed = no_answer.min(step.sent);
+            step.answered = step.sent - step.failed;
+        }
+    }
 }
 
 /// serde_json appends " at line L column C" to its messages; the error shows them already.
@@ -77,22 +102,75 @@ pub fn to_json_string(result: &RunResult) -> String {
 
 /// Writes the result as pretty JSON, atomically: a temporary file in the same directory is
 /// written, flushed to disk and renamed over `path`, so a reader never sees half a file.
+/// The file is readable by others as any new file is (0666 less the umask, usually 0644).
 pub fn write_json(result: &RunResult, path: &Path) -> Result<(), ReportError> {
+    write_atomic(path, to_json_string(result).as_bytes())
+}
+
+/// The result as JSON on one line, ending in a newline: what `scalpel load --json -` prints,
+/// so it can be picked out of a log that also holds other lines (`kubectl logs`).
+pub fn to_json_line(result: &RunResult) -> String {
+    let mut text = serde_json::to_string(result).expect("the result model always serializes");
+    text.push('\n');
+    text
+}
+
+/// Writes the HTML page ([`crate::html`]) for the result, atomically like [`write_json`].
+pub fn write_html(result: &RunResult, path: &Path) -> Result<(), ReportError> {
+    write_atomic(path, crate::html(result).as_bytes())
+}
+
+/// Checks, before any work, that `path` can be written: its directory exists and takes a
+/// new file, and `path` itself is not a directory. A run that measures for minutes and
+/// then cannot write its result has lost them.
+pub fn check_writable(path: &Path) -> Result<(), ReportError> {
     let write_error = |error: std::io::Error| ReportError::Write {
         path: path.to_owned(),
         error,
     };
-    let dir = match path.parent() {
+    if path.is_dir() {
+        return Err(write_error(std::io::Error::new(
+            std::io::ErrorKind::IsADirectory,
+            "it is a directory",
+        )));
+    }
+    let dir = parent_dir(path);
+    tempfile::Builder::new()
+        .prefix(".scalpel-check-")
+        .tempfile_in(dir)
+        .map(drop)
+        .map_err(|error| match error.kind() {
+            std::io::ErrorKind::NotFound => write_error(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("no such directory {}", dir.display()),
+            )),
+            _ => write_error(error),
+        })
+}
+
+fn parent_dir(path: &Path) -> &Path {
+    match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => Path::new("."),
+    }
+}
+
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ReportError> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let write_error = |error: std::io::Error| ReportError::Write {
+        path: path.to_owned(),
+        error,
     };
+    let dir = parent_dir(path);
+    // A temporary file is 0600 by default; a result file is as readable as any other new
+    // file: 0666 here, less the process's umask, applied by the kernel at creation.
     let mut file = tempfile::Builder::new()
         .prefix(".scalpel-")
         .suffix(".tmp")
+        .permissions(std::fs::Permissions::from_mode(0o666))
         .tempfile_in(dir)
         .map_err(write_error)?;
-    file.write_all(to_json_string(result).as_bytes())
-        .map_err(write_error)?;
+    file.write_all(bytes).map_err(write_error)?;
     file.as_file().sync_all().map_err(write_error)?;
     file.persist(path).map_err(|err| write_error(err.error))?;
     Ok(())

@@ -39,7 +39,7 @@ mod figures;
 mod html;
 mod json;
 mod merge;
-mod slo;
+mod shards;
 mod svg;
 mod table;
 
@@ -48,6 +48,6 @@ pub use cost::{
 };
 pub use error::ReportError;
 pub use html::html;
-pub use json::{read_json, to_json_string, write_json};
-pub use merge::merge;
+pub use json::{check_writable, read_json, to_json_line, to_json_string, write_html, write_json};
+pub use merge::{MergeOptions, merge, merge_with};
 pub use table::summary_table;

@@ -17,29 +17,55 @@
 //!   target its figures are kept as they are; when several did (each watched the same
 //!   process over the same time) the means are averaged weighted by step duration and the
 //!   peaks are the highest peak;
-//! - SLO verdicts and breaking points are recomputed from the merged figures.
+//! - SLO verdicts and breaking points are recomputed from the merged figures;
+//! - a step cut short by an interrupt (`partial`) did not carry its whole load: like a step
+//!   only some machines ran, it is left out;
+//! - a run is never merged with itself: every part has an id (`part_ids`), and a merge
+//!   that would hold one twice is refused, as is a file given twice;
+//! - a target name at two different URLs, and runs of different scalpel versions (whose
+//!   figures may be computed differently), are refused unless the caller allows them.
 
 use std::collections::BTreeMap;
 
 use scalpel_load::result::{
-    BreakingPoint, LatencySummary, RunResult, StepResult, TargetResult, decode_histogram,
-    encode_histogram, new_histogram,
+    LatencySummary, RunResult, StepResult, TargetResult, decode_histogram, encode_histogram,
+    new_histogram,
 };
 
 use scalpel_load::Slo;
 
 use crate::ReportError;
 
-/// Merges runs made at the same time on several machines against the same targets.
+/// What a merge may accept that it refuses by default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MergeOptions {
+    /// Merge a target whose URL differs between runs (each machine may reach the same
+    /// service by another address). The merged file keeps the first run's URL.
+    pub allow_different_urls: bool,
+    /// Merge runs written by different scalpel versions.
+    pub allow_different_versions: bool,
+}
+
+/// Merges runs made at the same time on several machines against the same targets, with
+/// the default (strict) [`MergeOptions`].
 ///
 /// See the module rules: histograms are added and percentiles recomputed; runs whose
-/// targets, steps or load models do not line up are refused with [`ReportError::Mismatch`].
+/// targets, steps or load models do not line up, or a run given twice, are refused with
+/// [`ReportError::Mismatch`].
 pub fn merge(runs: &[RunResult]) -> Result<RunResult, ReportError> {
+    merge_with(runs, MergeOptions::default())
+}
+
+/// [`merge`] with options.
+pub fn merge_with(runs: &[RunResult], options: MergeOptions) -> Result<RunResult, ReportError> {
     let (first, rest) = runs
         .split_first()
         .ok_or_else(|| mismatch("no runs given".to_owned()))?;
+    // The shards of one run: all there, once each, same settings (names what is wrong).
+    let shard_set = crate::shards::check_set(runs)?;
+    check_distinct(runs)?;
     for (i, run) in rest.iter().enumerate() {
-        check_compatible(first, run, i + 1)?;
+        check_compatible(first, run, i + 2, options)?;
     }
     let slo = match &first.config.slo {
         Some(text) => Some(
@@ -49,6 +75,9 @@ pub fn merge(runs: &[RunResult]) -> Result<RunResult, ReportError> {
     };
 
     let mut merged = first.clone();
+    merged.tool = distinct(runs.iter().map(|r| r.tool.as_str())).join(", ");
+    merged.part_ids = runs.iter().flat_map(part_ids).collect();
+    merged.interrupted = runs.iter().any(|r| r.interrupted);
     merged.started_at = runs
         .iter()
         .map(|r| r.started_at.as_str())
@@ -68,10 +97,18 @@ pub fn merge(runs: &[RunResult]) -> Result<RunResult, ReportError> {
             .iter()
             .map(|run| find_target(run, &target.name))
             .collect();
-        let common = parts.iter().map(|t| t.steps.len()).min().unwrap_or(0);
+        // The leading steps every run completed: a partial step did not carry its load.
+        let common = parts
+            .iter()
+            .map(|t| t.steps.iter().take_while(|s| !s.partial).count())
+            .min()
+            .unwrap_or(0);
         target.steps.truncate(common);
         target.breaking_point = None;
-        for step in &mut target.steps {
+        // Steps merge independently; decoding their histograms is most of a large merge's
+        // work (100 files × 60 steps: 6,000 histograms), so it is shared among the cores.
+        let name = target.name.as_str();
+        let merged_steps = par_map(&target.steps, |step| {
             let pieces: Vec<&StepResult> = parts
                 .iter()
                 .map(|t| {
@@ -81,13 +118,39 @@ pub fn merge(runs: &[RunResult]) -> Result<RunResult, ReportError> {
                         .expect("checked by check_compatible")
                 })
                 .collect();
-            *step = merge_step(&target.name, &pieces)?;
-        }
+            merge_step(name, &pieces)
+        });
+        target.steps = merged_steps.into_iter().collect::<Result<_, _>>()?;
         if let Some(slo) = &slo {
-            target.breaking_point = judge(slo, &mut target.steps);
+            target.breaking_point = slo.judge(&mut target.steps);
         }
     }
+    if let Some(basis) = shard_set {
+        crate::shards::attach(&mut merged, runs, basis, slo.as_ref());
+    }
     Ok(merged)
+}
+
+/// `f` over `items` on up to as many threads as there are cores, results in order.
+pub(crate) fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZero::get)
+        .min(items.len());
+    if threads <= 1 {
+        return items.iter().map(f).collect();
+    }
+    let chunk = items.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let f = &f;
+        let handles: Vec<_> = items
+            .chunks(chunk)
+            .map(|part| scope.spawn(move || part.iter().map(f).collect::<Vec<R>>()))
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("a merge thread panicked"))
+            .collect()
+    })
 }
 
 fn mismatch(message: String) -> ReportError {
@@ -100,6 +163,31 @@ fn sum_options<T: std::iter::Sum<T>>(values: impl Iterator<Item = Option<T>>) ->
         .map(|v| v.into_iter().sum())
 }
 
+/// The values in first-seen order, each once.
+fn distinct<'a>(values: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
+    let mut out: Vec<&str> = Vec::new();
+    for v in values {
+        if !out.contains(&v) {
+            out.push(v);
+        }
+    }
+    out
+}
+
+/// The ids of a run's parts; for a file from before ids were recorded, its hosts and start
+/// time stand in (two runs on one host started in the same second look alike).
+fn part_ids(run: &RunResult) -> Vec<String> {
+    if run.part_ids.is_empty() {
+        vec![format!(
+            "{}@{}",
+            run.machine.hosts.join("+"),
+            run.started_at
+        )]
+    } else {
+        run.part_ids.clone()
+    }
+}
+
 fn find_target<'a>(run: &'a RunResult, name: &str) -> &'a TargetResult {
     run.targets
         .iter()
@@ -107,38 +195,82 @@ fn find_target<'a>(run: &'a RunResult, name: &str) -> &'a TargetResult {
         .expect("checked by check_compatible")
 }
 
-/// Refuses runs that do not describe the same schedule against the same targets.
-fn check_compatible(first: &RunResult, other: &RunResult, n: usize) -> Result<(), ReportError> {
+/// Refuses a run given twice, or a merged file together with one of its parts: every
+/// request would count twice and every rate would double.
+fn check_distinct(runs: &[RunResult]) -> Result<(), ReportError> {
+    let ids: Vec<Vec<String>> = runs.iter().map(part_ids).collect();
+    for j in 1..runs.len() {
+        for i in 0..j {
+            let same = runs[i] == runs[j];
+            let shared = ids[i].iter().find(|id| ids[j].contains(id));
+            if same || shared.is_some() {
+                let what = match shared {
+                    Some(id) if !same => format!("both hold the measurements of run {id}"),
+                    _ => "are the same run".to_owned(),
+                };
+                return Err(mismatch(format!(
+                    "run {} and run {} {what}; a run merged with itself would count every \
+                     request twice",
+                    i + 1,
+                    j + 1
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Refuses runs that do not describe the same schedule against the same targets. `n` is
+/// the other run's position, from 1.
+fn check_compatible(
+    first: &RunResult,
+    other: &RunResult,
+    n: usize,
+    options: MergeOptions,
+) -> Result<(), ReportError> {
     let (a, b) = (&first.config, &other.config);
-    let same = |what: &str, x: String, y: String| {
+    let same = |what: &str, x: &str, y: &str| {
         if x == y {
             Ok(())
         } else {
             Err(mismatch(format!(
-                "run 1 and run {} differ in {what}: {x} vs {y}",
-                n + 1
+                "run 1 and run {n} differ in {what}: {x} (run 1) vs {y} (run {n})"
             )))
         }
     };
     same(
         "format version",
-        first.format_version.to_string(),
-        other.format_version.to_string(),
+        &first.format_version.to_string(),
+        &other.format_version.to_string(),
     )?;
-    same("load model", a.model.clone(), b.model.clone())?;
-    same("SLO", format!("{:?}", a.slo), format!("{:?}", b.slo))?;
-    same("request", a.request.clone(), b.request.clone())?;
-    same(
-        "step duration",
-        format!("{:?}", a.step_duration_s),
-        format!("{:?}", b.step_duration_s),
-    )?;
+    if !options.allow_different_versions && first.tool != other.tool {
+        return Err(mismatch(format!(
+            "run 1 and run {n} were written by different versions: {} (run 1) vs {} (run {n}); \
+             their figures may be computed differently (pass --allow-different-versions to \
+             merge them anyway)",
+            first.tool, other.tool
+        )));
+    }
+    same("load model", &a.model, &b.model)?;
+    let slo = |s: &Option<String>| s.clone().unwrap_or_else(|| "no SLO".to_owned());
+    same("SLO", &slo(&a.slo), &slo(&b.slo))?;
+    same("request", &a.request, &b.request)?;
+    // Requests per step are summed (each machine's share): only a duration must match.
+    let length = |c: &scalpel_load::result::RunConfig| match c.step_duration_s {
+        Some(s) => format!("{s} s per step"),
+        None => "a request count per step".to_owned(),
+    };
+    same("step length", &length(a), &length(b))?;
     let names = |run: &RunResult| {
         let mut names: Vec<String> = run.targets.iter().map(|t| t.name.clone()).collect();
         names.sort();
         names
     };
-    same("targets", names(first).join(", "), names(other).join(", "))?;
+    same(
+        "targets",
+        &names(first).join(", "),
+        &names(other).join(", "),
+    )?;
     if first.targets.len()
         != names(first)
             .iter()
@@ -149,27 +281,41 @@ fn check_compatible(first: &RunResult, other: &RunResult, n: usize) -> Result<()
     }
     for target in &first.targets {
         let theirs = find_target(other, &target.name);
-        let steps = |t: &TargetResult| {
-            t.steps
-                .iter()
-                .map(|s| format!("{}@{}", s.index, fmt_rate(s.offered_rps)))
-                .collect::<Vec<_>>()
-        };
-        let (ours, their) = (steps(target), steps(theirs));
-        let common = ours.len().min(their.len());
+        if !options.allow_different_urls && target.url != theirs.url {
+            return Err(mismatch(format!(
+                "target \"{}\" is {} in run 1 but {} in run {n}: are they the same service? \
+                 (pass --allow-different-urls if they are)",
+                target.name, target.url, theirs.url
+            )));
+        }
         let numbered = |t: &TargetResult| {
             t.steps
                 .iter()
                 .enumerate()
                 .all(|(i, s)| s.index as usize == i)
         };
-        if ours[..common] != their[..common] || !numbered(target) || !numbered(theirs) {
+        for (run, t) in [(1, target), (n, theirs)] {
+            if !numbered(t) {
+                return Err(mismatch(format!(
+                    "target \"{}\" in run {run}: its steps are not numbered 1, 2, 3, … (a \
+                     step is missing or repeated)",
+                    t.name
+                )));
+            }
+        }
+        let differs = target
+            .steps
+            .iter()
+            .zip(&theirs.steps)
+            .find(|(x, y)| x.offered_rps != y.offered_rps);
+        if let Some((x, y)) = differs {
             return Err(mismatch(format!(
-                "target {:?}: run 1 and run {} ran different steps (index@offered rps): [{}] vs [{}]",
+                "target \"{}\": run 1 and run {n} ran step {} at different rates: {} (run 1) \
+                 vs {} (run {n})",
                 target.name,
-                n + 1,
-                ours.join(" "),
-                their.join(" ")
+                x.index + 1,
+                fmt_rate(x.offered_rps),
+                fmt_rate(y.offered_rps)
             )));
         }
     }
@@ -177,7 +323,7 @@ fn check_compatible(first: &RunResult, other: &RunResult, n: usize) -> Result<()
 }
 
 fn fmt_rate(rate: Option<f64>) -> String {
-    rate.map_or_else(|| "closed".to_owned(), |r| format!("{r}"))
+    rate.map_or_else(|| "closed".to_owned(), |r| format!("{r} rps"))
 }
 
 fn merge_step(target: &str, pieces: &[&StepResult]) -> Result<StepResult, ReportError> {
@@ -190,9 +336,13 @@ fn merge_step(target: &str, pieces: &[&StepResult]) -> Result<StepResult, Report
             step: piece.index,
             error,
         })?;
-        histogram
-            .add(&h)
-            .map_err(|e| mismatch(format!("target {target:?} step {}: {e:?}", piece.index)))?;
+        histogram.add(&h).map_err(|_| {
+            mismatch(format!(
+                "target \"{target}\" step {}: the histograms cannot be added (different \
+                 ranges or precision)",
+                piece.index + 1
+            ))
+        })?;
     }
     let mut error_kinds = BTreeMap::new();
     for piece in pieces {
@@ -200,6 +350,7 @@ fn merge_step(target: &str, pieces: &[&StepResult]) -> Result<StepResult, Report
             *error_kinds.entry(kind.clone()).or_insert(0) += count;
         }
     }
+    let sum = |get: fn(&StepResult) -> u64| pieces.iter().map(|p| get(p)).sum::<u64>();
     let duration_s = pieces.iter().map(|p| p.duration_s).fold(0.0, f64::max);
     let (cpu_percent, cpu_percent_peak) = resource(pieces, |p| (p.cpu_percent, p.cpu_percent_peak));
     let (rss_mb, rss_mb_peak) = resource(pieces, |p| (p.rss_mb, p.rss_mb_peak));
@@ -211,11 +362,16 @@ fn merge_step(target: &str, pieces: &[&StepResult]) -> Result<StepResult, Report
             .map(|_| pieces.iter().filter_map(|p| p.offered_rps).sum()),
         achieved_rps: pieces.iter().map(|p| p.achieved_rps).sum(),
         duration_s,
-        requests: pieces.iter().map(|p| p.requests).sum(),
-        errors: pieces.iter().map(|p| p.errors).sum(),
+        requests: sum(|p| p.requests),
+        sent: sum(|p| p.sent),
+        answered: sum(|p| p.answered),
+        failed: sum(|p| p.failed),
+        errors: sum(|p| p.errors),
         error_kinds,
-        late: pieces.iter().map(|p| p.late).sum(),
-        not_sent: pieces.iter().map(|p| p.not_sent).sum(),
+        late: sum(|p| p.late),
+        not_sent: sum(|p| p.not_sent),
+        interrupted: sum(|p| p.interrupted),
+        partial: false,
         latency_ms: LatencySummary::from_histogram(&histogram),
         histogram: encode_histogram(&histogram),
         cpu_percent,
@@ -224,7 +380,12 @@ fn merge_step(target: &str, pieces: &[&StepResult]) -> Result<StepResult, Report
         rss_mb_peak,
         pss_mb,
         pss_mb_peak,
-        slo_held: first.slo_held,
+        slo_held: None,
+        slo_reason: None,
+        start_late_s: pieces
+            .iter()
+            .filter_map(|p| p.start_late_s)
+            .reduce(f64::max),
     })
 }
 
@@ -255,30 +416,4 @@ fn resource(
             (Some(mean), peak)
         }
     }
-}
-
-/// Sets each step's verdict with the load engine's own rules and returns the breaking
-/// point as the engine does: the offered rate of the last step before the first one that
-/// broke the SLO (0 when the first broke it), or `None` when every step held.
-pub(crate) fn judge(slo: &Slo, steps: &mut [StepResult]) -> Option<BreakingPoint> {
-    let mut breaking_point = None;
-    let mut last_held_rps = 0.0;
-    for step in steps.iter_mut() {
-        let violation = slo.violation(step);
-        step.slo_held = Some(violation.is_none());
-        match violation {
-            None if breaking_point.is_none() => {
-                last_held_rps = step.offered_rps.unwrap_or(step.achieved_rps);
-            }
-            None => {}
-            Some(reason) if breaking_point.is_none() => {
-                breaking_point = Some(BreakingPoint {
-                    rps: last_held_rps,
-                    reason,
-                });
-            }
-            Some(_) => {}
-        }
-    }
-    breaking_point
 }

@@ -46,9 +46,45 @@ pub fn summary_table(result: &RunResult) -> String {
             grid.rows.push(line);
         }
         grid.render(&mut out);
+        for note in &section.notes {
+            for line in wrap(note, WIDTH, "  ") {
+                let _ = writeln!(out, "{line}");
+            }
+        }
     }
     breaking_points(result, &mut out);
+    shards(result, &mut out);
     out
+}
+
+/// A merged shard set: a row per shard with its own totals (a slow generator shows as
+/// `behind`), then what the merge flagged.
+fn shards(result: &RunResult, out: &mut String) {
+    let Some(table) = crate::shards::table(result) else {
+        return;
+    };
+    let _ = writeln!(out, "\n{}", table.title);
+    let mut grid = Grid::default();
+    let mut head: Vec<String> = table.head.iter().map(|h| (*h).to_owned()).collect();
+    let any_behind = table.behind.iter().any(|b| *b);
+    if any_behind {
+        head.push(String::new());
+    }
+    grid.rows.push(head);
+    grid.rule_after_first = true;
+    grid.left_columns = (1..table.head.iter().position(|h| *h == "steps").unwrap_or(2)).collect();
+    for (mut row, behind) in table.rows.into_iter().zip(table.behind) {
+        if any_behind {
+            row.push(if behind { "behind" } else { "" }.to_owned());
+        }
+        grid.rows.push(row);
+    }
+    grid.render(out);
+    for flag in &table.flags {
+        for line in wrap(&format!("! {flag}"), WIDTH, "  ") {
+            let _ = writeln!(out, "{line}");
+        }
+    }
 }
 
 fn header(result: &RunResult, out: &mut String) {
@@ -82,6 +118,31 @@ fn header(result: &RunResult, out: &mut String) {
         let _ = write!(model, ", SLO {slo}");
     }
     let _ = writeln!(out, "{model}");
+    if let Some(shard) = &result.shard {
+        let start = shard
+            .start_at
+            .as_deref()
+            .map(|s| format!(", common start {s}"))
+            .unwrap_or_default();
+        let late = shard
+            .start_late_s
+            .filter(|l| *l > 0.0)
+            .map(|l| format!(", started {l:.3} s late"))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "shard {}/{} of run {}{start}{late}: connections, rates and counts are this shard's part",
+            shard.index + 1,
+            shard.count,
+            shard.run_id
+        );
+    }
+    if result.interrupted {
+        let _ = writeln!(
+            out,
+            "INTERRUPTED: stopped by a signal; the last step run is partial, later steps were not run"
+        );
+    }
     let _ = writeln!(out, "request: {}", c.request);
     for target in &result.targets {
         let _ = writeln!(out, "target {}: {}", target.name, target.url);
@@ -136,7 +197,33 @@ fn breaking_points(result: &RunResult, out: &mut String) {
             .push(vec![row.target, row.rate, ratio_cell(&row.ratio), row.why]);
     }
     grid.left_columns = vec![0, 3];
+    grid.wrap_last = true;
     grid.render(out);
+}
+
+/// The width the table keeps to: two targets fit.
+const WIDTH: usize = 100;
+
+/// Splits `text` at spaces into lines of at most `width` characters (a longer word stays
+/// whole), the lines after the first starting with `indent`.
+fn wrap(text: &str, width: usize, indent: &str) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        let start = if lines.is_empty() { "" } else { indent };
+        if line.is_empty() {
+            line = format!("{start}{word}");
+        } else if line.chars().count() + 1 + word.chars().count() > width {
+            lines.push(std::mem::replace(&mut line, format!("{indent}{word}")));
+        } else {
+            line.push(' ');
+            line.push_str(word);
+        }
+    }
+    if !line.is_empty() {
+        lines.push(line);
+    }
+    lines
 }
 
 /// Right-aligned columns (except the first and any listed), two spaces apart.
@@ -147,6 +234,8 @@ pub(crate) struct Grid {
     pub(crate) rows: Vec<Vec<String>>,
     pub(crate) rule_after_first: bool,
     pub(crate) left_columns: Vec<usize>,
+    /// Wrap a last cell that would pass [`WIDTH`] onto lines aligned under it.
+    pub(crate) wrap_last: bool,
 }
 
 const GAP: &str = "  ";
@@ -186,12 +275,22 @@ impl Grid {
             }
             let _ = writeln!(out, "{}", line.trim_end());
         }
+        let last = columns.saturating_sub(1);
+        let last_start: usize = widths[..last].iter().map(|w| w + GAP.len()).sum();
+        let last_width = WIDTH.saturating_sub(last_start).max(20);
         for (r, row) in self.rows.iter().enumerate() {
             let mut line = String::new();
+            let mut more = Vec::new();
             for (i, width) in widths.iter().enumerate() {
-                let cell = row.get(i).map_or("", String::as_str);
+                let mut cell = row.get(i).map_or("", String::as_str);
                 if i > 0 {
                     line.push_str(GAP);
+                }
+                let wrapped;
+                if self.wrap_last && i == last && cell.chars().count() > last_width {
+                    wrapped = wrap(cell, last_width, "");
+                    cell = &wrapped[0];
+                    more = wrapped[1..].to_vec();
                 }
                 if i == 0 || self.left_columns.contains(&i) {
                     let _ = write!(line, "{cell:<width$}");
@@ -200,6 +299,9 @@ impl Grid {
                 }
             }
             let _ = writeln!(out, "{}", line.trim_end());
+            for rest in more {
+                let _ = writeln!(out, "{:last_start$}{rest}", "");
+            }
             if r == 0 && self.rule_after_first {
                 let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
                 let _ = writeln!(out, "{}", rule.join(GAP));

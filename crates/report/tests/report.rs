@@ -9,7 +9,8 @@ use scalpel_load::result::{
     LatencySummary, RunResult, TargetResult, decode_histogram, new_histogram,
 };
 use scalpel_report::{
-    ReportError, html, merge, read_json, summary_table, to_json_string, write_json,
+    MergeOptions, ReportError, html, merge, merge_with, read_json, summary_table, to_json_string,
+    write_json,
 };
 
 fn target(name: &str, steps: Vec<scalpel_load::result::StepResult>) -> TargetResult {
@@ -111,9 +112,9 @@ fn merged_percentiles_equal_those_of_one_histogram_holding_all_values() {
     }
     // The merged p99 is not the mean of the two p99s.
     let go = &merged.targets[0].steps[0];
-    let mean_of_p99 =
-        (a.targets[0].steps[0].latency_ms.p99 + b.targets[1].steps[0].latency_ms.p99) / 2.0;
-    assert_ne!(go.latency_ms.p99, mean_of_p99);
+    let p99 = |s: &scalpel_load::result::StepResult| s.latency_ms.unwrap().p99;
+    let mean_of_p99 = (p99(&a.targets[0].steps[0]) + p99(&b.targets[1].steps[0])) / 2.0;
+    assert_ne!(p99(go), mean_of_p99);
     assert_eq!(go.errors, 8);
     assert_eq!(
         go.error_kinds,
@@ -199,14 +200,14 @@ fn merge_rejudges_the_slo_on_merged_figures() {
     let svc = &merged.targets[0];
     // ...but together only 0.75% are slow, so the merged p99 holds.
     assert!(
-        svc.steps[0].latency_ms.p99 < 10.1,
+        svc.steps[0].latency_ms.unwrap().p99 < 10.1,
         "{:?}",
         svc.steps[0].latency_ms
     );
     assert_eq!(svc.steps[0].slo_held, Some(true));
     assert_eq!(svc.steps[1].slo_held, Some(false));
     let bp = svc.breaking_point.as_ref().unwrap();
-    assert_eq!(bp.rps, 2000.0);
+    assert_eq!(bp.rps, Some(2000.0));
     assert!(
         bp.reason.starts_with("p99 ") && bp.reason.ends_with("at 4000 rps"),
         "{}",
@@ -214,8 +215,15 @@ fn merge_rejudges_the_slo_on_merged_figures() {
     );
 }
 
+/// `b` as another machine's run (its own part id), merged with `a`.
+fn other_part(b: &RunResult) -> RunResult {
+    let mut b = b.clone();
+    b.part_ids = vec!["another-machine".to_owned()];
+    b
+}
+
 fn mismatch(a: &RunResult, b: &RunResult) -> String {
-    match merge(&[a.clone(), b.clone()]) {
+    match merge(&[a.clone(), other_part(b)]) {
         Err(err @ ReportError::Mismatch(_)) => err.to_string(),
         other => panic!("expected a mismatch, got {other:?}"),
     }
@@ -236,13 +244,15 @@ fn merge_refuses_runs_that_do_not_line_up() {
 
     let mut other_target = base.clone();
     other_target.targets[1].name = "node".to_owned();
-    assert!(mismatch(&base, &other_target).contains("targets: go, rust vs go, node"));
+    assert!(
+        mismatch(&base, &other_target).contains("targets: go, rust (run 1) vs go, node (run 2)")
+    );
 
     // The engine stops a target at its first broken step, so one machine may have run
     // fewer steps: the merge keeps the steps every machine ran.
     let mut fewer_steps = base.clone();
     fewer_steps.targets[0].steps.pop();
-    let merged = merge(&[base.clone(), fewer_steps.clone()]).unwrap();
+    let merged = merge(&[base.clone(), other_part(&fewer_steps)]).unwrap();
     assert_eq!(merged.targets[0].steps.len(), 1);
     assert_eq!(merged.targets[1].steps.len(), 2);
     assert_eq!(merged.targets[0].steps[0].requests, 4);
@@ -253,18 +263,31 @@ fn merge_refuses_runs_that_do_not_line_up() {
 
     let mut other_rates = base.clone();
     other_rates.targets[1].steps[1].offered_rps = Some(400.0);
-    assert!(
-        mismatch(&base, &other_rates).contains("1@200 vs 0@100 1@400")
-            || mismatch(&base, &other_rates).contains("different steps")
+    assert_eq!(
+        mismatch(&base, &other_rates),
+        "cannot merge: target \"rust\": run 1 and run 2 ran step 2 at different rates: \
+         200 rps (run 1) vs 400 rps (run 2)"
     );
 
     let mut other_model = base.clone();
     other_model.config.model = "closed".to_owned();
-    assert!(mismatch(&base, &other_model).contains("load model: ramp vs closed"));
+    assert!(mismatch(&base, &other_model).contains("load model: ramp (run 1) vs closed (run 2)"));
 
+    // #18.14: in words, not Rust's debug text (`Some("errors<1%") vs None`).
     let mut other_slo = base.clone();
-    other_slo.config.slo = Some("p99<5ms".to_owned());
-    assert!(mismatch(&base, &other_slo).contains("SLO"));
+    other_slo.config.slo = Some("errors<1%".to_owned());
+    assert_eq!(
+        mismatch(&other_slo, &base),
+        "cannot merge: run 1 and run 2 differ in SLO: errors<1% (run 1) vs no SLO (run 2)"
+    );
+    let mut counted = base.clone();
+    counted.config.step_duration_s = None;
+    counted.config.requests_per_step = Some(100);
+    assert_eq!(
+        mismatch(&base, &counted),
+        "cannot merge: run 1 and run 2 differ in step length: 10 s per step (run 1) vs a \
+         request count per step (run 2)"
+    );
 
     assert!(matches!(merge(&[]), Err(ReportError::Mismatch(_))));
 }
@@ -345,7 +368,7 @@ fn table_has_a_column_per_target_ratios_and_fits_100_columns() {
     // Each step block: the p99 row carries both values and their ratio, computed here
     // independently from the model.
     for (go, rust) in run.targets[0].steps.iter().zip(&run.targets[1].steps) {
-        let ratio = rust.latency_ms.p99 / go.latency_ms.p99;
+        let ratio = rust.latency_ms.unwrap().p99 / go.latency_ms.unwrap().p99;
         let row = table
             .lines()
             .find(|l| l.starts_with("latency p99 ms") && l.contains(&format!("{:.2}x", ratio)))
@@ -373,8 +396,10 @@ fn table_has_a_column_per_target_ratios_and_fits_100_columns() {
         .collect();
     assert!(ends.windows(2).all(|w| w[0] == w[1]) || ends.iter().all(|&e| e <= rule.len()));
     assert!(table.contains("breaking point (SLO p99<50ms,errors<1%)"));
+    // The reason is there, whole, though wrapped to fit.
     let go_bp = run.targets[0].breaking_point.as_ref().unwrap();
-    assert!(table.contains(&go_bp.reason));
+    let flat = |t: &str| t.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(flat(&table).contains(&flat(&go_bp.reason)), "{table}");
 }
 
 #[test]
@@ -448,7 +473,7 @@ fn html_is_well_formed_self_contained_and_holds_every_series() {
                 "{} at {} rps: {} ms",
                 target.name,
                 fmt_rate(step.offered_rps.unwrap()),
-                fmt_ms(step.latency_ms.p99)
+                fmt_ms(step.latency_ms.unwrap().p99)
             );
             assert!(
                 titles.contains(&p99.as_str()),
@@ -513,4 +538,236 @@ fn xml_options<'a>() -> roxmltree::ParsingOptions<'a> {
         allow_dtd: true,
         ..Default::default()
     }
+}
+
+/// #18.8: an empty histogram printed p99 0.000 (and wrote 0 into the JSON): a step that
+/// measured no latency read as the fastest step of the run.
+#[test]
+fn a_step_without_latencies_shows_a_dash_not_zero() {
+    let mut dead = step_with_values(0, None, 2.0, &[]);
+    dead.requests = 500;
+    dead.errors = 500;
+    dead.error_kinds = BTreeMap::from([("connect".to_owned(), 500)]);
+    let run = run("h", "closed", None, vec![target("svc", vec![dead])]);
+    let table = summary_table(&run);
+    for figure in ["mean", "p50", "p90", "p99", "p99.9", "max"] {
+        let row = table
+            .lines()
+            .find(|l| l.starts_with(&format!("latency {figure} ms")))
+            .unwrap();
+        assert_eq!(row.split_whitespace().last(), Some("-"), "{row}");
+    }
+    let json: serde_json::Value = serde_json::from_str(&to_json_string(&run)).unwrap();
+    assert!(json["targets"][0]["steps"][0]["latency_ms"].is_null());
+    // The page draws no bar for it, and no 0.
+    let page = html(&run);
+    roxmltree::Document::parse_with_options(&page, xml_options()).unwrap();
+    assert!(!page.contains("p99 0.000"));
+}
+
+/// Runs made on two machines at the same time: same schedule, their own part ids.
+fn two_machines() -> (RunResult, RunResult) {
+    let a = run(
+        "host-a",
+        "open",
+        Some("errors<1%"),
+        vec![target(
+            "svc",
+            vec![step_with_values(
+                0,
+                Some(500.0),
+                10.0,
+                &latencies(1, 5000, 900.0),
+            )],
+        )],
+    );
+    let b = run(
+        "host-b",
+        "open",
+        Some("errors<1%"),
+        vec![target(
+            "svc",
+            vec![step_with_values(
+                0,
+                Some(500.0),
+                10.0,
+                &latencies(2, 5000, 900.0),
+            )],
+        )],
+    );
+    (a, b)
+}
+
+fn refused(runs: &[RunResult], options: MergeOptions) -> String {
+    match merge_with(runs, options) {
+        Err(err @ ReportError::Mismatch(_)) => err.to_string(),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+/// #18.14: a file merged with itself doubled every rate; a merged file merged again with
+/// one of its parts counted that part twice.
+#[test]
+fn merge_refuses_a_run_merged_with_itself() {
+    let (a, b) = two_machines();
+    let strict = MergeOptions::default();
+    assert_eq!(
+        refused(&[a.clone(), a.clone()], strict),
+        "cannot merge: run 1 and run 2 are the same run; a run merged with itself would count \
+         every request twice"
+    );
+    let both = merge(&[a.clone(), b.clone()]).unwrap();
+    assert_eq!(both.part_ids.len(), 2);
+    let again = refused(&[both.clone(), b.clone()], strict);
+    assert!(
+        again.contains("both hold the measurements of run host-b-"),
+        "{again}"
+    );
+    // A file from before part ids were recorded: hosts and start time stand in.
+    let (mut old_a, mut old_b) = (a.clone(), a.clone());
+    old_a.part_ids.clear();
+    old_b.part_ids.clear();
+    old_b.targets[0].steps[0].requests += 1; // not byte-identical, still the same run
+    assert!(refused(&[old_a, old_b], strict).contains("host-a@2025-06-01T10:00:00Z"));
+}
+
+/// #18.14: the same target name at two URLs merged silently, as did runs of different
+/// scalpel versions; both are named, and merged only when allowed.
+#[test]
+fn merge_names_different_urls_and_versions() {
+    let (a, mut b) = two_machines();
+    b.targets[0].url = "http://10.0.0.9:8080".to_owned();
+    let strict = MergeOptions::default();
+    let why = refused(&[a.clone(), b.clone()], strict);
+    assert!(
+        why.contains(
+            "target \"svc\" is http://127.0.0.1/svc in run 1 but http://10.0.0.9:8080 in run 2"
+        ),
+        "{why}"
+    );
+    let allowed = MergeOptions {
+        allow_different_urls: true,
+        ..strict
+    };
+    assert_eq!(
+        merge_with(&[a.clone(), b.clone()], allowed)
+            .unwrap()
+            .targets[0]
+            .url,
+        a.targets[0].url
+    );
+
+    let (a, mut b) = two_machines();
+    b.tool = "scalpel 0.2.0".to_owned();
+    let why = refused(&[a.clone(), b.clone()], strict);
+    assert!(
+        why.contains("different versions: scalpel 0.1.0 (run 1) vs scalpel 0.2.0 (run 2)"),
+        "{why}"
+    );
+    let allowed = MergeOptions {
+        allow_different_versions: true,
+        ..strict
+    };
+    assert_eq!(
+        merge_with(&[a, b], allowed).unwrap().tool,
+        "scalpel 0.1.0, scalpel 0.2.0"
+    );
+}
+
+/// Messages are words: no Rust debug text (`Some("errors<1%") vs None`) in any refusal.
+#[test]
+fn merge_refusals_are_in_words() {
+    let (a, b) = two_machines();
+    let mut variants = Vec::new();
+    let mut x = b.clone();
+    x.config.slo = None;
+    variants.push(x);
+    let mut x = b.clone();
+    x.config.step_duration_s = None;
+    variants.push(x);
+    let mut x = b.clone();
+    x.config.model = "closed".to_owned();
+    variants.push(x);
+    let mut x = b.clone();
+    x.targets[0].steps[0].offered_rps = None;
+    variants.push(x);
+    for other in variants {
+        let why = refused(&[a.clone(), other], MergeOptions::default());
+        for debug in ["Some(", "None", "\\\"", "[\""] {
+            assert!(!why.contains(debug), "{why}");
+        }
+    }
+}
+
+/// A step cut short by an interrupt did not carry its load: a merge leaves it out.
+#[test]
+fn merge_leaves_out_partial_steps() {
+    let step = |i, rps| step_with_values(i, Some(rps), 1.0, &[1000, 2000]);
+    let a = run(
+        "a",
+        "ramp",
+        None,
+        vec![target("svc", vec![step(0, 100.0), step(1, 200.0)])],
+    );
+    let mut b = run(
+        "b",
+        "ramp",
+        None,
+        vec![target("svc", vec![step(0, 100.0), step(1, 200.0)])],
+    );
+    b.interrupted = true;
+    b.targets[0].steps[1].partial = true;
+    let merged = merge(&[a, b]).unwrap();
+    assert_eq!(merged.targets[0].steps.len(), 1);
+    assert!(merged.interrupted);
+}
+
+/// Files from before `sent`/`answered`/`failed` were written read back with those counts
+/// filled in from the error kinds.
+#[test]
+fn older_files_get_sent_and_answered_from_their_error_kinds() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut step = step_with_values(0, Some(100.0), 1.0, &[1000, 2000, 3000]);
+    step.requests = 10;
+    step.errors = 7;
+    step.error_kinds = BTreeMap::from([
+        ("connect".to_owned(), 2),
+        ("timeout".to_owned(), 4),
+        ("status_503".to_owned(), 1),
+    ]);
+    let run = run("a", "open", None, vec![target("svc", vec![step])]);
+    let mut json: serde_json::Value = serde_json::from_str(&to_json_string(&run)).unwrap();
+    let s = &mut json["targets"][0]["steps"][0];
+    for key in ["sent", "answered", "failed"] {
+        s.as_object_mut().unwrap().remove(key);
+    }
+    let path = dir.path().join("old.json");
+    std::fs::write(&path, json.to_string()).unwrap();
+    let back = read_json(&path).unwrap();
+    let s = &back.targets[0].steps[0];
+    assert_eq!((s.sent, s.answered, s.failed), (8, 4, 4));
+}
+
+/// A step cut short by an interrupt is not where the page compares the targets.
+#[test]
+fn the_page_never_compares_at_a_partial_step() {
+    let step = |i, rps| step_with_values(i, Some(rps), 1.0, &latencies(i as u64 + 20, 500, 900.0));
+    let mut run = run(
+        "a",
+        "ramp",
+        None,
+        vec![target(
+            "svc",
+            vec![step(0, 100.0), step(1, 200.0), step(2, 300.0)],
+        )],
+    );
+    run.interrupted = true;
+    run.targets[0].steps[2].partial = true;
+    let page = html(&run);
+    assert!(
+        page.contains("Latency by percentile (step 2,"),
+        "compared at step 2"
+    );
+    assert!(!page.contains("Latency by percentile (step 3,"));
+    assert!(page.contains("INTERRUPTED"));
 }

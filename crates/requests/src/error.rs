@@ -119,4 +119,92 @@ pub enum RequestsError {
         /// What would be invalid.
         message: String,
     },
+    /// A shuffled order is limited to 2³² rows (the permutation holds 32-bit row numbers).
+    #[error("{data}: {rows} rows are too many to shuffle (at most 4294967295)")]
+    TooManyRows {
+        /// The data set (file path or name).
+        data: String,
+        /// Rows in the data.
+        rows: u64,
+    },
+    /// A request body would exceed [`MAX_BODY`](crate::MAX_BODY).
+    #[error("{}the body would be {size} bytes, over the limit of {max}", body_origin(data, *line))]
+    BodyTooLarge {
+        /// The data set (file path or name); empty for a fixed body.
+        data: String,
+        /// 1-based line of the row in the data file (0 for a fixed body).
+        line: u64,
+        /// Bytes the body would have.
+        size: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// A mix file is malformed: TOML syntax, an unknown key, a bad request entry.
+    #[error("mix file {}, line {line}: {message}", path.display())]
+    Mix {
+        /// The mix file.
+        path: PathBuf,
+        /// 1-based line of the problem (0 when the whole file is at fault).
+        line: u64,
+        /// What is wrong, naming the request entry where it applies.
+        message: String,
+    },
+    /// A recorded-traffic file (or a file a mix names) could not be opened or read.
+    #[error("cannot read {}: {error}", path.display())]
+    SourceIo {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        error: std::io::Error,
+    },
+    /// The format of a recorded-traffic file could not be told from its content.
+    #[error("{}: {message}", path.display())]
+    UnknownFormat {
+        /// The file.
+        path: PathBuf,
+        /// What was found instead.
+        message: String,
+    },
+    /// A recorded-traffic file holds no request that passes the filters.
+    #[error("{}: no usable request ({detail})", path.display())]
+    NoUsableRequest {
+        /// The file.
+        path: PathBuf,
+        /// What was read and why each record was skipped, in words.
+        detail: String,
+    },
+    /// A recorded-traffic file changed while it was being replayed (it became shorter).
+    #[error("{}: the file changed while it was read ({message})", path.display())]
+    SourceChanged {
+        /// The file.
+        path: PathBuf,
+        /// What was found.
+        message: String,
+    },
+    /// A filter or rewrite option is invalid: a bad regular expression, method or header.
+    #[error("{option} {value:?}: {message}")]
+    InvalidOption {
+        /// The option, e.g. "include-path".
+        option: &'static str,
+        /// The value as given.
+        value: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// The capture file could not be created, written or rotated.
+    #[error("capture file {}: {error}", path.display())]
+    Capture {
+        /// The capture file.
+        path: PathBuf,
+        /// The underlying error.
+        error: std::io::Error,
+    },
+}
+
+fn body_origin(data: &str, line: u64) -> String {
+    if data.is_empty() {
+        String::new()
+    } else {
+        format!("{data}, line {line}: ")
+    }
 }

@@ -29,6 +29,14 @@ pub(crate) fn permutation(len: usize, seed: u64) -> Vec<u32> {
     order
 }
 
+/// The `(i + 1)`-th output of SplitMix64 seeded with `seed`, computed directly: SplitMix64's
+/// state after `n` steps is `seed + n·γ`, so any position of the stream costs the same.
+/// A mix uses it to pick request `i`'s endpoint without shared state between workers.
+pub(crate) fn splitmix_at(seed: u64, i: u64) -> u64 {
+    let mut rng = SplitMix64(seed.wrapping_add(i.wrapping_mul(0x9E37_79B9_7F4A_7C15)));
+    rng.next()
+}
+
 /// SplitMix64 (Steele, Lea, Flood 2014): tiny, fast, passes BigCrush; fine for shuffling.
 struct SplitMix64(u64);
 
@@ -85,6 +93,14 @@ mod tests {
                 9_817_491_932_198_370_423
             ]
         );
+    }
+
+    #[test]
+    fn splitmix_at_is_the_stream_at_that_position() {
+        let mut rng = SplitMix64(1_234_567);
+        for i in 0..100 {
+            assert_eq!(splitmix_at(1_234_567, i), rng.next(), "position {i}");
+        }
     }
 
     #[test]

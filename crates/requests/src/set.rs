@@ -1,12 +1,20 @@
 //! Binding a template to data, and rendering requests from the pair.
 
+use std::sync::Arc;
+
 use bytes::{Bytes, BytesMut};
 use http::{HeaderName, HeaderValue, Method};
 
 use crate::RequestsError;
-use crate::data::{DataKind, DataSet};
+use crate::data::{DataKind, DataSet, Row};
 use crate::order::{Order, permutation};
-use crate::template::{Part, RequestTemplate, Text};
+use crate::template::{Part, RequestTemplate, Text, is_request_target_char};
+
+/// The largest body one request may have: 256 MiB, checked for every row at bind time.
+///
+/// Every worker holds the body it is sending; a cap keeps a runaway data value or body
+/// file from multiplying into gigabytes.
+pub const MAX_BODY: usize = 256 << 20;
 
 /// One concrete request, ready to send.
 #[derive(Debug, Clone, Default)]
@@ -19,6 +27,33 @@ pub struct RenderedRequest {
     pub headers: Vec<(HeaderName, HeaderValue)>,
     /// The body; empty when the template has none.
     pub body: Bytes,
+    /// Where templated header values and bodies are rendered; reclaimed on the next render
+    /// once nobody holds the previous request's parts, so rendering does not allocate.
+    arena: BytesMut,
+}
+
+impl RenderedRequest {
+    /// Clears the request for reuse, keeping its buffers.
+    pub(crate) fn reset(&mut self) {
+        self.path_and_query.clear();
+        self.headers.clear();
+        self.body = Bytes::new();
+        self.arena.clear();
+    }
+
+    /// Makes room for `bytes` of header values in the arena at once (see `render_into`).
+    pub(crate) fn reserve_values(&mut self, bytes: usize) {
+        self.arena.reserve(bytes);
+    }
+
+    /// A header value copied into the arena (no allocation once it is warm); `None` when
+    /// the bytes are not a valid header value.
+    pub(crate) fn arena_value(&mut self, bytes: &[u8]) -> Option<HeaderValue> {
+        // `from_maybe_shared` checks the bytes; a refused value leaves unused arena bytes
+        // behind until the next reset, nothing worse.
+        self.arena.extend_from_slice(bytes);
+        HeaderValue::from_maybe_shared(self.arena.split().freeze()).ok()
+    }
 }
 
 /// A template bound to its data: every request of a run, rendered on demand.
@@ -31,14 +66,10 @@ pub struct RequestSet {
     path_template: String,
     path: Vec<Bound>,
     headers: Vec<HeaderSlot>,
-    /// Values of the headers that hold placeholders, rendered for every row at bind time
-    /// (cloning a `HeaderValue` is a reference-count bump): `row * templated + k`.
-    header_values: Vec<HeaderValue>,
-    templated_headers: usize,
     body: BodySlot,
     data: Option<DataSet>,
     /// `order[i]` is the row of the i-th request; `None` for sequential order.
-    order: Option<Vec<u32>>,
+    order: SharedOrder,
     len: usize,
 }
 
@@ -63,43 +94,75 @@ enum Bound {
 #[derive(Debug, Clone)]
 enum HeaderSlot {
     Fixed(HeaderName, HeaderValue),
-    PerRow(HeaderName, usize),
+    /// Rendered per request into the caller's arena (values are validated at bind time).
+    PerRow(HeaderName, Vec<Bound>),
 }
 
 #[derive(Debug, Clone)]
 enum BodySlot {
     Fixed(Bytes),
-    /// Every row's body rendered at bind time into one buffer; row `r` is
-    /// `all[ends[r - 1]..ends[r]]`, handed out as a reference-counted slice.
-    PerRow {
-        all: Bytes,
-        ends: Vec<usize>,
-    },
-    /// Rendered per call, when pre-rendering would exceed [`PRERENDERED_BODIES_MAX`].
-    Template(Vec<Bound>),
+    /// Rendered per request into the caller's arena.
+    PerRow(Vec<Bound>),
 }
 
-/// Upper bound on the memory spent on pre-rendered bodies. Above it, bodies are rendered
-/// per request at the cost of one small allocation each.
-const PRERENDERED_BODIES_MAX: usize = 256 << 20;
+/// The rows' order, shared between the sets of a mix so it is computed and held once.
+pub(crate) type SharedOrder = Option<Arc<Vec<u32>>>;
+
+/// Fixes the order of `rows` rows.
+pub(crate) fn shared_order(
+    order: Order,
+    rows: usize,
+    origin: &str,
+) -> Result<SharedOrder, RequestsError> {
+    match order {
+        Order::Sequential => Ok(None),
+        Order::Shuffled { seed } => {
+            if u32::try_from(rows).is_err() {
+                return Err(RequestsError::TooManyRows {
+                    data: origin.to_owned(),
+                    rows: rows as u64,
+                });
+            }
+            // An `Arc<Vec>` rather than `Arc<[u32]>`: converting would copy 4 bytes a row.
+            Ok(Some(Arc::new(permutation(rows, seed))))
+        }
+    }
+}
 
 impl RequestSet {
     /// Binds `template` to `data` and fixes the order of the requests.
     ///
     /// A lines data set (one column) binds to the single placeholder name the template
     /// uses, whatever it is called; otherwise every placeholder must name a column.
-    /// Every row is rendered once here to check that it makes a valid request.
+    /// Every row is checked once here: that it makes a valid request and that its body
+    /// stays within [`MAX_BODY`]. Nothing is rendered ahead: the set holds the template
+    /// and shares the data set's values.
     ///
     /// # Errors
     ///
-    /// A placeholder with no column to bind to, placeholders but no data, empty data, or
-    /// a row that renders an invalid request (a header value with a control character, a
-    /// `{name:raw}` path value that is not allowed in a request target). Errors name the
-    /// placeholder or the data line.
+    /// A placeholder with no column to bind to, placeholders but no data, empty data, a
+    /// row that renders an invalid request (a header value with a control character, a
+    /// `{name:raw}` path value that is not allowed in a request target) or a body over
+    /// [`MAX_BODY`], or a shuffle of more than 2³² rows. Errors name the placeholder or
+    /// the data line.
     pub fn new(
         template: RequestTemplate,
         data: Option<DataSet>,
         order: Order,
+    ) -> Result<RequestSet, RequestsError> {
+        let rows = data.as_ref().map_or(1, DataSet::len);
+        let origin = data.as_ref().map_or("", DataSet::origin);
+        let order = shared_order(order, rows, origin)?;
+        RequestSet::bind(template, data, order, MAX_BODY)
+    }
+
+    /// [`RequestSet::new`] with the order given (a mix computes it once for all its sets)
+    /// and the body cap as a parameter (tests use a small one).
+    pub(crate) fn bind(
+        template: RequestTemplate,
+        data: Option<DataSet>,
+        order: SharedOrder,
+        max_body: usize,
     ) -> Result<RequestSet, RequestsError> {
         let names = template.placeholders();
         let columns: Vec<(String, usize)> = match &data {
@@ -157,25 +220,20 @@ impl RequestSet {
         let path = bind(&template.path, true);
 
         let mut headers = Vec::with_capacity(template.headers.len());
-        let mut templated = Vec::new();
         for header in &template.headers {
             if header.value.has_placeholders() {
-                headers.push(HeaderSlot::PerRow(header.name.clone(), templated.len()));
-                templated.push((header, bind(&header.value, false)));
+                headers.push(HeaderSlot::PerRow(
+                    header.name.clone(),
+                    bind(&header.value, false),
+                ));
             } else {
-                let text: String = header
-                    .value
-                    .parts
-                    .iter()
-                    .map(|p| match p {
-                        Part::Literal(s) => s.as_str(),
-                        Part::Placeholder { .. } => "",
-                    })
-                    .collect();
-                let value = HeaderValue::from_str(&text).map_err(|_| RequestsError::Header {
-                    header: header.source.clone(),
-                    message: "invalid header value".to_owned(),
-                })?;
+                let value =
+                    HeaderValue::from_str(&join_literals(&header.value.parts)).map_err(|_| {
+                        RequestsError::Header {
+                            header: header.source.clone(),
+                            message: "invalid header value".to_owned(),
+                        }
+                    })?;
                 headers.push(HeaderSlot::Fixed(header.name.clone(), value));
             }
         }
@@ -183,73 +241,120 @@ impl RequestSet {
         let body = match &template.body {
             None => BodySlot::Fixed(Bytes::new()),
             Some(text) if !text.has_placeholders() => {
-                BodySlot::Fixed(Bytes::from(join_literals(&text.parts)))
+                let body = join_literals(&text.parts);
+                if body.len() > max_body {
+                    return Err(RequestsError::BodyTooLarge {
+                        data: String::new(),
+                        line: 0,
+                        size: body.len() as u64,
+                        max: max_body as u64,
+                    });
+                }
+                BodySlot::Fixed(Bytes::from(body))
             }
-            Some(text) => prerender_bodies(
-                bind(text, false),
-                data.as_ref(),
-                rows,
-                PRERENDERED_BODIES_MAX,
-            ),
+            Some(text) => BodySlot::PerRow(bind(text, false)),
         };
 
-        // Render every row once: header values are kept, raw path values are checked.
-        let mut header_values = Vec::with_capacity(rows * templated.len());
-        let path_has_raw = path
-            .iter()
-            .any(|b| matches!(b, Bound::Value { encode: false, .. }));
-        let mut scratch = String::new();
-        for row in 0..rows {
-            let invalid_row = |message: String| {
-                let data = data.as_ref();
-                RequestsError::InvalidRow {
-                    data: data.map_or_else(String::new, |d| d.origin().to_owned()),
-                    line: data.map_or(0, |d| d.line_of(row)),
-                    message,
-                }
-            };
-            if path_has_raw {
-                scratch.clear();
-                render_parts(&path, data.as_ref(), row, &mut scratch);
-                if let Err(e) = http::uri::PathAndQuery::try_from(scratch.as_str()) {
-                    return Err(invalid_row(format!(
-                        "path {scratch:?} from template {:?} is not a valid request target ({e}); \
-                         drop ':raw' to percent-encode the value",
-                        template.path.source
-                    )));
-                }
-            }
-            for (header, bound) in &templated {
-                scratch.clear();
-                render_parts(bound, data.as_ref(), row, &mut scratch);
-                let value = HeaderValue::from_bytes(scratch.as_bytes()).map_err(|_| {
-                    invalid_row(format!(
-                        "header {:?} renders the value {scratch:?}, which is not a valid \
-                         header value (control characters are not allowed)",
-                        header.source
-                    ))
-                })?;
-                header_values.push(value);
-            }
-        }
-
-        let order = match order {
-            Order::Sequential => None,
-            Order::Shuffled { seed } => Some(permutation(rows, seed)),
-        };
-
-        Ok(RequestSet {
+        let set = RequestSet {
             method: template.method,
             path_template: template.path.source,
             path,
             headers,
-            header_values,
-            templated_headers: templated.len(),
             body,
             data,
             order,
             len: rows,
-        })
+        };
+        set.check_rows(&template.headers, max_body)?;
+        Ok(set)
+    }
+
+    /// Checks every row once, without rendering it: raw path values, header values, body
+    /// sizes. Only the values are checked, the literals were checked at parse time.
+    fn check_rows(
+        &self,
+        header_templates: &[crate::template::HeaderTemplate],
+        max_body: usize,
+    ) -> Result<(), RequestsError> {
+        let Some(data) = &self.data else {
+            return Ok(());
+        };
+        let raw_path: Vec<usize> = self
+            .path
+            .iter()
+            .filter_map(|b| match b {
+                Bound::Value {
+                    column,
+                    encode: false,
+                } => Some(*column),
+                _ => None,
+            })
+            .collect();
+        let templated: Vec<(&str, &[Bound])> = self
+            .headers
+            .iter()
+            .zip(header_templates)
+            .filter_map(|(slot, t)| match slot {
+                HeaderSlot::PerRow(_, parts) => Some((t.source.as_str(), parts.as_slice())),
+                HeaderSlot::Fixed(..) => None,
+            })
+            .collect();
+        let body = match &self.body {
+            BodySlot::PerRow(parts) => Some(parts.as_slice()),
+            BodySlot::Fixed(_) => None,
+        };
+        if raw_path.is_empty() && templated.is_empty() && body.is_none() {
+            return Ok(());
+        }
+        for (line, row) in data.rows() {
+            let invalid_row = |message: String| RequestsError::InvalidRow {
+                data: data.origin().to_owned(),
+                line,
+                message,
+            };
+            for &column in &raw_path {
+                let value = row.cell(column);
+                if let Some(&b) = value.iter().find(|&&b| !is_raw_path_byte(b)) {
+                    let mut path = String::new();
+                    render_parts(&self.path, Some(row), &mut path);
+                    return Err(invalid_row(format!(
+                        "path {path:?} from template {:?} is not a valid request target \
+                         ({:?} is not allowed); drop ':raw' to percent-encode the value",
+                        self.path_template,
+                        char::from(b)
+                    )));
+                }
+            }
+            for &(source, parts) in &templated {
+                let bad = parts.iter().any(|p| match p {
+                    Bound::Value { column, .. } => {
+                        !row.cell(*column).iter().all(|&b| is_header_value_byte(b))
+                    }
+                    Bound::Literal(_) => false,
+                });
+                if bad {
+                    let mut value = Vec::new();
+                    render_bytes(parts, Some(row), &mut value);
+                    return Err(invalid_row(format!(
+                        "header {source:?} renders the value {:?}, which is not a valid \
+                         header value (control characters are not allowed)",
+                        String::from_utf8_lossy(&value)
+                    )));
+                }
+            }
+            if let Some(parts) = body {
+                let size = rendered_len(parts, row);
+                if size > max_body {
+                    return Err(RequestsError::BodyTooLarge {
+                        data: data.origin().to_owned(),
+                        line,
+                        size: size as u64,
+                        max: max_body as u64,
+                    });
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Number of distinct requests: the data rows, or 1 without data.
@@ -262,6 +367,17 @@ impl RequestSet {
         self.len == 0
     }
 
+    /// True when every index renders the same request (no placeholders): a sender may
+    /// encode it once.
+    pub fn is_fixed(&self) -> bool {
+        self.data.is_none()
+    }
+
+    /// The method of every request of this set.
+    pub fn method(&self) -> &Method {
+        &self.method
+    }
+
     /// The `i`-th request in the chosen order, wrapping modulo [`RequestSet::len`].
     pub fn render(&self, i: u64) -> RenderedRequest {
         let mut out = RenderedRequest::default();
@@ -272,76 +388,87 @@ impl RequestSet {
     /// Like [`RequestSet::render`], reusing the buffers of `out`.
     ///
     /// No allocation once `out` has rendered a few requests of this set (its strings have
-    /// grown to size and its body buffer is not shared any more), no lock, no I/O.
+    /// grown to size and nobody else holds its previous headers or body), no lock, no I/O.
     pub fn render_into(&self, i: u64, out: &mut RenderedRequest) {
         let index = (i % self.len as u64) as usize;
-        let row = self
+        let row_index = self
             .order
             .as_ref()
-            .map_or(index, |order| order[index] as usize);
+            .map_or(index, |order| order.get(index).map_or(0, |&r| r as usize));
+        let row = self.data.as_ref().map(|d| d.row(row_index));
 
+        out.reset();
         if out.method != self.method {
             out.method = self.method.clone();
         }
+        render_parts(&self.path, row, &mut out.path_and_query);
 
-        out.path_and_query.clear();
-        render_parts(&self.path, self.data.as_ref(), row, &mut out.path_and_query);
+        // Reserve the arena for every templated part at once: it is reclaimed whole when
+        // nobody holds the previous request, whereas growing it while an earlier part of
+        // this request is held would allocate anew.
+        if let Some(row) = row {
+            let headers = self.headers.iter().map(|slot| match slot {
+                HeaderSlot::PerRow(_, parts) => rendered_len(parts, row),
+                HeaderSlot::Fixed(..) => 0,
+            });
+            let body = match &self.body {
+                BodySlot::PerRow(parts) => rendered_len(parts, row),
+                BodySlot::Fixed(_) => 0,
+            };
+            out.arena.reserve(headers.sum::<usize>() + body);
+        }
 
-        out.headers.clear();
         for slot in &self.headers {
             match slot {
                 HeaderSlot::Fixed(name, value) => out.headers.push((name.clone(), value.clone())),
-                HeaderSlot::PerRow(name, k) => out.headers.push((
-                    name.clone(),
-                    self.header_values[row * self.templated_headers + k].clone(),
-                )),
+                HeaderSlot::PerRow(name, parts) => {
+                    for part in parts {
+                        match part {
+                            Bound::Literal(s) => out.arena.extend_from_slice(s.as_bytes()),
+                            Bound::Value { column, .. } => {
+                                out.arena
+                                    .extend_from_slice(row.map_or(&[][..], |r| r.cell(*column)));
+                            }
+                        }
+                    }
+                    let bytes = out.arena.split().freeze();
+                    // Checked for every row at bind time; an empty value keeps this total.
+                    let value = HeaderValue::from_maybe_shared(bytes)
+                        .unwrap_or_else(|_| HeaderValue::from_static(""));
+                    out.headers.push((name.clone(), value));
+                }
             }
         }
 
         match &self.body {
             BodySlot::Fixed(bytes) => out.body = bytes.clone(),
-            BodySlot::PerRow { all, ends } => {
-                let start = row.checked_sub(1).map_or(0, |previous| ends[previous]);
-                out.body = all.slice(start..ends[row]);
-            }
-            BodySlot::Template(parts) => {
-                // Take the previous body back if nobody else holds it, else start anew.
-                let mut buf = match std::mem::take(&mut out.body).try_into_mut() {
-                    Ok(mut buf) => {
-                        buf.clear();
-                        buf
+            BodySlot::PerRow(parts) => {
+                for part in parts {
+                    match part {
+                        Bound::Literal(s) => out.arena.extend_from_slice(s.as_bytes()),
+                        // Body values go in as they are; encoding is the template author's.
+                        Bound::Value { column, .. } => {
+                            out.arena
+                                .extend_from_slice(row.map_or(&[][..], |r| r.cell(*column)));
+                        }
                     }
-                    Err(_) => BytesMut::new(),
-                };
-                render_body(parts, self.data.as_ref(), row, &mut buf);
-                out.body = buf.freeze();
+                }
+                out.body = out.arena.split().freeze();
             }
         }
     }
 }
 
-/// Renders the body of every row into one buffer, or keeps the template when that would
-/// take more than `max` bytes.
-fn prerender_bodies(
-    parts: Vec<Bound>,
-    data: Option<&DataSet>,
-    rows: usize,
-    max: usize,
-) -> BodySlot {
-    let mut all = BytesMut::new();
-    let mut ends = Vec::with_capacity(rows);
-    for row in 0..rows {
-        render_body(&parts, data, row, &mut all);
-        if all.len() > max {
-            return BodySlot::Template(parts);
-        }
-        ends.push(all.len());
-    }
-    let all = all.freeze();
-    // The first clone of a `Bytes` made from a vector allocates its shared header; do it
-    // now rather than on the first request.
-    drop(all.clone());
-    BodySlot::PerRow { all, ends }
+/// Bytes a `{name:raw}` path value may hold: those of a request target without `#` (which
+/// would silently cut the rest off as a fragment), and the bytes of non-ASCII UTF-8
+/// characters (values are UTF-8), which `http` accepts too.
+fn is_raw_path_byte(b: u8) -> bool {
+    b >= 0x80 || (b != b'#' && is_request_target_char(char::from(b)))
+}
+
+/// Bytes `http` accepts in a header value: visible ASCII, space, tab and obs-text.
+pub(crate) fn is_header_value_byte(b: u8) -> bool {
+    (b >= 0x20 && b != 0x7F) || b == b'\t'
 }
 
 fn join_literals(parts: &[Part]) -> String {
@@ -354,34 +481,40 @@ fn join_literals(parts: &[Part]) -> String {
         .collect()
 }
 
-fn cell(data: Option<&DataSet>, row: usize, column: usize) -> &str {
-    // A bound value always has data (checked in `new`); "" keeps this total.
-    data.map_or("", |d| d.cell(row, column))
+fn rendered_len(parts: &[Bound], row: Row<'_>) -> usize {
+    parts
+        .iter()
+        .map(|p| match p {
+            Bound::Literal(s) => s.len(),
+            Bound::Value { column, .. } => row.cell(*column).len(),
+        })
+        .sum()
 }
 
-fn render_parts(parts: &[Bound], data: Option<&DataSet>, row: usize, out: &mut String) {
+fn render_parts(parts: &[Bound], row: Option<Row<'_>>, out: &mut String) {
     for part in parts {
         match part {
             Bound::Literal(s) => out.push_str(s),
             Bound::Value { column, encode } => {
-                let value = cell(data, row, *column);
+                // A bound value always has data (checked in `bind`); "" keeps this total.
+                let value = row.map_or(&[][..], |r| r.cell(*column));
                 if *encode {
                     percent_encode_into(value, out);
                 } else {
-                    out.push_str(value);
+                    // Values are UTF-8, checked when the data was read.
+                    out.push_str(std::str::from_utf8(value).unwrap_or(""));
                 }
             }
         }
     }
 }
 
-fn render_body(parts: &[Bound], data: Option<&DataSet>, row: usize, out: &mut BytesMut) {
+fn render_bytes(parts: &[Bound], row: Option<Row<'_>>, out: &mut Vec<u8>) {
     for part in parts {
         match part {
             Bound::Literal(s) => out.extend_from_slice(s.as_bytes()),
-            // Body values go in as they are; encoding is the template author's business.
             Bound::Value { column, .. } => {
-                out.extend_from_slice(cell(data, row, *column).as_bytes());
+                out.extend_from_slice(row.map_or(&[][..], |r| r.cell(*column)));
             }
         }
     }
@@ -389,9 +522,9 @@ fn render_body(parts: &[Bound], data: Option<&DataSet>, row: usize, out: &mut By
 
 /// Percent-encodes every byte outside the RFC 3986 unreserved set
 /// (`A-Z a-z 0-9 - . _ ~`), as `%XX` with upper-case hex.
-pub(crate) fn percent_encode_into(value: &str, out: &mut String) {
+pub(crate) fn percent_encode_into(value: &[u8], out: &mut String) {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    for &b in value.as_bytes() {
+    for &b in value {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
             out.push(b as char);
         } else {
@@ -443,7 +576,7 @@ mod tests {
         ];
         for value in values {
             let mut out = String::new();
-            percent_encode_into(value, &mut out);
+            percent_encode_into(value.as_bytes(), &mut out);
             assert_eq!(percent_decode(&out), value.as_bytes(), "{value:?} -> {out}");
             assert!(
                 out.bytes()
@@ -453,7 +586,7 @@ mod tests {
             http::uri::PathAndQuery::try_from(format!("/{out}")).unwrap();
         }
         let mut out = String::new();
-        percent_encode_into("plain-._~09AZaz", &mut out);
+        percent_encode_into(b"plain-._~09AZaz", &mut out);
         assert_eq!(out, "plain-._~09AZaz");
     }
 
@@ -642,32 +775,67 @@ mod tests {
     }
 
     #[test]
-    fn bodies_over_the_prerender_budget_are_rendered_per_call_alike() {
-        let set = RequestSet::new(
-            template("/x", &[], Some("id={id};")),
-            Some(lines(&["1", "22", "333"])),
-            Order::Sequential,
-        )
-        .unwrap();
-        assert!(matches!(set.body, BodySlot::PerRow { .. }));
-        let bound = match set.body.clone() {
-            BodySlot::PerRow { .. } => vec![
-                Bound::Literal("id=".to_owned()),
-                Bound::Value {
-                    column: 0,
-                    encode: false,
-                },
-                Bound::Literal(";".to_owned()),
-            ],
-            _ => unreachable!(),
-        };
-        let slot = prerender_bodies(bound, set.data.as_ref(), 3, 10);
-        assert!(matches!(slot, BodySlot::Template(_)), "{slot:?}");
-        let per_call = RequestSet { body: slot, ..set };
-        let mut out = RenderedRequest::default();
-        for (i, want) in ["id=1;", "id=22;", "id=333;", "id=1;"].iter().enumerate() {
-            per_call.render_into(i as u64, &mut out);
-            assert_eq!(out.body, want.as_bytes());
+    fn a_body_over_the_cap_names_its_line_and_the_cap() {
+        let t = template("/x", &[], Some("id={id};"));
+        let data = lines(&["1", "22", "4444", "1"]);
+        // "id=4444;" is 8 bytes: over a cap of 7, on line 3.
+        let err = RequestSet::bind(t.clone(), Some(data.clone()), None, 7).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                RequestsError::BodyTooLarge {
+                    line: 3,
+                    size: 8,
+                    max: 7,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("line 3"), "{err}");
+        let set = RequestSet::bind(t, Some(data), None, 8).unwrap();
+        assert_eq!(set.render(2).body, "id=4444;");
+        // A fixed body is held to the same cap.
+        let fixed = template("/x", &[], Some("12345678"));
+        assert!(matches!(
+            RequestSet::bind(fixed, None, None, 7),
+            Err(RequestsError::BodyTooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn raw_path_bytes_accepted_here_are_accepted_by_http() {
+        // The per-row check is a byte test; it must never let through a path that `http`
+        // refuses, whatever literal surrounds the value.
+        for b in 0u8..=0x7F {
+            if !is_raw_path_byte(b) {
+                continue;
+            }
+            let value = char::from(b).to_string();
+            for path in [
+                format!("/a{value}b"),
+                format!("/a?q={value}"),
+                format!("/{value}"),
+            ] {
+                http::uri::PathAndQuery::try_from(path.as_str())
+                    .unwrap_or_else(|e| panic!("{path:?}: {e}"));
+            }
+        }
+        for value in ["é", "☃", "𝄞"] {
+            assert!(value.bytes().all(is_raw_path_byte));
+            http::uri::PathAndQuery::try_from(format!("/{value}?q={value}").as_str()).unwrap();
+        }
+        assert!(!is_raw_path_byte(b'#') && !is_raw_path_byte(b' '));
+    }
+
+    #[test]
+    fn header_bytes_accepted_here_are_accepted_by_http() {
+        for b in 0u8..=255 {
+            assert_eq!(
+                is_header_value_byte(b),
+                HeaderValue::from_bytes(&[b'a', b, b'a']).is_ok(),
+                "byte {b:#x}"
+            );
         }
     }
 

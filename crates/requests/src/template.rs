@@ -238,7 +238,7 @@ fn check_path_literals(path: &Text) -> Result<(), RequestsError> {
 
 /// Characters `http` accepts in a path and query (visible ASCII except a few), plus the
 /// braces of the template syntax itself.
-pub(crate) fn is_request_target_char(c: char) -> bool {
+pub(crate) const fn is_request_target_char(c: char) -> bool {
     c.is_ascii_graphic() && !matches!(c, '"' | '<' | '>' | '\\' | '^' | '`' | '|')
 }
 

@@ -34,8 +34,12 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
+/// The counter is global: the tests of this binary take turns.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn render_into_is_allocation_free_after_warm_up() {
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let ids: Vec<String> = (0..1000).map(|i| format!("user {i} ü")).collect();
     let template = RequestTemplate::parse(
         "POST",
@@ -73,4 +77,45 @@ fn render_into_is_allocation_free_after_warm_up() {
         "render_into allocated {during} times in 10,000 calls"
     );
     assert!(out.path_and_query.starts_with("/v1/users/user_"));
+}
+
+#[test]
+fn reading_an_access_log_is_allocation_free_after_warm_up() {
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    use scalpel_requests::{RecordedSource, SourceOptions};
+    let mut log = String::new();
+    for i in 0..500 {
+        log.push_str(&format!(
+            "10.0.0.{} - - [10/Oct/2000:13:{:02}:{:02} -0700] \"GET /v1/users/u{i}/stats?q=caf\\xC3\\xA9 HTTP/1.1\" 200 {i} \"https://ref.example/\" \"Mozilla/5.0 (\\\"x\\\")\" 0.00{}\n",
+            i % 250,
+            i / 60 % 60,
+            i % 60,
+            i % 10
+        ));
+    }
+    let source =
+        RecordedSource::from_bytes("access.log", log.into_bytes(), SourceOptions::new()).unwrap();
+    assert_eq!(source.len(), 500);
+    let mut reader = source.reader().looping(true);
+    let mut out = RenderedRequest::default();
+    for _ in 0..1_000 {
+        reader.next_into(&mut out).unwrap();
+    }
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    for _ in 0..10_000 {
+        let r = reader.next_into(&mut out).unwrap().unwrap();
+        std::hint::black_box((&out, r));
+    }
+    let during = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    assert_eq!(
+        during, 0,
+        "reading allocated {during} times in 10,000 requests"
+    );
+    assert_eq!(out.headers.len(), 2);
+    assert_eq!(out.headers[1].1, "Mozilla/5.0 (\"x\")");
+    assert!(
+        out.path_and_query.ends_with("?q=caf%C3%A9"),
+        "{}",
+        out.path_and_query
+    );
 }

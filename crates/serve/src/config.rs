@@ -3,7 +3,7 @@
 //! and, where the input has one, the line.
 
 use std::collections::{BTreeMap, HashMap};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -81,6 +81,31 @@ fn default_admin() -> Option<Spanned<String>> {
     None
 }
 
+/// A duration in the units grammar (`"30s"`, `"250ms"`): the keys without a unit suffix.
+#[derive(Debug, Clone, Copy)]
+struct HumanDuration(Duration);
+
+impl<'de> Deserialize<'de> for HumanDuration {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        scalpel_units::serde::duration(d).map(HumanDuration)
+    }
+}
+
+/// A size: bytes as an integer, or a string in the units grammar (`"64KiB"`).
+#[derive(Debug, Clone, Copy)]
+struct HumanSize(u64);
+
+impl<'de> Deserialize<'de> for HumanSize {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        scalpel_units::serde::size(d).map(HumanSize)
+    }
+}
+
+/// A duration key: `name = "30s"`, or the older `name_ms = 30000` (both keep working; one
+/// of them at most).
+type Human = Option<Spanned<HumanDuration>>;
+type Millis = Option<Spanned<u64>>;
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawServer {
@@ -88,71 +113,44 @@ struct RawServer {
     #[serde(default = "default_admin")]
     admin: Option<Spanned<String>>,
     admin_token: Option<String>,
-    #[serde(default = "d_max_header_bytes")]
-    max_header_bytes: Spanned<u64>,
-    #[serde(default = "d_header_read_timeout_ms")]
-    header_read_timeout_ms: u64,
-    #[serde(default = "d_max_body_bytes")]
-    max_body_bytes: u64,
-    #[serde(default = "d_connect_timeout_ms")]
-    upstream_connect_timeout_ms: u64,
-    #[serde(default = "d_upstream_timeout_ms")]
-    upstream_timeout_ms: u64,
-    #[serde(default = "d_wait_for_worker_ms")]
-    wait_for_worker_ms: u64,
+    max_header_bytes: Option<Spanned<HumanSize>>,
+    header_read_timeout: Human,
+    header_read_timeout_ms: Millis,
+    body_read_timeout: Human,
+    body_read_timeout_ms: Millis,
+    max_body_bytes: Option<Spanned<HumanSize>>,
+    max_connections: Option<Spanned<i64>>,
+    #[serde(default)]
+    trusted_proxies: Vec<Spanned<String>>,
+    upstream_connect_timeout: Human,
+    upstream_connect_timeout_ms: Millis,
+    upstream_timeout: Human,
+    upstream_timeout_ms: Millis,
+    wait_for_worker: Human,
+    wait_for_worker_ms: Millis,
     #[serde(default = "d_true")]
     retry_idempotent: bool,
-    #[serde(default = "d_pool_idle_timeout_ms")]
-    pool_idle_timeout_ms: u64,
+    pool_idle_timeout: Human,
+    pool_idle_timeout_ms: Millis,
     #[serde(default = "d_pool_max_idle")]
     pool_max_idle_per_worker: usize,
-    #[serde(default = "d_drain_timeout_ms")]
-    drain_timeout_ms: u64,
-    #[serde(default = "d_sample_interval_ms")]
-    sample_interval_ms: u64,
-    #[serde(default = "d_tunnel_idle_timeout_ms")]
-    tunnel_idle_timeout_ms: u64,
+    drain_timeout: Human,
+    drain_timeout_ms: Millis,
+    sample_interval: Human,
+    sample_interval_ms: Millis,
+    tunnel_idle_timeout: Human,
+    tunnel_idle_timeout_ms: Millis,
     threads: Option<Spanned<u64>>,
+    log_line_max_bytes: Option<Spanned<HumanSize>>,
+    log_buffer_bytes: Option<Spanned<HumanSize>>,
+    mirror_buffer_bytes: Option<Spanned<HumanSize>>,
 }
 
-fn d_max_header_bytes() -> Spanned<u64> {
-    Spanned::new(0..0, 16 * 1024)
-}
-fn d_header_read_timeout_ms() -> u64 {
-    10_000
-}
-fn d_max_body_bytes() -> u64 {
-    8 << 20
-}
-fn d_connect_timeout_ms() -> u64 {
-    2_000
-}
-fn d_upstream_timeout_ms() -> u64 {
-    60_000
-}
-fn d_wait_for_worker_ms() -> u64 {
-    5_000
-}
-fn d_tunnel_idle_timeout_ms() -> u64 {
-    300_000
-}
 fn d_true() -> bool {
     true
 }
-fn d_pool_idle_timeout_ms() -> u64 {
-    60_000
-}
-fn d_avoid_stalled_ms() -> u64 {
-    500
-}
 fn d_pool_max_idle() -> usize {
     256
-}
-fn d_drain_timeout_ms() -> u64 {
-    30_000
-}
-fn d_sample_interval_ms() -> u64 {
-    1_000
 }
 
 #[derive(Debug, Deserialize)]
@@ -164,85 +162,88 @@ struct RawApp {
     workers: Spanned<i64>,
     port_base: Spanned<i64>,
     #[serde(default = "d_port_env")]
-    port_env: String,
+    port_env: Spanned<String>,
     #[serde(default = "d_index_env")]
-    index_env: String,
+    index_env: Spanned<String>,
     #[serde(default)]
     env: BTreeMap<String, String>,
-    cwd: Option<PathBuf>,
+    cwd: Option<Spanned<PathBuf>>,
     #[serde(default = "d_balance")]
     balance: Balance,
-    #[serde(default = "d_avoid_stalled_ms")]
-    avoid_stalled_ms: u64,
-    #[serde(default = "d_start_timeout_ms")]
-    start_timeout_ms: u64,
-    #[serde(default = "d_stop_grace_ms")]
-    stop_grace_ms: u64,
-    #[serde(default)]
-    health: RawHealth,
-    #[serde(default)]
-    restart: RawRestart,
+    avoid_stalled: Human,
+    avoid_stalled_ms: Millis,
+    start_timeout: Human,
+    start_timeout_ms: Millis,
+    stop_grace: Human,
+    stop_grace_ms: Millis,
+    health: Option<Spanned<RawHealth>>,
+    restart: Option<Spanned<RawRestart>>,
 }
 
 fn d_workers() -> Spanned<i64> {
     Spanned::new(0..0, 1)
 }
-fn d_port_env() -> String {
-    "PORT".into()
+fn d_port_env() -> Spanned<String> {
+    Spanned::new(0..0, "PORT".into())
 }
-fn d_index_env() -> String {
-    "WORKER_INDEX".into()
+fn d_index_env() -> Spanned<String> {
+    Spanned::new(0..0, "WORKER_INDEX".into())
 }
 fn d_balance() -> Balance {
     Balance::LeastConn
 }
-fn d_start_timeout_ms() -> u64 {
-    30_000
-}
-fn d_stop_grace_ms() -> u64 {
-    5_000
-}
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(deny_unknown_fields)]
 struct RawHealth {
+    #[serde(default = "d_health_path")]
     path: String,
-    interval_ms: u64,
-    timeout_ms: u64,
+    interval: Human,
+    interval_ms: Millis,
+    timeout: Human,
+    timeout_ms: Millis,
+    #[serde(default = "d_failures")]
     failures: u32,
+    #[serde(default)]
     prestart: bool,
+}
+
+fn d_health_path() -> String {
+    "/healthz".into()
+}
+fn d_failures() -> u32 {
+    3
 }
 
 impl Default for RawHealth {
     fn default() -> Self {
         Self {
-            path: "/healthz".into(),
-            interval_ms: 500,
-            timeout_ms: 500,
-            failures: 3,
+            path: d_health_path(),
+            interval: None,
+            interval_ms: None,
+            timeout: None,
+            timeout_ms: None,
+            failures: d_failures(),
             prestart: false,
         }
     }
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct RawRestart {
-    backoff_ms: u64,
-    backoff_max_ms: u64,
+    backoff: Human,
+    backoff_ms: Millis,
+    backoff_max: Human,
+    backoff_max_ms: Millis,
+    #[serde(default = "d_max_restarts")]
     max_restarts: u32,
-    window_s: u64,
+    window: Human,
+    window_s: Option<Spanned<u64>>,
 }
 
-impl Default for RawRestart {
-    fn default() -> Self {
-        Self {
-            backoff_ms: 100,
-            backoff_max_ms: 10_000,
-            max_restarts: 10,
-            window_s: 60,
-        }
-    }
+fn d_max_restarts() -> u32 {
+    10
 }
 
 #[derive(Debug, Deserialize)]
@@ -256,8 +257,9 @@ struct RawRoute {
     split: Option<Vec<Spanned<RawArm>>>,
     sticky: Option<Spanned<String>>,
     mirror: Option<Spanned<String>>,
-    #[serde(default = "d_mirror_percent")]
-    mirror_percent: Spanned<f64>,
+    mirror_percent: Option<Spanned<f64>>,
+    #[serde(default)]
+    mirror_unsafe: bool,
     #[serde(default = "d_no_patterns")]
     mirror_ignore: Spanned<Vec<String>>,
     mirror_store: Option<Spanned<String>>,
@@ -268,9 +270,6 @@ fn d_prefix() -> Spanned<String> {
 }
 fn d_no_patterns() -> Spanned<Vec<String>> {
     Spanned::new(0..0, Vec::new())
-}
-fn d_mirror_percent() -> Spanned<f64> {
-    Spanned::new(0..0, 100.0)
 }
 
 #[derive(Debug, Deserialize)]
@@ -305,7 +304,14 @@ pub(crate) struct ServerConfig {
     pub(crate) admin_token: Option<String>,
     pub(crate) max_header_bytes: usize,
     pub(crate) header_read_timeout: Duration,
+    /// A request body must arrive whole within this (slow clients); else 408.
+    pub(crate) body_read_timeout: Duration,
     pub(crate) max_body_bytes: u64,
+    /// Client connections open at once (all data-plane threads); more are answered 503.
+    pub(crate) max_connections: usize,
+    /// Peers whose `X-Forwarded-*` / `Forwarded` headers are kept (other clients' are
+    /// replaced).
+    pub(crate) trusted_proxies: Vec<IpNet>,
     pub(crate) connect_timeout: Duration,
     pub(crate) upstream_timeout: Duration,
     pub(crate) wait_for_worker: Duration,
@@ -318,6 +324,59 @@ pub(crate) struct ServerConfig {
     pub(crate) tunnel_idle_timeout: Duration,
     /// Data-plane threads (each its own runtime and worker connections).
     pub(crate) threads: usize,
+    /// Worker output lines longer than this are cut (and counted).
+    pub(crate) log_line_max_bytes: usize,
+    /// Worker output waiting to be written to scalpel's stdout/stderr, at most; lines past
+    /// it are dropped (and counted), so a stalled reader never blocks supervision.
+    pub(crate) log_buffer_bytes: usize,
+    /// Bytes held for mirror comparisons at once (request copies, served and mirror
+    /// bodies); past it copies are skipped.
+    pub(crate) mirror_buffer_bytes: usize,
+}
+
+/// An address range: `127.0.0.1/32`, `10.0.0.0/8`, `::1/128`; a bare address is one host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct IpNet {
+    addr: IpAddr,
+    prefix: u8,
+}
+
+impl IpNet {
+    pub(crate) fn parse(text: &str) -> Option<Self> {
+        let (a, p) = match text.trim().split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (text.trim(), None),
+        };
+        let addr: IpAddr = a.parse().ok()?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = match p {
+            Some(p) if p.bytes().all(|b| b.is_ascii_digit()) && !p.is_empty() => p.parse().ok()?,
+            Some(_) => return None,
+            None => max,
+        };
+        (prefix <= max).then_some(Self { addr, prefix })
+    }
+
+    /// Is `ip` inside the range? An IPv4 peer seen as `::ffff:a.b.c.d` (a dual-stack
+    /// listener) is compared as IPv4.
+    pub(crate) fn contains(&self, ip: IpAddr) -> bool {
+        let ip = ip.to_canonical();
+        let bits = |a: IpAddr| -> (u128, u32) {
+            match a {
+                IpAddr::V4(v) => (u128::from(u32::from(v)), 32),
+                IpAddr::V6(v) => (u128::from(v), 128),
+            }
+        };
+        let ((net, width), (host, host_width)) = (bits(self.addr), bits(ip));
+        if width != host_width {
+            return false;
+        }
+        let shift = width - u32::from(self.prefix);
+        if shift >= 128 {
+            return true;
+        }
+        (net >> shift) == (host >> shift)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -330,9 +389,12 @@ pub(crate) struct AppConfig {
     pub(crate) index_env: String,
     pub(crate) env: BTreeMap<String, String>,
     pub(crate) cwd: Option<PathBuf>,
+    /// Lines of `command` and `cwd` in the file, for errors found at start.
+    pub(crate) command_line: Option<usize>,
+    pub(crate) cwd_line: Option<usize>,
     pub(crate) balance: Balance,
-    /// A worker with requests in flight and no response head for this long gets no new
-    /// requests until it answers again (zero: never).
+    /// A worker with requests waiting for their response head and no response head for
+    /// this long gets no new requests until it answers again (zero: never).
     pub(crate) avoid_stalled: Duration,
     pub(crate) start_timeout: Duration,
     pub(crate) stop_grace: Duration,
@@ -374,6 +436,8 @@ pub(crate) struct RouteConfig {
 pub(crate) struct MirrorConfig {
     pub(crate) app: usize,
     pub(crate) percent: f64,
+    /// Mirror methods other than GET, HEAD and OPTIONS (they may change state twice).
+    pub(crate) unsafe_methods: bool,
     pub(crate) comparer: scalpel_diff::Comparer,
     /// The SQLite store of counters and samples (`scalpel shadow report --store`), if any.
     pub(crate) store: Option<PathBuf>,
@@ -416,26 +480,48 @@ impl Config {
             reason,
         };
         let raw: RawConfig = toml::from_str(text).map_err(|e| {
-            let reason = e.message().trim().to_string();
+            let mut reason = e.message().trim().to_string();
+            // toml says "duplicate key" without the key; its span points at it.
+            if reason.starts_with("duplicate key")
+                && let Some(key) = e.span().and_then(|s| text.get(s))
+            {
+                reason = format!("duplicate key `{}`", key.trim().trim_matches('"'));
+            }
             fail(e.span(), reason)
         })?;
         let token_env = std::env::var(ADMIN_TOKEN_ENV)
             .ok()
             .filter(|t| !t.is_empty());
         let s = raw.server;
-        let listen: SocketAddr = s
-            .listen
-            .get_ref()
-            .parse()
-            .map_err(|e| fail(Some(s.listen.span()), format!("listen: {e}")))?;
+        let address = |what: &str, a: &Spanned<String>| -> Result<SocketAddr, ConfigError> {
+            a.get_ref().trim().parse::<SocketAddr>().map_err(|_| {
+                fail(
+                    Some(a.span()),
+                    format!(
+                        "{what}: `{}` is not an IP address and port, e.g. 127.0.0.1:8080 \
+                         (host names are not resolved)",
+                        a.get_ref()
+                    ),
+                )
+            })
+        };
+        let listen = address("listen", &s.listen)?;
         let admin = match &s.admin {
-            Some(a) => Some(
-                a.get_ref()
-                    .parse::<SocketAddr>()
-                    .map_err(|e| fail(Some(a.span()), format!("admin: {e}")))?,
-            ),
+            Some(a) => Some(address("admin", a)?),
             None => Some(SocketAddr::from(([127, 0, 0, 1], 9090))),
         };
+        if let Some(a) = admin
+            && a.port() != 0
+            && a.port() == listen.port()
+            && (a.ip() == listen.ip() || a.ip().is_unspecified() || listen.ip().is_unspecified())
+        {
+            return Err(fail(
+                s.admin.as_ref().map(|a| a.span()).or(Some(s.listen.span())),
+                format!(
+                    "admin address {a} is the listen address {listen}: give them different ports"
+                ),
+            ));
+        }
         let admin_token = s.admin_token.filter(|t| !t.is_empty()).or(token_env);
         if let Some(addr) = admin
             && !addr.ip().is_loopback()
@@ -448,13 +534,51 @@ impl Config {
                 ),
             ));
         }
-        let max_header_bytes = *s.max_header_bytes.get_ref();
-        if !(8192..=1 << 20).contains(&max_header_bytes) {
-            return Err(fail(
-                Some(s.max_header_bytes.span()),
-                "max_header_bytes must be between 8192 and 1048576".into(),
-            ));
-        }
+        let size = |v: &Option<Spanned<HumanSize>>,
+                    key: &str,
+                    default: u64,
+                    range: std::ops::RangeInclusive<u64>|
+         -> Result<u64, ConfigError> {
+            let Some(v) = v else { return Ok(default) };
+            let n = v.get_ref().0;
+            if range.contains(&n) {
+                Ok(n)
+            } else {
+                Err(fail(
+                    Some(v.span()),
+                    format!(
+                        "{key} must be between {} and {}, not {n}",
+                        range.start(),
+                        range.end()
+                    ),
+                ))
+            }
+        };
+        let max_header_bytes = size(
+            &s.max_header_bytes,
+            "max_header_bytes",
+            16 * 1024,
+            8192..=1 << 20,
+        )?;
+        let max_body_bytes = size(&s.max_body_bytes, "max_body_bytes", 8 << 20, 0..=1 << 40)?;
+        let log_line_max_bytes = size(
+            &s.log_line_max_bytes,
+            "log_line_max_bytes",
+            16 * 1024,
+            256..=1 << 24,
+        )?;
+        let log_buffer_bytes = size(
+            &s.log_buffer_bytes,
+            "log_buffer_bytes",
+            1 << 20,
+            4096..=1 << 30,
+        )?;
+        let mirror_buffer_bytes = size(
+            &s.mirror_buffer_bytes,
+            "mirror_buffer_bytes",
+            64 << 20,
+            0..=1 << 40,
+        )?;
         let threads = match &s.threads {
             None => std::thread::available_parallelism().map_or(1, |n| n.get()),
             Some(t) if (1..=256).contains(t.get_ref()) => *t.get_ref() as usize,
@@ -465,24 +589,125 @@ impl Config {
                 ));
             }
         };
-        let ms = Duration::from_millis;
+        let max_connections = match &s.max_connections {
+            None => 10_000,
+            Some(n) if (1..=1_000_000).contains(n.get_ref()) => *n.get_ref() as usize,
+            Some(n) => {
+                return Err(fail(
+                    Some(n.span()),
+                    format!(
+                        "max_connections must be between 1 and 1000000, not {}",
+                        n.get_ref()
+                    ),
+                ));
+            }
+        };
+        let mut trusted_proxies = Vec::new();
+        for t in &s.trusted_proxies {
+            trusted_proxies.push(IpNet::parse(t.get_ref()).ok_or_else(|| {
+                fail(
+                    Some(t.span()),
+                    format!(
+                        "trusted_proxies: `{}` is not an address or range (e.g. 10.0.0.0/8, 127.0.0.1, ::1/128)",
+                        t.get_ref()
+                    ),
+                )
+            })?);
+        }
+        let dur = |human: &Human, ms: &Millis, key: &str, default_ms: u64| {
+            duration(&fail, human, ms, key, Duration::from_millis(default_ms))
+        };
+        let at_least = |d: Duration, min: Duration| d.max(min);
+        let ms1 = Duration::from_millis(1);
         let server = ServerConfig {
             listen,
             admin,
             admin_token,
             max_header_bytes: max_header_bytes as usize,
-            header_read_timeout: ms(s.header_read_timeout_ms.max(1)),
-            max_body_bytes: s.max_body_bytes,
-            connect_timeout: ms(s.upstream_connect_timeout_ms.max(1)),
-            upstream_timeout: ms(s.upstream_timeout_ms.max(1)),
-            wait_for_worker: ms(s.wait_for_worker_ms),
+            header_read_timeout: at_least(
+                dur(
+                    &s.header_read_timeout,
+                    &s.header_read_timeout_ms,
+                    "header_read_timeout",
+                    10_000,
+                )?,
+                ms1,
+            ),
+            body_read_timeout: at_least(
+                dur(
+                    &s.body_read_timeout,
+                    &s.body_read_timeout_ms,
+                    "body_read_timeout",
+                    30_000,
+                )?,
+                ms1,
+            ),
+            max_body_bytes,
+            max_connections,
+            trusted_proxies,
+            connect_timeout: at_least(
+                dur(
+                    &s.upstream_connect_timeout,
+                    &s.upstream_connect_timeout_ms,
+                    "upstream_connect_timeout",
+                    2_000,
+                )?,
+                ms1,
+            ),
+            upstream_timeout: at_least(
+                dur(
+                    &s.upstream_timeout,
+                    &s.upstream_timeout_ms,
+                    "upstream_timeout",
+                    60_000,
+                )?,
+                ms1,
+            ),
+            wait_for_worker: dur(
+                &s.wait_for_worker,
+                &s.wait_for_worker_ms,
+                "wait_for_worker",
+                5_000,
+            )?,
             retry_idempotent: s.retry_idempotent,
-            pool_idle_timeout: ms(s.pool_idle_timeout_ms.max(1)),
+            pool_idle_timeout: at_least(
+                dur(
+                    &s.pool_idle_timeout,
+                    &s.pool_idle_timeout_ms,
+                    "pool_idle_timeout",
+                    60_000,
+                )?,
+                ms1,
+            ),
             pool_max_idle_per_worker: s.pool_max_idle_per_worker,
-            drain_timeout: ms(s.drain_timeout_ms),
-            sample_interval: ms(s.sample_interval_ms.max(100)),
-            tunnel_idle_timeout: ms(s.tunnel_idle_timeout_ms.max(1)),
+            drain_timeout: dur(
+                &s.drain_timeout,
+                &s.drain_timeout_ms,
+                "drain_timeout",
+                30_000,
+            )?,
+            sample_interval: at_least(
+                dur(
+                    &s.sample_interval,
+                    &s.sample_interval_ms,
+                    "sample_interval",
+                    1_000,
+                )?,
+                Duration::from_millis(100),
+            ),
+            tunnel_idle_timeout: at_least(
+                dur(
+                    &s.tunnel_idle_timeout,
+                    &s.tunnel_idle_timeout_ms,
+                    "tunnel_idle_timeout",
+                    300_000,
+                )?,
+                ms1,
+            ),
             threads,
+            log_line_max_bytes: log_line_max_bytes as usize,
+            log_buffer_bytes: log_buffer_bytes as usize,
+            mirror_buffer_bytes: mirror_buffer_bytes as usize,
         };
 
         if raw.app.is_empty() {
@@ -559,46 +784,99 @@ impl Config {
                     ));
                 }
             }
-            let h = &a.health;
-            if !h.path.starts_with('/') {
+            for (key, var) in [("port_env", &a.port_env), ("index_env", &a.index_env)] {
+                if !env_name_ok(var.get_ref()) {
+                    return Err(fail(
+                        Some(var.span())
+                            .filter(|s| s.end > 0)
+                            .or(Some(spanned.span())),
+                        format!(
+                            "app `{name}`: {key} must be an environment variable name (letters, digits, `_`), not `{}`",
+                            var.get_ref()
+                        ),
+                    ));
+                }
+            }
+            if let Some(bad) = a.env.keys().find(|k| !env_name_ok(k)) {
                 return Err(fail(
                     Some(spanned.span()),
+                    format!("app `{name}`: env key `{bad}` is not an environment variable name"),
+                ));
+            }
+            let h_span = a.health.as_ref().map(|h| h.span()).or(Some(spanned.span()));
+            let default_health = RawHealth::default();
+            let h = a.health.as_ref().map_or(&default_health, |h| h.get_ref());
+            if !h.path.starts_with('/') {
+                return Err(fail(
+                    h_span,
                     format!("app `{name}`: health.path must start with `/`"),
                 ));
             }
-            if h.failures == 0 || h.interval_ms == 0 || h.timeout_ms == 0 {
+            let health_interval = dur(&h.interval, &h.interval_ms, "health.interval", 500)?;
+            let health_timeout = dur(&h.timeout, &h.timeout_ms, "health.timeout", 500)?;
+            if h.failures == 0 || health_interval.is_zero() || health_timeout.is_zero() {
                 return Err(fail(
-                    Some(spanned.span()),
-                    format!(
-                        "app `{name}`: health.failures, interval_ms and timeout_ms must be positive"
-                    ),
+                    h_span,
+                    format!("app `{name}`: health.failures, interval and timeout must be positive"),
                 ));
             }
+            let default_restart = RawRestart {
+                max_restarts: d_max_restarts(),
+                ..RawRestart::default()
+            };
+            let r = a.restart.as_ref().map_or(&default_restart, |r| r.get_ref());
+            let window = match (&r.window, &r.window_s) {
+                (Some(_), Some(w)) => {
+                    return Err(fail(
+                        Some(w.span()),
+                        "restart: set either `window` or `window_s`, not both".into(),
+                    ));
+                }
+                (Some(w), None) => w.get_ref().0,
+                (None, Some(w)) => Duration::from_secs(*w.get_ref()),
+                (None, None) => Duration::from_secs(60),
+            };
+            let backoff = dur(&r.backoff, &r.backoff_ms, "restart.backoff", 100)?;
+            let backoff_max = dur(
+                &r.backoff_max,
+                &r.backoff_max_ms,
+                "restart.backoff_max",
+                10_000,
+            )?;
             ranges.push((base as u32, last as u32, apps.len()));
             names.insert(name.to_string(), apps.len());
-            let r = &a.restart;
             apps.push(Arc::new(AppConfig {
                 name: name.into(),
                 command: a.command.get_ref().clone(),
                 workers: workers as usize,
                 port_base: base as u16,
-                port_env: a.port_env.clone(),
-                index_env: a.index_env.clone(),
+                port_env: a.port_env.get_ref().clone(),
+                index_env: a.index_env.get_ref().clone(),
                 env: a.env.clone(),
-                cwd: a.cwd.as_ref().map(|c| base_dir.join(c)),
+                cwd: a.cwd.as_ref().map(|c| base_dir.join(c.get_ref())),
+                command_line: Some(line_of(text, a.command.span().start)),
+                cwd_line: a.cwd.as_ref().map(|c| line_of(text, c.span().start)),
                 balance: a.balance,
-                avoid_stalled: ms(a.avoid_stalled_ms),
-                start_timeout: ms(a.start_timeout_ms.max(1)),
-                stop_grace: ms(a.stop_grace_ms),
+                avoid_stalled: dur(&a.avoid_stalled, &a.avoid_stalled_ms, "avoid_stalled", 500)?,
+                start_timeout: at_least(
+                    dur(
+                        &a.start_timeout,
+                        &a.start_timeout_ms,
+                        "start_timeout",
+                        30_000,
+                    )?,
+                    ms1,
+                ),
+                stop_grace: dur(&a.stop_grace, &a.stop_grace_ms, "stop_grace", 5_000)?,
                 health_path: h.path.clone(),
-                health_interval: ms(h.interval_ms),
-                health_timeout: ms(h.timeout_ms),
+                health_interval,
+                health_timeout,
                 health_failures: h.failures,
                 health_prestart: h.prestart,
-                backoff: ms(r.backoff_ms),
-                backoff_max: ms(r.backoff_max_ms.max(r.backoff_ms)),
+                backoff,
+                backoff_max: backoff_max.max(backoff),
                 max_restarts: r.max_restarts,
-                restart_window: Duration::from_secs(r.window_s.max(1)),
+                restart_window: window.max(Duration::from_secs(1)),
             }));
         }
 
@@ -646,6 +924,7 @@ impl Config {
                 (Some(app), None) => vec![(app_ref(app)?, 1)],
                 (None, Some(split)) if !split.is_empty() => {
                     let mut arms = Vec::new();
+                    let mut total: u64 = 0;
                     for arm in split {
                         let idx = app_ref(&arm.get_ref().app)?;
                         let w = *arm.get_ref().weight.get_ref();
@@ -655,6 +934,12 @@ impl Config {
                                 format!("split weight must be positive, not {w}"),
                             ));
                         }
+                        total = total.checked_add(w as u64).ok_or_else(|| {
+                            fail(
+                                Some(arm.get_ref().weight.span()),
+                                "split weights add up to more than 2^64: use smaller numbers (only their ratio matters)".into(),
+                            )
+                        })?;
                         arms.push((idx, w as u64));
                     }
                     arms
@@ -678,16 +963,19 @@ impl Config {
                 })?),
                 None => None,
             };
+            if let Some(p) = &r.mirror_percent {
+                let pct = *p.get_ref();
+                if !(pct > 0.0 && pct <= 100.0) {
+                    return Err(fail(
+                        Some(p.span()),
+                        format!("mirror_percent must be in (0, 100], not {pct}"),
+                    ));
+                }
+            }
             let mirror = match &r.mirror {
                 Some(m) => {
                     let idx = app_ref(m)?;
-                    let pct = *r.mirror_percent.get_ref();
-                    if !(pct > 0.0 && pct <= 100.0) {
-                        return Err(fail(
-                            Some(r.mirror_percent.span()),
-                            format!("mirror_percent must be in (0, 100], not {pct}"),
-                        ));
-                    }
+                    let pct = r.mirror_percent.as_ref().map_or(100.0, |p| *p.get_ref());
                     if arms.iter().any(|&(a, _)| a == idx) {
                         return Err(fail(
                             Some(m.span()),
@@ -703,19 +991,28 @@ impl Config {
                     Some(MirrorConfig {
                         app: idx,
                         percent: pct,
+                        unsafe_methods: r.mirror_unsafe,
                         comparer,
                         store: r.mirror_store.as_ref().map(|p| base_dir.join(p.get_ref())),
                     })
                 }
                 None => {
-                    if !r.mirror_ignore.get_ref().is_empty() {
-                        return Err(fail(
-                            Some(r.mirror_ignore.span()),
-                            "mirror_ignore without mirror".into(),
-                        ));
-                    }
-                    if let Some(p) = &r.mirror_store {
-                        return Err(fail(Some(p.span()), "mirror_store without mirror".into()));
+                    let stray = [
+                        (
+                            "mirror_ignore",
+                            (!r.mirror_ignore.get_ref().is_empty()).then(|| r.mirror_ignore.span()),
+                        ),
+                        ("mirror_store", r.mirror_store.as_ref().map(|p| p.span())),
+                        (
+                            "mirror_percent",
+                            r.mirror_percent.as_ref().map(|p| p.span()),
+                        ),
+                        ("mirror_unsafe", r.mirror_unsafe.then(|| spanned.span())),
+                    ];
+                    if let Some((key, span)) =
+                        stray.into_iter().find_map(|(k, s)| s.map(|s| (k, s)))
+                    {
+                        return Err(fail(Some(span), format!("{key} without mirror")));
                     }
                     None
                 }
@@ -756,6 +1053,94 @@ impl Config {
     pub fn app_names(&self) -> Vec<&str> {
         self.apps.iter().map(|a| &*a.name).collect()
     }
+
+    /// Checks what the text alone cannot show: each app's `cwd` is a directory, and its
+    /// program exists and is executable — found on `PATH` (the app's own `env.PATH` when
+    /// it sets one), or, when it names a path, relative to the `cwd`. `scalpel serve
+    /// --check` and [`crate::Server::start`] run it, so a config that passes the check
+    /// does not fail at start for these reasons.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming the file, the line of `cwd` or `command`, and the reason.
+    pub fn check_programs(&self) -> Result<(), ConfigError> {
+        for app in &self.apps {
+            let fail = |line: Option<usize>, reason: String| ConfigError {
+                path: self.path.clone(),
+                line,
+                reason: format!("app `{}`: {reason}", app.name),
+            };
+            if let Some(dir) = &app.cwd
+                && !dir.is_dir()
+            {
+                return Err(fail(
+                    app.cwd_line,
+                    format!(
+                        "cwd {} is not a directory (or does not exist)",
+                        dir.display()
+                    ),
+                ));
+            }
+            let program = &app.command[0];
+            if resolve_program(
+                program,
+                app.cwd.as_deref(),
+                app.env.get("PATH").map(String::as_str),
+            )
+            .is_none()
+            {
+                return Err(fail(
+                    app.command_line,
+                    if program.contains('/') {
+                        let dir = app.cwd.as_deref().unwrap_or(Path::new("."));
+                        format!(
+                            "program `{program}` is not an executable file (relative to {})",
+                            dir.display()
+                        )
+                    } else {
+                        format!("program `{program}` not found on PATH")
+                    },
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Where `program` would be found by a spawn with `cwd` and `path` (the child's `PATH`;
+/// the balancer's own when `None`): a name with a `/` relative to `cwd`, else the first
+/// executable file on `PATH`.
+pub(crate) fn resolve_program(
+    program: &str,
+    cwd: Option<&Path>,
+    path: Option<&str>,
+) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let executable = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        let p = match cwd {
+            Some(dir) => dir.join(program),
+            None => PathBuf::from(program),
+        };
+        return executable(&p).then_some(p);
+    }
+    let own = std::env::var("PATH").ok();
+    let search = path
+        .or(own.as_deref())
+        .unwrap_or("/usr/local/bin:/usr/bin:/bin");
+    search
+        .split(':')
+        .map(|d| {
+            if d.is_empty() {
+                Path::new(".")
+            } else {
+                Path::new(d)
+            }
+        })
+        .map(|d| d.join(program))
+        .find(|p| executable(p))
 }
 
 fn parse_sticky(s: &str) -> Option<StickyKey> {
@@ -773,6 +1158,34 @@ fn parse_sticky(s: &str) -> Option<StickyKey> {
             .map(StickyKey::PathSegment),
         _ => None,
     }
+}
+
+/// A duration key given as `key = "30s"` or `key_ms = 30000` (one of them), else `default`.
+fn duration(
+    fail: &impl Fn(Option<Range<usize>>, String) -> ConfigError,
+    human: &Human,
+    ms: &Millis,
+    key: &str,
+    default: Duration,
+) -> Result<Duration, ConfigError> {
+    match (human, ms) {
+        (Some(h), Some(_)) => Err(fail(
+            Some(h.span()),
+            format!("set either `{key}` or `{key}_ms`, not both"),
+        )),
+        (Some(h), None) => Ok(h.get_ref().0),
+        (None, Some(m)) => Ok(Duration::from_millis(*m.get_ref())),
+        (None, None) => Ok(default),
+    }
+}
+
+/// A name a child process can be given in its environment: not empty, no `=` or NUL, and
+/// (so that shells and runtimes can read it) letters, digits and `_`, not starting with a
+/// digit.
+fn env_name_ok(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
 fn line_of(text: &str, offset: usize) -> usize {

@@ -19,10 +19,12 @@ use bytes::{Buf, Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode};
 
-/// The largest response head read from a worker.
+/// The largest response head read from a worker. The limit is in bytes only: any number
+/// of headers fits in it (as with curl's and hyper's clients).
 pub(crate) const MAX_HEAD_BYTES: usize = 64 * 1024;
-/// The most response headers read from a worker.
-const MAX_HEADERS: usize = 128;
+/// Header slots on the stack for the common case; a head with more is parsed again with
+/// as many slots, on the heap, as it has lines.
+const STACK_HEADERS: usize = 128;
 /// The longest chunk-size line (with extensions) or trailer section accepted.
 const MAX_CHUNK_LINE: usize = 4096;
 const MAX_TRAILERS: usize = 16 * 1024;
@@ -33,8 +35,8 @@ pub(crate) enum WireError {
     /// The response head does not parse.
     #[error("malformed response head: {0}")]
     Head(String),
-    /// The response head is over [`MAX_HEAD_BYTES`] or [`MAX_HEADERS`].
-    #[error("response head over {MAX_HEAD_BYTES} bytes or {MAX_HEADERS} headers")]
+    /// The response head is over [`MAX_HEAD_BYTES`].
+    #[error("response head over {MAX_HEAD_BYTES} bytes")]
     HeadTooLarge,
     /// A `101 Switching Protocols` to a request that asked for no upgrade.
     #[error("the worker switched protocols (101) unasked")]
@@ -59,6 +61,10 @@ pub(crate) struct Outgoing<'a> {
     pub(crate) client_ip: &'a str,
     /// The whole body (bodies are buffered, so a failed attempt can be sent again).
     pub(crate) body: &'a Bytes,
+    /// The client is a trusted proxy: its `X-Forwarded-*` and `Forwarded` headers are
+    /// kept (and its `X-Forwarded-For` extended). Any other client's are replaced, so no
+    /// client can claim another address or `https`.
+    pub(crate) trusted: bool,
     /// The client asked to switch to this protocol (`Upgrade`, with `Connection:
     /// upgrade`): the two headers go to the worker instead of being dropped.
     pub(crate) upgrade: Option<&'a HeaderValue>,
@@ -89,6 +95,20 @@ fn connection_named<'v>(values: impl Iterator<Item = &'v [u8]>) -> Vec<&'v [u8]>
         .collect()
 }
 
+/// Headers that carry what a proxy in front saw (the client's address, scheme, host):
+/// believed only from a trusted proxy.
+fn forwarding(name: &[u8]) -> bool {
+    const NAMES: [&[u8]; 6] = [
+        b"x-forwarded-for",
+        b"x-forwarded-proto",
+        b"x-forwarded-host",
+        b"x-forwarded-port",
+        b"forwarded",
+        b"x-real-ip",
+    ];
+    listed(&NAMES, name)
+}
+
 fn listed(names: &[&[u8]], name: &[u8]) -> bool {
     names.iter().any(|n| n.eq_ignore_ascii_case(name))
 }
@@ -114,6 +134,9 @@ pub(crate) fn encode_request(req: &Outgoing<'_>, worker: SocketAddr, out: &mut V
         } else if *name == header::CONTENT_LENGTH || *name == header::EXPECT {
             // The length is this proxy's own (the body was read whole, so an `Expect`
             // was answered already).
+            continue;
+        } else if !req.trusted && forwarding(name.as_str().as_bytes()) {
+            // A client's claim about itself: replaced below.
             continue;
         } else if *name == "x-forwarded-for" {
             let list = xff.get_or_insert_with(Vec::new);
@@ -203,27 +226,39 @@ pub(crate) fn parse_response(
     loop {
         // Where each header's name and value sit in the head, so the values can point
         // into the head's bytes once httparse lets go of `buf`: no copy per header.
-        let mut spans = [(0usize, 0usize, 0usize, 0usize); MAX_HEADERS];
-        let (len, code, http11, count) = {
-            let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
-            let mut res = httparse::Response::new(&mut slots);
-            let len = match res.parse(buf) {
-                Ok(httparse::Status::Complete(n)) => n,
-                Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD_BYTES => {
-                    return Err(WireError::HeadTooLarge);
+        let mut stack_spans = [(0usize, 0usize, 0usize, 0usize); STACK_HEADERS];
+        let mut heap_spans = Vec::new();
+        let parsed = {
+            let mut slots = [httparse::EMPTY_HEADER; STACK_HEADERS];
+            match parse_head(buf, &mut slots, &mut stack_spans)? {
+                Parsed::TooManyHeaders => {
+                    // As many slots as the head can have lines: the limit is in bytes.
+                    let lines = buf[..buf.len().min(MAX_HEAD_BYTES)]
+                        .iter()
+                        .filter(|&&b| b == b'\n')
+                        .count()
+                        + 1;
+                    let mut slots = vec![httparse::EMPTY_HEADER; lines];
+                    heap_spans = vec![(0, 0, 0, 0); lines];
+                    parse_head(buf, &mut slots, &mut heap_spans)?
                 }
-                Ok(httparse::Status::Partial) => return Ok(None),
-                Err(httparse::Error::TooManyHeaders) => return Err(WireError::HeadTooLarge),
-                Err(e) => return Err(WireError::Head(e.to_string())),
-            };
-            let base = buf.as_ptr() as usize;
-            for (span, h) in spans.iter_mut().zip(res.headers.iter()) {
-                let name = h.name.as_ptr() as usize - base;
-                let value = h.value.as_ptr() as usize - base;
-                *span = (name, h.name.len(), value, h.value.len());
+                p => p,
             }
-            let code = res.code.unwrap_or(0);
-            (len, code, res.version == Some(1), res.headers.len())
+        };
+        let (len, code, http11, count) = match parsed {
+            Parsed::Complete {
+                len,
+                code,
+                http11,
+                count,
+            } => (len, code, http11, count),
+            Parsed::Partial => return Ok(None),
+            Parsed::TooManyHeaders => return Err(WireError::HeadTooLarge),
+        };
+        let spans = if heap_spans.is_empty() {
+            &stack_spans[..]
+        } else {
+            &heap_spans[..]
         };
         let switched = code == 101;
         if switched && !upgrade {
@@ -242,6 +277,7 @@ pub(crate) fn parse_response(
         let mut conn_values = Vec::new();
         let mut chunked = None;
         let mut length: Option<u64> = None;
+        let mut has_length = false;
         for (name, value) in headers.clone() {
             let value = &bytes[value];
             if name.eq_ignore_ascii_case(b"connection") {
@@ -259,6 +295,7 @@ pub(crate) fn parse_response(
                     return Err(WireError::ContentLength);
                 }
                 length = Some(n);
+                has_length = true;
             }
         }
         let named = connection_named(conn_values.iter().copied());
@@ -273,8 +310,13 @@ pub(crate) fn parse_response(
                 (None, None) => Framing::Close,
             }
         };
+        // Both Transfer-Encoding and Content-Length: the body is re-framed, but the
+        // connection is not reused (RFC 9112 §6.3: a sender that does this may be trying
+        // to smuggle a second response past a proxy).
+        let ambiguous = chunked.is_some() && has_length;
         let keep_alive = framing != Framing::Close
             && !switched
+            && !ambiguous
             && if http11 {
                 !close
             } else {
@@ -301,6 +343,52 @@ pub(crate) fn parse_response(
             keep_alive,
         }));
     }
+}
+
+type Span = (usize, usize, usize, usize);
+
+enum Parsed {
+    Complete {
+        len: usize,
+        code: u16,
+        http11: bool,
+        count: usize,
+    },
+    Partial,
+    TooManyHeaders,
+}
+
+/// One httparse pass over `buf` with `slots`, the headers' positions written to `spans`.
+fn parse_head<'b>(
+    buf: &'b [u8],
+    slots: &mut [httparse::Header<'b>],
+    spans: &mut [Span],
+) -> Result<Parsed, WireError> {
+    let mut res = httparse::Response::new(slots);
+    let len = match res.parse(buf) {
+        Ok(httparse::Status::Complete(n)) if n > MAX_HEAD_BYTES => {
+            return Err(WireError::HeadTooLarge);
+        }
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD_BYTES => {
+            return Err(WireError::HeadTooLarge);
+        }
+        Ok(httparse::Status::Partial) => return Ok(Parsed::Partial),
+        Err(httparse::Error::TooManyHeaders) => return Ok(Parsed::TooManyHeaders),
+        Err(e) => return Err(WireError::Head(e.to_string())),
+    };
+    let base = buf.as_ptr() as usize;
+    for (span, h) in spans.iter_mut().zip(res.headers.iter()) {
+        let name = h.name.as_ptr() as usize - base;
+        let value = h.value.as_ptr() as usize - base;
+        *span = (name, h.name.len(), value, h.value.len());
+    }
+    Ok(Parsed::Complete {
+        len,
+        code: res.code.unwrap_or(0),
+        http11: res.version == Some(1),
+        count: res.headers.len(),
+    })
 }
 
 /// Where a chunked body's decoder stands.
@@ -428,6 +516,7 @@ mod tests {
             client_ip: "10.0.0.7",
             body: &body,
             upgrade: None,
+            trusted: true,
         };
         let mut out = Vec::new();
         encode_request(&req, "127.0.0.1:3001".parse().unwrap(), &mut out);
@@ -506,6 +595,103 @@ mod tests {
         assert_eq!(get(&hs, "accept"), ["*/*"]);
     }
 
+    /// A client that is not a trusted proxy cannot claim another address, scheme or
+    /// host: its forwarding headers are replaced by what the balancer saw.
+    #[test]
+    fn an_untrusted_clients_forwarding_headers_are_replaced() {
+        let mut map = HeaderMap::new();
+        for (k, v) in [
+            ("x-forwarded-for", "6.6.6.6"),
+            ("x-forwarded-proto", "https"),
+            ("x-forwarded-host", "bank.example"),
+            ("x-forwarded-port", "443"),
+            ("forwarded", "for=6.6.6.6;proto=https"),
+            ("x-real-ip", "6.6.6.6"),
+            ("accept", "*/*"),
+        ] {
+            map.append(HeaderName::from_static(k), HeaderValue::from_static(v));
+        }
+        let body = Bytes::new();
+        let mut req = Outgoing {
+            method: &Method::GET,
+            target: "/",
+            headers: &map,
+            client_ip: "10.0.0.7",
+            body: &body,
+            upgrade: None,
+            trusted: false,
+        };
+        let mut out = Vec::new();
+        encode_request(&req, "127.0.0.1:3001".parse().unwrap(), &mut out);
+        let head = String::from_utf8(out).unwrap();
+        let (_, _, hs) = parsed(&head);
+        assert_eq!(get(&hs, "x-forwarded-for"), ["10.0.0.7"], "{head}");
+        assert_eq!(get(&hs, "x-forwarded-proto"), ["http"], "{head}");
+        for gone in [
+            "x-forwarded-host",
+            "x-forwarded-port",
+            "forwarded",
+            "x-real-ip",
+        ] {
+            assert!(get(&hs, gone).is_empty(), "{gone} kept: {head}");
+        }
+        assert_eq!(get(&hs, "accept"), ["*/*"]);
+        // From a trusted proxy they stand, and its client's address is extended.
+        req.trusted = true;
+        let mut out = Vec::new();
+        encode_request(&req, "127.0.0.1:3001".parse().unwrap(), &mut out);
+        let head = String::from_utf8(out).unwrap();
+        let (_, _, hs) = parsed(&head);
+        assert_eq!(get(&hs, "x-forwarded-for"), ["6.6.6.6, 10.0.0.7"]);
+        assert_eq!(get(&hs, "x-forwarded-proto"), ["https"]);
+        assert_eq!(get(&hs, "forwarded"), ["for=6.6.6.6;proto=https"]);
+    }
+
+    /// The response head limit is in bytes: 300 headers in 6 KiB are fine (a fixed
+    /// count of 128 made this a 502, and the request was then sent again).
+    #[test]
+    fn many_response_headers_within_the_byte_limit_parse() {
+        let mut raw = String::from("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n");
+        for i in 0..300 {
+            raw.push_str(&format!("x-h{i}: {i}\r\n"));
+        }
+        raw.push_str("\r\nok");
+        let (r, rest) = response(&raw, false);
+        let h = r.unwrap().unwrap();
+        assert_eq!(h.headers.len(), 301);
+        assert_eq!(h.headers["x-h299"], "299");
+        assert_eq!(&rest[..], b"ok");
+        // Over the byte limit, however few headers.
+        let big = format!(
+            "HTTP/1.1 200 OK\r\nX-Big: {}\r\n\r\n",
+            "a".repeat(MAX_HEAD_BYTES)
+        );
+        let (r, _) = response(&big, false);
+        assert_eq!(r.unwrap_err(), WireError::HeadTooLarge);
+    }
+
+    /// Both Transfer-Encoding and Content-Length: the body is framed by the chunks and
+    /// the length dropped, and the connection is not reused (RFC 9112 §6.3).
+    #[test]
+    fn a_response_with_both_framings_closes_its_connection() {
+        let (r, _) = response(
+            "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+            false,
+        );
+        let h = r.unwrap().unwrap();
+        assert_eq!(h.framing, Framing::Chunked);
+        assert!(h.headers.get("content-length").is_none());
+        assert!(
+            !h.keep_alive,
+            "a connection with an ambiguous framing went back to the pool"
+        );
+        let (r, _) = response(
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+            false,
+        );
+        assert!(r.unwrap().unwrap().keep_alive);
+    }
+
     #[test]
     fn request_heads_get_a_host_and_their_own_length() {
         let head = encode(
@@ -547,6 +733,7 @@ mod tests {
             client_ip: "10.0.0.7",
             body: &body,
             upgrade: Some(&protocol),
+            trusted: true,
         };
         let mut out = Vec::new();
         encode_request(&req, "127.0.0.1:3001".parse().unwrap(), &mut out);

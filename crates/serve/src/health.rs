@@ -7,8 +7,11 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Empty, Limited};
 use hyper_util::rt::TokioIo;
+
+/// The most of a health answer's body that is read.
+const MAX_PROBE_BODY: usize = 64 * 1024;
 
 /// A health probe of one worker. The supervisor runs it at an interval and counts
 /// failures in a row.
@@ -56,9 +59,12 @@ impl HttpHealthCheck {
         let out = match res {
             Ok(res) => {
                 let status = res.status();
-                // Read the body so the worker sees a complete exchange; bounded by the
-                // caller's time-out like everything else.
-                let _ = res.into_body().collect().await;
+                // Read the body so the worker sees a complete exchange — up to a bound:
+                // the status decides, and an endless body must neither fill memory nor
+                // turn a passing probe into a time-out.
+                let _ = Limited::new(res.into_body(), MAX_PROBE_BODY)
+                    .collect()
+                    .await;
                 if status.is_success() {
                     Ok(())
                 } else {
@@ -83,5 +89,32 @@ impl HealthCheck for HttpHealthCheck {
                 Err(_) => Err(format!("no answer within {} ms", self.timeout.as_millis())),
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A worker whose health answer is a 2xx with an endless body passes, after reading
+    /// a bounded part of it (before: the probe read until its time-out and failed, with
+    /// the body in memory).
+    #[tokio::test]
+    async fn an_endless_health_body_is_read_only_up_to_a_bound() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut sock, _) = listener.accept().await.unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = sock.read(&mut buf).await;
+            let _ = sock
+                .write_all(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+                .await;
+            let chunk = format!("4000\r\n{}\r\n", "z".repeat(0x4000));
+            while sock.write_all(chunk.as_bytes()).await.is_ok() {}
+        });
+        let check = HttpHealthCheck::new("/healthz", Duration::from_secs(20));
+        assert_eq!(check.check(addr).await, Ok(()));
     }
 }

@@ -13,9 +13,10 @@
 //! connections or power of two choices. An admin address serves `/status`, `/metrics`
 //! (Prometheus) and `POST /reload` (rolling, zero-downtime).
 //!
-//! It must NOT compare responses or sample `/proc` itself (that is `scalpel-diff` and
+//! It must NOT compare responses or read `/proc` itself (that is `scalpel-diff` and
 //! `scalpel-procstat`), nor parse command lines or print to the terminal beyond the
-//! workers' prefixed output (the `scalpel` binary does that).
+//! workers' prefixed output (the `scalpel` binary does that), nor ever resend a request
+//! its worker had taken.
 //!
 //! Main types: [`Config`] (parse and check a TOML file: every error names the file and
 //! line), [`Server`] (start, status, metrics, reload, shutdown), [`Selection`] with
@@ -61,12 +62,19 @@
 //! reads it without a lock; in-flight counts are atomics on each [`Backend`]. A new
 //! incarnation of worker *i* takes the other of its two ports (`port_base + i` and
 //! `port_base + i + workers`), so a replacement can start and become ready while the
-//! process it replaces still holds its port. Request bodies are buffered (bounded by
-//! `max_body_bytes`) so that a request that never reached a worker can be sent again;
-//! small response bodies are read whole before the head goes out (one write, and a
-//! retry stays possible), larger ones stream. A failed health probe counts only when the
-//! worker answered no proxied request since the previous probe, so an overloaded worker
-//! (its probe queued behind requests) is not mistaken for a blocked one.
+//! process it replaces still holds its port; a worker counts as ready only when the
+//! socket listening on its port belongs to its own process tree (a leftover process or a
+//! second balancer on the same ports is never taken for it). Request bodies are buffered
+//! (bounded by `max_body_bytes` and `body_read_timeout`) so that a request its worker
+//! never took can be sent again; small response bodies are read whole before the head
+//! goes out (one write), larger ones stream. A request the worker took — read, then froze
+//! on or died with, or began to answer — is never resent: it may be a query of death, and
+//! a resend would carry it to a healthy worker ("took" comes from the kernel: the worker's
+//! unread socket queue in `/proc/net/tcp`, and whether its connection ended by a reset or
+//! by the close of an exiting process). A failed health probe counts only when the worker
+//! answered no proxied request since the previous probe, so an overloaded worker (its
+//! probe queued behind requests) is not mistaken for a blocked one; only requests waiting
+//! for their response head can make a worker "stalled", a streaming body is progress.
 //!
 //! The data plane is `threads` OS threads, each a current-thread runtime with its own
 //! accept loop on the shared listening socket and its own keep-alive connections to the
@@ -76,7 +84,10 @@
 //! task over a small HTTP/1.1 client (`h1`: request head, response head, framing), which
 //! halved the balancer's user-space CPU per request against hyper's client connection
 //! (docs/serve.md). A request that switches protocols (WebSocket) ends as a `tunnel`
-//! between the two connections.
+//! between the two connections. Mirror copies and their comparison run on a thread of
+//! their own (low priority, bounded queue and byte budget, counted skips), never on the
+//! data plane; worker output goes to scalpel's stdout through a bounded, lossy writer
+//! thread, so a reader that stops never blocks supervision.
 
 mod config;
 mod h1;

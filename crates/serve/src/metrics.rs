@@ -35,6 +35,40 @@ impl RestartReason {
     }
 }
 
+/// Why a request whose worker failed was answered with an error instead of being resent
+/// to another worker: the worker had taken it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NotResent {
+    /// The worker had read it and then stopped answering (ejected by its health checks).
+    Stalled,
+    /// The worker had read it and then exited.
+    Exited,
+    /// The worker had begun to answer it (any byte), then broke off.
+    Answered,
+}
+
+impl NotResent {
+    pub(crate) const ALL: [NotResent; 3] =
+        [NotResent::Stalled, NotResent::Exited, NotResent::Answered];
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            NotResent::Stalled => "worker_stalled",
+            NotResent::Exited => "worker_exited",
+            NotResent::Answered => "partial_answer",
+        }
+    }
+
+    /// For the log line: "its worker took it and …".
+    pub(crate) fn what(self) -> &'static str {
+        match self {
+            NotResent::Stalled => "stopped answering",
+            NotResent::Exited => "exited",
+            NotResent::Answered => "broke off its answer",
+        }
+    }
+}
+
 /// Latencies up to an hour, in microseconds, 3 significant digits.
 const MAX_LATENCY_US: u64 = 3_600_000_000;
 
@@ -51,6 +85,12 @@ pub(crate) struct AppMetrics {
     pub(crate) tunnels_open: AtomicU64,
     pub(crate) restarts: [AtomicU64; 3],
     pub(crate) reloads: AtomicU64,
+    /// Requests answered with an error instead of resent, by [`NotResent`].
+    pub(crate) not_resent: [AtomicU64; 3],
+    /// Worker output lines dropped because scalpel's own output was not being read.
+    pub(crate) log_lines_dropped: AtomicU64,
+    /// Worker output lines cut at `log_line_max_bytes`.
+    pub(crate) log_lines_cut: AtomicU64,
     latency: Mutex<Histogram<u64>>,
     latency_sum_us: AtomicU64,
     cpu_percent_bits: AtomicU64,
@@ -70,6 +110,9 @@ impl AppMetrics {
             tunnels_open: AtomicU64::new(0),
             restarts: Default::default(),
             reloads: AtomicU64::new(0),
+            not_resent: Default::default(),
+            log_lines_dropped: AtomicU64::new(0),
+            log_lines_cut: AtomicU64::new(0),
             latency: Mutex::new(
                 Histogram::new_with_bounds(1, MAX_LATENCY_US, 3).expect("static bounds are valid"),
             ),
@@ -86,6 +129,14 @@ impl AppMetrics {
             .position(|&x| x == r)
             .unwrap_or_default();
         self.restarts[i].fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    pub(crate) fn not_resent(&self, why: NotResent) {
+        let i = NotResent::ALL
+            .iter()
+            .position(|&x| x == why)
+            .unwrap_or_default();
+        self.not_resent[i].fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn record_latency(&self, d: Duration) {

@@ -1,12 +1,29 @@
 //! A/B with a mirror: a sample of a route's requests is also sent to a third app, and
 //! its answer is compared with the one the client got, by `scalpel-shadow`'s
-//! [`Recorder`] (which compares with `scalpel-diff`). The client never waits for the
-//! mirror: the copy runs in its own task, at most [`MIRROR_CONCURRENCY`] at a time
-//! (further copies are skipped and counted), and the served body is copied frame by
-//! frame as it streams out.
+//! [`Recorder`] (which compares with `scalpel-diff`) — the engine of `scalpel shadow
+//! proxy`, and its shape:
+//!
+//! ```text
+//! client ─▶ data plane ─▶ worker ─▶ data plane ─▶ client        (the request path)
+//!               │                      └─ tee (≤ max_body_bytes) ─┐
+//!               └─ try_send ─▶ queue ─▶ mirror thread: copy ─▶ mirror app, compare ─▶ counters, store
+//! ```
+//!
+//! The data plane does three cheap things for a mirrored request: a sampling decision, a
+//! `try_send` of the (already buffered) request on a bounded queue, and a copy of the
+//! served body as it streams out. Sending the copy, reading the mirror app's answer and
+//! comparing the two run on one thread of their own (`scalpel-mirror`, its own
+//! single-threaded runtime, nice 19), so mirror work never competes with the clients'
+//! requests as an equal: on a busy machine mirrors fall behind and are skipped (counted),
+//! never the clients. Bytes held for mirrors — request bodies queued, served bodies
+//! captured, mirror answers read — share one budget (`mirror_buffer_bytes`); past it a
+//! copy is skipped and counted (`queue_full`), so a slow mirror app cannot grow memory.
+//!
+//! Only safe methods (GET, HEAD, OPTIONS) are mirrored unless the route says
+//! `mirror_unsafe = true`: a copied POST would do its work a second time.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -15,29 +32,46 @@ use scalpel_diff::{NoiseRule, RouteNormalizer};
 use scalpel_shadow::{
     CompareSettings, Failure, Recorder, Redactor, ShadowRequest, ShadowResponse, SkipReason,
 };
-use tokio::sync::{Semaphore, oneshot};
+use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 
 use crate::config::MirrorConfig;
 use crate::h1::Outgoing;
 use crate::pool::fast_random;
 use crate::proxy::Shared;
-use crate::upstream::Upstreams;
+use crate::upstream::{Attempt, Upstreams};
 
-/// Mirror exchanges in flight per route; beyond it copies are skipped (`queue_full`).
+/// Mirror exchanges in flight at once (all routes); queued copies wait for one.
 pub(crate) const MIRROR_CONCURRENCY: usize = 64;
+
+/// Copies waiting for the mirror thread; past this (or the byte budget) they are
+/// skipped (`queue_full`).
+const MIRROR_QUEUE: usize = 1024;
 
 /// Samples kept per route for `/mirror`.
 const MAX_SAMPLES: usize = 50;
 
 /// The served response, captured for comparison, or why it could not be.
-pub(crate) type Captured = Result<(StatusCode, HeaderMap, Bytes, Duration), SkipReason>;
+type Captured = Result<Served, SkipReason>;
+
+/// A served response as the client got it, with its share of the mirror budget (given
+/// back once it has been compared).
+#[derive(Debug)]
+struct Served {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Bytes,
+    latency: Duration,
+    _held: Vec<Held>,
+}
 
 #[derive(Debug)]
 pub(crate) struct Mirror {
     pub(crate) app: usize,
     percent: f64,
+    unsafe_methods: bool,
     pub(crate) recorder: Arc<Recorder>,
-    slots: Arc<Semaphore>,
+    /// Requests of the route not copied because of their method.
+    pub(crate) skipped_method: AtomicU64,
 }
 
 impl Mirror {
@@ -68,8 +102,9 @@ impl Mirror {
         Ok(Self {
             app: cfg.app,
             percent: cfg.percent,
+            unsafe_methods: cfg.unsafe_methods,
             recorder: Arc::new(recorder),
-            slots: Arc::new(Semaphore::new(MIRROR_CONCURRENCY)),
+            skipped_method: AtomicU64::new(0),
         })
     }
 
@@ -77,63 +112,212 @@ impl Mirror {
         self.percent >= 100.0 || ((fast_random() % 1_000_000) as f64) < self.percent * 10_000.0
     }
 
-    /// Starts the copy of `req` to the mirror app, when sampled and a slot is free;
-    /// returns where to send the served response once its body has ended.
+    /// Queues the copy of `req` for the mirror thread, when its method may be copied, it
+    /// is sampled and the queue and budget have room; returns where to send the served
+    /// response once its body has ended. Never waits.
     pub(crate) fn begin(
         &self,
-        shared: &Arc<Shared>,
-        up: &Arc<Upstreams>,
+        route: usize,
+        queue: &MirrorQueue,
         req: &Outgoing<'_>,
-    ) -> Option<oneshot::Sender<Captured>> {
+    ) -> Option<Tee> {
+        let safe = matches!(*req.method, Method::GET | Method::HEAD | Method::OPTIONS);
+        if !safe && !self.unsafe_methods {
+            self.skipped_method.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
         if !self.sampled() {
             return None;
         }
-        let Ok(permit) = self.slots.clone().try_acquire_owned() else {
+        let Some(held) = queue.budget.reserve(req.body.len()) else {
             self.recorder.skip(SkipReason::QueueFull);
             return None;
         };
         let (tx, rx) = oneshot::channel::<Captured>();
-        let shared = shared.clone();
-        let up = up.clone();
-        let recorder = self.recorder.clone();
-        let app = self.app;
-        let copy = Copy {
-            method: req.method.clone(),
-            target: req.target.to_string(),
-            headers: req.headers.clone(),
-            client_ip: req.client_ip.to_string(),
-            body: req.body.clone(),
+        let job = MirrorJob {
+            route,
+            copy: Copy {
+                method: req.method.clone(),
+                target: req.target.to_string(),
+                headers: req.headers.clone(),
+                client_ip: req.client_ip.to_string(),
+                trusted: req.trusted,
+                body: req.body.clone(),
+            },
+            primary: rx,
+            _held: held,
         };
-        // ShadowRequest has no body/header accessors, so the copy is built from ours.
-        let shadow = ShadowRequest::new(
-            copy.method.clone(),
-            copy.target.clone(),
-            copy.headers.clone(),
-            copy.body.clone(),
-        );
-        tokio::spawn(async move {
-            let _permit = permit;
-            let candidate = send_copy(&shared, &up, app, &copy).await;
-            match rx.await {
-                Ok(Ok((status, headers, body, latency))) => {
-                    let primary = ShadowResponse::new(status, headers, body, latency);
-                    recorder.observe(&shadow, &primary, candidate.as_ref().map_err(|f| *f), None);
-                }
-                Ok(Err(reason)) => recorder.skip(reason),
-                Err(_) => recorder.skip(SkipReason::PrimaryIncomplete),
-            }
-        });
-        Some(tx)
+        if queue.tx.try_send(job).is_err() {
+            self.recorder.skip(SkipReason::QueueFull);
+            return None;
+        }
+        Some(Tee::new(tx, queue.budget.clone()))
     }
 }
 
+/// Bytes held for mirrors, shared by the data plane and the mirror thread.
+#[derive(Debug)]
+pub(crate) struct Budget {
+    used: AtomicUsize,
+    limit: usize,
+}
+
+impl Budget {
+    /// `n` more bytes, when they fit; released when the guard drops.
+    fn reserve(self: &Arc<Self>, n: usize) -> Option<Held> {
+        let mut used = self.used.load(Ordering::Relaxed);
+        loop {
+            if used.checked_add(n)? > self.limit {
+                return None;
+            }
+            match self.used.compare_exchange_weak(
+                used,
+                used + n,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Some(Held(self.clone(), n)),
+                Err(now) => used = now,
+            }
+        }
+    }
+
+    fn available(&self) -> usize {
+        self.limit.saturating_sub(self.used.load(Ordering::Relaxed))
+    }
+}
+
+/// Bytes of the mirror budget, given back on drop.
+#[derive(Debug)]
+struct Held(Arc<Budget>, usize);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.used.fetch_sub(self.1, Ordering::Relaxed);
+    }
+}
+
+/// The data plane's end of the mirror queue.
+#[derive(Debug)]
+pub(crate) struct MirrorQueue {
+    tx: mpsc::Sender<MirrorJob>,
+    budget: Arc<Budget>,
+}
+
+/// One copy to make and compare.
+#[derive(Debug)]
+struct MirrorJob {
+    route: usize,
+    copy: Copy,
+    primary: oneshot::Receiver<Captured>,
+    /// The request body's share of the budget.
+    _held: Held,
+}
+
 /// The mirror's own copy of a request, sent after the client's request has moved on.
+#[derive(Debug)]
 struct Copy {
     method: Method,
     target: String,
     headers: HeaderMap,
     client_ip: String,
+    trusted: bool,
     body: Bytes,
+}
+
+/// Starts the mirror thread: it waits for the shared state (sent through the returned
+/// sender once the server is built), then runs every queued copy until `stop`.
+pub(crate) fn start_mirror_thread(
+    budget_bytes: usize,
+    mut stop: watch::Receiver<bool>,
+) -> std::io::Result<(MirrorQueue, oneshot::Sender<Arc<Shared>>)> {
+    let (tx, mut rx) = mpsc::channel::<MirrorJob>(MIRROR_QUEUE);
+    let (hand_over, shared_rx) = oneshot::channel::<Arc<Shared>>();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    std::thread::Builder::new()
+        .name("scalpel-mirror".into())
+        .spawn(move || {
+            lower_this_thread_priority();
+            rt.block_on(async move {
+                let Ok(shared) = shared_rx.await else { return };
+                let up = Upstreams::new(
+                    shared.cfg.connect_timeout,
+                    shared.cfg.pool_idle_timeout,
+                    MIRROR_CONCURRENCY,
+                );
+                let slots = Arc::new(Semaphore::new(MIRROR_CONCURRENCY));
+                let dispatch = async {
+                    while let Some(job) = rx.recv().await {
+                        // Waiting here for a slot is what fills the queue when the
+                        // mirror app is slow.
+                        let Ok(permit) = slots.clone().acquire_owned().await else {
+                            return;
+                        };
+                        let (shared, up) = (shared.clone(), up.clone());
+                        tokio::spawn(async move {
+                            run(&shared, &up, job).await;
+                            drop(permit);
+                        });
+                    }
+                };
+                tokio::select! {
+                    () = dispatch => {}
+                    _ = stop.wait_for(|s| *s) => {}
+                }
+            });
+        })?;
+    Ok((
+        MirrorQueue {
+            tx,
+            budget: Arc::new(Budget {
+                used: AtomicUsize::new(0),
+                limit: budget_bytes,
+            }),
+        },
+        hand_over,
+    ))
+}
+
+/// Nice value of the mirror thread: the lowest, so that the data-plane threads (nice 0)
+/// get nearly all of a core both want; mirrors get whatever CPU is idle.
+const MIRROR_NICE: i32 = 19;
+
+/// Lowers the calling thread's scheduling priority (Linux: `setpriority` with a thread
+/// id acts on that thread only). Best effort.
+fn lower_this_thread_priority() {
+    let tid = rustix::thread::gettid();
+    if rustix::process::setpriority_process(Some(tid), MIRROR_NICE).is_err() {
+        tracing::debug!("could not lower the mirror thread's priority");
+    }
+}
+
+/// Sends one copy, waits for the served answer, compares: all on the mirror thread.
+async fn run(shared: &Arc<Shared>, up: &Arc<Upstreams>, job: MirrorJob) {
+    let Some(mirror) = shared.routes[job.route].mirror.as_ref() else {
+        return;
+    };
+    let candidate = send_copy(shared, up, mirror.app, &job.copy).await;
+    let MirrorJob { copy, primary, .. } = job;
+    // The served body normally ended long ago; the wait is bounded in case its client
+    // reads slowly.
+    let wait = shared.cfg.upstream_timeout * 2;
+    let captured = match tokio::time::timeout(wait, primary).await {
+        Ok(Ok(c)) => c,
+        _ => Err(SkipReason::PrimaryIncomplete),
+    };
+    let recorder = &mirror.recorder;
+    match captured {
+        Ok(served) => {
+            let request = ShadowRequest::new(copy.method, copy.target, copy.headers, copy.body);
+            let primary =
+                ShadowResponse::new(served.status, served.headers, served.body, served.latency);
+            let candidate = candidate.as_ref().map(|(r, _)| r).map_err(|f| *f);
+            recorder.observe(&request, &primary, candidate, None);
+        }
+        Err(reason) => recorder.skip(reason),
+    }
 }
 
 async fn send_copy(
@@ -141,10 +325,10 @@ async fn send_copy(
     up: &Arc<Upstreams>,
     app: usize,
     copy: &Copy,
-) -> Result<ShadowResponse, Failure> {
+) -> Result<(ShadowResponse, Option<Held>), Failure> {
     let app = &shared.apps[app];
     let backend = app.pool.select(None).ok_or(Failure::Connect)?;
-    let _in_flight = backend.begin();
+    let in_flight = backend.begin();
     app.metrics.mirrored.fetch_add(1, Ordering::Relaxed);
     let req = Outgoing {
         method: &copy.method,
@@ -153,26 +337,32 @@ async fn send_copy(
         client_ip: &copy.client_ip,
         body: &copy.body,
         upgrade: None,
+        trusted: copy.trusted,
     };
     let start = Instant::now();
     let max = shared.cfg.max_body_bytes as usize;
+    let budget = shared
+        .mirror_queue
+        .as_ref()
+        .map(|q| q.budget.clone())
+        .ok_or(Failure::Connect)?;
     let exchange = async {
         let mut answer = up
-            .send(backend.addr(), &req)
+            .send(backend.addr(), &req, &Attempt::default())
             .await
             .map_err(|_| Failure::Connect)?;
-        backend.answered();
+        in_flight.head_received();
+        let limit = max.min(budget.available());
         let body = answer
             .body
-            .read_up_to(max)
+            .read_up_to(limit)
             .await
             .map_err(|_| Failure::Connect)?
             .ok_or(Failure::TooLarge)?;
-        Ok(ShadowResponse::new(
-            answer.status,
-            answer.headers,
-            body,
-            start.elapsed(),
+        let held = budget.reserve(body.len());
+        Ok((
+            ShadowResponse::new(answer.status, answer.headers, body, start.elapsed()),
+            held,
         ))
     };
     tokio::time::timeout(shared.cfg.upstream_timeout, exchange)
@@ -180,7 +370,8 @@ async fn send_copy(
         .unwrap_or(Err(Failure::Timeout))
 }
 
-/// Copies a served body as it streams, up to a limit, and hands it over when it ends.
+/// Copies a served body as it streams, up to a limit and within the mirror budget, and
+/// hands it over when it ends.
 #[derive(Debug)]
 pub(crate) struct Tee {
     tx: Option<oneshot::Sender<Captured>>,
@@ -189,42 +380,65 @@ pub(crate) struct Tee {
     buf: BytesMut,
     limit: usize,
     start: Instant,
+    budget: Arc<Budget>,
+    held: Vec<Held>,
 }
 
 impl Tee {
-    pub(crate) fn new(
-        tx: oneshot::Sender<Captured>,
+    fn new(tx: oneshot::Sender<Captured>, budget: Arc<Budget>) -> Self {
+        Self {
+            tx: Some(tx),
+            status: StatusCode::OK,
+            headers: HeaderMap::new(),
+            buf: BytesMut::new(),
+            limit: 0,
+            start: Instant::now(),
+            budget,
+            held: Vec::new(),
+        }
+    }
+
+    /// The served response's head: from here on its body is copied.
+    pub(crate) fn head(
+        &mut self,
         status: StatusCode,
         headers: HeaderMap,
         limit: usize,
         start: Instant,
-    ) -> Self {
-        Self {
-            tx: Some(tx),
-            status,
-            headers,
-            buf: BytesMut::new(),
-            limit,
-            start,
-        }
+    ) {
+        self.status = status;
+        self.headers = headers;
+        self.limit = limit;
+        self.start = start;
     }
 
     pub(crate) fn data(&mut self, d: &Bytes) {
-        if self.tx.is_none() {
+        if self.tx.is_none() || d.is_empty() {
             return;
         }
         if self.buf.len() + d.len() > self.limit {
             self.finish(Err(SkipReason::ResponseTooLarge));
-        } else {
-            self.buf.extend_from_slice(d);
+            return;
+        }
+        match self.budget.reserve(d.len()) {
+            Some(h) => {
+                self.held.push(h);
+                self.buf.extend_from_slice(d);
+            }
+            None => self.finish(Err(SkipReason::QueueFull)),
         }
     }
 
     pub(crate) fn end(&mut self) {
         if self.tx.is_some() {
-            let body = std::mem::take(&mut self.buf).freeze();
-            let headers = std::mem::take(&mut self.headers);
-            self.finish(Ok((self.status, headers, body, self.start.elapsed())));
+            let served = Served {
+                status: self.status,
+                headers: std::mem::take(&mut self.headers),
+                body: std::mem::take(&mut self.buf).freeze(),
+                latency: self.start.elapsed(),
+                _held: std::mem::take(&mut self.held),
+            };
+            self.finish(Ok(served));
         }
     }
 
@@ -236,6 +450,9 @@ impl Tee {
         if let Some(tx) = self.tx.take() {
             let _ = tx.send(c);
         }
+        // Skipped: what was copied so far goes, with its budget.
+        self.held.clear();
+        self.buf = BytesMut::new();
     }
 }
 

@@ -10,9 +10,11 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
+use scalpel_procstat::TcpQueue;
 use tokio::sync::Notify;
 
 use crate::config::Balance;
+use crate::upstream::Attempt;
 
 /// The life of one worker process, as `/status` shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,19 +61,42 @@ pub struct Backend {
     state: AtomicU8,
     started: Instant,
     in_flight: AtomicUsize,
+    /// Requests sent to it that have no response head yet.
+    waiting: AtomicUsize,
     requests: AtomicU64,
     answered: AtomicU64,
-    /// When it last made progress: a response head, or its first request after idling
-    /// (µs since [`epoch_us`]'s origin).
+    /// When it last made progress: a response head, body bytes, or its first waiting
+    /// request after none (µs since [`epoch_us`]'s origin).
     progress_us: AtomicU64,
     /// [`Backend::stalled`] after this many µs without progress (0: never).
     stall_after_us: u64,
-    ejected: AtomicBool,
+    /// [`Eject`] level reached, as a number (0: none).
+    ejected: AtomicU8,
     on_eject: Notify,
+    /// Its connections' queues when it was ejected: which requests it had read.
+    at_eject: Mutex<Option<Arc<EjectSnapshot>>>,
+}
+
+/// How far a worker is taken off its waiting requests ([`Backend::eject`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Eject {
+    /// Requests it has not read go elsewhere; those it had read wait for it.
+    Queued = 1,
+    /// It is being stopped: every waiting request ends now.
+    All = 2,
+}
+
+/// The socket queues of an ejected worker's connections, read at the ejection.
+#[derive(Debug)]
+struct EjectSnapshot {
+    at_us: u64,
+    /// `None` when `/proc/net/tcp` could not be read.
+    queues: Option<Vec<TcpQueue>>,
 }
 
 /// Microseconds on one process-wide monotonic clock.
-fn epoch_us() -> u64 {
+pub(crate) fn epoch_us() -> u64 {
     static ORIGIN: OnceLock<Instant> = OnceLock::new();
     ORIGIN.get_or_init(Instant::now).elapsed().as_micros() as u64
 }
@@ -99,12 +124,14 @@ impl Backend {
             state: AtomicU8::new(WorkerState::Starting as u8),
             started: Instant::now(),
             in_flight: AtomicUsize::new(0),
+            waiting: AtomicUsize::new(0),
             requests: AtomicU64::new(0),
             answered: AtomicU64::new(0),
             progress_us: AtomicU64::new(epoch_us()),
             stall_after_us: 0,
-            ejected: AtomicBool::new(false),
+            ejected: AtomicU8::new(0),
             on_eject: Notify::new(),
+            at_eject: Mutex::new(None),
         }
     }
 
@@ -153,7 +180,14 @@ impl Backend {
     }
 
     /// Counts a response head received from the worker: proof that it is not stuck.
-    pub(crate) fn answered(&self) {
+    fn answered(&self) {
+        self.answered.fetch_add(1, Ordering::Relaxed);
+        self.progress_us.store(epoch_us(), Ordering::Relaxed);
+    }
+
+    /// Body bytes arrived from the worker (a download, a stream of events): it is alive,
+    /// for the stall rule and for the health checks alike.
+    pub(crate) fn body_progress(&self) {
         self.answered.fetch_add(1, Ordering::Relaxed);
         self.progress_us.store(epoch_us(), Ordering::Relaxed);
     }
@@ -165,12 +199,14 @@ impl Backend {
         self
     }
 
-    /// It has requests in flight and has answered none of them for the app's
-    /// `avoid_stalled_ms`: a blocked event loop, long before health checks can tell.
-    /// Selection sends it nothing new until it answers again (or all workers stall).
+    /// It has requests waiting for their response head and has made no progress for the
+    /// app's `avoid_stalled_ms`: a blocked event loop, long before health checks can
+    /// tell. Only waiting requests count: a response whose body is still streaming (a
+    /// download, server-sent events) is progress, not a stall. Selection sends it nothing
+    /// new until it answers again (or all workers stall).
     pub fn stalled(&self) -> bool {
         self.stall_after_us > 0
-            && self.in_flight() > 0
+            && self.waiting.load(Ordering::Relaxed) > 0
             && epoch_us().saturating_sub(self.progress_us.load(Ordering::Relaxed))
                 > self.stall_after_us
     }
@@ -180,48 +216,123 @@ impl Backend {
         self.answered.load(Ordering::Relaxed)
     }
 
-    /// Declares the worker unusable (it failed its health checks): requests waiting on
-    /// it give up and go elsewhere.
-    pub(crate) fn eject(&self) {
-        self.ejected.store(true, Ordering::Release);
+    /// Takes the worker's waiting requests off it: those it has not read go elsewhere;
+    /// with [`Eject::All`] (it failed its health checks and is being stopped) those it
+    /// had read are answered at once, with [`Eject::Queued`] (a `prestart` successor
+    /// took over from a suspect that may still recover) they keep waiting for it. First
+    /// its connections' queues are read, so that each request can tell whether the
+    /// worker had read it ([`Backend::took`]).
+    pub(crate) fn eject(&self, level: Eject) {
+        let queues = scalpel_procstat::tcp_queues(self.addr.port()).ok();
+        *self.at_eject.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(EjectSnapshot {
+            at_us: epoch_us(),
+            queues,
+        }));
+        self.ejected.fetch_max(level as u8, Ordering::AcqRel);
         self.on_eject.notify_waiters();
     }
 
-    /// Resolves once [`Backend::eject`] has been called.
-    pub(crate) async fn ejected(&self) {
-        let notified = self.on_eject.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        if self.ejected.load(Ordering::Acquire) {
-            return;
+    /// After [`Backend::eject`]: had the worker read (any of) the request of `attempt`?
+    /// A request still whole in the worker's socket queue (or the connection still in
+    /// its accept queue) was only waiting behind whatever stopped it, and may go to
+    /// another worker; one it had read is the suspect — it may be what stopped it — and
+    /// is never resent. When the kernel's tables cannot tell, the answer is "read"
+    /// (fail closed: a poison request must not spread).
+    pub(crate) fn took(&self, attempt: &Attempt) -> bool {
+        let written = attempt.written();
+        if written == 0 {
+            return false; // nothing of it left this process
         }
-        notified.await;
+        let snapshot = self
+            .at_eject
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let fresh;
+        let queues = match &snapshot {
+            // Written before the snapshot: the snapshot saw it.
+            Some(s) if attempt.sent_at_us() < s.at_us => s.queues.as_deref(),
+            _ => {
+                fresh = scalpel_procstat::tcp_queues(self.addr.port()).ok();
+                fresh.as_deref()
+            }
+        };
+        let Some(queues) = queues else { return true };
+        let (worker, ours) = (self.addr.port(), attempt.local_port());
+        let unread = queues
+            .iter()
+            .find(|q| q.local_port == worker && q.remote_port == ours)
+            .map(|q| q.rx_queue);
+        let unsent = queues
+            .iter()
+            .find(|q| q.local_port == ours && q.remote_port == worker)
+            .map_or(0, |q| q.tx_queue);
+        unread.is_none_or(|rx| rx + unsent < written)
     }
 
-    /// Counts a request as in flight until the guard drops.
+    /// Resolves once [`Backend::eject`] has been called with `level` or above; the level
+    /// reached.
+    pub(crate) async fn ejected(&self, level: Eject) -> Eject {
+        loop {
+            let notified = self.on_eject.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let now = self.ejected.load(Ordering::Acquire);
+            if now >= level as u8 {
+                return if now >= Eject::All as u8 {
+                    Eject::All
+                } else {
+                    Eject::Queued
+                };
+            }
+            notified.await;
+        }
+    }
+
+    /// Counts a request as in flight until the guard drops, and as waiting for its
+    /// response head until [`InFlight::head_received`].
     pub(crate) fn begin(self: &Arc<Self>) -> InFlight {
-        if self.in_flight.fetch_add(1, Ordering::Relaxed) == 0 {
-            // Idle until now: the wait for an answer starts here.
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        if self.waiting.fetch_add(1, Ordering::Relaxed) == 0 {
+            // Nothing waited until now: the wait for an answer starts here.
             self.progress_us.store(epoch_us(), Ordering::Relaxed);
         }
         self.requests.fetch_add(1, Ordering::Relaxed);
-        InFlight(self.clone())
+        InFlight {
+            backend: self.clone(),
+            waiting: AtomicBool::new(true),
+        }
     }
 }
 
 /// A request in flight on a backend; dropping it ends the request.
 #[derive(Debug)]
-pub(crate) struct InFlight(Arc<Backend>);
+pub(crate) struct InFlight {
+    backend: Arc<Backend>,
+    waiting: AtomicBool,
+}
 
 impl InFlight {
     pub(crate) fn backend(&self) -> &Arc<Backend> {
-        &self.0
+        &self.backend
+    }
+
+    /// The response head arrived: the worker answered (progress), and this request no
+    /// longer waits, whatever its body does next.
+    pub(crate) fn head_received(&self) {
+        if self.waiting.swap(false, Ordering::Relaxed) {
+            self.backend.waiting.fetch_sub(1, Ordering::Relaxed);
+            self.backend.answered();
+        }
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if *self.waiting.get_mut() {
+            self.backend.waiting.fetch_sub(1, Ordering::Relaxed);
+        }
+        self.backend.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -502,8 +613,8 @@ mod tests {
         std::thread::sleep(Duration::from_millis(5));
         assert!(b[0].stalled());
         // Worker 1 is busier, yet the only one that can answer.
-        let _busy: Vec<_> = (0..3).map(|_| b[1].begin()).collect();
-        b[1].answered();
+        let busy: Vec<_> = (0..3).map(|_| b[1].begin()).collect();
+        busy[0].head_received();
         let (rr, lc) = (RoundRobin::default(), LeastConn::default());
         for _ in 0..4 {
             assert_eq!(rr.select(&b, None).index(), 1);
@@ -515,9 +626,45 @@ mod tests {
             Backend::new("t".into(), 3, addr(2003), 0).with_stall_after(Duration::from_secs(3600)),
         );
         let _g = patient.begin();
-        patient.answered();
+        let g2 = patient.begin();
+        g2.head_received();
         assert!(!patient.stalled());
         drop(stuck);
         assert!(!b[0].stalled(), "nothing in flight: not stalled");
+    }
+
+    /// A response whose head has arrived and whose body still streams (a download,
+    /// server-sent events) is progress: however long it lasts, its worker is not
+    /// stalled, and keeps getting new requests.
+    #[test]
+    fn a_streaming_response_does_not_make_its_worker_stalled() {
+        let b = Arc::new(
+            Backend::new("t".into(), 0, SocketAddr::from(([127, 0, 0, 1], 2100)), 0)
+                .with_stall_after(Duration::from_millis(1)),
+        );
+        let stream = b.begin();
+        stream.head_received();
+        std::thread::sleep(Duration::from_millis(5));
+        assert_eq!(b.in_flight(), 1, "the stream is still in flight");
+        assert!(!b.stalled(), "a streaming body made its worker stalled");
+        let other = Arc::new(Backend::new(
+            "t".into(),
+            1,
+            SocketAddr::from(([127, 0, 0, 1], 2101)),
+            0,
+        ));
+        let rr = RoundRobin::default();
+        let both = vec![b.clone(), other];
+        let picks: Vec<usize> = (0..4).map(|_| rr.select(&both, None).index()).collect();
+        assert!(
+            picks.contains(&0),
+            "the streaming worker got nothing: {picks:?}"
+        );
+        // A request that waits for its head behind the stream does count.
+        let waiting = b.begin();
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(b.stalled());
+        drop(waiting);
+        assert!(!b.stalled());
     }
 }

@@ -1,7 +1,10 @@
 //! The request path: route → arm → pool → selection → worker, with the proxy duties of
-//! RFC 9110 §7.6 (hop-by-hop headers, `X-Forwarded-For`, `Via`), limits, one retry of
-//! a request that never reached a worker (or an idempotent one reset before any
-//! response byte), and JSON errors.
+//! RFC 9110 §7.6 (hop-by-hop headers, `X-Forwarded-For`, `Via`), limits, one resend of
+//! a request its worker never took (never sent, still unread when the worker was reset,
+//! closed or ejected; idempotent ones only, unless it never left), and JSON errors. A
+//! request its worker took — read, then stalled on, died with, or began to answer — is
+//! never resent: it may be a poison request, and a resend would carry it to a healthy
+//! worker.
 //!
 //! Per-request phases, in order: `route` (which route and arm), `request_filter`
 //! (limits, headers), `upstream` (select, send, maybe retry), `response_filter`
@@ -23,12 +26,12 @@ use hyper_util::rt::TokioIo;
 
 use crate::config::{RouteConfig, ServerConfig, StickyKey};
 use crate::h1::Outgoing;
-use crate::metrics::AppMetrics;
-use crate::mirror::{Mirror, Tee};
-use crate::pool::{Backend, InFlight, fast_random};
+use crate::metrics::{AppMetrics, NotResent};
+use crate::mirror::{Mirror, MirrorQueue, Tee};
+use crate::pool::{Backend, Eject, InFlight, fast_random};
 use crate::supervisor::App;
 use crate::tunnel;
-use crate::upstream::{Answer, UpstreamBody, UpstreamError, Upstreams};
+use crate::upstream::{Answer, Attempt, UpstreamBody, UpstreamError, Upstreams};
 
 /// Worker bodies up to this size (by `Content-Length`) are read whole before the
 /// response goes out; larger or chunked ones stream.
@@ -137,8 +140,31 @@ pub(crate) struct Shared {
     pub(crate) cfg: ServerConfig,
     pub(crate) apps: Vec<Arc<App>>,
     pub(crate) routes: Vec<Route>,
+    /// The mirror thread's queue, when a route mirrors.
+    pub(crate) mirror_queue: Option<MirrorQueue>,
+    pub(crate) rejected: Rejected,
+    pub(crate) connections: Arc<crate::server::ConnCount>,
+}
+
+/// Requests and connections refused before reaching an app, by reason.
+#[derive(Debug, Default)]
+pub(crate) struct Rejected {
     pub(crate) no_route: AtomicU64,
     pub(crate) too_large: AtomicU64,
+    /// Request bodies not received within `body_read_timeout` (408).
+    pub(crate) body_timeout: AtomicU64,
+    /// Request heads not received within `header_read_timeout` (408).
+    pub(crate) header_timeout: AtomicU64,
+    /// Connections over `max_connections` (503).
+    pub(crate) too_many_connections: AtomicU64,
+}
+
+/// Who sent a request: the peer's address (for `X-Forwarded-For`) and whether it is a
+/// trusted proxy; worked out once per connection.
+#[derive(Debug)]
+pub(crate) struct Client {
+    pub(crate) ip: Arc<str>,
+    pub(crate) trusted: bool,
 }
 
 /// The balancer's response body: an error or a worker's body, which ends the request's
@@ -157,7 +183,7 @@ pub(crate) enum ProxyBody {
         /// Bytes already read from `body`, sent first.
         first: Option<Bytes>,
         body: UpstreamBody,
-        _finish: Finish,
+        finish: Finish,
         tee: Option<Box<Tee>>,
     },
 }
@@ -175,12 +201,19 @@ impl Body for ProxyBody {
                 Poll::Ready(b.take().map(|b| Ok(Frame::data(b))))
             }
             ProxyBody::Upstream {
-                first, body, tee, ..
+                first,
+                body,
+                tee,
+                finish,
             } => {
                 if let Some(b) = first.take() {
                     return Poll::Ready(Some(Ok(Frame::data(b))));
                 }
                 let r = body.poll_data(cx);
+                if let Poll::Ready(Some(Ok(_))) = &r {
+                    // A streaming body is the worker's progress, not a stall.
+                    finish.in_flight.backend().body_progress();
+                }
                 if let Some(t) = tee {
                     match &r {
                         Poll::Ready(Some(Ok(d))) => {
@@ -229,7 +262,7 @@ impl Body for ProxyBody {
 /// Ends a forwarded request: the worker's in-flight count and the arm's latency.
 #[derive(Debug)]
 pub(crate) struct Finish {
-    _in_flight: InFlight,
+    in_flight: InFlight,
     metrics: Arc<AppMetrics>,
     start: Instant,
 }
@@ -251,11 +284,31 @@ pub(crate) fn json_error(status: StatusCode, msg: &str) -> Response<ProxyBody> {
     res
 }
 
+/// A JSON error after which the client connection closes (its request was not read
+/// whole, so the connection is out of step).
+fn json_error_closing(status: StatusCode, msg: &str) -> Response<ProxyBody> {
+    let mut res = json_error(status, msg);
+    res.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    res
+}
+
 fn idempotent(m: &Method) -> bool {
     matches!(
         *m,
         Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
     )
+}
+
+/// What became of a request the worker had (or may have had) taken.
+// Lives for a moment on one request's stack: boxing the answer would cost an allocation
+// per request.
+#[allow(clippy::large_enum_variant)]
+enum Outcome {
+    /// The exchange finished (answered, failed, or timed out).
+    Done(Result<Result<(Answer, Bytes), UpstreamError>, tokio::time::error::Elapsed>),
+    /// The supervisor took the worker off this request; `taken`: the worker had read it.
+    Ejected { taken: bool },
 }
 
 impl Shared {
@@ -278,7 +331,7 @@ impl Shared {
     pub(crate) async fn handle(
         self: &Arc<Self>,
         up: &Arc<Upstreams>,
-        client_ip: &str,
+        client: &Client,
         req: Request<Incoming>,
     ) -> Response<ProxyBody> {
         let (app_index, mirror) = match self.route(&req) {
@@ -287,10 +340,10 @@ impl Shared {
                 let route = &self.routes[r];
                 let arm = route.pick_arm(req.uri().path(), req.headers());
                 route.arm_requests[arm].fetch_add(1, Ordering::Relaxed);
-                (route.cfg.arms[arm].0, route.mirror.as_ref())
+                (route.cfg.arms[arm].0, route.mirror.as_ref().map(|m| (r, m)))
             }
             Err(()) => {
-                self.no_route.fetch_add(1, Ordering::Relaxed);
+                self.rejected.no_route.fetch_add(1, Ordering::Relaxed);
                 let msg = format!("no route for {} {}", req.method(), req.uri().path());
                 return json_error(StatusCode::NOT_FOUND, &msg);
             }
@@ -298,7 +351,7 @@ impl Shared {
         let app = &self.apps[app_index];
         let start = Instant::now();
         app.metrics.requests.fetch_add(1, Ordering::Relaxed);
-        let res = self.forward(up, app, mirror, client_ip, req, start).await;
+        let res = self.forward(up, app, mirror, client, req, start).await;
         if res.status().is_server_error() {
             app.metrics.errors.fetch_add(1, Ordering::Relaxed);
         }
@@ -309,8 +362,8 @@ impl Shared {
         self: &Arc<Self>,
         up: &Arc<Upstreams>,
         app: &App,
-        mirror: Option<&Mirror>,
-        client_ip: &str,
+        mirror: Option<(usize, &Mirror)>,
+        client: &Client,
         req: Request<Incoming>,
         start: Instant,
     ) -> Response<ProxyBody> {
@@ -320,37 +373,47 @@ impl Shared {
         let on_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
         let (parts, body) = req.into_parts();
         let max = self.cfg.max_body_bytes;
-        let declared = parts
-            .headers
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok());
-        if declared.is_some_and(|n| n > max) {
-            self.too_large.fetch_add(1, Ordering::Relaxed);
-            return json_error(
+        // The body's length as hyper framed it (a chunked body has none), never the
+        // client's own header: with both `Content-Length` and `Transfer-Encoding`, the
+        // chunked framing is the one that counts (RFC 9112 §6.3).
+        if body.size_hint().lower() > max {
+            self.rejected.too_large.fetch_add(1, Ordering::Relaxed);
+            return json_error_closing(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 &format!("request body over the {max}-byte limit"),
             );
         }
-        // Bodies are buffered (bounded) so a failed attempt can be sent again.
-        let body = if declared == Some(0) || (declared.is_none() && body.is_end_stream()) {
+        // Bodies are buffered (bounded in size and in time) so a failed attempt can be
+        // sent again, and a slow client holds no worker while it trickles.
+        let body = if body.is_end_stream() {
             Bytes::new()
         } else {
-            match Limited::new(body, max as usize).collect().await {
-                Ok(c) => c.to_bytes(),
-                Err(e) => {
+            let read = Limited::new(body, max as usize).collect();
+            match tokio::time::timeout(self.cfg.body_read_timeout, read).await {
+                Ok(Ok(c)) => c.to_bytes(),
+                Ok(Err(e)) => {
                     return if e.is::<http_body_util::LengthLimitError>() {
-                        self.too_large.fetch_add(1, Ordering::Relaxed);
-                        json_error(
+                        self.rejected.too_large.fetch_add(1, Ordering::Relaxed);
+                        json_error_closing(
                             StatusCode::PAYLOAD_TOO_LARGE,
                             &format!("request body over the {max}-byte limit"),
                         )
                     } else {
-                        json_error(
+                        json_error_closing(
                             StatusCode::BAD_REQUEST,
                             &format!("reading request body: {e}"),
                         )
                     };
+                }
+                Err(_) => {
+                    self.rejected.body_timeout.fetch_add(1, Ordering::Relaxed);
+                    return json_error_closing(
+                        StatusCode::REQUEST_TIMEOUT,
+                        &format!(
+                            "request body not received within {}",
+                            scalpel_units::format_duration(self.cfg.body_read_timeout)
+                        ),
+                    );
                 }
             }
         };
@@ -362,14 +425,16 @@ impl Shared {
             method: &method,
             target,
             headers: &parts.headers,
-            client_ip,
+            client_ip: &client.ip,
             body: &body,
             upgrade: upgrade.as_ref(),
+            trusted: client.trusted,
         };
         // A switched connection is not a response a mirror could compare.
-        let mut mirror_tx = mirror
-            .filter(|_| upgrade.is_none())
-            .and_then(|m| m.begin(self, up, &out));
+        let mut tee = match (mirror, &self.mirror_queue) {
+            (Some((route, m)), Some(queue)) if upgrade.is_none() => m.begin(route, queue, &out),
+            _ => None,
+        };
 
         // Phase `upstream`.
         let mut avoid: Option<Arc<Backend>> = None;
@@ -390,50 +455,64 @@ impl Shared {
                     );
                 }
             };
+            // Formatted only when needed (errors): not on the request path.
+            let name = || format!("{}#{}", app.cfg.name, backend.index());
             let in_flight = backend.begin();
-            let exchange = async {
-                let mut answer = up.send(backend.addr(), &out).await?;
-                backend.answered();
-                // Phase `response_filter` (hop-by-hop headers were left out already).
-                // A small declared body is read whole, so a worker that dies mid-body
-                // can still be retried; otherwise what is here goes first and the rest
-                // streams.
-                let small = answer
-                    .body
-                    .remaining()
-                    .is_some_and(|n| n <= BUFFER_BODY_BYTES);
-                let first = if small {
-                    answer.body.read_to_end().await?
-                } else {
-                    answer.body.take_buffered()?
+            let track = Attempt::default();
+            let outcome = {
+                let exchange = async {
+                    let mut answer = up.send(backend.addr(), &out, &track).await?;
+                    in_flight.head_received();
+                    // Phase `response_filter` (hop-by-hop headers were left out already).
+                    // A small declared body is read whole (one write to the client);
+                    // otherwise what is here goes first and the rest streams.
+                    let small = answer
+                        .body
+                        .remaining()
+                        .is_some_and(|n| n <= BUFFER_BODY_BYTES);
+                    let first = if small {
+                        answer.body.read_to_end().await?
+                    } else {
+                        answer.body.take_buffered()?
+                    };
+                    Ok::<_, UpstreamError>((answer, first))
                 };
-                Ok::<_, UpstreamError>((answer, first))
-            };
-            let timed = tokio::time::timeout(self.cfg.upstream_timeout, exchange);
-            let sent = tokio::select! {
-                r = timed => r,
-                // The supervisor found the worker stuck: no answer will come. Dropping the
-                // exchange closes its connection; an idempotent request goes elsewhere.
-                _ = backend.ejected(), if attempt == 1 && retry_ok => {
-                    app.metrics.retries.fetch_add(1, Ordering::Relaxed);
-                    avoid = Some(backend.clone());
-                    continue;
+                let timed = tokio::time::timeout(self.cfg.upstream_timeout, exchange);
+                tokio::pin!(timed);
+                // The supervisor may take the worker off its requests meanwhile: all of them
+                // (it is stuck and being stopped; no answer will come — dropping the
+                // exchange closes its connection), or only the ones it has not read (a
+                // `prestart` successor took over; a request it had read may still be
+                // answered, as may one that cannot be resent).
+                let mut wait_for = Eject::Queued;
+                loop {
+                    tokio::select! {
+                        r = &mut timed => break Outcome::Done(r),
+                        level = backend.ejected(wait_for) => {
+                            let taken = track.received() || backend.took(&track);
+                            // Under a partial ejection, only what can go elsewhere leaves.
+                            if level == Eject::All || (!taken && attempt == 1 && retry_ok) {
+                                break Outcome::Ejected { taken };
+                            }
+                            wait_for = Eject::All;
+                        }
+                    }
                 }
             };
-            match sent {
-                Ok(Ok((answer, _))) if answer.switched.is_some() => {
+            match outcome {
+                Outcome::Done(Ok(Ok((answer, _)))) if answer.switched.is_some() => {
                     let finish = Finish {
-                        _in_flight: in_flight,
+                        in_flight,
                         metrics: app.metrics.clone(),
                         start,
                     };
                     return self.switch(app, answer, on_upgrade, finish);
                 }
-                Ok(Ok((answer, first))) => {
+                Outcome::Done(Ok(Ok((answer, first)))) => {
                     let ended = answer.body.is_end();
-                    let tee = mirror_tx.take().map(|tx| {
+                    let tee = tee.take().map(|mut t| {
                         let max = self.cfg.max_body_bytes as usize;
-                        let mut t = Tee::new(tx, answer.status, answer.headers.clone(), max, start);
+                        t.head(answer.status, answer.headers.clone(), max, start);
                         t.data(&first);
                         if ended {
                             t.end();
@@ -441,7 +520,7 @@ impl Shared {
                         Box::new(t)
                     });
                     let finish = Finish {
-                        _in_flight: in_flight,
+                        in_flight,
                         metrics: app.metrics.clone(),
                         start,
                     };
@@ -455,7 +534,7 @@ impl Shared {
                         ProxyBody::Upstream {
                             first,
                             body: answer.body,
-                            _finish: finish,
+                            finish,
                             tee,
                         }
                     };
@@ -464,34 +543,134 @@ impl Shared {
                     *res.headers_mut() = answer.headers;
                     return res;
                 }
-                Ok(Err(e)) => {
-                    let name = format!("{}#{}", app.cfg.name, backend.index());
-                    // A request that never left means the worker never saw it: safe to
-                    // resend whatever the method. Otherwise only idempotent requests.
-                    if attempt == 1 && (e.never_sent() || retry_ok) {
-                        app.metrics.retries.fetch_add(1, Ordering::Relaxed);
-                        tracing::debug!(worker = %name, error = %e, "retrying on another worker");
-                        avoid = Some(in_flight.backend().clone());
-                        continue;
+                Outcome::Done(Ok(Err(e))) => {
+                    // Never resent once the worker sent any byte: it took the request.
+                    // Reset before any byte: its kernel still held (part of) the request
+                    // unread. End of file before any byte: a worker that has begun to
+                    // exit took it with it; one that lives closed a kept-alive connection
+                    // as the request arrived (its keep-alive time-out), unread.
+                    let verdict = if e.never_sent() || (!track.received() && e.reset()) {
+                        Ok(())
+                    } else if track.received() {
+                        Err(NotResent::Answered)
+                    } else if scalpel_procstat::process_ended(backend.pid()) {
+                        Err(NotResent::Exited)
+                    } else {
+                        Ok(())
+                    };
+                    match verdict {
+                        Ok(()) if attempt == 1 && (e.never_sent() || retry_ok) => {
+                            app.metrics.retries.fetch_add(1, Ordering::Relaxed);
+                            tracing::debug!(worker = %name(), error = %e, "resending on another worker");
+                            avoid = Some(in_flight.backend().clone());
+                            continue;
+                        }
+                        Ok(()) => {
+                            return json_error(
+                                StatusCode::BAD_GATEWAY,
+                                &format!("worker {} failed: {e}", name()),
+                            );
+                        }
+                        Err(why) => {
+                            return self.not_resent(app, &name(), &method, target, why, Some(&e));
+                        }
                     }
-                    let msg = format!(
-                        "worker {name} ({}) failed: {}",
-                        backend.addr(),
-                        error_chain(&e)
-                    );
-                    return json_error(StatusCode::BAD_GATEWAY, &msg);
                 }
-                Err(_) => {
+                Outcome::Done(Err(_)) => {
                     let msg = format!(
-                        "worker {}#{} did not answer within {} ms",
-                        app.cfg.name,
-                        backend.index(),
-                        self.cfg.upstream_timeout.as_millis()
+                        "worker {} did not answer within {}",
+                        name(),
+                        scalpel_units::format_duration(self.cfg.upstream_timeout)
                     );
                     return json_error(StatusCode::GATEWAY_TIMEOUT, &msg);
                 }
+                Outcome::Ejected { taken } => {
+                    if taken {
+                        return self.not_resent(
+                            app,
+                            &name(),
+                            &method,
+                            target,
+                            NotResent::Stalled,
+                            None,
+                        );
+                    }
+                    // Only queued behind whatever stopped the worker: it never read this
+                    // one.
+                    if attempt == 1 && retry_ok {
+                        app.metrics.retries.fetch_add(1, Ordering::Relaxed);
+                        avoid = Some(backend.clone());
+                        continue;
+                    }
+                    return json_error(
+                        StatusCode::BAD_GATEWAY,
+                        &format!(
+                            "worker {} stopped answering before reading this request, \
+                             which is not resent ({})",
+                            name(),
+                            if attempt > 1 {
+                                "it was resent once already"
+                            } else if !self.cfg.retry_idempotent {
+                                "retry_idempotent is off"
+                            } else {
+                                "its method is not idempotent"
+                            }
+                        ),
+                    );
+                }
             }
         }
+    }
+
+    /// A request its worker took and then did not answer (whole): answered here, never
+    /// resent — it may be what broke the worker, and another worker would go the same
+    /// way — and logged and counted.
+    fn not_resent(
+        &self,
+        app: &App,
+        worker: &str,
+        method: &Method,
+        target: &str,
+        why: NotResent,
+        error: Option<&UpstreamError>,
+    ) -> Response<ProxyBody> {
+        app.metrics.not_resent(why);
+        let path = target.split('?').next().unwrap_or(target);
+        tracing::warn!(
+            app = %app.cfg.name,
+            worker,
+            method = %method,
+            path,
+            reason = why.name(),
+            error = error.map(|e| e.to_string()).unwrap_or_default(),
+            "request not resent: its worker took it and {}",
+            why.what()
+        );
+        let (status, msg) = match why {
+            NotResent::Stalled => (
+                StatusCode::GATEWAY_TIMEOUT,
+                format!(
+                    "worker {worker} stopped answering while handling this request; it is not \
+                     resent to another worker, since it may be what stopped it"
+                ),
+            ),
+            NotResent::Exited => (
+                StatusCode::BAD_GATEWAY,
+                format!(
+                    "worker {worker} exited while handling this request; it is not resent to \
+                     another worker, since it may be what ended it"
+                ),
+            ),
+            NotResent::Answered => (
+                StatusCode::BAD_GATEWAY,
+                format!(
+                    "worker {worker} broke off its answer ({}); the request is not resent, \
+                     since the worker had already taken it",
+                    error.map(|e| e.to_string()).unwrap_or_default()
+                ),
+            ),
+        };
+        json_error(status, &msg)
     }
 }
 
@@ -566,17 +745,6 @@ fn upgrade_asked(req: &Request<Incoming>) -> Option<HeaderValue> {
         .flat_map(|v| v.as_bytes().split(|&b| b == b','))
         .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"upgrade"));
     asked.then(|| protocol.clone())
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(c) = src {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        src = c.source();
-    }
-    s
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -15,31 +15,37 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, oneshot, watch};
 
-use crate::config::Config;
-use crate::metrics::{PromText, RestartReason};
+use crate::config::{Config, ConfigError};
+use crate::metrics::{NotResent, PromText, RestartReason};
+use crate::mirror::start_mirror_thread;
 use crate::pool::WorkerState;
-use crate::proxy::{ProxyBody, Route, Shared, json_error};
-use crate::supervisor::{SlotCmd, WorkerLogs, start_app};
+use crate::proxy::{Client, ProxyBody, Route, Shared, json_error};
+use crate::supervisor::{Hurry, LogSink, SlotCmd, WorkerLogs, start_app};
 use crate::upstream::Upstreams;
 
-/// What went wrong starting or running the server.
+/// What went wrong starting or running the server. The text of each names its cause
+/// (so the causes are not repeated as `source`s: a chain printer would show them twice).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ServeError {
     /// The listen or admin address could not be bound.
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}: {error}")]
     Bind {
         /// The address.
         addr: SocketAddr,
         /// The OS error.
-        source: std::io::Error,
+        error: std::io::Error,
     },
+    /// A program or working directory of the config is missing
+    /// ([`Config::check_programs`]).
+    #[error("{0}")]
+    Config(ConfigError),
     /// A mirrored route's store could not be opened.
     #[error("mirror store: {0}")]
-    MirrorStore(#[source] scalpel_shadow::ShadowError),
-    /// A data-plane thread could not be started.
+    MirrorStore(scalpel_shadow::ShadowError),
+    /// A data-plane or mirror thread could not be started.
     #[error("cannot start the balancer's threads: {0}")]
-    Threads(#[source] std::io::Error),
+    Threads(std::io::Error),
     /// A reload did not replace every worker (the old ones of those keep serving).
     #[error("reload incomplete: {}", .0.join("; "))]
     Reload(Vec<String>),
@@ -118,10 +124,12 @@ pub struct Server {
     stop_threads: watch::Sender<bool>,
     connections: Arc<ConnCount>,
     reload_lock: Arc<tokio::sync::Mutex<()>>,
+    hurry: Arc<Hurry>,
 }
 
+/// Client connections open, across the data-plane threads.
 #[derive(Debug, Default)]
-struct ConnCount {
+pub(crate) struct ConnCount {
     active: AtomicUsize,
     idle: Notify,
 }
@@ -145,26 +153,27 @@ impl Server {
     ///
     /// [`ServeError::Bind`] when an address is taken; nothing is started then.
     pub async fn start(config: Config, options: ServeOptions) -> Result<Self, ServeError> {
+        config.check_programs().map_err(ServeError::Config)?;
         let cfg = config.server.clone();
         let bind = |addr: SocketAddr| async move {
             TcpListener::bind(addr)
                 .await
-                .map_err(|source| ServeError::Bind { addr, source })
+                .map_err(|error| ServeError::Bind { addr, error })
         };
         let listener = bind(cfg.listen).await?;
         let admin_listener = match cfg.admin {
             Some(a) => Some(bind(a).await?),
             None => None,
         };
-        let listen = listener.local_addr().map_err(|source| ServeError::Bind {
+        let listen = listener.local_addr().map_err(|error| ServeError::Bind {
             addr: cfg.listen,
-            source,
+            error,
         })?;
         let admin = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
 
         warn_about_ephemeral_ports(&config);
         // Everything that can fail comes before any worker starts: the data-plane threads
-        // (they wait for the shared state) and the mirror stores.
+        // (they wait for the shared state), the mirror thread and the mirror stores.
         let (stop_tx, stop_rx) = watch::channel(false);
         let (stop_threads, threads_rx) = watch::channel(false);
         let connections = Arc::new(ConnCount::default());
@@ -177,14 +186,31 @@ impl Server {
             .map(Route::new)
             .collect::<Result<Vec<_>, _>>()
             .map_err(ServeError::MirrorStore)?;
+        let (mirror_queue, mirror_hand_over) = if routes.iter().any(|r| r.mirror.is_some()) {
+            let (q, h) = start_mirror_thread(cfg.mirror_buffer_bytes, threads_rx.clone())
+                .map_err(ServeError::Threads)?;
+            (Some(q), Some(h))
+        } else {
+            (None, None)
+        };
+        let hurry = Arc::new(Hurry::default());
+        let logs = match options.worker_logs {
+            WorkerLogs::Inherit => {
+                LogSink::stdio(cfg.log_buffer_bytes).map_err(ServeError::Threads)?
+            }
+            WorkerLogs::Discard => LogSink::Discard,
+            WorkerLogs::Capture(b) => LogSink::Capture(b),
+        };
         let apps = config
             .apps
             .iter()
             .map(|a| {
                 Arc::new(start_app(
                     a.clone(),
-                    options.worker_logs.clone(),
+                    logs.clone(),
+                    cfg.log_line_max_bytes,
                     cfg.drain_timeout,
+                    hurry.clone(),
                 ))
             })
             .collect();
@@ -192,10 +218,14 @@ impl Server {
             cfg,
             apps,
             routes,
-            no_route: Default::default(),
-            too_large: Default::default(),
+            mirror_queue,
+            rejected: Default::default(),
+            connections: connections.clone(),
         });
         for tx in hand_over {
+            let _ = tx.send(shared.clone());
+        }
+        if let Some(tx) = mirror_hand_over {
             let _ = tx.send(shared.clone());
         }
         let reload_lock = Arc::new(tokio::sync::Mutex::new(()));
@@ -216,6 +246,7 @@ impl Server {
             stop_threads,
             connections,
             reload_lock,
+            hurry,
         })
     }
 
@@ -275,9 +306,16 @@ impl Server {
         reload(&self.shared, &self.reload_lock).await
     }
 
+    /// Cuts a [`Server::shutdown`] short, or makes the next one short: no more waiting
+    /// for requests in flight, and workers are killed (SIGKILL) instead of given their
+    /// grace period. What a second SIGTERM or Ctrl-C does.
+    pub fn hurry(&self) {
+        self.hurry.now();
+    }
+
     /// Stops accepting connections, lets in-flight requests finish (up to
     /// `drain_timeout_ms`), then stops every worker (SIGTERM, SIGKILL after the grace
-    /// period).
+    /// period). [`Server::hurry`] cuts both waits short.
     pub async fn shutdown(&self) {
         let _ = self.stop_accepting.send(true);
         let deadline = tokio::time::Instant::now() + self.shared.cfg.drain_timeout;
@@ -286,12 +324,21 @@ impl Server {
             if self.connections.active.load(Ordering::Acquire) == 0 {
                 break;
             }
-            if tokio::time::timeout_at(deadline, idle).await.is_err() {
-                tracing::warn!(
-                    connections = self.connections.active.load(Ordering::Acquire),
-                    "drain time-out; stopping workers with requests in flight"
-                );
-                break;
+            tokio::select! {
+                r = tokio::time::timeout_at(deadline, idle) => if r.is_err() {
+                    tracing::warn!(
+                        connections = self.connections.active.load(Ordering::Acquire),
+                        "drain time-out; stopping workers with requests in flight"
+                    );
+                    break;
+                },
+                () = self.hurry.wait() => {
+                    tracing::warn!(
+                        connections = self.connections.active.load(Ordering::Acquire),
+                        "drain cut short; stopping workers now"
+                    );
+                    break;
+                }
             }
         }
         let mut waits = Vec::new();
@@ -427,7 +474,12 @@ async fn accept_loop(
         .timer(TokioTimer::new())
         .header_read_timeout(shared.cfg.header_read_timeout)
         .max_buf_size(shared.cfg.max_header_bytes)
+        // The head limit is in bytes (`max_header_bytes`); the count of header lines is
+        // only capped where no real head goes (a line takes 8 bytes or more in practice,
+        // `a: b` and its CRLF 6), because hyper sizes its parse buffer by it.
+        .max_headers(max_request_headers(shared.cfg.max_header_bytes))
         .keep_alive(true);
+    let lingering = Arc::new(AtomicUsize::new(0));
     loop {
         let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
@@ -441,6 +493,14 @@ async fn accept_loop(
             },
             _ = stop.wait_for(|s| *s) => return,
         };
+        if conns.active.load(Ordering::Acquire) >= shared.cfg.max_connections {
+            shared
+                .rejected
+                .too_many_connections
+                .fetch_add(1, Ordering::Relaxed);
+            refuse(stream, &lingering);
+            continue;
+        }
         let _ = stream.set_nodelay(true);
         conns.active.fetch_add(1, Ordering::AcqRel);
         let guard = ConnGuard(conns.clone());
@@ -448,25 +508,57 @@ async fn accept_loop(
         let up = up.clone();
         let mut stop = stop.clone();
         let builder = builder.clone();
-        // Formatted once per connection, for every request's X-Forwarded-For.
-        let client_ip: Arc<str> = peer.ip().to_string().into();
+        // Worked out once per connection: the address for X-Forwarded-For, and whether
+        // this peer's own forwarding headers are believed.
+        let client = Arc::new(Client {
+            ip: peer.ip().to_canonical().to_string().into(),
+            trusted: shared
+                .cfg
+                .trusted_proxies
+                .iter()
+                .any(|n| n.contains(peer.ip())),
+        });
         tokio::spawn(async move {
             let _guard = guard;
-            let svc = service_fn(move |req: Request<Incoming>| {
+            let timed_out = Arc::new(ClientFlags::default());
+            let svc = {
                 let shared = shared.clone();
-                let up = up.clone();
-                let client_ip = client_ip.clone();
-                async move { Ok::<_, Infallible>(shared.handle(&up, &client_ip, req).await) }
-            });
-            let conn = builder
-                .serve_connection(TokioIo::new(stream), svc)
-                .with_upgrades();
-            tokio::pin!(conn);
+                service_fn(move |req: Request<Incoming>| {
+                    let shared = shared.clone();
+                    let up = up.clone();
+                    let client = client.clone();
+                    async move { Ok::<_, Infallible>(shared.handle(&up, &client, req).await) }
+                })
+            };
+            let io = ClientIo {
+                stream,
+                mid_request: false,
+                flags: timed_out.clone(),
+            };
+            // Boxed, so that it can be dropped (and its socket with it) before counting.
+            let mut conn = Box::pin(
+                builder
+                    .serve_connection(TokioIo::new(io), svc)
+                    .with_upgrades(),
+            );
             let stopping = async move {
                 let _ = stop.wait_for(|s| *s).await;
             };
             tokio::select! {
-                _ = conn.as_mut() => return,
+                r = conn.as_mut() => {
+                    if let Err(e) = r
+                        && e.is_timeout()
+                    {
+                        // The request head did not arrive in time: the connection's
+                        // drop answers 408 when a request had begun.
+                        timed_out.timed_out.store(true, Ordering::Relaxed);
+                    }
+                    drop(conn);
+                    if timed_out.answered_408.load(Ordering::Relaxed) {
+                        shared.rejected.header_timeout.fetch_add(1, Ordering::Relaxed);
+                    }
+                    return;
+                }
                 _ = stopping => {}
             }
             // Finish the request in flight, then close.
@@ -476,12 +568,141 @@ async fn accept_loop(
     }
 }
 
+/// hyper's cap on request header lines for a head limit of `bytes` (see accept_loop).
+fn max_request_headers(bytes: usize) -> usize {
+    (bytes / 8).clamp(100, 8192)
+}
+
+const TOO_MANY_CONNECTIONS: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: 60\r\nconnection: close\r\nretry-after: 1\r\n\r\n{\"error\":\"too many client connections; retry\",\"status\":503}\n";
+const HEAD_TIMEOUT: &[u8] = b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\ncontent-length: 59\r\nconnection: close\r\n\r\n{\"error\":\"request head not received in time\",\"status\":408}\n";
+
+/// Connections over `max_connections` get a 503 and are closed. The answer is written
+/// without waiting (it fits any fresh socket buffer); the connection then lingers a
+/// moment, reading what the client sent, so that closing it does not reset the answer
+/// away — at most 64 at once, the rest are closed at once.
+fn refuse(stream: tokio::net::TcpStream, lingering: &Arc<AtomicUsize>) {
+    let _ = stream.try_write(TOO_MANY_CONNECTIONS);
+    if lingering.fetch_add(1, Ordering::Relaxed) >= 64 {
+        lingering.fetch_sub(1, Ordering::Relaxed);
+        return;
+    }
+    let lingering = lingering.clone();
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let mut stream = stream;
+        let _ = stream.shutdown().await;
+        let mut sink = [0u8; 4096];
+        let _ = tokio::time::timeout(Duration::from_secs(1), async {
+            while let Ok(n) = stream.read(&mut sink).await {
+                if n == 0 {
+                    break;
+                }
+            }
+        })
+        .await;
+        lingering.fetch_sub(1, Ordering::Relaxed);
+    });
+}
+
+/// Set by the connection's task, read by [`ClientIo`]'s drop (and back).
+#[derive(Debug, Default)]
+struct ClientFlags {
+    /// hyper gave up waiting for a request head.
+    timed_out: AtomicBool,
+    /// A 408 was written for it.
+    answered_408: AtomicBool,
+}
+
+/// A client connection as hyper sees it: the socket, and whether a request has begun
+/// since the last response — so that a connection closed for a slow request head gets
+/// a 408 (hyper just closes it), while an idle keep-alive one closes quietly.
+struct ClientIo {
+    stream: tokio::net::TcpStream,
+    mid_request: bool,
+    flags: Arc<ClientFlags>,
+}
+
+impl Drop for ClientIo {
+    fn drop(&mut self) {
+        if self.mid_request && self.flags.timed_out.load(Ordering::Relaxed) {
+            let _ = self.stream.try_write(HEAD_TIMEOUT);
+            self.flags.answered_408.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+impl tokio::io::AsyncRead for ClientIo {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let me = self.get_mut();
+        let before = buf.filled().len();
+        let r = std::pin::Pin::new(&mut me.stream).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            me.mid_request = true;
+        }
+        r
+    }
+}
+
+impl tokio::io::AsyncWrite for ClientIo {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        data: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let me = self.get_mut();
+        let r = std::pin::Pin::new(&mut me.stream).poll_write(cx, data);
+        if matches!(r, std::task::Poll::Ready(Ok(n)) if n > 0) {
+            me.mid_request = false;
+        }
+        r
+    }
+
+    fn poll_write_vectored(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let me = self.get_mut();
+        let r = std::pin::Pin::new(&mut me.stream).poll_write_vectored(cx, bufs);
+        if matches!(r, std::task::Poll::Ready(Ok(n)) if n > 0) {
+            me.mid_request = false;
+        }
+        r
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
+}
+
+/// Admin connections open at once; more are closed at once.
+const ADMIN_CONNECTIONS: usize = 64;
+
 async fn admin_loop(
     listener: TcpListener,
     shared: Arc<Shared>,
     reload_lock: Arc<tokio::sync::Mutex<()>>,
     mut stop: watch::Receiver<bool>,
 ) {
+    let admin_slots = Arc::new(tokio::sync::Semaphore::new(ADMIN_CONNECTIONS));
     loop {
         let stream = tokio::select! {
             r = listener.accept() => match r {
@@ -490,9 +711,15 @@ async fn admin_loop(
             },
             _ = stop.changed() => return,
         };
+        // A bounded number of admin connections: slow or idle clients cannot take the
+        // control plane's file descriptors (the head time-out frees them in 10 s).
+        let Ok(permit) = admin_slots.clone().try_acquire_owned() else {
+            continue;
+        };
         let shared = shared.clone();
         let lock = reload_lock.clone();
         tokio::spawn(async move {
+            let _permit = permit;
             let svc = service_fn(move |req: Request<Incoming>| {
                 let shared = shared.clone();
                 let lock = lock.clone();
@@ -519,11 +746,14 @@ fn json_response(status: StatusCode, value: &impl Serialize) -> Response<ProxyBo
 }
 
 fn token_ok(expected: &str, req: &Request<Incoming>) -> bool {
+    // The scheme name is case-insensitive (RFC 9110 §11.1): `bearer` is `Bearer`.
     let got = req
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(|v| v.trim().split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim())
         .unwrap_or_default()
         .as_bytes();
     // Compare without an early exit on the first differing byte.
@@ -550,7 +780,13 @@ async fn admin(
         );
         return res;
     }
-    match (req.method(), req.uri().path()) {
+    // HEAD is GET without the body (hyper leaves the body out).
+    let method = if req.method() == Method::HEAD {
+        &Method::GET
+    } else {
+        req.method()
+    };
+    match (method, req.uri().path()) {
         (&Method::GET, "/metrics") => {
             let mut res = Response::new(ProxyBody::Full(Some(Bytes::from(metrics_text(shared)))));
             res.headers_mut().insert(
@@ -712,6 +948,46 @@ fn metrics_text(shared: &Shared) -> String {
         }
     }
     p.family(
+        "scalpel_serve_not_resent_total",
+        "counter",
+        "Requests answered 502/504 instead of resent, because their worker had taken them \
+         (worker_stalled, worker_exited, partial_answer): a request that stops or kills a \
+         worker must not reach another one.",
+    );
+    for app in &shared.apps {
+        for (i, r) in NotResent::ALL.iter().enumerate() {
+            p.sample(
+                "scalpel_serve_not_resent_total",
+                &[("app", &app.cfg.name), ("reason", r.name())],
+                load(&app.metrics.not_resent[i]),
+            );
+        }
+    }
+    p.family(
+        "scalpel_serve_worker_log_lines_dropped_total",
+        "counter",
+        "Worker output lines dropped because scalpel's stdout/stderr was not read fast enough.",
+    );
+    for app in &shared.apps {
+        p.sample(
+            "scalpel_serve_worker_log_lines_dropped_total",
+            &[("app", &app.cfg.name)],
+            load(&app.metrics.log_lines_dropped),
+        );
+    }
+    p.family(
+        "scalpel_serve_worker_log_lines_cut_total",
+        "counter",
+        "Worker output lines cut at log_line_max_bytes.",
+    );
+    for app in &shared.apps {
+        p.sample(
+            "scalpel_serve_worker_log_lines_cut_total",
+            &[("app", &app.cfg.name)],
+            load(&app.metrics.log_lines_cut),
+        );
+    }
+    p.family(
         "scalpel_serve_latency_seconds",
         "summary",
         "Time from receiving a request to the end of the response body, per app.",
@@ -869,20 +1145,54 @@ fn metrics_text(shared: &Shared) -> String {
         }
     }
     p.family(
+        "scalpel_serve_client_connections",
+        "gauge",
+        "Client connections open (max_connections caps it).",
+    );
+    p.sample(
+        "scalpel_serve_client_connections",
+        &[],
+        shared.connections.active.load(Ordering::Relaxed) as f64,
+    );
+    p.family(
         "scalpel_serve_rejected_total",
         "counter",
-        "Requests refused before reaching an app, by reason.",
+        "Requests and connections refused before reaching an app, by reason.",
     );
-    p.sample(
-        "scalpel_serve_rejected_total",
-        &[("reason", "no_route")],
-        load(&shared.no_route),
+    let r = &shared.rejected;
+    for (reason, n) in [
+        ("no_route", &r.no_route),
+        ("body_too_large", &r.too_large),
+        ("body_timeout", &r.body_timeout),
+        ("header_timeout", &r.header_timeout),
+        ("too_many_connections", &r.too_many_connections),
+    ] {
+        p.sample(
+            "scalpel_serve_rejected_total",
+            &[("reason", reason)],
+            load(n),
+        );
+    }
+    p.family(
+        "scalpel_serve_mirror_not_mirrored_total",
+        "counter",
+        "Requests of a mirrored route not copied because of their method (only GET, HEAD \
+         and OPTIONS are, unless the route sets mirror_unsafe).",
     );
-    p.sample(
-        "scalpel_serve_rejected_total",
-        &[("reason", "body_too_large")],
-        load(&shared.too_large),
-    );
+    for (i, route) in shared.routes.iter().enumerate() {
+        if let Some(m) = &route.mirror {
+            let ri = i.to_string();
+            p.sample(
+                "scalpel_serve_mirror_not_mirrored_total",
+                &[
+                    ("route", &ri),
+                    ("mirror", &shared.apps[m.app].cfg.name),
+                    ("reason", "method"),
+                ],
+                load(&m.skipped_method),
+            );
+        }
+    }
     p.finish()
 }
 

@@ -21,7 +21,7 @@ use tracing::{error, info, warn};
 use crate::config::AppConfig;
 use crate::health::{HealthCheck, HttpHealthCheck};
 use crate::metrics::{AppMetrics, RestartReason};
-use crate::pool::{Backend, Pool, WorkerState};
+use crate::pool::{Backend, Eject, Pool, WorkerState};
 
 /// Where the workers' stdout and stderr lines go, each prefixed with `[app#index]`.
 #[derive(Debug, Clone, Default)]
@@ -41,6 +41,131 @@ pub struct LogBuffer(Arc<Mutex<VecDeque<String>>>);
 
 /// Lines kept by a [`LogBuffer`].
 const LOG_BUFFER_LINES: usize = 10_000;
+
+/// Where worker output goes at run time.
+#[derive(Debug, Clone)]
+pub(crate) enum LogSink {
+    /// Through the bounded queue of the process's stdio writer thread.
+    Stdio(Arc<StdioWriter>),
+    Capture(LogBuffer),
+    Discard,
+}
+
+impl LogSink {
+    /// The process's stdio writer (started on first use; stdout and stderr are the
+    /// process's, so there is one), holding at most `limit` bytes of waiting lines.
+    pub(crate) fn stdio(limit: usize) -> std::io::Result<Self> {
+        static WRITER: std::sync::OnceLock<Arc<StdioWriter>> = std::sync::OnceLock::new();
+        if let Some(w) = WRITER.get() {
+            return Ok(LogSink::Stdio(w.clone()));
+        }
+        let w = Arc::new(StdioWriter {
+            queue: Mutex::new(LineQueue::default()),
+            ready: std::sync::Condvar::new(),
+            limit,
+        });
+        let thread_w = w.clone();
+        std::thread::Builder::new()
+            .name("scalpel-worker-logs".into())
+            .spawn(move || thread_w.run())?;
+        Ok(LogSink::Stdio(WRITER.get_or_init(|| w).clone()))
+    }
+
+    /// Hands a line on without ever waiting; `false` when it was dropped (the writer is
+    /// behind: scalpel's stdout or stderr is not being read).
+    fn push(&self, is_err: bool, line: String) -> bool {
+        match self {
+            LogSink::Stdio(w) => w.push(is_err, line),
+            LogSink::Capture(b) => {
+                b.push(line);
+                true
+            }
+            LogSink::Discard => true,
+        }
+    }
+}
+
+/// Worker output on its way to scalpel's stdout and stderr: a queue bounded in bytes,
+/// written by a thread of its own. A reader that stops (`| less` left open, a full pipe)
+/// blocks that thread only; supervision, health checks and the admin endpoints go on,
+/// and lines past the bound are dropped and counted.
+#[derive(Debug)]
+pub(crate) struct StdioWriter {
+    queue: Mutex<LineQueue>,
+    ready: std::sync::Condvar,
+    limit: usize,
+}
+
+#[derive(Debug, Default)]
+struct LineQueue {
+    lines: VecDeque<(bool, String)>,
+    bytes: usize,
+}
+
+impl StdioWriter {
+    fn push(&self, is_err: bool, line: String) -> bool {
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        if q.bytes + line.len() > self.limit {
+            return false;
+        }
+        q.bytes += line.len();
+        q.lines.push_back((is_err, line));
+        drop(q);
+        self.ready.notify_one();
+        true
+    }
+
+    fn run(&self) {
+        use std::io::Write as _;
+        loop {
+            let (is_err, line) = {
+                let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+                loop {
+                    if let Some(l) = q.lines.pop_front() {
+                        q.bytes -= l.1.len();
+                        break l;
+                    }
+                    q = self.ready.wait(q).unwrap_or_else(|e| e.into_inner());
+                }
+            };
+            // One write per line so lines of different workers do not interleave.
+            let _ = if is_err {
+                writeln!(std::io::stderr().lock(), "{line}")
+            } else {
+                writeln!(std::io::stdout().lock(), "{line}")
+            };
+        }
+    }
+}
+
+/// Set once a shutdown is to be cut short (a second SIGTERM or Ctrl-C).
+#[derive(Debug, Default)]
+pub(crate) struct Hurry {
+    set: AtomicBool,
+    notify: tokio::sync::Notify,
+}
+
+impl Hurry {
+    pub(crate) fn now(&self) {
+        self.set.store(true, Ordering::Release);
+        self.notify.notify_waiters();
+    }
+
+    pub(crate) fn is_set(&self) -> bool {
+        self.set.load(Ordering::Acquire)
+    }
+
+    /// Resolves once [`Hurry::now`] has been called.
+    pub(crate) async fn wait(&self) {
+        let notified = self.notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if self.is_set() {
+            return;
+        }
+        notified.await;
+    }
+}
 
 impl LogBuffer {
     /// The lines so far (oldest first).
@@ -97,12 +222,20 @@ struct SlotCtx {
     metrics: Arc<AppMetrics>,
     slot: Arc<Slot>,
     health: Box<dyn HealthCheck>,
-    logs: WorkerLogs,
+    logs: LogSink,
+    log_line_max: usize,
     drain_timeout: Duration,
+    hurry: Arc<Hurry>,
 }
 
 /// Starts the slots of `cfg`; each begins spawning its worker at once.
-pub(crate) fn start_app(cfg: Arc<AppConfig>, logs: WorkerLogs, drain_timeout: Duration) -> App {
+pub(crate) fn start_app(
+    cfg: Arc<AppConfig>,
+    logs: LogSink,
+    log_line_max: usize,
+    drain_timeout: Duration,
+    hurry: Arc<Hurry>,
+) -> App {
     let pool = Arc::new(Pool::new(cfg.balance));
     let metrics = Arc::new(AppMetrics::new());
     let mut slots = Vec::new();
@@ -125,7 +258,9 @@ pub(crate) fn start_app(cfg: Arc<AppConfig>, logs: WorkerLogs, drain_timeout: Du
                 cfg.health_timeout,
             )),
             logs: logs.clone(),
+            log_line_max,
             drain_timeout,
+            hurry: hurry.clone(),
         };
         tokio::spawn(run_slot(ctx, rx));
         slots.push(slot);
@@ -190,6 +325,9 @@ impl SlotCtx {
 
     fn spawn(&self, port: u16) -> Result<Proc, String> {
         let cfg = &self.cfg;
+        // A port someone else listens on would answer this worker's health checks: a
+        // leftover worker of an earlier run, another balancer with the same ports.
+        port_free(port)?;
         let index = self.slot.index.to_string();
         let port_s = port.to_string();
         // `{port}` and `{index}` in arguments, for programs that take a flag, not $PORT.
@@ -207,7 +345,7 @@ impl SlotCtx {
             .process_group(0)
             .kill_on_drop(true);
         die_with_parent(&mut cmd);
-        let capture = !matches!(self.logs, WorkerLogs::Discard);
+        let capture = !matches!(self.logs, LogSink::Discard);
         let pipe = || {
             if capture {
                 Stdio::piped()
@@ -219,16 +357,35 @@ impl SlotCtx {
         if let Some(dir) = &cfg.cwd {
             cmd.current_dir(dir);
         }
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| format!("cannot start {:?}: {e}", cfg.command[0]))?;
+        let mut child = cmd.spawn().map_err(|e| spawn_error(cfg, &e))?;
         let pid = child.id().unwrap_or(0);
-        let name = self.name();
-        if let Some(out) = child.stdout.take() {
-            tokio::spawn(forward_lines(out, name.clone(), false, self.logs.clone()));
-        }
-        if let Some(err) = child.stderr.take() {
-            tokio::spawn(forward_lines(err, name, true, self.logs.clone()));
+        let name: Arc<str> = self.name().into();
+        for (out, is_err) in [
+            (
+                child
+                    .stdout
+                    .take()
+                    .map(|o| Box::new(o) as Box<dyn AsyncRead + Send + Unpin>),
+                false,
+            ),
+            (
+                child
+                    .stderr
+                    .take()
+                    .map(|e| Box::new(e) as Box<dyn AsyncRead + Send + Unpin>),
+                true,
+            ),
+        ] {
+            if let Some(out) = out {
+                tokio::spawn(forward_lines(
+                    out,
+                    name.clone(),
+                    is_err,
+                    self.logs.clone(),
+                    self.log_line_max,
+                    self.metrics.clone(),
+                ));
+            }
         }
         let (tx, rx) = watch::channel(None);
         tokio::spawn(async move {
@@ -258,7 +415,35 @@ impl SlotCtx {
                 return Err((Some(p), format!("exited while starting ({e})")));
             }
             if self.health.check(p.backend.addr()).await.is_ok() {
-                return Ok(p);
+                // An answer proves that something listens on the port, not that it is
+                // this worker: only a listening socket of its own process tree counts.
+                let (pid, port) = (p.backend.pid(), p.backend.addr().port());
+                let owned = tokio::task::spawn_blocking(move || {
+                    scalpel_procstat::listening_in_tree(pid, port)
+                })
+                .await;
+                match owned {
+                    Ok(Ok(true)) => return Ok(p),
+                    Ok(Ok(false)) => {
+                        return Err((
+                            Some(p),
+                            format!(
+                                "port {port} answers, but not from this worker's processes \
+                                 ({}); the worker's own listen failed",
+                                port_holder(port)
+                            ),
+                        ));
+                    }
+                    // Gone meanwhile: the next round reports the exit.
+                    Ok(Err(scalpel_procstat::ProcStatError::NoSuchProcess { .. })) => {}
+                    Ok(Err(e)) => {
+                        return Err((
+                            Some(p),
+                            format!("cannot tell who listens on port {port}: {e}"),
+                        ));
+                    }
+                    Err(e) => return Err((Some(p), format!("ownership check failed: {e}"))),
+                }
             }
             if Instant::now() >= deadline {
                 return Err((
@@ -340,19 +525,60 @@ impl SlotCtx {
         }
     }
 
-    /// SIGTERM to the worker's process group, SIGKILL after the grace period.
-    async fn stop(p: &Proc, grace: Duration) {
+    /// SIGTERM to the worker's process group, SIGKILL after the grace period (at once
+    /// when `hurry` is set); then SIGKILL to every process of its tree that left the
+    /// group (`setsid`) and would otherwise keep its port.
+    async fn stop(p: &Proc, grace: Duration, hurry: &Hurry) {
         p.backend.set_state(WorkerState::Draining);
-        let pid = Pid::from_raw(p.backend.pid() as i32);
-        if p.exited().is_none() && p.backend.pid() > 0 {
-            let _ = killpg(pid, Signal::SIGTERM);
-            if tokio::time::timeout(grace, p.wait_exit()).await.is_err() {
+        let raw = p.backend.pid();
+        let pid = Pid::from_raw(raw as i32);
+        // Its tree now, while the worker is still there to be the root of it.
+        let tree = if raw > 0 && p.exited().is_none() {
+            tokio::task::spawn_blocking(move || {
+                scalpel_procstat::tree_pids(raw).unwrap_or_default()
+            })
+            .await
+            .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        if p.exited().is_none() && raw > 0 {
+            let _ = killpg(
+                pid,
+                if hurry.is_set() {
+                    Signal::SIGKILL
+                } else {
+                    Signal::SIGTERM
+                },
+            );
+            let graceful = tokio::select! {
+                r = tokio::time::timeout(grace, p.wait_exit()) => r.is_ok(),
+                () = hurry.wait() => false,
+            };
+            if !graceful {
                 let _ = killpg(pid, Signal::SIGKILL);
                 let _ = tokio::time::timeout(Duration::from_secs(10), p.wait_exit()).await;
             }
         }
-        // Children of the worker that outlived it.
+        // Children of the worker that outlived it: its group, and those that left it.
         let _ = killpg(pid, Signal::SIGKILL);
+        let escaped: Vec<u32> = tree
+            .into_iter()
+            .filter(|&t| t != raw && !scalpel_procstat::process_ended(t))
+            .collect();
+        for &other in &escaped {
+            let _ = nix::sys::signal::kill(Pid::from_raw(other as i32), Signal::SIGKILL);
+        }
+        // Gone before the port is needed again (the next incarnation but one takes it):
+        // not our children, so polled rather than waited for; bounded.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline
+            && escaped
+                .iter()
+                .any(|&t| !scalpel_procstat::process_exited(t))
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         p.backend.set_state(WorkerState::Stopped);
     }
 
@@ -361,10 +587,14 @@ impl SlotCtx {
         self.pool.remove(&p.backend);
         p.backend.set_state(WorkerState::Draining);
         let deadline = Instant::now() + self.drain_timeout;
-        while p.backend.in_flight() > 0 && Instant::now() < deadline && p.exited().is_none() {
+        while p.backend.in_flight() > 0
+            && Instant::now() < deadline
+            && p.exited().is_none()
+            && !self.hurry.is_set()
+        {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        Self::stop(p, self.cfg.stop_grace).await;
+        Self::stop(p, self.cfg.stop_grace, &self.hurry).await;
     }
 
     /// A worker that exited: out of rotation, marked stopped, its restart logged.
@@ -383,7 +613,7 @@ impl SlotCtx {
     /// requests sent elsewhere (ejected), its restart logged. See [`Self::stop_later`].
     fn eject(&self, p: &Proc, why: &str) {
         self.pool.remove(&p.backend);
-        p.backend.eject();
+        p.backend.eject(Eject::All);
         self.log_restart(
             RestartReason::Unhealthy,
             why,
@@ -395,7 +625,8 @@ impl SlotCtx {
     /// Stops `p` in the background (a stuck worker may take the whole grace period).
     fn stop_later(&self, p: Proc) {
         let grace = self.cfg.stop_grace;
-        tokio::spawn(async move { SlotCtx::stop(&p, grace).await });
+        let hurry = self.hurry.clone();
+        tokio::spawn(async move { SlotCtx::stop(&p, grace, &hurry).await });
     }
 
     /// The `prestart` path: worker `p` answers nothing and failed a probe, so its
@@ -452,7 +683,7 @@ impl SlotCtx {
             Err((new, why)) => {
                 drop(watch);
                 if let Some(new) = &new {
-                    SlotCtx::stop(new, self.cfg.stop_grace).await;
+                    SlotCtx::stop(new, self.cfg.stop_grace, &self.hurry).await;
                 }
                 self.slot.current.store(Some(p.backend.clone()));
                 warn!(app = %self.cfg.name, worker = self.slot.index, reason = %why,
@@ -488,7 +719,7 @@ impl SlotCtx {
                 // slow is done twice); its other requests may still finish while the
                 // watch decides between recovered (drained) and unhealthy (stopped).
                 self.pool.remove(&p.backend);
-                p.backend.eject();
+                p.backend.eject(Eject::Queued);
                 watch.as_mut().await
             }
         };
@@ -651,7 +882,7 @@ async fn run_slot(ctx: SlotCtx, mut cmds: mpsc::Receiver<SlotCmd>) {
                             .as_ref()
                             .map_or((0, 0.0), |p| (p.backend.pid(), p.backend.uptime_s()));
                         if let Some(p) = &p {
-                            SlotCtx::stop(p, ctx.cfg.stop_grace).await;
+                            SlotCtx::stop(p, ctx.cfg.stop_grace, &ctx.hurry).await;
                         }
                         ctx.log_restart(RestartReason::StartFailed, &why, pid, up);
                         if ctx
@@ -745,7 +976,7 @@ async fn run_slot(ctx: SlotCtx, mut cmds: mpsc::Receiver<SlotCmd>) {
                     }
                     Err((new, why)) => {
                         if let Some(new) = &new {
-                            SlotCtx::stop(new, ctx.cfg.stop_grace).await;
+                            SlotCtx::stop(new, ctx.cfg.stop_grace, &ctx.hurry).await;
                         }
                         // Keep serving with the old worker.
                         ctx.slot.current.store(Some(p.backend.clone()));
@@ -785,37 +1016,121 @@ fn describe_exit(st: std::process::ExitStatus) -> String {
     }
 }
 
+/// Forwards a worker's output line by line, prefixed with `[app#index]`. A line is
+/// held only up to `max` bytes: the rest of a longer one (a worker writing megabytes
+/// without a newline) is skipped and the line marked and counted as cut, so memory stays
+/// bounded whatever the worker writes. Lines the sink cannot take at once are dropped and
+/// counted: the worker and the supervisor never wait for scalpel's own output.
 async fn forward_lines(
     stream: impl AsyncRead + Unpin,
-    name: String,
+    name: Arc<str>,
     is_err: bool,
-    logs: WorkerLogs,
+    logs: LogSink,
+    max: usize,
+    metrics: Arc<AppMetrics>,
 ) {
-    use std::io::Write as _;
-    let mut reader = BufReader::new(stream);
-    let mut buf = Vec::new();
+    let mut reader = BufReader::with_capacity(64 * 1024, stream);
+    let mut line: Vec<u8> = Vec::new();
+    let mut cut: u64 = 0;
     loop {
-        buf.clear();
-        match reader.read_until(b'\n', &mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {}
+        let (used, complete) = {
+            let buf = match reader.fill_buf().await {
+                Ok(b) if !b.is_empty() => b,
+                _ => break,
+            };
+            let (piece, complete) = match buf.iter().position(|&b| b == b'\n') {
+                Some(i) => (&buf[..i], true),
+                None => (buf, false),
+            };
+            let take = piece.len().min(max.saturating_sub(line.len()));
+            line.extend_from_slice(&piece[..take]);
+            cut += (piece.len() - take) as u64;
+            (piece.len() + usize::from(complete), complete)
+        };
+        reader.consume(used);
+        if complete {
+            emit_line(&name, is_err, &line, cut, &logs, &metrics);
+            line.clear();
+            cut = 0;
         }
-        while buf.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
-            buf.pop();
+    }
+    if !line.is_empty() || cut > 0 {
+        emit_line(&name, is_err, &line, cut, &logs, &metrics);
+    }
+}
+
+fn emit_line(
+    name: &str,
+    is_err: bool,
+    line: &[u8],
+    cut: u64,
+    logs: &LogSink,
+    metrics: &AppMetrics,
+) {
+    let mut line = line;
+    while let [rest @ .., b'\r'] = line {
+        line = rest;
+    }
+    let mut text = format!("[{name}] {}", String::from_utf8_lossy(line));
+    if cut > 0 {
+        metrics.log_lines_cut.fetch_add(1, Ordering::Relaxed);
+        text.push_str(&format!(" [... line cut: {cut} more bytes]"));
+    }
+    if !logs.push(is_err, text) {
+        metrics.log_lines_dropped.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Fails when something already listens on `port` (or holds it), naming the holder.
+fn port_free(port: u16) -> Result<(), String> {
+    match std::net::TcpListener::bind(("127.0.0.1", port)) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(format!(
+            "port {port} is already in use ({}): a leftover worker of an earlier run, or \
+             another scalpel serve with the same port_base?",
+            port_holder(port)
+        )),
+        // Not ours to judge (no permission for a low port, …): the worker will say.
+        Err(_) => Ok(()),
+    }
+}
+
+/// Who listens on `port`, for an error message.
+fn port_holder(port: u16) -> String {
+    match scalpel_procstat::pid_listening_on(port) {
+        Ok(pid) => {
+            let name = scalpel_procstat::process_name(pid).unwrap_or_default();
+            format!("held by pid {pid} `{name}`")
         }
-        let line = format!("[{name}] {}", String::from_utf8_lossy(&buf));
-        match &logs {
-            WorkerLogs::Inherit => {
-                // One write per line so lines of different workers do not interleave.
-                let _ = if is_err {
-                    writeln!(std::io::stderr().lock(), "{line}")
-                } else {
-                    writeln!(std::io::stdout().lock(), "{line}")
-                };
+        Err(scalpel_procstat::ProcStatError::NotListening { .. }) => {
+            "held by a connection, not a listener".into()
+        }
+        Err(_) => "held by a process this user cannot see".into(),
+    }
+}
+
+/// Why a worker could not be started, blaming the right thing: the working directory,
+/// the program, or the system.
+fn spawn_error(cfg: &AppConfig, e: &std::io::Error) -> String {
+    let program = &cfg.command[0];
+    if let Some(dir) = &cfg.cwd
+        && !dir.is_dir()
+    {
+        return format!("cannot start in cwd {}: no such directory", dir.display());
+    }
+    match e.kind() {
+        std::io::ErrorKind::NotFound => format!(
+            "cannot start `{program}`: program not found{}",
+            if program.contains('/') {
+                String::new()
+            } else {
+                " on PATH".into()
             }
-            WorkerLogs::Capture(b) => b.push(line),
-            WorkerLogs::Discard => {}
+        ),
+        std::io::ErrorKind::PermissionDenied => {
+            format!("cannot start `{program}`: not executable (permission denied)")
         }
+        _ => format!("cannot start `{program}`: {e}"),
     }
 }
 
@@ -824,20 +1139,91 @@ async fn forward_lines(
 /// workers are spawned from the control-plane runtime, whose threads live as long as it.)
 fn die_with_parent(cmd: &mut tokio::process::Command) {
     let parent = rustix::process::getpid();
-    // SAFETY: the closure runs in the forked child before exec and only makes two
-    // async-signal-safe system calls (prctl, getppid); it allocates nothing and takes no
-    // lock.
+    // SAFETY: the closure runs in the forked child of a multi-threaded process, before
+    // exec, where only async-signal-safe work is allowed: `after_fork` makes two system
+    // calls (prctl, getppid) and builds its error from an errno, allocating nothing and
+    // taking no lock (a test counts its allocations).
     #[allow(unsafe_code)]
     unsafe {
-        cmd.pre_exec(move || {
-            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
-            // The balancer died between fork and prctl: no signal will come.
-            if rustix::process::getppid() != Some(parent) {
-                return Err(std::io::Error::other(
-                    "the balancer exited during the spawn",
-                ));
+        cmd.pre_exec(move || after_fork(parent));
+    }
+}
+
+/// The child's side of [`die_with_parent`]; async-signal-safe.
+fn after_fork(parent: rustix::process::Pid) -> std::io::Result<()> {
+    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
+    // The balancer died between fork and prctl: no signal will come. An errno, not a
+    // message: `io::Error::other` would allocate here.
+    if rustix::process::getppid() != Some(parent) {
+        return Err(rustix::io::Errno::SRCH.into());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+    use std::sync::atomic::AtomicUsize;
+
+    /// Counts the allocations the current thread makes while watched.
+    struct Counting;
+
+    static WATCHED_ALLOCS: AtomicUsize = AtomicUsize::new(0);
+
+    thread_local! {
+        static WATCHING: Cell<bool> = const { Cell::new(false) };
+    }
+
+    // SAFETY: forwards to the system allocator unchanged; the counting touches only an
+    // atomic and a const-initialized thread-local (no allocation, no lock).
+    #[allow(unsafe_code)]
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            if WATCHING.with(Cell::get) {
+                WATCHED_ALLOCS.fetch_add(1, Ordering::Relaxed);
             }
-            Ok(())
-        });
+            // SAFETY: the caller's contract is passed on to the system allocator.
+            unsafe { System.alloc(layout) }
+        }
+
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            // SAFETY: as above.
+            unsafe { System.dealloc(ptr, layout) }
+        }
+    }
+
+    #[global_allocator]
+    static ALLOCATOR: Counting = Counting;
+
+    fn allocations_of<T>(f: impl FnOnce() -> T) -> (T, usize) {
+        let before = WATCHED_ALLOCS.load(Ordering::Relaxed);
+        WATCHING.with(|w| w.set(true));
+        let out = f();
+        WATCHING.with(|w| w.set(false));
+        (out, WATCHED_ALLOCS.load(Ordering::Relaxed) - before)
+    }
+
+    /// Between fork and exec only async-signal-safe work is allowed: no allocation (the
+    /// allocator's lock may be held by a thread that no longer exists in the child), on
+    /// the success path and on the error path alike.
+    #[test]
+    fn the_pre_exec_hook_allocates_nothing() {
+        let parent = rustix::process::getppid().expect("the test has a parent");
+        let (ok, n) = allocations_of(|| after_fork(parent));
+        // Undo the death signal this test set on itself.
+        let _ = rustix::process::set_parent_process_death_signal(None);
+        assert!(ok.is_ok(), "{ok:?}");
+        assert_eq!(n, 0, "allocations on the success path");
+        // A "parent" that is not ours: the error path, as when the balancer died.
+        let (err, n) = allocations_of(|| after_fork(rustix::process::getpid()));
+        let _ = rustix::process::set_parent_process_death_signal(None);
+        let err = err.expect_err("a foreign parent is an error");
+        assert_eq!(n, 0, "allocations on the error path: {err}");
+        assert_eq!(
+            err.raw_os_error(),
+            Some(rustix::io::Errno::SRCH.raw_os_error())
+        );
     }
 }

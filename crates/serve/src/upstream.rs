@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -21,6 +22,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::h1::{self, Chunked, Framing, Outgoing, WireError};
+use crate::pool::epoch_us;
 
 /// Bodies up to this size go out in the same write as the request head.
 const COALESCE_BODY_BYTES: usize = 16 * 1024;
@@ -32,16 +34,16 @@ const READ_RESERVE: usize = 16 * 1024;
 pub(crate) enum UpstreamError {
     /// No connection could be made: the worker never saw the request.
     #[error("connect: {0}")]
-    Connect(#[source] io::Error),
+    Connect(io::Error),
     /// Connecting took longer than the configured time-out.
     #[error("connect: no connection within {0} ms")]
     ConnectTimeout(u128),
     /// Writing the request failed before any byte of it left: the worker never saw it.
     #[error("connection failed before the request was sent: {0}")]
-    NotSent(#[source] io::Error),
+    NotSent(io::Error),
     /// The request was written (or may have been) and then the connection failed.
     #[error("{0}")]
-    Io(#[source] io::Error),
+    Io(io::Error),
     /// The connection closed before the response was complete.
     #[error("connection closed before the response was complete")]
     Closed,
@@ -60,6 +62,55 @@ impl UpstreamError {
                 | UpstreamError::NotSent(_)
         )
     }
+
+    /// The worker's kernel reset the connection: a process that exits or closes a
+    /// socket with data it has not read resets it (a clean close after reading
+    /// everything sends FIN, an end of file, instead).
+    pub(crate) fn reset(&self) -> bool {
+        matches!(self, UpstreamError::Io(e) if matches!(
+            e.kind(),
+            io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe
+        ))
+    }
+}
+
+/// What one attempt to send a request got as far as, kept outside the exchange so that
+/// it can be asked after the exchange was dropped (the worker was ejected): the local
+/// port of its connection, the request bytes handed to the kernel, when, and whether any
+/// byte came back. Atomics only because the request's task must be `Send`.
+#[derive(Debug, Default)]
+pub(crate) struct Attempt {
+    local_port: AtomicU32,
+    written: AtomicU64,
+    sent_at_us: AtomicU64,
+    received: AtomicBool,
+}
+
+impl Attempt {
+    /// The local port of the connection the request went out on (0: none yet).
+    pub(crate) fn local_port(&self) -> u16 {
+        self.local_port.load(Ordering::Relaxed) as u16
+    }
+
+    /// Request bytes handed to the kernel so far.
+    pub(crate) fn written(&self) -> u64 {
+        self.written.load(Ordering::Relaxed)
+    }
+
+    /// When the last of them was (µs on the pool's clock).
+    pub(crate) fn sent_at_us(&self) -> u64 {
+        self.sent_at_us.load(Ordering::Relaxed)
+    }
+
+    /// Some byte of an answer arrived: the worker took the request, whatever followed.
+    pub(crate) fn received(&self) -> bool {
+        self.received.load(Ordering::Relaxed)
+    }
+
+    fn wrote(&self, n: usize) {
+        self.written.fetch_add(n as u64, Ordering::Relaxed);
+        self.sent_at_us.store(epoch_us(), Ordering::Relaxed);
+    }
 }
 
 /// One connection to a worker with its read buffer (bytes read, not yet consumed) and
@@ -69,6 +120,8 @@ struct Conn {
     io: TcpStream,
     rbuf: BytesMut,
     wbuf: Vec<u8>,
+    /// Its local port, read once at connect.
+    local_port: u16,
 }
 
 impl Conn {
@@ -158,12 +211,16 @@ impl Upstreams {
         self: &Arc<Self>,
         addr: SocketAddr,
         req: &Outgoing<'_>,
+        track: &Attempt,
     ) -> Result<Answer, UpstreamError> {
         loop {
             let (mut conn, pooled) = match self.checkout(addr) {
                 Some(c) => (c, true),
                 None => (self.connect(addr).await?, false),
             };
+            track
+                .local_port
+                .store(u32::from(conn.local_port), Ordering::Relaxed);
             conn.wbuf.clear();
             h1::encode_request(req, addr, &mut conn.wbuf);
             let coalesce = req.body.len() <= COALESCE_BODY_BYTES;
@@ -181,10 +238,13 @@ impl Upstreams {
                 Err(_) if pooled => continue,
                 Err(e) => return Err(UpstreamError::NotSent(e)),
             };
+            track.wrote(n);
             let rest = async {
                 conn.io.write_all(&conn.wbuf[n..]).await?;
+                track.wrote(conn.wbuf.len() - n);
                 if !coalesce {
                     conn.io.write_all(req.body).await?;
+                    track.wrote(req.body.len());
                 }
                 Ok(())
             };
@@ -200,6 +260,7 @@ impl Upstreams {
                 if conn.fill().await.map_err(UpstreamError::Io)? == 0 {
                     return Err(UpstreamError::Closed);
                 }
+                track.received.store(true, Ordering::Relaxed);
             };
             if head.status == StatusCode::SWITCHING_PROTOCOLS {
                 let early = conn.rbuf.split().freeze();
@@ -293,10 +354,12 @@ impl Upstreams {
             .map_err(|_| UpstreamError::ConnectTimeout(self.connect_timeout.as_millis()))?
             .map_err(UpstreamError::Connect)?;
         let _ = io.set_nodelay(true);
+        let local_port = io.local_addr().map_or(0, |a| a.port());
         Ok(Conn {
             io,
             rbuf: BytesMut::new(),
             wbuf: Vec::new(),
+            local_port,
         })
     }
 }
@@ -510,6 +573,7 @@ mod tests {
             client_ip: "127.0.0.1",
             body,
             upgrade: None,
+            trusted: false,
         }
     }
 
@@ -552,7 +616,7 @@ mod tests {
         let (get_m, post_m, no_body, headers) =
             (Method::GET, Method::POST, Bytes::new(), HeaderMap::new());
         let mut a = pool
-            .send(addr, &get(&get_m, &no_body, &headers))
+            .send(addr, &get(&get_m, &no_body, &headers), &Attempt::default())
             .await
             .unwrap();
         assert_eq!(a.headers["x-a"], "1");
@@ -565,7 +629,7 @@ mod tests {
         );
         let payload = Bytes::from_static(b"payload");
         let mut a = pool
-            .send(addr, &get(&post_m, &payload, &headers))
+            .send(addr, &get(&post_m, &payload, &headers), &Attempt::default())
             .await
             .unwrap();
         assert_eq!(a.status, StatusCode::CREATED);
@@ -576,7 +640,7 @@ mod tests {
         assert!(a.body.is_end());
         assert_eq!(pool.idle_count(), 1);
         let mut a = pool
-            .send(addr, &get(&get_m, &no_body, &headers))
+            .send(addr, &get(&get_m, &no_body, &headers), &Attempt::default())
             .await
             .unwrap();
         assert_eq!(body_of(&mut a).await, b"until the end");
@@ -617,7 +681,10 @@ mod tests {
         let pool = Upstreams::new(Duration::from_secs(2), Duration::from_secs(60), 8);
         let (m, b, h) = (Method::POST, Bytes::from_static(b"once"), HeaderMap::new());
         for _ in 0..2 {
-            let mut a = pool.send(addr, &get(&m, &b, &h)).await.unwrap();
+            let mut a = pool
+                .send(addr, &get(&m, &b, &h), &Attempt::default())
+                .await
+                .unwrap();
             assert_eq!(a.body.read_to_end().await.unwrap(), "ok");
             // Let the event loop see the worker's FIN.
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -651,13 +718,25 @@ mod tests {
         });
         let pool = Upstreams::new(Duration::from_secs(2), Duration::from_secs(60), 8);
         let (m, b, h) = (Method::GET, Bytes::new(), HeaderMap::new());
-        let e = pool.send(addr, &get(&m, &b, &h)).await.unwrap_err();
+        let e = pool
+            .send(addr, &get(&m, &b, &h), &Attempt::default())
+            .await
+            .unwrap_err();
         assert!(matches!(e, UpstreamError::Wire(WireError::Head(_))), "{e}");
-        let e = pool.send(addr, &get(&m, &b, &h)).await.unwrap_err();
+        let e = pool
+            .send(addr, &get(&m, &b, &h), &Attempt::default())
+            .await
+            .unwrap_err();
         assert!(matches!(e, UpstreamError::Wire(WireError::Upgrade)), "{e}");
-        let e = pool.send(addr, &get(&m, &b, &h)).await.unwrap_err();
+        let e = pool
+            .send(addr, &get(&m, &b, &h), &Attempt::default())
+            .await
+            .unwrap_err();
         assert!(matches!(e, UpstreamError::Closed) && !e.never_sent(), "{e}");
-        let mut a = pool.send(addr, &get(&m, &b, &h)).await.unwrap();
+        let mut a = pool
+            .send(addr, &get(&m, &b, &h), &Attempt::default())
+            .await
+            .unwrap();
         let e = a.body.read_to_end().await.unwrap_err();
         assert!(matches!(e, UpstreamError::Closed), "{e}");
         assert_eq!(pool.idle_count(), 0);
@@ -665,7 +744,10 @@ mod tests {
             let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
             l.local_addr().unwrap()
         };
-        let e = pool.send(refused, &get(&m, &b, &h)).await.unwrap_err();
+        let e = pool
+            .send(refused, &get(&m, &b, &h), &Attempt::default())
+            .await
+            .unwrap_err();
         assert!(e.never_sent(), "{e}");
     }
 

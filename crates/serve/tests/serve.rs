@@ -1,6 +1,7 @@
 //! scalpel-serve against real worker processes on loopback: a Node app
 //! (tests/apps/app.js) and a Go app (tests/apps/hello.go).
 
+mod failure;
 mod util;
 
 use std::collections::HashMap;
@@ -82,6 +83,10 @@ async fn least_conn_and_power_of_two_avoid_the_busy_worker() {
     }
 }
 
+/// A worker killed from outside: the requests it had not read yet (queued in its socket,
+/// reset by its exit) are resent and succeed. One it had read and not answered is not
+/// resent — the balancer cannot tell a kill from a crash the request caused — and gets a
+/// 502 saying so; with four clients, at most four.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_worker_is_restarted_and_no_idempotent_request_fails() {
     let h = start(&format!(
@@ -102,9 +107,20 @@ async fn killed_worker_is_restarted_and_no_idempotent_request_fails() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let (ok, failed, failures) = load.finish().await;
     assert!(restarted, "worker 0 not replaced: {:?}", h.server.status());
-    assert_eq!(failed, 0, "failed requests: {failures:?}");
-    assert!(ok > 10, "too few requests to mean anything: {ok}");
     let metrics = h.server.metrics_text();
+    let taken = metric(
+        &metrics,
+        "scalpel_serve_not_resent_total{app=\"web\",reason=\"worker_exited\"}",
+    );
+    assert!(
+        failed <= 4
+            && failed as f64 == taken
+            && failures
+                .iter()
+                .all(|f| f.starts_with("502: ") && f.contains("exited while handling this request")),
+        "failed requests: {failures:?}"
+    );
+    assert!(ok > 10, "too few requests to mean anything: {ok}");
     assert!(
         metrics.contains("scalpel_serve_restarts_total{app=\"web\",reason=\"exited\"} 1"),
         "{metrics}"
@@ -354,7 +370,8 @@ async fn proxy_headers_limits_and_json_errors() {
     assert!(headers.get("x-secret").is_none(), "{headers}");
     assert!(headers.get("keep-alive").is_none(), "{headers}");
     assert_eq!(headers["x-kept"], "yes");
-    assert_eq!(headers["x-forwarded-for"], "203.0.113.9, 127.0.0.1");
+    // The client is no trusted proxy: its own X-Forwarded-For is replaced.
+    assert_eq!(headers["x-forwarded-for"], "127.0.0.1");
     assert_eq!(headers["x-forwarded-proto"], "http");
     assert_eq!(headers["via"], "1.1 scalpel");
 
@@ -942,27 +959,6 @@ async fn large_and_slow_bodies_stream_intact() {
     // Small bodies get a Content-Length even when the worker sent chunks.
     let r = h.get("/").await.unwrap();
     assert!(r.headers.contains_key("content-length"), "{:?}", r.headers);
-    h.server.shutdown().await;
-}
-
-/// A worker that dies in the middle of a small body: the idempotent request is sent
-/// again to another worker and the client sees one whole answer.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn response_broken_mid_body_is_retried_elsewhere() {
-    let h = start(&format!(
-        "{SERVER}{}",
-        node_app("web", 2, "round_robin", "")
-    ))
-    .await;
-    // Round robin starts at worker 0, the one that dies.
-    let r = h.get("/half?die=0").await.unwrap();
-    assert_eq!(r.status, 200, "{}", r.body);
-    assert_eq!(r.body, "y".repeat(100));
-    let m = h.server.metrics_text();
-    assert!(
-        m.contains("scalpel_serve_retries_total{app=\"web\"} 1"),
-        "{m}"
-    );
     h.server.shutdown().await;
 }
 

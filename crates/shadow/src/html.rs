@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use crate::tally::{Sample, SampleResponse, Summary};
+use crate::tally::{Sample, SampleResponse, Summary, body_text};
 
 const CSS: &str = "
 body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222}
@@ -33,11 +33,6 @@ fn esc(s: &str) -> String {
         }
     }
     o
-}
-
-fn pct(v: f64) -> String {
-    // Floor, so 99.999 % never shows as 100.00 %.
-    format!("{:.2}", (v * 100.0).floor() / 100.0)
 }
 
 /// Renders the report. `meta` is shown as the run's settings.
@@ -71,8 +66,8 @@ pub fn render_html(
     };
     let _ = write!(
         h,
-        "<p class=\"big {class}\">{}% consistent</p><p>{} compared, {} matched, {} mismatched, {} skipped, {} errors{}</p>",
-        pct(s.consistency_percent),
+        "<p class=\"big {class}\">{} consistent</p><p>{} compared, {} matched, {} mismatched, {} skipped, {} errors{}</p>",
+        esc(&s.consistency_text()),
         s.compared,
         s.matched,
         s.mismatched,
@@ -92,7 +87,7 @@ pub fn render_html(
         h.push_str("</table>");
     }
 
-    h.push_str("<h2>Endpoints</h2><table><tr><th>endpoint</th><th>compared</th><th>matched</th><th>mismatched</th><th>errors</th><th>consistency %</th></tr>");
+    h.push_str("<h2>Endpoints</h2><table><tr><th>endpoint</th><th>compared</th><th>matched</th><th>mismatched</th><th>errors</th><th>consistency</th></tr>");
     for ep in &s.endpoints {
         let c = if ep.mismatched == 0 && ep.errors == 0 {
             "ok"
@@ -107,7 +102,7 @@ pub fn render_html(
             ep.matched,
             ep.mismatched,
             ep.errors,
-            pct(ep.consistency_percent)
+            esc(&ep.consistency_text())
         );
     }
     h.push_str("</table>");
@@ -243,7 +238,25 @@ const SHOWN_BODY_MAX: usize = 64 * 1024;
 fn pretty(r: &SampleResponse) -> Vec<String> {
     let text = match serde_json::from_slice::<serde_json::Value>(&r.body) {
         Ok(v) => serde_json::to_string_pretty(&v).unwrap_or_default(),
-        Err(_) => String::from_utf8_lossy(&r.body[..r.body.len().min(SHOWN_BODY_MAX)]).into_owned(),
+        Err(_) => match body_text(&r.body) {
+            (t, "text") => {
+                let mut cut = t.len().min(SHOWN_BODY_MAX);
+                while !t.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                t[..cut].to_string()
+            }
+            (b64, _) => {
+                // Binary: base64 in lines of 76, never replacement characters.
+                let shown = &b64[..b64.len().min(SHOWN_BODY_MAX)];
+                let mut out = format!("(binary, {} bytes, base64)\n", r.body.len());
+                for chunk in shown.as_bytes().chunks(76) {
+                    out.push_str(std::str::from_utf8(chunk).unwrap_or_default());
+                    out.push('\n');
+                }
+                out
+            }
+        },
     };
     text.lines().map(str::to_string).collect()
 }
@@ -302,9 +315,27 @@ mod tests {
     }
 
     #[test]
+    fn binary_bodies_are_shown_as_base64_never_as_replacement_characters() {
+        let r = SampleResponse {
+            status: 200,
+            headers: vec![],
+            body: bytes::Bytes::from_static(b"\x89PNG\r\n\x1a\n\xff\xfe"),
+        };
+        let lines = pretty(&r);
+        assert_eq!(lines[0], "(binary, 10 bytes, base64)");
+        assert_eq!(lines[1], "iVBORw0KGgr//g==");
+        assert!(lines.iter().all(|l| !l.contains('\u{fffd}')));
+    }
+
+    #[test]
     fn html_escapes_user_text() {
         assert_eq!(esc("<script>&\"'"), "&lt;script&gt;&amp;&quot;&#39;");
-        assert_eq!(pct(99.999), "99.99");
-        assert_eq!(pct(100.0), "100.00");
+        assert_eq!(crate::tally::consistency_text(99_999, 100_000, 0), "99.99%");
+        assert_eq!(crate::tally::consistency_text(5, 5, 0), "100.00%");
+        // Never 100 % over requests that were not compared.
+        assert_eq!(
+            crate::tally::consistency_text(680, 680, 417),
+            "61.98–100.00%"
+        );
     }
 }

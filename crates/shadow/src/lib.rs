@@ -50,10 +50,17 @@
 //! The primary's body is streamed to the client frame by frame and copied up to a limit
 //! on the way; the copy reaches the mirror task through a oneshot when the body ends.
 //! Mirror tasks wait for a slot of a semaphore, so a slow candidate fills the queue and
-//! further mirrors are skipped and counted, never queued without bound. A request's
-//! mismatch is decided at report time from counted "difference signatures" (the set of
-//! fields that differed), because whether a field is noise depends on all requests.
+//! further mirrors are skipped and counted, never queued without bound — in jobs
+//! (`queue`), in bytes (every body a mirror holds is charged to one byte budget) and in
+//! age (a mirror that waited too long is dropped). Every request chosen for comparison
+//! ends in exactly one counter — compared, failed (by side and kind) or skipped (by
+//! reason) — including at shutdown, where what is cut off is `abandoned_at_shutdown`. A
+//! request's mismatch is decided at report time from counted "difference signatures"
+//! (the set of fields that differed), because whether a field is noise depends on all
+//! requests. Bodies are compared after their `Content-Encoding` is undone, by
+//! `scalpel_diff::decode_body` (pure, so it lives with the comparison rules).
 
+mod budget;
 mod client;
 mod html;
 mod model;
@@ -67,12 +74,14 @@ mod tally;
 pub use client::Upstream;
 pub use html::render_html;
 pub use model::{Failure, ShadowRequest, ShadowResponse, SkipReason};
-pub use proxy::{Proxy, ProxyConfig};
-pub use recorder::{CompareSettings, Observation, Recorder};
+pub use proxy::{Proxy, ProxyConfig, ProxyStats};
+pub use recorder::{CompareSettings, DEFAULT_MAX_DECODED_BODY, Observation, Recorder};
 pub use redact::{REDACTED, Redactor};
 pub use replay::{ReplayConfig, ReplayProgress, ReplayStats, replay};
 pub use store::{Store, StoredRun};
-pub use tally::{EndpointSummary, FieldSummary, NoiseField, Sample, SampleResponse, Summary};
+pub use tally::{
+    EndpointSummary, FieldSummary, NoiseField, Sample, SampleResponse, Summary, consistency_text,
+};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -6,6 +6,8 @@ use bytes::Bytes;
 use http::{HeaderMap, Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
+use crate::budget::Charge;
+
 /// A request as sent to every side, body buffered.
 #[derive(Debug, Clone)]
 pub struct ShadowRequest {
@@ -43,12 +45,29 @@ impl ShadowRequest {
 }
 
 /// A complete response of one side.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct ShadowResponse {
     pub(crate) status: StatusCode,
     pub(crate) headers: HeaderMap,
     pub(crate) body: Bytes,
     pub(crate) latency: Duration,
+    /// The mirror byte budget this body holds (proxy mirrors only), given back when the
+    /// response is dropped after comparison.
+    #[allow(dead_code, reason = "held for its Drop, which gives the bytes back")]
+    pub(crate) charge: Option<Charge>,
+}
+
+impl Clone for ShadowResponse {
+    /// The clone shares the body's bytes; the budget charge stays with the original.
+    fn clone(&self) -> Self {
+        Self {
+            status: self.status,
+            headers: self.headers.clone(),
+            body: self.body.clone(),
+            latency: self.latency,
+            charge: None,
+        }
+    }
 }
 
 impl ShadowResponse {
@@ -59,6 +78,7 @@ impl ShadowResponse {
             headers,
             body,
             latency,
+            charge: None,
         }
     }
 
@@ -81,20 +101,22 @@ impl ShadowResponse {
     pub fn latency(&self) -> Duration {
         self.latency
     }
-
-    pub(crate) fn view(&self) -> scalpel_diff::Response<'_> {
-        scalpel_diff::Response::new(self.status.as_u16(), &self.headers, &self.body)
-    }
 }
 
 /// Why a side gave no comparable response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Failure {
     /// No complete answer within the time-out.
     Timeout,
-    /// Could not connect, or the connection broke.
+    /// Could not connect, or the connection closed before a response head came.
     Connect,
+    /// The answer was not valid HTTP/1.1 (a malformed status line or head).
+    Protocol,
+    /// The response head came, but the body was cut short or malformed (a connection
+    /// closed mid-body, a broken chunk).
+    Body,
     /// The body was over the size limit.
     TooLarge,
     /// The exchange was abandoned (the client went away mid-body).
@@ -107,10 +129,22 @@ impl Failure {
         match self {
             Self::Timeout => "timeout",
             Self::Connect => "connect",
+            Self::Protocol => "protocol",
+            Self::Body => "body",
             Self::TooLarge => "too_large",
             Self::Aborted => "aborted",
         }
     }
+
+    /// Every kind, for zero-valued metrics and documentation.
+    pub const ALL: [Failure; 6] = [
+        Self::Timeout,
+        Self::Connect,
+        Self::Protocol,
+        Self::Body,
+        Self::TooLarge,
+        Self::Aborted,
+    ];
 }
 
 /// Why a request chosen for comparison was not compared.
@@ -123,17 +157,33 @@ pub enum SkipReason {
     RequestBodyTooLarge,
     /// The primary's body was over the capture limit.
     ResponseTooLarge,
-    /// The primary failed or the client went away before the primary's body ended.
+    /// The client went away before the primary's body ended, so there is no complete
+    /// answer to compare (a primary that fails is an error, `primary:KIND`, not a skip).
     PrimaryIncomplete,
+    /// The mirror byte budget (queued and in-flight request and response bodies) was
+    /// spent.
+    OverBudget,
+    /// The mirror waited in the queue longer than the maximum age: its candidate answer
+    /// would be compared with a primary answer from too long ago.
+    TooOld,
+    /// A body, once its `Content-Encoding` was undone, was over the decoded-size cap.
+    DecodedTooLarge,
+    /// The proxy was stopped before the mirror finished (queued, or still in flight when
+    /// the shutdown time was up).
+    AbandonedAtShutdown,
 }
 
 impl SkipReason {
     /// Every reason, for zero-valued metrics.
-    pub const ALL: [SkipReason; 4] = [
+    pub const ALL: [SkipReason; 8] = [
         Self::QueueFull,
         Self::RequestBodyTooLarge,
         Self::ResponseTooLarge,
         Self::PrimaryIncomplete,
+        Self::OverBudget,
+        Self::TooOld,
+        Self::DecodedTooLarge,
+        Self::AbandonedAtShutdown,
     ];
 
     /// The snake_case name used in metrics and reports.
@@ -143,6 +193,10 @@ impl SkipReason {
             Self::RequestBodyTooLarge => "request_body_too_large",
             Self::ResponseTooLarge => "response_too_large",
             Self::PrimaryIncomplete => "primary_incomplete",
+            Self::OverBudget => "over_budget",
+            Self::TooOld => "too_old",
+            Self::DecodedTooLarge => "decoded_too_large",
+            Self::AbandonedAtShutdown => "abandoned_at_shutdown",
         }
     }
 }

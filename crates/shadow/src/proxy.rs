@@ -23,21 +23,23 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use http::header::CONTENT_TYPE;
+use http::header::{CONTENT_TYPE, TE};
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::service::service_fn;
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use scalpel_diff::{SampleKey, Sampler};
-use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 
 use crate::ShadowError;
+use crate::budget::{Budget, Charge};
 use crate::client::{
-    BufferedClient, Upstream, buffered_client, connector, exchange, is_hop_by_hop,
+    BufferedClient, ExchangeError, Upstream, accepts_trailers, buffered_client, connector,
+    exchange, forwardable, head_failure, strip_hop_by_hop,
 };
 use crate::model::{Failure, ShadowRequest, ShadowResponse, SkipReason};
 use crate::recorder::Recorder;
@@ -67,7 +69,8 @@ pub struct ProxyConfig {
     pub queue: usize,
     /// Mirror exchanges in flight at once.
     pub mirror_concurrency: usize,
-    /// Time-out of one candidate or secondary exchange, body included.
+    /// Time-out of one candidate or secondary exchange, body included; also the most a
+    /// shutdown waits for mirrors in flight.
     pub mirror_timeout: Duration,
     /// Time-out for the primary's response head.
     pub primary_timeout: Duration,
@@ -77,6 +80,17 @@ pub struct ProxyConfig {
     /// Response bodies captured for comparison up to this size (the client always gets
     /// the whole body).
     pub max_response_body: usize,
+    /// Bytes of request and response bodies held at once for mirrors that are queued or
+    /// in flight (primary captures, candidate and secondary answers); a mirror that does
+    /// not fit is skipped and counted (`over_budget`).
+    pub mirror_budget: u64,
+    /// A mirror that waited longer than this in the queue is dropped and counted
+    /// (`too_old`) instead of comparing a candidate answer with an old primary answer.
+    pub mirror_max_age: Duration,
+    /// The most a client may take to send a request head, or a request body that is
+    /// buffered for mirroring (408 past it); an idle keep-alive connection is closed
+    /// after it too. A slow client then holds a connection for a bounded time only.
+    pub client_timeout: Duration,
     /// How often counters are written to the store.
     pub flush_interval: Duration,
 }
@@ -86,15 +100,83 @@ pub struct ProxyConfig {
 struct PathCounters {
     requests: AtomicU64,
     primary_errors: AtomicU64,
+    chosen: AtomicU64,
     mirrored: AtomicU64,
     not_mirrored_method: AtomicU64,
     not_mirrored_sampled_out: AtomicU64,
+    informational_dropped: AtomicU64,
+    client_timeouts: AtomicU64,
     in_flight: AtomicU64,
+    connections: AtomicU64,
+}
+
+/// What the proxy did, returned by [`Proxy::run`] when it has stopped.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProxyStats {
+    /// Client requests proxied to the primary.
+    pub requests: u64,
+    /// Requests chosen for comparison (method and sampling allowed it). Each one ended in
+    /// exactly one of the recorder's `compared`, `errors` or `skipped` (by reason,
+    /// `abandoned_at_shutdown` included).
+    pub chosen: u64,
+    /// Chosen requests that were queued for the candidate.
+    pub mirrored: u64,
+    /// From the shutdown signal to the counters committed.
+    pub shutdown: Duration,
+}
+
+/// What became of the primary's answer, for the mirror that waits for it.
+enum PrimaryOutcome {
+    /// The whole answer (its body within the capture limit).
+    Done(ShadowResponse),
+    /// The primary failed: counted as `primary:KIND`.
+    Failed(Failure),
+    /// No answer to compare, through nobody's failure (client gone, over a limit).
+    Skipped(SkipReason),
+}
+
+/// A chosen request's promise to end in exactly one counter: resolved by the code that
+/// counts it, or, when dropped unresolved (its queue or task dropped at shutdown),
+/// counted as `abandoned_at_shutdown`.
+struct Pending {
+    recorder: Arc<Recorder>,
+    done: bool,
+}
+
+impl Pending {
+    fn new(recorder: Arc<Recorder>) -> Self {
+        Self {
+            recorder,
+            done: false,
+        }
+    }
+
+    fn skip(mut self, reason: SkipReason) {
+        self.done = true;
+        self.recorder.skip(reason);
+    }
+
+    /// The outcome was counted elsewhere (compared or failed).
+    fn resolved(mut self) {
+        self.done = true;
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if !self.done {
+            self.recorder.skip(SkipReason::AbandonedAtShutdown);
+        }
+    }
 }
 
 struct MirrorJob {
     request: ShadowRequest,
-    primary: oneshot::Receiver<Result<ShadowResponse, Failure>>,
+    primary: oneshot::Receiver<PrimaryOutcome>,
+    received: Instant,
+    /// The request's bytes, held against the budget while the job lives.
+    _charge: Charge,
+    pending: Pending,
 }
 
 struct Ctx {
@@ -102,7 +184,8 @@ struct Ctx {
     primary: Client<hyper_util::client::legacy::connect::HttpConnector, ProxyBody>,
     queue: mpsc::Sender<MirrorJob>,
     recorder: Arc<Recorder>,
-    counters: PathCounters,
+    counters: Arc<PathCounters>,
+    budget: Arc<Budget>,
     seq: AtomicU64,
 }
 
@@ -152,24 +235,30 @@ impl Proxy {
         self.admin.as_ref().and_then(|l| l.local_addr().ok())
     }
 
-    /// Serves until `shutdown` completes, then waits (up to the mirror time-out) for
-    /// mirrors in flight and writes the counters to the store.
-    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), ShadowError> {
+    /// Serves until `shutdown` completes, then stops within the mirror time-out: no new
+    /// connection is accepted, open ones finish their request and close, queued mirrors
+    /// are dropped and mirrors still in flight when the time is up are cancelled (both
+    /// counted as `abandoned_at_shutdown`), and the counters are committed to the store.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<ProxyStats, ShadowError> {
         let cfg = self.cfg.clone();
         let (tx, rx) = mpsc::channel(cfg.queue.max(1));
         let primary = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(30))
             .build(connector(cfg.primary_timeout));
+        let counters = Arc::new(PathCounters::default());
         let ctx = Arc::new(Ctx {
             cfg: cfg.clone(),
             primary,
             queue: tx,
             recorder: self.recorder.clone(),
-            counters: PathCounters::default(),
+            counters: counters.clone(),
+            budget: Budget::new(cfg.mirror_budget),
             seq: AtomicU64::new(0),
         });
+        let (closing_tx, closing) = watch::channel(false);
         let slots = Arc::new(Semaphore::new(cfg.mirror_concurrency.max(1)));
-        let (stop_mirrors, mirror_thread) = start_mirror_thread(rx, ctx.clone(), slots)?;
+        let (stop_mirrors, mirror_thread) =
+            start_mirror_thread(rx, ctx.clone(), slots, closing.clone())?;
         let flusher = {
             let recorder = self.recorder.clone();
             let every = cfg.flush_interval;
@@ -199,37 +288,77 @@ impl Proxy {
                         }
                     };
                     let _ = stream.set_nodelay(true);
-                    let ctx = ctx.clone();
-                    tokio::spawn(async move {
-                        let svc = service_fn(move |req| handle(req, ctx.clone()));
-                        if let Err(e) = hyper::server::conn::http1::Builder::new()
-                            .serve_connection(TokioIo::new(stream), svc)
-                            .await
-                        {
-                            tracing::debug!(error = %e, "client connection ended");
-                        }
-                    });
+                    tokio::spawn(serve_client(stream, ctx.clone(), closing.clone()));
                 }
             }
         }
-        tracing::info!("shutting down: waiting for mirrors in flight");
-        let deadline = Instant::now() + cfg.mirror_timeout + Duration::from_secs(1);
+        let stop_started = Instant::now();
+        // Everything below fits in the mirror time-out: the docs promise no more.
+        let deadline = stop_started + cfg.mirror_timeout;
+        drop(self.listener);
+        let _ = closing_tx.send(true);
+        tracing::info!(
+            in_flight = counters.in_flight.load(Ordering::Relaxed),
+            wait = ?cfg.mirror_timeout,
+            "shutting down: queued mirrors dropped, waiting for mirrors in flight"
+        );
         while Instant::now() < deadline
-            && (ctx.counters.in_flight.load(Ordering::Relaxed) > 0
-                || ctx.queue.capacity() < ctx.queue.max_capacity())
+            && (counters.in_flight.load(Ordering::Relaxed) > 0
+                || counters.connections.load(Ordering::Relaxed) > 0)
         {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         flusher.abort();
         let _ = stop_mirrors.send(());
+        // Joining drops the mirror runtime's tasks: what is still in flight is counted
+        // as abandoned before the final commit.
         let _ = tokio::task::spawn_blocking(move || mirror_thread.join()).await;
         if let Some(a) = admin {
             a.abort();
         }
         let recorder = self.recorder.clone();
         let _ = tokio::task::spawn_blocking(move || recorder.flush_and_sync()).await;
-        Ok(())
+        Ok(ProxyStats {
+            requests: counters.requests.load(Ordering::Relaxed),
+            chosen: counters.chosen.load(Ordering::Relaxed),
+            mirrored: counters.mirrored.load(Ordering::Relaxed),
+            shutdown: stop_started.elapsed(),
+        })
     }
+}
+
+/// Returns once the proxy is shutting down.
+async fn until_closing(closing: &mut watch::Receiver<bool>) {
+    // The guard `wait_for` returns is dropped here, before any other await.
+    let _ = closing.wait_for(|c| *c).await;
+}
+
+/// One client connection. At shutdown it finishes the request in progress and closes.
+async fn serve_client(stream: TcpStream, ctx: Arc<Ctx>, mut closing: watch::Receiver<bool>) {
+    let counters = ctx.counters.clone();
+    let client_timeout = ctx.cfg.client_timeout;
+    counters.connections.fetch_add(1, Ordering::Relaxed);
+    let svc = service_fn(move |req| handle(req, ctx.clone()));
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    // The client must see the primary's headers, not ours: no `date` the primary did
+    // not send.
+    builder.auto_date_header(false);
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(client_timeout);
+    let conn = builder.serve_connection(TokioIo::new(stream), svc);
+    tokio::pin!(conn);
+    let result = tokio::select! {
+        r = conn.as_mut() => r,
+        () = until_closing(&mut closing) => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!(error = %e, "client connection ended");
+    }
+    counters.connections.fetch_sub(1, Ordering::Relaxed);
 }
 
 /// Starts the thread that runs every mirror exchange and comparison, apart from the
@@ -240,6 +369,7 @@ fn start_mirror_thread(
     rx: mpsc::Receiver<MirrorJob>,
     ctx: Arc<Ctx>,
     slots: Arc<Semaphore>,
+    closing: watch::Receiver<bool>,
 ) -> Result<(oneshot::Sender<()>, std::thread::JoinHandle<()>), ShadowError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -251,11 +381,17 @@ fn start_mirror_thread(
         .spawn(move || {
             lower_this_thread_priority();
             rt.block_on(async move {
+                tokio::pin!(stopped);
                 tokio::select! {
-                    () = dispatch(rx, ctx, slots) => {}
-                    _ = stopped => {}
+                    () = dispatch(rx, ctx, slots, closing) => {
+                        // Queue closed and drained: wait for the stop (the tasks in
+                        // flight run until then).
+                        let _ = (&mut stopped).await;
+                    }
+                    _ = &mut stopped => {}
                 }
             });
+            // `rt` is dropped here with every task still in flight.
         })
         .map_err(ShadowError::MirrorThread)?;
     Ok((stop, thread))
@@ -284,13 +420,35 @@ fn lower_this_thread_priority() {
     }
 }
 
-async fn dispatch(mut rx: mpsc::Receiver<MirrorJob>, ctx: Arc<Ctx>, slots: Arc<Semaphore>) {
+async fn dispatch(
+    mut rx: mpsc::Receiver<MirrorJob>,
+    ctx: Arc<Ctx>,
+    slots: Arc<Semaphore>,
+    mut closing: watch::Receiver<bool>,
+) {
     let client = buffered_client(ctx.cfg.mirror_timeout, ctx.cfg.mirror_concurrency);
-    while let Some(job) = rx.recv().await {
-        // Waiting here for a slot is what fills the queue when the candidate is slow.
-        let Ok(permit) = slots.clone().acquire_owned().await else {
-            return;
+    loop {
+        let job = tokio::select! {
+            biased;
+            () = until_closing(&mut closing) => break,
+            job = rx.recv() => match job {
+                Some(j) => j,
+                None => break,
+            },
         };
+        // Waiting here for a slot is what fills the queue when the candidate is slow.
+        let permit = tokio::select! {
+            biased;
+            () = until_closing(&mut closing) => break,
+            p = slots.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+        };
+        if job.received.elapsed() > ctx.cfg.mirror_max_age {
+            job.pending.skip(SkipReason::TooOld);
+            continue;
+        }
         ctx.counters.in_flight.fetch_add(1, Ordering::Relaxed);
         let ctx = ctx.clone();
         let client = client.clone();
@@ -301,21 +459,31 @@ async fn dispatch(mut rx: mpsc::Receiver<MirrorJob>, ctx: Arc<Ctx>, slots: Arc<S
             drop(permit);
         });
     }
+    // Shutting down: nothing more is taken; every job still queued (and the one held,
+    // if any, dropped with this frame) is counted as abandoned by its `Pending`.
+    rx.close();
+    while let Ok(job) = rx.try_recv() {
+        drop(job);
+    }
 }
 
 async fn run_mirror(job: MirrorJob, ctx: &Ctx, client: &BufferedClient) {
     let cfg = &ctx.cfg;
     let limit = cfg.max_response_body;
+    let budget = Some(&ctx.budget);
     let cand = exchange(
         client,
         &cfg.candidate,
         &job.request,
         cfg.mirror_timeout,
         limit,
+        budget,
     );
     let sec = async {
         match &cfg.secondary {
-            Some(s) => Some(exchange(client, s, &job.request, cfg.mirror_timeout, limit).await),
+            Some(s) => {
+                Some(exchange(client, s, &job.request, cfg.mirror_timeout, limit, budget).await)
+            }
             None => None,
         }
     };
@@ -324,32 +492,38 @@ async fn run_mirror(job: MirrorJob, ctx: &Ctx, client: &BufferedClient) {
     // stalls reading its body.
     let wait = cfg.primary_timeout + cfg.mirror_timeout;
     let primary = match tokio::time::timeout(wait, job.primary).await {
-        Ok(Ok(Ok(p))) => p,
-        Ok(Ok(Err(Failure::TooLarge))) => {
-            ctx.recorder.skip(SkipReason::ResponseTooLarge);
-            return;
-        }
-        _ => {
-            ctx.recorder.skip(SkipReason::PrimaryIncomplete);
-            return;
-        }
+        Ok(Ok(PrimaryOutcome::Done(p))) => Ok(p),
+        Ok(Ok(PrimaryOutcome::Failed(f))) => Err(f),
+        Ok(Ok(PrimaryOutcome::Skipped(reason))) => return job.pending.skip(reason),
+        // The request's task ended before the primary answered (the client went away).
+        Ok(Err(_)) | Err(_) => return job.pending.skip(SkipReason::PrimaryIncomplete),
     };
-    let recorder = &ctx.recorder;
-    recorder.observe(
-        &job.request,
-        &primary,
-        cand.as_ref().map_err(|f| *f),
-        sec.as_ref().map(|r| r.as_ref().map_err(|f| *f)),
-    );
+    fn side(r: &Result<ShadowResponse, ExchangeError>) -> Option<Result<&ShadowResponse, Failure>> {
+        match r {
+            Ok(r) => Some(Ok(r)),
+            Err(ExchangeError::Failed(f)) => Some(Err(*f)),
+            Err(ExchangeError::OverBudget) => None,
+        }
+    }
+    // A body the budget could not hold is nobody's failure: the pair is skipped.
+    let Some(c) = side(&cand) else {
+        return job.pending.skip(SkipReason::OverBudget);
+    };
+    let s = match sec.as_ref().map(side) {
+        None => None,
+        Some(Some(s)) => Some(s),
+        Some(None) => return job.pending.skip(SkipReason::OverBudget),
+    };
+    ctx.recorder
+        .record(&job.request, primary.as_ref().map_err(|f| *f), c, s);
+    job.pending.resolved();
 }
 
-fn json_error(status: StatusCode, message: &str) -> Response<ProxyBody> {
-    let body = serde_json::json!({ "error": message }).to_string();
-    let mut resp = Response::new(Full::new(Bytes::from(body)).map_err(|n| match n {}).boxed());
-    *resp.status_mut() = status;
-    resp.headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    resp
+/// The toolkit's one JSON error body (`scalpel_http::error_body`): a stable kind for
+/// scripts, a detail for people.
+fn json_error(status: StatusCode, kind: &str, detail: &str) -> Response<ProxyBody> {
+    scalpel_http::error_response(status, kind, detail)
+        .map(|b| Full::new(b).map_err(|n| match n {}).boxed())
 }
 
 fn wants_mirror(ctx: &Ctx, method: &Method, pq: &str, headers: &HeaderMap) -> bool {
@@ -408,28 +582,23 @@ async fn handle(req: Request<Incoming>, ctx: Arc<Ctx>) -> Result<Response<ProxyB
         .to_string();
     let mut mirror_tx = None;
     let forward_body: ProxyBody = if wants_mirror(&ctx, &parts.method, &pq, &parts.headers) {
-        match buffer_body(&mut body, ctx.cfg.max_request_body).await {
+        let read = buffer_body(&mut body, ctx.cfg.max_request_body);
+        let Ok(read) = tokio::time::timeout(ctx.cfg.client_timeout, read).await else {
+            ctx.counters.client_timeouts.fetch_add(1, Ordering::Relaxed);
+            return Ok(json_error(
+                StatusCode::REQUEST_TIMEOUT,
+                "client_timeout",
+                "the request body did not arrive within the client time-out",
+            ));
+        };
+        match read {
             Ok(Ok(full)) => {
-                let (tx, rx) = oneshot::channel();
-                let job = MirrorJob {
-                    request: ShadowRequest::new(
-                        parts.method.clone(),
-                        pq.clone(),
-                        parts.headers.clone(),
-                        full.clone(),
-                    ),
-                    primary: rx,
-                };
-                match ctx.queue.try_send(job) {
-                    Ok(()) => {
-                        ctx.counters.mirrored.fetch_add(1, Ordering::Relaxed);
-                        mirror_tx = Some(tx);
-                    }
-                    Err(_) => ctx.recorder.skip(SkipReason::QueueFull),
-                }
+                ctx.counters.chosen.fetch_add(1, Ordering::Relaxed);
+                mirror_tx = queue_mirror(&ctx, &parts.method, &pq, &parts.headers, &full);
                 Full::new(full).map_err(|n| match n {}).boxed()
             }
             Ok(Err(prefix)) => {
+                ctx.counters.chosen.fetch_add(1, Ordering::Relaxed);
                 ctx.recorder.skip(SkipReason::RequestBodyTooLarge);
                 PrefixedBody {
                     prefix: Some(prefix),
@@ -441,6 +610,7 @@ async fn handle(req: Request<Incoming>, ctx: Arc<Ctx>) -> Result<Response<ProxyB
                 tracing::debug!(error = %e, "client body failed");
                 return Ok(json_error(
                     StatusCode::BAD_REQUEST,
+                    "bad_request",
                     "could not read the request body",
                 ));
             }
@@ -451,16 +621,35 @@ async fn handle(req: Request<Incoming>, ctx: Arc<Ctx>) -> Result<Response<ProxyB
 
     let uri = match ctx.cfg.primary.uri(&pq) {
         Ok(u) => u,
-        Err(_) => return Ok(json_error(StatusCode::BAD_REQUEST, "bad request target")),
+        Err(_) => {
+            if let Some(tx) = mirror_tx {
+                let _ = tx.send(PrimaryOutcome::Skipped(SkipReason::PrimaryIncomplete));
+            }
+            return Ok(json_error(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                "bad request target",
+            ));
+        }
     };
     let mut out = Request::new(forward_body);
     *out.method_mut() = parts.method;
     *out.uri_mut() = uri;
-    for (k, v) in &parts.headers {
-        if !is_hop_by_hop(k) {
-            out.headers_mut().append(k.clone(), v.clone());
-        }
+    *out.headers_mut() = forwardable(&parts.headers);
+    // `TE` is hop-by-hop, but a client that accepts trailers can only get them if the
+    // primary is told this hop accepts them too (the proxy passes them on).
+    if accepts_trailers(&parts.headers) {
+        out.headers_mut()
+            .insert(TE, HeaderValue::from_static("trailers"));
     }
+    // hyper's server has no way to send an interim response, so a 103 Early Hints (or
+    // any 1xx) from the primary cannot be passed on; it is counted, not lost silently.
+    let counters = ctx.counters.clone();
+    hyper::ext::on_informational(&mut out, move |_| {
+        counters
+            .informational_dropped
+            .fetch_add(1, Ordering::Relaxed);
+    });
     let start = Instant::now();
     let resp = match tokio::time::timeout(ctx.cfg.primary_timeout, ctx.primary.request(out)).await {
         Ok(Ok(r)) => r,
@@ -468,32 +657,36 @@ async fn handle(req: Request<Incoming>, ctx: Arc<Ctx>) -> Result<Response<ProxyB
             ctx.counters.primary_errors.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(error = %e, "primary failed");
             if let Some(tx) = mirror_tx {
-                let _ = tx.send(Err(Failure::Connect));
+                let _ = tx.send(PrimaryOutcome::Failed(head_failure(&e)));
             }
+            let kind = head_failure(&e);
             return Ok(json_error(
                 StatusCode::BAD_GATEWAY,
+                &format!("primary_{}", kind.as_str()),
                 "the primary did not answer",
             ));
         }
         Err(_) => {
             ctx.counters.primary_errors.fetch_add(1, Ordering::Relaxed);
             if let Some(tx) = mirror_tx {
-                let _ = tx.send(Err(Failure::Timeout));
+                let _ = tx.send(PrimaryOutcome::Failed(Failure::Timeout));
             }
             return Ok(json_error(
                 StatusCode::GATEWAY_TIMEOUT,
-                "the primary timed out",
+                "primary_timeout",
+                "the primary did not answer within the primary time-out",
             ));
         }
     };
     let (mut head, body) = resp.into_parts();
-    head.headers.retain_hop_by_hop();
+    // hyper frames the body itself; `Trailer` stays (it is end to end).
+    strip_hop_by_hop(&mut head.headers);
     let body = match mirror_tx {
         Some(tx) => TeeBody {
             inner: body,
             buf: BytesMut::new(),
             limit: ctx.cfg.max_response_body,
-            over: false,
+            charge: ctx.budget.charge(),
             head: Some((head.status, head.headers.clone(), start)),
             tx: Some(tx),
         }
@@ -503,20 +696,47 @@ async fn handle(req: Request<Incoming>, ctx: Arc<Ctx>) -> Result<Response<ProxyB
     Ok(Response::from_parts(head, body))
 }
 
-trait RetainHopByHop {
-    fn retain_hop_by_hop(&mut self);
-}
-
-impl RetainHopByHop for HeaderMap {
-    /// Drops hop-by-hop headers (hyper frames the body itself).
-    fn retain_hop_by_hop(&mut self) {
-        let names: Vec<_> = self
-            .keys()
-            .filter(|k| is_hop_by_hop(k) && *k != http::header::HOST)
-            .cloned()
-            .collect();
-        for n in names {
-            self.remove(n);
+/// Queues the mirror of a chosen request whose body was read whole, or counts why not;
+/// returns where to send the primary's answer when it is queued.
+fn queue_mirror(
+    ctx: &Ctx,
+    method: &Method,
+    pq: &str,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Option<oneshot::Sender<PrimaryOutcome>> {
+    let pending = Pending::new(ctx.recorder.clone());
+    let mut charge = ctx.budget.charge();
+    let size = body.len()
+        + pq.len()
+        + headers
+            .iter()
+            .map(|(k, v)| k.as_str().len() + v.len())
+            .sum::<usize>();
+    if !charge.grow(size) {
+        pending.skip(SkipReason::OverBudget);
+        return None;
+    }
+    let (tx, rx) = oneshot::channel();
+    let job = MirrorJob {
+        request: ShadowRequest::new(method.clone(), pq, headers.clone(), body.clone()),
+        primary: rx,
+        received: Instant::now(),
+        _charge: charge,
+        pending,
+    };
+    match ctx.queue.try_send(job) {
+        Ok(()) => {
+            ctx.counters.mirrored.fetch_add(1, Ordering::Relaxed);
+            Some(tx)
+        }
+        Err(mpsc::error::TrySendError::Full(job)) => {
+            job.pending.skip(SkipReason::QueueFull);
+            None
+        }
+        Err(mpsc::error::TrySendError::Closed(job)) => {
+            job.pending.skip(SkipReason::AbandonedAtShutdown);
+            None
         }
     }
 }
@@ -542,30 +762,37 @@ impl Body for PrefixedBody {
     }
 }
 
-/// The primary's body on its way to the client, copied (up to a limit) for comparison.
-/// The client never waits for the copy: each frame is passed on as it arrives.
+/// The primary's body on its way to the client, copied (up to a limit, within the
+/// mirror byte budget) for comparison. The client never waits for the copy: each frame
+/// is passed on as it arrives.
 struct TeeBody {
     inner: Incoming,
     buf: BytesMut,
     limit: usize,
-    over: bool,
+    charge: Charge,
     head: Option<(StatusCode, HeaderMap, Instant)>,
-    tx: Option<oneshot::Sender<Result<ShadowResponse, Failure>>>,
+    tx: Option<oneshot::Sender<PrimaryOutcome>>,
 }
 
 impl TeeBody {
-    fn finish(&mut self, outcome: Result<(), Failure>) {
+    /// Hands the captured answer (or why there is none) to the mirror, once.
+    fn finish(&mut self, outcome: Result<(), PrimaryOutcome>) {
         let Some(tx) = self.tx.take() else { return };
         let result = match (outcome, self.head.take()) {
-            (Ok(()), Some((status, headers, start))) => Ok(ShadowResponse {
+            (Ok(()), Some((status, headers, start))) => PrimaryOutcome::Done(ShadowResponse {
                 status,
                 headers,
                 body: std::mem::take(&mut self.buf).freeze(),
                 latency: start.elapsed(),
+                // The bytes stay charged until the mirror has compared them.
+                charge: Some(self.charge.take()),
             }),
-            (Err(f), _) => Err(f),
-            (Ok(()), None) => Err(Failure::Aborted),
+            (Err(o), _) => o,
+            (Ok(()), None) => PrimaryOutcome::Skipped(SkipReason::PrimaryIncomplete),
         };
+        // The copy is no longer needed here, whatever happened to it.
+        self.buf = BytesMut::new();
+        drop(self.charge.take());
         let _ = tx.send(result);
     }
 }
@@ -581,23 +808,24 @@ impl Body for TeeBody {
         let this = &mut *self;
         let polled = Pin::new(&mut this.inner).poll_frame(cx);
         match &polled {
-            Poll::Ready(Some(Ok(frame))) => {
-                if let Some(data) = frame.data_ref()
-                    && !this.over
-                    && this.tx.is_some()
-                {
+            Poll::Ready(Some(Ok(frame))) if this.tx.is_some() => {
+                if let Some(data) = frame.data_ref() {
                     if this.buf.len() + data.len() > this.limit {
-                        this.over = true;
-                        this.buf = BytesMut::new();
-                        this.finish(Err(Failure::TooLarge));
+                        this.finish(Err(PrimaryOutcome::Skipped(SkipReason::ResponseTooLarge)));
+                    } else if !this.charge.grow(data.len()) {
+                        this.finish(Err(PrimaryOutcome::Skipped(SkipReason::OverBudget)));
                     } else {
                         this.buf.extend_from_slice(data);
                     }
+                } else if frame.is_trailers() {
+                    // Trailers are the last frame: the answer is complete.
+                    this.finish(Ok(()));
                 }
             }
             Poll::Ready(None) => this.finish(Ok(())),
-            Poll::Ready(Some(Err(_))) => this.finish(Err(Failure::Connect)),
-            Poll::Pending => {}
+            // The head came; the body broke (cut short, a bad chunk).
+            Poll::Ready(Some(Err(_))) => this.finish(Err(PrimaryOutcome::Failed(Failure::Body))),
+            _ => {}
         }
         polled
     }
@@ -617,10 +845,13 @@ impl Drop for TeeBody {
         if self.inner.is_end_stream() {
             self.finish(Ok(()));
         } else {
-            self.finish(Err(Failure::Aborted));
+            self.finish(Err(PrimaryOutcome::Skipped(SkipReason::PrimaryIncomplete)));
         }
     }
 }
+
+/// A scraper has this long to send its request head.
+const ADMIN_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
 async fn serve_admin(listener: TcpListener, ctx: Arc<Ctx>) {
     loop {
@@ -635,6 +866,8 @@ async fn serve_admin(listener: TcpListener, ctx: Arc<Ctx>) {
                 async move { Ok::<_, Infallible>(admin_response(req.uri().path(), &ctx)) }
             });
             let _ = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(ADMIN_HEADER_TIMEOUT)
                 .serve_connection(TokioIo::new(stream), svc)
                 .await;
         });
@@ -695,9 +928,24 @@ fn metrics_text(ctx: &Ctx) -> String {
         one(&c.primary_errors),
     );
     counter(
+        "scalpel_shadow_chosen_total",
+        "Requests chosen for comparison; each ends in compared, failed or skipped.",
+        one(&c.chosen),
+    );
+    counter(
         "scalpel_shadow_mirrored_total",
-        "Requests queued for mirroring.",
+        "Chosen requests queued for the candidate.",
         one(&c.mirrored),
+    );
+    counter(
+        "scalpel_shadow_client_timeouts_total",
+        "Requests whose body did not arrive within the client time-out (408).",
+        one(&c.client_timeouts),
+    );
+    counter(
+        "scalpel_shadow_informational_dropped_total",
+        "1xx interim responses (103 Early Hints…) of the primary not passed on.",
+        one(&c.informational_dropped),
     );
     counter(
         "scalpel_shadow_not_mirrored_total",
@@ -742,8 +990,13 @@ fn metrics_text(ctx: &Ctx) -> String {
         vec![(String::new(), s.mismatched)],
     );
     counter(
+        "scalpel_shadow_failed_total",
+        "Chosen requests not compared because the primary or the candidate failed.",
+        vec![(String::new(), s.errors)],
+    );
+    counter(
         "scalpel_shadow_mirror_errors_total",
-        "Mirror exchanges that failed, by side and kind.",
+        "Failed sides of chosen requests, by side and kind (both sides when both failed).",
         s.errors_by_kind
             .iter()
             .map(|(k, v)| {
@@ -781,6 +1034,11 @@ fn metrics_text(ctx: &Ctx) -> String {
         "Store writes dropped because the writer was behind.",
         vec![(String::new(), ctx.recorder.store_dropped())],
     );
+    counter(
+        "scalpel_shadow_store_failed_total",
+        "Store transactions SQLite refused (disk full, file locked).",
+        vec![(String::new(), ctx.recorder.store_failed())],
+    );
     let _ = writeln!(
         out,
         "# HELP scalpel_shadow_mirror_in_flight Mirror exchanges running now.\n# TYPE scalpel_shadow_mirror_in_flight gauge\nscalpel_shadow_mirror_in_flight {}",
@@ -791,10 +1049,39 @@ fn metrics_text(ctx: &Ctx) -> String {
         "# HELP scalpel_shadow_mirror_queue_depth Mirror jobs waiting for a slot.\n# TYPE scalpel_shadow_mirror_queue_depth gauge\nscalpel_shadow_mirror_queue_depth {}",
         ctx.queue.max_capacity() - ctx.queue.capacity()
     );
-    let _ = writeln!(
-        out,
-        "# HELP scalpel_shadow_consistency_percent Matched pairs out of compared pairs.\n# TYPE scalpel_shadow_consistency_percent gauge\nscalpel_shadow_consistency_percent {}",
-        s.consistency_percent
+    let mut gauge = |name: &str, help: &str, v: String| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+    };
+    let b = &ctx.budget;
+    gauge(
+        "scalpel_shadow_mirror_bytes",
+        "Bytes of bodies held now for queued and in-flight mirrors.",
+        b.used().to_string(),
+    );
+    gauge(
+        "scalpel_shadow_mirror_bytes_peak",
+        "The most bytes ever held at once for mirrors.",
+        b.peak().to_string(),
+    );
+    gauge(
+        "scalpel_shadow_mirror_budget_bytes",
+        "The mirror byte budget (--mirror-budget).",
+        b.limit().to_string(),
+    );
+    gauge(
+        "scalpel_shadow_client_connections",
+        "Client connections open now.",
+        c.connections.load(Ordering::Relaxed).to_string(),
+    );
+    gauge(
+        "scalpel_shadow_consistency_percent",
+        "Matched pairs out of compared pairs.",
+        s.consistency_percent.to_string(),
+    );
+    gauge(
+        "scalpel_shadow_coverage_percent",
+        "Compared requests out of chosen ones (the rest failed or were skipped).",
+        s.coverage_percent.to_string(),
     );
     out
 }

@@ -4,11 +4,16 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use std::borrow::Cow;
+use std::cell::OnceCell;
+
+use bytes::Bytes;
 use http::HeaderMap;
-use scalpel_diff::{Comparer, Difference, NoiseRule, RouteNormalizer};
+use http::header::CONTENT_ENCODING;
+use scalpel_diff::{Comparer, DecodeError, Difference, NoiseRule, RouteNormalizer, decode_body};
 
 use crate::ShadowError;
 use crate::model::{Failure, ShadowRequest, ShadowResponse, SkipReason};
@@ -20,6 +25,9 @@ use crate::tally::{Sample, SampleResponse, Summary, Tally, signature};
 /// shows many kinds of difference rather than one kind many times.
 const SAMPLES_PER_SIGNATURE: usize = 3;
 
+/// The default cap on a body once its `Content-Encoding` is undone.
+pub const DEFAULT_MAX_DECODED_BODY: usize = 16 << 20;
+
 /// The comparison rules of a run.
 #[derive(Debug, Clone)]
 pub struct CompareSettings {
@@ -29,6 +37,7 @@ pub struct CompareSettings {
     redactor: Redactor,
     max_samples: usize,
     secondary: bool,
+    max_decoded_body: usize,
 }
 
 impl CompareSettings {
@@ -49,7 +58,16 @@ impl CompareSettings {
             redactor,
             max_samples,
             secondary,
+            max_decoded_body: DEFAULT_MAX_DECODED_BODY,
         }
+    }
+
+    /// Caps a body once its `Content-Encoding` (gzip, deflate, br, zstd) is undone; a pair
+    /// with a side over it is not compared (skipped as `decoded_too_large`). Default
+    /// [`DEFAULT_MAX_DECODED_BODY`].
+    pub fn with_max_decoded_body(mut self, bytes: usize) -> Self {
+        self.max_decoded_body = bytes;
+        self
     }
 
     /// The noise rule.
@@ -101,6 +119,7 @@ pub struct Recorder {
     /// mutex that a low-priority mirror thread may hold), folded into the tally whenever
     /// it is read or written. Indexed like [`SkipReason::ALL`].
     pending_skips: [AtomicU64; SkipReason::ALL.len()],
+    final_commit_ok: AtomicBool,
 }
 
 impl Recorder {
@@ -111,6 +130,7 @@ impl Recorder {
             inner: Mutex::new(Inner::default()),
             store,
             pending_skips: Default::default(),
+            final_commit_ok: AtomicBool::new(true),
         }
     }
 
@@ -148,6 +168,7 @@ impl Recorder {
             inner: Mutex::new(inner),
             store: Some(store),
             pending_skips: Default::default(),
+            final_commit_ok: AtomicBool::new(true),
         })
     }
 
@@ -184,25 +205,68 @@ impl Recorder {
         candidate: Result<&ShadowResponse, Failure>,
         secondary: Option<Result<&ShadowResponse, Failure>>,
     ) -> Option<Observation> {
+        self.record(req, Ok(primary), candidate, secondary)
+    }
+
+    /// Records one exchange in which any side may have failed. When the primary or the
+    /// candidate failed, the request counts once as failed (`errors`) and each side's
+    /// failure is counted by kind (`primary:timeout`, `candidate:body`…) — all of them,
+    /// not only the first. Otherwise the pair is compared, bodies decoded per
+    /// `Content-Encoding` first; a secondary that failed is counted by kind and the pair
+    /// is compared without noise figures. Returns what was found, or `None` when nothing
+    /// was compared.
+    pub fn record(
+        &self,
+        req: &ShadowRequest,
+        primary: Result<&ShadowResponse, Failure>,
+        candidate: Result<&ShadowResponse, Failure>,
+        secondary: Option<Result<&ShadowResponse, Failure>>,
+    ) -> Option<Observation> {
         let endpoint = self.endpoint(&req.path_and_query);
-        let candidate = match candidate {
-            Ok(c) => c,
-            Err(f) => {
+        let (primary, candidate) = match (primary, candidate) {
+            (Ok(p), Ok(c)) => (p, c),
+            (p, c) => {
                 let mut inner = self.lock();
-                inner.tally.error(&endpoint, "candidate", f);
+                let ep = inner.tally.endpoint(&endpoint);
+                ep.failed += 1;
+                for (side, r) in [("primary", p.err()), ("candidate", c.err())] {
+                    if let Some(f) = r {
+                        inner.tally.error(&endpoint, side, f);
+                    }
+                }
+                if let Some(Err(f)) = secondary {
+                    inner.tally.error(&endpoint, "secondary", f);
+                }
                 inner.dirty = true;
                 return None;
             }
         };
         let cmp = &self.settings.comparer;
-        let differences = cmp.compare(&primary.view(), &candidate.view());
-        let (secondary, noise_differences) = match secondary {
-            Some(Ok(s)) => (Some(s), cmp.compare(&primary.view(), &s.view())),
+        let max = self.settings.max_decoded_body;
+        let (p, c) = (Side::new(primary, max), Side::new(candidate, max));
+        let Some(differences) = compare_sides(cmp, &p, &c) else {
+            self.skip(SkipReason::DecodedTooLarge);
+            return None;
+        };
+        let s = match secondary {
+            Some(Ok(s)) => Some(Side::new(s, max)),
             Some(Err(f)) => {
                 self.lock().tally.error(&endpoint, "secondary", f);
-                (None, Vec::new())
+                None
             }
-            None => (None, Vec::new()),
+            None => None,
+        };
+        let noise_differences = match &s {
+            Some(s) => match compare_sides(cmp, &p, s) {
+                Some(d) => d,
+                None => {
+                    self.lock()
+                        .tally
+                        .error(&endpoint, "secondary", Failure::TooLarge);
+                    Vec::new()
+                }
+            },
+            None => Vec::new(),
         };
         let mut inner = self.lock();
         inner
@@ -221,9 +285,9 @@ impl Recorder {
                 let s = self.build_sample(
                     &endpoint,
                     req,
-                    primary,
-                    candidate,
-                    secondary,
+                    &p,
+                    &c,
+                    s.as_ref(),
                     &differences,
                     &noise_differences,
                 );
@@ -255,10 +319,12 @@ impl Recorder {
         self.pending_skips[i].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Counts a failed primary (replay: the pair cannot be compared).
+    /// Counts a failed primary whose other sides were not asked (the pair cannot be
+    /// compared). When they were, use [`Recorder::record`], which counts every side.
     pub fn primary_failed(&self, path_and_query: &str, failure: Failure) {
         let endpoint = self.endpoint(path_and_query);
         let mut inner = self.lock();
+        inner.tally.endpoint(&endpoint).failed += 1;
         inner.tally.error(&endpoint, "primary", failure);
         inner.dirty = true;
     }
@@ -294,13 +360,20 @@ impl Recorder {
 
     /// Flushes and waits until the store committed everything (shutdown). Blocking.
     pub fn flush_and_sync(&self) {
-        self.flush();
-        if let Some(store) = &self.store {
-            store.sync();
-            // A flush dropped because the writer was behind gets one more chance.
-            self.flush();
-            store.sync();
-        }
+        let Some(store) = &self.store else { return };
+        store.sync();
+        let failed_before = store.failed();
+        // Always the whole counters, waited for: an earlier write may have been dropped
+        // or refused by SQLite although nothing changed since.
+        let tally = {
+            let mut inner = self.lock();
+            inner.dirty = false;
+            inner.tally.clone()
+        };
+        let queued = store.write_waiting(tally);
+        store.sync();
+        self.final_commit_ok
+            .store(queued && store.failed() == failed_before, Ordering::Relaxed);
     }
 
     /// Store messages dropped because the writer was behind.
@@ -308,23 +381,48 @@ impl Recorder {
         self.store.as_ref().map_or(0, Store::dropped)
     }
 
+    /// Store transactions SQLite refused (disk full, file locked past the busy time-out):
+    /// what they held is not on disk unless a later write carried it.
+    pub fn store_failed(&self) -> u64 {
+        self.store.as_ref().map_or(0, Store::failed)
+    }
+
+    /// After [`Recorder::flush_and_sync`]: whether its final commit of the counters
+    /// reached the disk (always `true` without a store).
+    pub fn store_complete(&self) -> bool {
+        self.final_commit_ok.load(Ordering::Relaxed)
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn build_sample(
         &self,
         endpoint: &str,
         req: &ShadowRequest,
-        primary: &ShadowResponse,
-        candidate: &ShadowResponse,
-        secondary: Option<&ShadowResponse>,
+        primary: &Side<'_>,
+        candidate: &Side<'_>,
+        secondary: Option<&Side<'_>>,
         differences: &[Difference],
         noise_differences: &[Difference],
     ) -> Sample {
         let r = &self.settings.redactor;
-        let resp = |x: &ShadowResponse| SampleResponse {
-            status: x.status.as_u16(),
-            headers: header_pairs(&r.headers(&x.headers)),
-            body: r.body(&x.headers, &x.body),
+        // Samples show bodies as compared: decoded (as they came when that failed).
+        let resp = |x: &Side<'_>| SampleResponse {
+            status: x.raw.status.as_u16(),
+            headers: header_pairs(&r.headers(&x.raw.headers)),
+            body: r.body(
+                &x.raw.headers,
+                &match x.decoded() {
+                    Some(Cow::Owned(b)) => Bytes::copy_from_slice(b),
+                    _ => x.raw.body.clone(),
+                },
+            ),
         };
+        // A compressed request body is decoded too, so that redaction can see into it.
+        let request_body =
+            match decode_body(&req.headers, &req.body, self.settings.max_decoded_body) {
+                Ok(b) => Bytes::copy_from_slice(&b),
+                Err(_) => req.body.clone(),
+            };
         let redact_all = |ds: &[Difference]| -> Vec<Difference> {
             ds.iter()
                 .cloned()
@@ -342,7 +440,7 @@ impl Recorder {
             method: req.method.to_string(),
             target: r.target(&req.path_and_query),
             request_headers: header_pairs(&r.headers(&req.headers)),
-            request_body: r.body(&req.headers, &req.body),
+            request_body: r.body(&req.headers, &request_body),
             primary: resp(primary),
             candidate: resp(candidate),
             secondary: secondary.map(resp),
@@ -352,13 +450,78 @@ impl Recorder {
     }
 }
 
+/// One side's response, its body decoded per `Content-Encoding` only when needed (once).
+struct Side<'a> {
+    raw: &'a ShadowResponse,
+    max: usize,
+    decoded: OnceCell<Option<Cow<'a, [u8]>>>,
+}
+
+impl<'a> Side<'a> {
+    fn new(raw: &'a ShadowResponse, max: usize) -> Self {
+        Self {
+            raw,
+            max,
+            decoded: OnceCell::new(),
+        }
+    }
+
+    /// The body with its coding undone; as it came when the coding is unknown or the
+    /// bytes are corrupt (so that it differs from a good body); `None` when the decoded
+    /// body is over the cap.
+    fn decoded(&self) -> Option<&Cow<'a, [u8]>> {
+        self.decoded
+            .get_or_init(
+                || match decode_body(&self.raw.headers, &self.raw.body, self.max) {
+                    Ok(b) => Some(b),
+                    Err(DecodeError::TooLarge { .. }) => None,
+                    Err(_) => Some(Cow::Borrowed(&self.raw.body[..])),
+                },
+            )
+            .as_ref()
+    }
+
+    fn encoding_and_body_equal(&self, other: &Side<'_>) -> bool {
+        self.raw.body == other.raw.body
+            && self.raw.headers.get_all(CONTENT_ENCODING).iter().eq(other
+                .raw
+                .headers
+                .get_all(CONTENT_ENCODING)
+                .iter())
+    }
+}
+
+/// Compares two sides; `None` when a body is over the decoded-size cap. Identical bytes
+/// in the same coding are the same document and are not decoded (the common case of a
+/// healthy run); otherwise both bodies are decoded first.
+fn compare_sides(cmp: &Comparer, a: &Side<'_>, b: &Side<'_>) -> Option<Vec<Difference>> {
+    let (ab, bb): (&[u8], &[u8]) = if a.encoding_and_body_equal(b) {
+        (&a.raw.body, &b.raw.body)
+    } else {
+        (a.decoded()?, b.decoded()?)
+    };
+    Some(cmp.compare(
+        &scalpel_diff::Response::new(a.raw.status.as_u16(), &a.raw.headers, ab),
+        &scalpel_diff::Response::new(b.raw.status.as_u16(), &b.raw.headers, bb),
+    ))
+}
+
+/// Headers for a sample: each value as text, or `base64:…` when it is not UTF-8 (never
+/// replacement characters).
 fn header_pairs(h: &HeaderMap) -> Vec<(String, String)> {
     h.iter()
         .map(|(k, v)| {
-            (
-                k.to_string(),
-                String::from_utf8_lossy(v.as_bytes()).into_owned(),
-            )
+            let value = match std::str::from_utf8(v.as_bytes()) {
+                Ok(t) => t.to_string(),
+                Err(_) => {
+                    use base64::Engine as _;
+                    format!(
+                        "base64:{}",
+                        base64::engine::general_purpose::STANDARD.encode(v.as_bytes())
+                    )
+                }
+            };
+            (k.to_string(), value)
         })
         .collect()
 }

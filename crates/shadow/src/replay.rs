@@ -1,14 +1,16 @@
 //! Replay: every request of a data set to every side, every pair compared.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use http::HeaderMap;
 use scalpel_requests::{RenderedRequest, RequestSet};
 
-use crate::client::{Upstream, buffered_client, exchange};
-use crate::model::ShadowRequest;
+use tokio::sync::Notify;
+
+use crate::client::{BufferedClient, ExchangeError, Upstream, buffered_client, exchange};
+use crate::model::{Failure, ShadowRequest, ShadowResponse, SkipReason};
 use crate::recorder::Recorder;
 
 /// How a replay runs.
@@ -28,11 +30,13 @@ pub struct ReplayConfig {
     pub max_body: usize,
 }
 
-/// Live progress of a replay, readable from another task.
+/// Live progress of a replay, readable from another task, and its stop button.
 #[derive(Debug, Default)]
 pub struct ReplayProgress {
     done: AtomicU64,
     total: AtomicU64,
+    stopping: AtomicBool,
+    stop: Notify,
 }
 
 impl ReplayProgress {
@@ -45,6 +49,19 @@ impl ReplayProgress {
     pub fn total(&self) -> u64 {
         self.total.load(Ordering::Relaxed)
     }
+
+    /// Stops the replay now (e.g. at SIGINT): no further request is sent, and the
+    /// exchanges in flight are abandoned and counted as skipped
+    /// (`abandoned_at_shutdown`), so that the counters written afterwards hold every
+    /// request that was sent.
+    pub fn stop(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        self.stop.notify_waiters();
+    }
+
+    fn stopped(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
 }
 
 /// How a replay went, beside what the recorder counted.
@@ -52,6 +69,8 @@ impl ReplayProgress {
 pub struct ReplayStats {
     /// Requests sent (to each side).
     pub requests: u64,
+    /// Requests of the data set that were never sent because the replay was stopped.
+    pub not_sent: u64,
     /// Wall time.
     pub elapsed: Duration,
 }
@@ -78,22 +97,28 @@ pub async fn replay(
     let client = buffered_client(cfg.timeout, workers);
     let start = Instant::now();
     let mut tasks = Vec::with_capacity(workers);
+    let sent = Arc::new(AtomicU64::new(0));
     for _ in 0..workers {
-        let (set, cfg, recorder, progress, next, client) = (
+        let (set, cfg, recorder, progress, next, client, sent) = (
             set.clone(),
             cfg.clone(),
             recorder.clone(),
             progress.clone(),
             next.clone(),
             client.clone(),
+            sent.clone(),
         );
         tasks.push(tokio::spawn(async move {
             let mut rendered = RenderedRequest::default();
             loop {
+                if progress.stopped() {
+                    break;
+                }
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= total {
                     break;
                 }
+                sent.fetch_add(1, Ordering::Relaxed);
                 set.render_into(i, &mut rendered);
                 let mut headers = HeaderMap::with_capacity(rendered.headers.len());
                 for (k, v) in &rendered.headers {
@@ -108,26 +133,40 @@ pub async fn replay(
                 let (t, max) = (cfg.timeout, cfg.max_body);
                 let secondary = async {
                     match &cfg.secondary {
-                        Some(s) => Some(exchange(&client, s, &req, t, max).await),
+                        Some(s) => Some(ask(&client, s, &req, t, max).await),
                         None => None,
                     }
                 };
-                let (p, c, s) = tokio::join!(
-                    exchange(&client, &cfg.primary, &req, t, max),
-                    exchange(&client, &cfg.candidate, &req, t, max),
-                    secondary
-                );
-                match p {
-                    Ok(p) => {
-                        recorder.observe(
-                            &req,
-                            &p,
-                            c.as_ref().map_err(|f| *f),
-                            s.as_ref().map(|r| r.as_ref().map_err(|f| *f)),
-                        );
-                    }
-                    Err(f) => recorder.primary_failed(&req.path_and_query, f),
+                let work = async {
+                    tokio::join!(
+                        ask(&client, &cfg.primary, &req, t, max),
+                        ask(&client, &cfg.candidate, &req, t, max),
+                        secondary
+                    )
+                };
+                let stop = progress.stop.notified();
+                tokio::pin!(stop);
+                // Registered before the check, so a stop in between is not missed.
+                stop.as_mut().enable();
+                if progress.stopped() {
+                    recorder.skip(SkipReason::AbandonedAtShutdown);
+                    break;
                 }
+                let (p, c, s) = tokio::select! {
+                    r = work => r,
+                    () = stop => {
+                        recorder.skip(SkipReason::AbandonedAtShutdown);
+                        break;
+                    }
+                };
+                // Every side is counted, whichever failed (a dead primary does not
+                // hide a dead candidate).
+                recorder.record(
+                    &req,
+                    p.as_ref().map_err(|f| *f),
+                    c.as_ref().map_err(|f| *f),
+                    s.as_ref().map(|r| r.as_ref().map_err(|f| *f)),
+                );
                 progress.done.fetch_add(1, Ordering::Relaxed);
             }
         }));
@@ -135,8 +174,26 @@ pub async fn replay(
     for t in tasks {
         let _ = t.await;
     }
+    let sent = sent.load(Ordering::Relaxed).min(total);
     ReplayStats {
-        requests: total,
+        requests: sent,
+        not_sent: total - sent,
         elapsed: start.elapsed(),
     }
+}
+
+/// One side's whole answer (replay holds no byte budget: one request per worker).
+async fn ask(
+    client: &BufferedClient,
+    upstream: &Upstream,
+    req: &ShadowRequest,
+    timeout: Duration,
+    max_body: usize,
+) -> Result<ShadowResponse, Failure> {
+    exchange(client, upstream, req, timeout, max_body, None)
+        .await
+        .map_err(|e| match e {
+            ExchangeError::Failed(f) => f,
+            ExchangeError::OverBudget => Failure::TooLarge,
+        })
 }

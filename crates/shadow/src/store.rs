@@ -7,9 +7,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use bytes::Bytes;
@@ -24,7 +24,8 @@ const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS skipped (reason TEXT PRIMARY KEY, count INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS endpoints (
-    endpoint TEXT PRIMARY KEY, compared INTEGER NOT NULL, signature_overflow INTEGER NOT NULL);
+    endpoint TEXT PRIMARY KEY, compared INTEGER NOT NULL, signature_overflow INTEGER NOT NULL,
+    failed INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS endpoint_errors (
     endpoint TEXT NOT NULL, kind TEXT NOT NULL, count INTEGER NOT NULL,
     PRIMARY KEY (endpoint, kind));
@@ -64,7 +65,8 @@ pub struct Store {
     tx: SyncSender<Msg>,
     thread: Mutex<Option<JoinHandle<()>>>,
     dropped: AtomicU64,
-    failed: AtomicU64,
+    /// Shared with the writer thread, which counts each transaction SQLite refused.
+    failed: Arc<AtomicU64>,
 }
 
 /// What a store file holds.
@@ -104,7 +106,32 @@ fn open_connection(path: &Path) -> Result<Connection, ShadowError> {
     conn.busy_timeout(std::time::Duration::from_secs(5))
         .map_err(db_err(path))?;
     conn.execute_batch(SCHEMA).map_err(db_err(path))?;
+    // Stores written before failed requests were counted apart get the column.
+    // Then each primary or candidate error was one failed request: the column is filled
+    // from them, so an old run's failures are not forgotten (a verdict must not pass).
+    if !has_failed_column(&conn).map_err(db_err(path))? {
+        conn.execute_batch(
+            "BEGIN;
+             ALTER TABLE endpoints ADD COLUMN failed INTEGER NOT NULL DEFAULT 0;
+             UPDATE endpoints SET failed = (
+                 SELECT COALESCE(SUM(count), 0) FROM endpoint_errors e
+                 WHERE e.endpoint = endpoints.endpoint AND e.kind NOT LIKE 'secondary:%');
+             COMMIT;",
+        )
+        .map_err(db_err(path))?;
+    }
     Ok(conn)
+}
+
+fn has_failed_column(conn: &Connection) -> rusqlite::Result<bool> {
+    let mut st = conn.prepare("SELECT name FROM pragma_table_info('endpoints')")?;
+    let names = st.query_map([], |r| r.get::<_, String>(0))?;
+    for n in names {
+        if n? == "failed" {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 impl Store {
@@ -124,9 +151,11 @@ impl Store {
         let existing = read_run(&conn, path)?;
         let (tx, rx) = mpsc::sync_channel(CHANNEL);
         let thread_path = path.to_path_buf();
+        let failed = Arc::new(AtomicU64::new(0));
+        let writer_failed = failed.clone();
         let thread = std::thread::Builder::new()
             .name("scalpel-store".into())
-            .spawn(move || writer(conn, rx, &thread_path))
+            .spawn(move || writer(conn, rx, &thread_path, &writer_failed))
             .map_err(|e| ShadowError::Store {
                 path: path.to_path_buf(),
                 reason: e.to_string(),
@@ -137,7 +166,7 @@ impl Store {
                 tx,
                 thread: Mutex::new(Some(thread)),
                 dropped: AtomicU64::new(0),
-                failed: AtomicU64::new(0),
+                failed,
             },
             existing,
         ))
@@ -196,6 +225,16 @@ impl Store {
         }
     }
 
+    /// Queues the counters, waiting for room if the writer is behind (shutdown only:
+    /// blocking). `false` when the writer is gone.
+    pub(crate) fn write_waiting(&self, tally: Tally) -> bool {
+        let msg = Msg::Write {
+            tally: Some(Box::new(tally)),
+            sample: None,
+        };
+        self.tx.send(msg).is_ok()
+    }
+
     /// Blocks until everything queued so far is committed. Blocking: call it from a
     /// plain thread or `spawn_blocking`, not from an async task.
     pub fn sync(&self) {
@@ -222,7 +261,7 @@ impl Drop for Store {
     }
 }
 
-fn writer(mut conn: Connection, rx: Receiver<Msg>, path: &Path) {
+fn writer(mut conn: Connection, rx: Receiver<Msg>, path: &Path, failed: &AtomicU64) {
     while let Ok(msg) = rx.recv() {
         match msg {
             Msg::Sync(done) => {
@@ -230,6 +269,9 @@ fn writer(mut conn: Connection, rx: Receiver<Msg>, path: &Path) {
             }
             Msg::Write { tally, sample } => {
                 if let Err(e) = write_tx(&mut conn, tally.as_deref(), sample.as_deref()) {
+                    // Counted, not only logged: a run whose evidence did not reach the
+                    // disk must say so at the end (`Recorder::store_failed`).
+                    failed.fetch_add(1, Ordering::Relaxed);
                     tracing::error!(store = %path.display(), error = %e, "store write failed");
                 }
             }
@@ -262,7 +304,8 @@ fn write_tally(tx: &rusqlite::Transaction<'_>, t: &Tally) -> rusqlite::Result<()
         st.execute(params![r.as_str(), *n as i64])?;
     }
     let mut ep_st = tx.prepare_cached(
-        "INSERT INTO endpoints (endpoint, compared, signature_overflow) VALUES (?1, ?2, ?3)",
+        "INSERT INTO endpoints (endpoint, compared, signature_overflow, failed)
+         VALUES (?1, ?2, ?3, ?4)",
     )?;
     let mut err_st = tx.prepare_cached(
         "INSERT INTO endpoint_errors (endpoint, kind, count) VALUES (?1, ?2, ?3)",
@@ -277,7 +320,8 @@ fn write_tally(tx: &rusqlite::Transaction<'_>, t: &Tally) -> rusqlite::Result<()
         ep_st.execute(params![
             name,
             ep.compared as i64,
-            ep.signature_overflow as i64
+            ep.signature_overflow as i64,
+            ep.failed as i64
         ])?;
         for (k, n) in &ep.errors {
             err_st.execute(params![name, k, *n as i64])?;
@@ -334,6 +378,11 @@ fn insert_sample(tx: &rusqlite::Transaction<'_>, s: &Sample) -> rusqlite::Result
     Ok(())
 }
 
+/// A stored count; a negative one (a damaged or hand-edited file) reads as 0.
+fn count(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
+
 fn read_run(conn: &Connection, path: &Path) -> Result<StoredRun, ShadowError> {
     read_run_inner(conn).map_err(db_err(path))
 }
@@ -350,23 +399,33 @@ fn read_run_inner(conn: &Connection) -> rusqlite::Result<StoredRun> {
     for row in st.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))? {
         let (reason, n) = row?;
         if let Some(r) = SkipReason::ALL.iter().find(|r| r.as_str() == reason) {
-            tally.skipped.insert(*r, n as u64);
+            tally.skipped.insert(*r, count(n));
         }
     }
-    let mut st = conn.prepare("SELECT endpoint, compared, signature_overflow FROM endpoints")?;
+    // A store from before failed requests were counted apart (read-only, so not
+    // migrated): each primary or candidate error was one failed request then.
+    let has_failed = has_failed_column(conn)?;
+    let sql = if has_failed {
+        "SELECT endpoint, compared, signature_overflow, failed FROM endpoints"
+    } else {
+        "SELECT endpoint, compared, signature_overflow, -1 FROM endpoints"
+    };
+    let mut st = conn.prepare(sql)?;
     for row in st.query_map([], |r| {
         Ok((
             r.get::<_, String>(0)?,
             r.get::<_, i64>(1)?,
             r.get::<_, i64>(2)?,
+            r.get::<_, i64>(3)?,
         ))
     })? {
-        let (name, compared, overflow) = row?;
+        let (name, compared, overflow, failed) = row?;
         tally.endpoints.insert(
             name,
             EndpointTally {
-                compared: compared as u64,
-                signature_overflow: overflow as u64,
+                compared: count(compared),
+                failed: count(failed),
+                signature_overflow: count(overflow),
                 errors: BTreeMap::new(),
                 fields: BTreeMap::new(),
                 signatures: HashMap::new(),
@@ -382,7 +441,11 @@ fn read_run_inner(conn: &Connection) -> rusqlite::Result<StoredRun> {
         ))
     })? {
         let (name, kind, n) = row?;
-        tally.endpoint(&name).errors.insert(kind, n as u64);
+        let ep = tally.endpoint(&name);
+        if !has_failed && !kind.starts_with("secondary:") {
+            ep.failed += count(n);
+        }
+        ep.errors.insert(kind, count(n));
     }
     let mut st = conn.prepare("SELECT endpoint, path, kind, raw, noise FROM fields")?;
     for row in st.query_map([], |r| {
@@ -399,8 +462,8 @@ fn read_run_inner(conn: &Connection) -> rusqlite::Result<StoredRun> {
             tally.endpoint(&name).fields.insert(
                 (path, kind),
                 FieldTally {
-                    raw: raw as u64,
-                    noise: noise as u64,
+                    raw: count(raw),
+                    noise: count(noise),
                 },
             );
         }
@@ -414,7 +477,7 @@ fn read_run_inner(conn: &Connection) -> rusqlite::Result<StoredRun> {
         ))
     })? {
         let (name, sig, n) = row?;
-        tally.endpoint(&name).signatures.insert(sig, n as u64);
+        tally.endpoint(&name).signatures.insert(sig, count(n));
     }
     let mut samples = Vec::new();
     let mut st = conn.prepare(
@@ -436,7 +499,7 @@ fn read_run_inner(conn: &Connection) -> rusqlite::Result<StoredRun> {
             None => None,
         };
         Ok(Sample {
-            recorded_at_ms: r.get::<_, i64>(0)? as u64,
+            recorded_at_ms: count(r.get::<_, i64>(0)?),
             endpoint: r.get(1)?,
             method: r.get(2)?,
             target: r.get(3)?,
@@ -465,4 +528,37 @@ fn read_run_inner(conn: &Connection) -> rusqlite::Result<StoredRun> {
         tally,
         samples,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A store written before failed requests had their own column: opened (migrated)
+    /// or only read, its failures still count, so its verdict cannot turn into a pass.
+    #[test]
+    fn stores_from_before_the_failed_column_keep_their_failures() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.db");
+        let conn = Connection::open(&path).unwrap();
+        // The old `endpoints` first; the rest of the schema is unchanged.
+        conn.execute_batch(
+            "CREATE TABLE endpoints (endpoint TEXT PRIMARY KEY, compared INTEGER NOT NULL,
+                 signature_overflow INTEGER NOT NULL);",
+        )
+        .unwrap();
+        conn.execute_batch(SCHEMA).unwrap();
+        conn.execute_batch(
+            "INSERT INTO endpoints VALUES ('/a', 5, 0);
+             INSERT INTO endpoint_errors VALUES ('/a', 'candidate:timeout', 2),
+                 ('/a', 'primary:connect', 1), ('/a', 'secondary:connect', 4);",
+        )
+        .unwrap();
+        drop(conn);
+        let read = Store::read(&path).unwrap();
+        assert_eq!(read.tally.endpoints["/a"].failed, 3);
+        let (_store, opened) = Store::open(&path, &[]).unwrap();
+        assert_eq!(opened.tally.endpoints["/a"].failed, 3);
+        assert_eq!(opened.tally.endpoints["/a"].compared, 5);
+    }
 }

@@ -1,5 +1,6 @@
 //! The counters of a shadow run and the summary (the report model) derived from them.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
 use bytes::Bytes;
@@ -22,7 +23,10 @@ pub(crate) struct Tally {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct EndpointTally {
     pub(crate) compared: u64,
-    /// `candidate:timeout`, `secondary:connect`, `primary:connect`…
+    /// Requests not compared because the primary or the candidate failed.
+    pub(crate) failed: u64,
+    /// Each side's failures by kind: `candidate:timeout`, `secondary:connect`,
+    /// `primary:body`… One failed request with two failed sides counts here twice.
     pub(crate) errors: BTreeMap<String, u64>,
     pub(crate) fields: BTreeMap<(String, DiffKind), FieldTally>,
     /// The set of raw (primary ≠ candidate) field keys of a request, as one string, and
@@ -173,7 +177,7 @@ impl Tally {
                 .sort_by(|a, b| b.count.cmp(&a.count).then(a.path.cmp(&b.path)));
             out.mismatched = mismatched.min(ep.compared);
             out.matched = ep.compared - out.mismatched;
-            out.errors = ep.errors.values().sum();
+            out.errors = ep.failed;
             out.errors_by_kind = ep.errors.clone();
             out.consistency_percent = percent(out.matched, out.compared);
             s.compared += out.compared;
@@ -188,7 +192,43 @@ impl Tally {
         s.noise
             .sort_by(|a, b| b.count.cmp(&a.count).then(a.path.cmp(&b.path)));
         s.consistency_percent = percent(s.matched, s.compared);
+        s.not_compared = s.errors + s.skipped;
+        s.coverage_percent = percent(s.compared, s.compared + s.not_compared);
         s
+    }
+}
+
+/// Consistency as a person should read it. When every chosen request was compared,
+/// `matched / compared` ("100.00%"). When some were not, the figure is only known to lie
+/// in a range — from "every request not compared would have differed" to "every one
+/// would have matched" — and the range is shown ("61.98–100.00%"), so that a table never
+/// reads 100 % over requests nobody compared. Floored to 2 decimals: 99.999 is never
+/// shown as 100.00.
+pub fn consistency_text(matched: u64, compared: u64, not_compared: u64) -> String {
+    let floor2 = |v: f64| format!("{:.2}", (v * 100.0).floor() / 100.0);
+    if not_compared == 0 {
+        return format!("{}%", floor2(percent(matched, compared)));
+    }
+    let chosen = compared + not_compared;
+    format!(
+        "{}–{}%",
+        floor2(percent(matched, chosen)),
+        floor2(percent(matched + not_compared, chosen))
+    )
+}
+
+impl Summary {
+    /// [`consistency_text`] of the whole run.
+    pub fn consistency_text(&self) -> String {
+        consistency_text(self.matched, self.compared, self.not_compared)
+    }
+}
+
+impl EndpointSummary {
+    /// [`consistency_text`] of one endpoint (its failed requests are its un-compared
+    /// ones; skips are counted for the whole run only).
+    pub fn consistency_text(&self) -> String {
+        consistency_text(self.matched, self.compared, self.errors)
     }
 }
 
@@ -202,10 +242,13 @@ fn percent(part: u64, whole: u64) -> f64 {
 
 /// The result of a shadow run: what scripts read from `--json`.
 ///
-/// `mismatched` counts requests with at least one *real* difference; requests whose only
-/// differences are noise count as matched, and the noisy fields are listed apart in
-/// `noise`. `consistency_percent` is `matched / compared × 100` (0 when nothing was
-/// compared). Errors (a side that did not answer) are neither matched nor mismatched.
+/// Every request chosen for comparison ends in exactly one of `compared`, `errors` (the
+/// primary or the candidate failed) and `skipped` (by reason, `abandoned_at_shutdown`
+/// included). `mismatched` counts compared requests with at least one *real* difference;
+/// requests whose only differences are noise count as matched, and the noisy fields are
+/// listed apart in `noise`. `consistency_percent` is `matched / compared × 100` (0 when
+/// nothing was compared): it says nothing about the `not_compared` requests, which is why
+/// `coverage_percent` stands beside it.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Summary {
     /// Response pairs compared.
@@ -214,17 +257,26 @@ pub struct Summary {
     pub matched: u64,
     /// Pairs with at least one real difference.
     pub mismatched: u64,
-    /// Requests chosen for comparison but not compared (queue full, body too large…).
+    /// Requests chosen for comparison but not compared (queue full, body too large,
+    /// abandoned at shutdown…), by reason in `skipped_by_reason`.
     pub skipped: u64,
-    /// Requests where a side failed (time-out, connection error).
+    /// Requests not compared because the primary or the candidate failed (time-out,
+    /// connection error, body cut short). Each failed side is in `errors_by_kind`.
     pub errors: u64,
+    /// `errors + skipped`: chosen requests that were not compared.
+    pub not_compared: u64,
     /// `matched / compared × 100`.
     pub consistency_percent: f64,
+    /// `compared / (compared + not_compared) × 100`: how much of what was chosen the
+    /// consistency figure covers.
+    pub coverage_percent: f64,
     /// Whether a secondary was configured (and noise classified).
     pub secondary: bool,
     /// `skipped` by reason.
     pub skipped_by_reason: BTreeMap<String, u64>,
-    /// `errors` by `side:kind`.
+    /// Failed sides by `side:kind` (`primary:timeout`, `candidate:body`,
+    /// `secondary:connect`…). When both sides of a request failed, both are here; a
+    /// failed secondary does not stop the comparison, so it is here but not in `errors`.
     pub errors_by_kind: BTreeMap<String, u64>,
     /// Per route pattern, sorted by name.
     pub endpoints: Vec<EndpointSummary>,
@@ -243,9 +295,9 @@ pub struct EndpointSummary {
     pub matched: u64,
     /// Pairs with a real difference.
     pub mismatched: u64,
-    /// Pairs not compared because a side failed.
+    /// Requests not compared because the primary or the candidate failed.
     pub errors: u64,
-    /// `errors` by `side:kind`.
+    /// Failed sides by `side:kind`.
     pub errors_by_kind: BTreeMap<String, u64>,
     /// `matched / compared × 100`.
     pub consistency_percent: f64,
@@ -286,20 +338,50 @@ pub struct NoiseField {
 }
 
 /// One side's response in a [`Sample`].
-#[derive(Debug, Clone, Serialize)]
+///
+/// In JSON the body is text when it is UTF-8, else base64, and `body_encoding` says
+/// which (`"text"` or `"base64"`): never replacement characters.
+#[derive(Debug, Clone)]
 pub struct SampleResponse {
     /// The status code.
     pub status: u16,
-    /// Headers, secrets redacted.
+    /// Headers as received (secrets redacted), `content-encoding` included.
     pub headers: Vec<(String, String)>,
-    /// The body (secrets redacted), shown as UTF-8 (lossy).
-    #[serde(serialize_with = "lossy")]
+    /// The body as compared: its `Content-Encoding` undone (secrets redacted).
     pub body: Bytes,
+}
+
+impl Serialize for SampleResponse {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct as _;
+        let (body, encoding) = body_text(&self.body);
+        let mut st = s.serialize_struct("SampleResponse", 4)?;
+        st.serialize_field("status", &self.status)?;
+        st.serialize_field("headers", &self.headers)?;
+        st.serialize_field("body", &body)?;
+        st.serialize_field("body_encoding", encoding)?;
+        st.end()
+    }
+}
+
+/// A body for a person or a JSON file: the text when it is UTF-8, else base64; and which
+/// of the two (`"text"`, `"base64"`).
+pub(crate) fn body_text(b: &[u8]) -> (Cow<'_, str>, &'static str) {
+    match std::str::from_utf8(b) {
+        Ok(t) => (Cow::Borrowed(t), "text"),
+        Err(_) => {
+            use base64::Engine as _;
+            (
+                Cow::Owned(base64::engine::general_purpose::STANDARD.encode(b)),
+                "base64",
+            )
+        }
+    }
 }
 
 /// A full example of a differing exchange, kept durably: the request, every response and
 /// the differences. Secrets are redacted before a sample is built.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct Sample {
     /// Milliseconds since the Unix epoch.
     pub recorded_at_ms: u64,
@@ -311,8 +393,8 @@ pub struct Sample {
     pub target: String,
     /// Request headers, secrets redacted.
     pub request_headers: Vec<(String, String)>,
-    /// The request body, secrets redacted.
-    #[serde(serialize_with = "lossy")]
+    /// The request body (its `Content-Encoding` undone), secrets redacted; in JSON text
+    /// or base64, as `request_body_encoding` says.
     pub request_body: Bytes,
     /// The primary's response.
     pub primary: SampleResponse,
@@ -326,8 +408,25 @@ pub struct Sample {
     pub noise_differences: Vec<Difference>,
 }
 
-fn lossy<S: Serializer>(b: &Bytes, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&String::from_utf8_lossy(b))
+impl Serialize for Sample {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct as _;
+        let (body, encoding) = body_text(&self.request_body);
+        let mut st = s.serialize_struct("Sample", 12)?;
+        st.serialize_field("recorded_at_ms", &self.recorded_at_ms)?;
+        st.serialize_field("endpoint", &self.endpoint)?;
+        st.serialize_field("method", &self.method)?;
+        st.serialize_field("target", &self.target)?;
+        st.serialize_field("request_headers", &self.request_headers)?;
+        st.serialize_field("request_body", &body)?;
+        st.serialize_field("request_body_encoding", encoding)?;
+        st.serialize_field("primary", &self.primary)?;
+        st.serialize_field("candidate", &self.candidate)?;
+        st.serialize_field("secondary", &self.secondary)?;
+        st.serialize_field("differences", &self.differences)?;
+        st.serialize_field("noise_differences", &self.noise_differences)?;
+        st.end()
+    }
 }
 
 #[cfg(test)]

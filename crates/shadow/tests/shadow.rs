@@ -189,6 +189,9 @@ fn proxy_cfg(primary: &str, candidate: &str) -> ProxyConfig {
         primary_timeout: Duration::from_secs(20),
         max_request_body: 1024,
         max_response_body: 64 * 1024,
+        mirror_budget: 256 << 20,
+        mirror_max_age: Duration::from_secs(60),
+        client_timeout: Duration::from_secs(30),
         flush_interval: Duration::from_millis(200),
     }
 }

@@ -8,7 +8,7 @@
 //! The contract is `payments/SPEC.md`; the logic is in `payments-core`, this binary only
 //! parses flags and moves bytes between sockets and the core.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
+mod head;
 mod serve;
 
 #[derive(Debug, Parser)]
@@ -74,6 +75,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        // Colour only for a person at a terminal: escape codes garble log files.
+        .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
@@ -135,7 +138,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .enable_all()
                 .build()
                 .context("starting the runtime")?;
-            runtime.block_on(serve::run(config))?;
+            let served = runtime.block_on(serve::run(config));
+            // Do not wait for a load abandoned at a signal (dropping the runtime would).
+            runtime.shutdown_background();
+            served?;
             Ok(ExitCode::SUCCESS)
         }
     }

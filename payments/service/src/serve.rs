@@ -1,4 +1,5 @@
-//! The HTTP side: accept loop, limits, graceful shutdown, and the tail thread.
+//! The HTTP side: accept loop, limits, graceful shutdown, and the tail thread. Every
+//! connection's request heads pass the SPEC's checks (head.rs) before hyper reads them.
 
 use std::cell::RefCell;
 use std::io::Write;
@@ -18,6 +19,8 @@ use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use payments_core::{ReadModel, Scratch, Tailer};
+
+use crate::head::Checked;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{Semaphore, watch};
@@ -64,11 +67,25 @@ fn handle(model: &ReadModel, req: &Request<Incoming>) -> Response<Full<Bytes>> {
 }
 
 pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
+    // Signals first: a SIGTERM while a big (or locked) ledger loads is a requested stop,
+    // exit 0, not a kill by the default action. The abandoned load only reads.
+    let mut sigterm = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
+    let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
     let db = config.db.clone();
-    let (model, tailer) = tokio::task::spawn_blocking(move || payments_core::open(&db))
-        .await
-        .context("loading the ledger")?
-        .with_context(|| format!("loading {}", config.db.display()))?;
+    let loading = tokio::task::spawn_blocking(move || payments_core::open(&db));
+    let (model, tailer) = tokio::select! {
+        loaded = loading => loaded
+            .context("loading the ledger")?
+            .with_context(|| format!("loading {}", config.db.display()))?,
+        _ = sigterm.recv() => {
+            stopped_while_loading();
+            return Ok(());
+        },
+        _ = sigint.recv() => {
+            stopped_while_loading();
+            return Ok(());
+        },
+    };
     let listener = TcpListener::bind(config.addr)
         .await
         .with_context(|| format!("binding {}", config.addr))?;
@@ -90,15 +107,16 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         let _ = out.flush();
     }
 
-    let mut sigterm = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
-    let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let permits = Arc::new(Semaphore::new(config.max_connections as usize));
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(config.header_timeout)
-        .keep_alive(true);
+        .keep_alive(true)
+        // After a refused head the checked stream ends early: answer the requests
+        // before it instead of taking the end for a client gone (head.rs).
+        .half_close(true);
 
     loop {
         // Take a connection slot before accepting: past the limit, clients wait in the
@@ -125,7 +143,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         let model = Arc::clone(&model);
         let mut shutdown = shutdown_rx.clone();
         let conn = builder.serve_connection(
-            TokioIo::new(stream),
+            TokioIo::new(Checked::new(stream)),
             service_fn(move |req| {
                 let response = handle(&model, &req);
                 async move { Ok::<_, std::convert::Infallible>(response) }
@@ -159,6 +177,10 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     stop_tail.store(true, Ordering::Relaxed);
     let _ = tokio::task::spawn_blocking(move || tail_thread.join()).await;
     Ok(())
+}
+
+fn stopped_while_loading() {
+    eprintln!("payments: stopped by a signal while loading the ledger");
 }
 
 /// The tail loop runs on its own OS thread: rusqlite blocks, and the runtime's threads

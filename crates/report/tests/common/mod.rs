@@ -51,10 +51,15 @@ pub fn step_with_values(
         achieved_rps: values.len() as f64 / duration_s,
         duration_s,
         requests: values.len() as u64,
+        sent: values.len() as u64,
+        answered: values.len() as u64,
+        failed: 0,
         errors: 0,
         error_kinds: BTreeMap::new(),
         late: 0,
         not_sent: 0,
+        interrupted: 0,
+        partial: false,
         latency_ms: LatencySummary::from_histogram(&histogram),
         histogram: encode_histogram(&histogram),
         cpu_percent: None,
@@ -64,6 +69,8 @@ pub fn step_with_values(
         pss_mb: None,
         pss_mb_peak: None,
         slo_held: None,
+        slo_reason: None,
+        start_late_s: None,
     }
 }
 
@@ -92,10 +99,14 @@ pub fn run(host: &str, model: &str, slo: Option<&str>, targets: Vec<TargetResult
     RunResult {
         format_version: scalpel_load::result::FORMAT_VERSION,
         tool: "scalpel 0.1.0".to_owned(),
+        part_ids: vec![format!("{host}-2025-06-01T10:00:00Z-1")],
+        interrupted: false,
         started_at: "2025-06-01T10:00:00Z".to_owned(),
         machine: machine(host),
         config: config(model, slo),
         targets,
+        shard: None,
+        shards: None,
     }
 }
 
@@ -162,9 +173,12 @@ pub fn simulated_step(
     StepResult {
         index,
         offered_rps: Some(offered),
-        achieved_rps: histogram.len() as f64 / duration_s,
+        achieved_rps: (histogram.len() - timeouts) as f64 / duration_s,
         duration_s,
         requests: histogram.len(),
+        sent: histogram.len(),
+        answered: histogram.len() - timeouts,
+        failed: timeouts,
         errors: timeouts + status_503,
         error_kinds,
         late: if load > 0.9 {
@@ -177,6 +191,8 @@ pub fn simulated_step(
         } else {
             0
         },
+        interrupted: 0,
+        partial: false,
         latency_ms: LatencySummary::from_histogram(&histogram),
         histogram: encode_histogram(&histogram),
         cpu_percent: Some(cpu),
@@ -186,6 +202,8 @@ pub fn simulated_step(
         pss_mb: Some(rss * 0.86),
         pss_mb_peak: Some(rss * 0.93),
         slo_held: None,
+        slo_reason: None,
+        start_late_s: None,
     }
 }
 

@@ -1,4 +1,5 @@
 use super::*;
+use std::net::IpAddr;
 
 const MINIMAL: &str = r#"[server]
 listen = "127.0.0.1:8080"
@@ -75,8 +76,8 @@ fn unknown_keys_are_rejected_with_their_line() {
     assert_rejected(&text, Some(9), "unknown field `workrs`");
     let text = MINIMAL.replace("admin = ", "listn = \"x\"\nadmin = ");
     assert_rejected(&text, Some(3), "unknown field `listn`");
-    let text = MINIMAL.replace("path = \"/healthz\"", "path = \"/healthz\"\ninterval = 5");
-    assert_rejected(&text, Some(13), "unknown field `interval`");
+    let text = MINIMAL.replace("path = \"/healthz\"", "path = \"/healthz\"\nintervall = 5");
+    assert_rejected(&text, Some(13), "unknown field `intervall`");
 }
 
 #[test]
@@ -147,7 +148,18 @@ fn sticky_keys_and_mirrors_are_checked() {
 #[test]
 fn addresses_are_checked() {
     let text = MINIMAL.replace("127.0.0.1:8080", "localhost:http");
-    assert_rejected(&text, Some(2), "listen: invalid socket address");
+    assert_rejected(
+        &text,
+        Some(2),
+        "listen: `localhost:http` is not an IP address and port",
+    );
+    // A host name is refused saying why, not with the parser's "invalid socket address".
+    let text = MINIMAL.replace("127.0.0.1:9090", "localhost:9090");
+    assert_rejected(
+        &text,
+        Some(3),
+        "admin: `localhost:9090` is not an IP address and port, e.g. 127.0.0.1:8080 (host names are not resolved)",
+    );
     let text = MINIMAL.replace("listen = \"127.0.0.1:8080\"\n", "");
     assert_rejected(&text, Some(1), "missing field `listen`");
     // A public admin address needs a token (from the file or SCALPEL_ADMIN_TOKEN).
@@ -185,4 +197,188 @@ fn data_plane_threads_default_to_the_cores_and_are_bounded() {
     );
     let text = MINIMAL.replace("[server]\n", "[server]\nthreads = 0\n");
     assert_rejected(&text, Some(2), "threads must be between 1 and 256");
+}
+
+/// `--check` must refuse what would fail at start (issue 18, item 18).
+#[test]
+fn configs_that_cannot_start_are_refused() {
+    // listen equal to admin, also through the unspecified address.
+    let text = MINIMAL.replace("127.0.0.1:9090", "127.0.0.1:8080");
+    assert_rejected(&text, Some(3), "is the listen address");
+    let text = MINIMAL
+        .replace("127.0.0.1:9090", "0.0.0.0:8080")
+        .replace("[server]\n", "[server]\nadmin_token = \"t\"\n");
+    assert_rejected(&text, Some(4), "is the listen address");
+    // An empty or impossible port_env / index_env.
+    let text = MINIMAL.replace("workers = 2", "workers = 2\nport_env = \"\"");
+    assert_rejected(
+        &text,
+        Some(9),
+        "port_env must be an environment variable name",
+    );
+    let text = MINIMAL.replace("workers = 2", "workers = 2\nindex_env = \"A=B\"");
+    assert_rejected(
+        &text,
+        Some(9),
+        "index_env must be an environment variable name",
+    );
+    // mirror_percent over 100, or without a mirror.
+    let two = format!("{MINIMAL}\n[[app]]\nname = \"m\"\ncommand = [\"x\"]\nport_base = 5000\n");
+    let text = format!("{two}\n[[route]]\napp = \"web\"\nmirror = \"m\"\nmirror_percent = 150\n");
+    assert_rejected(
+        &text,
+        Some(22),
+        "mirror_percent must be in (0, 100], not 150",
+    );
+    let text = format!("{two}\n[[route]]\napp = \"web\"\nmirror_percent = 150\n");
+    assert_rejected(
+        &text,
+        Some(21),
+        "mirror_percent must be in (0, 100], not 150",
+    );
+    let text = format!("{two}\n[[route]]\napp = \"web\"\nmirror_percent = 50\n");
+    assert_rejected(&text, Some(21), "mirror_percent without mirror");
+    let text = format!("{two}\n[[route]]\napp = \"web\"\nmirror_unsafe = true\n");
+    assert_rejected(&text, Some(19), "mirror_unsafe without mirror");
+    // Split weights whose sum does not fit: once it wrapped, and every request went to
+    // the first arm.
+    let big = i64::MAX;
+    let text = format!(
+        "{two}\n[[route]]\nsplit = [{{ app = \"web\", weight = {big} }}, {{ app = \"m\", weight = {big} }}, {{ app = \"m\", weight = {big} }}]\n"
+    );
+    assert_rejected(&text, Some(20), "split weights add up to more than 2^64");
+}
+
+#[test]
+fn a_duplicated_key_is_named() {
+    let text = MINIMAL.replace("workers = 2", "workers = 2\nworkers = 3");
+    assert_rejected(&text, Some(9), "duplicate key `workers`");
+}
+
+/// Durations and sizes in the units grammar, next to the older `_ms` keys.
+#[test]
+fn durations_and_sizes_take_units_and_the_old_keys_still_work() {
+    let text = MINIMAL.replace(
+        "[server]\n",
+        "[server]\nupstream_timeout = \"1.5s\"\nbody_read_timeout = \"250ms\"\nmax_body_bytes = \"1MiB\"\nmax_header_bytes = \"32KiB\"\ndrain_timeout_ms = 7000\n",
+    );
+    let c = Config::parse(&text, Path::new("x.toml")).unwrap();
+    assert_eq!(c.server.upstream_timeout, Duration::from_millis(1500));
+    assert_eq!(c.server.body_read_timeout, Duration::from_millis(250));
+    assert_eq!(c.server.drain_timeout, Duration::from_secs(7));
+    assert_eq!(c.server.max_body_bytes, 1 << 20);
+    assert_eq!(c.server.max_header_bytes, 32 << 10);
+    let text = MINIMAL.replace(
+        "path = \"/healthz\"",
+        "path = \"/healthz\"\ninterval = \"2s\"\ntimeout_ms = 700",
+    );
+    let c = Config::parse(&text, Path::new("x.toml")).unwrap();
+    assert_eq!(c.apps[0].health_interval, Duration::from_secs(2));
+    assert_eq!(c.apps[0].health_timeout, Duration::from_millis(700));
+    let text = MINIMAL.replace(
+        "[server]\n",
+        "[server]\nupstream_timeout = \"1s\"\nupstream_timeout_ms = 5\n",
+    );
+    assert_rejected(
+        &text,
+        Some(2),
+        "set either `upstream_timeout` or `upstream_timeout_ms`, not both",
+    );
+    let text = MINIMAL.replace("[server]\n", "[server]\nupstream_timeout = \"30\"\n");
+    assert_rejected(&text, Some(2), "bad duration `30`");
+    let text = MINIMAL.replace("[server]\n", "[server]\nmax_body_bytes = \"lots\"\n");
+    assert_rejected(&text, Some(2), "bad size `lots`");
+}
+
+#[test]
+fn trusted_proxies_are_address_ranges() {
+    let text = MINIMAL.replace(
+        "[server]\n",
+        "[server]\ntrusted_proxies = [\"127.0.0.1/32\", \"10.0.0.0/8\", \"::1\"]\n",
+    );
+    let c = Config::parse(&text, Path::new("x.toml")).unwrap();
+    let t = &c.server.trusted_proxies;
+    let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+    assert!(t.iter().any(|n| n.contains(ip("127.0.0.1"))));
+    assert!(t.iter().any(|n| n.contains(ip("10.200.3.4"))));
+    assert!(
+        t.iter().any(|n| n.contains(ip("::ffff:10.0.0.1"))),
+        "v4-mapped peer"
+    );
+    assert!(t.iter().any(|n| n.contains(ip("::1"))));
+    assert!(!t.iter().any(|n| n.contains(ip("127.0.0.2"))));
+    assert!(!t.iter().any(|n| n.contains(ip("11.0.0.1"))));
+    assert!(IpNet::parse("0.0.0.0/0").unwrap().contains(ip("8.8.8.8")));
+    for bad in ["10.0.0.0/33", "example.com", "10.0.0.0/", "1.2.3.4/x"] {
+        let text = MINIMAL.replace(
+            "[server]\n",
+            &format!("[server]\ntrusted_proxies = [\"{bad}\"]\n"),
+        );
+        assert_rejected(&text, Some(2), "is not an address or range");
+    }
+    // None by default: every client's forwarding headers are replaced.
+    assert!(
+        Config::parse(MINIMAL, Path::new("x.toml"))
+            .unwrap()
+            .server
+            .trusted_proxies
+            .is_empty()
+    );
+}
+
+/// What only the file system can tell: the cwd and the program (found on PATH or
+/// relative to the cwd), with the line to fix.
+#[test]
+fn check_programs_names_a_missing_cwd_or_program() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("serve.toml");
+    let good = MINIMAL.replace("[\"node\", \"app.js\"]", "[\"sh\", \"app.js\"]");
+    Config::parse(&good, &path)
+        .unwrap()
+        .check_programs()
+        .unwrap();
+    let text = good.replace("workers = 2", "workers = 2\ncwd = \"nowhere\"");
+    let e = Config::parse(&text, &path)
+        .unwrap()
+        .check_programs()
+        .unwrap_err();
+    assert_eq!(e.line(), Some(9));
+    assert!(
+        e.reason().contains("cwd")
+            && e.reason().contains("nowhere")
+            && e.reason().contains("not a directory"),
+        "{e}"
+    );
+    let text = good.replace("[\"sh\", \"app.js\"]", "[\"no-such-program-scalpel\"]");
+    let e = Config::parse(&text, &path)
+        .unwrap()
+        .check_programs()
+        .unwrap_err();
+    assert_eq!(e.line(), Some(7));
+    assert!(
+        e.reason()
+            .contains("`no-such-program-scalpel` not found on PATH"),
+        "{e}"
+    );
+    // A relative path counts from the cwd.
+    std::fs::create_dir(dir.path().join("bin")).unwrap();
+    let text = good
+        .replace("[\"sh\", \"app.js\"]", "[\"./run.sh\"]")
+        .replace("workers = 2", "workers = 2\ncwd = \"bin\"");
+    let e = Config::parse(&text, &path)
+        .unwrap()
+        .check_programs()
+        .unwrap_err();
+    assert!(
+        e.reason().contains("`./run.sh` is not an executable file"),
+        "{e}"
+    );
+    let script = dir.path().join("bin/run.sh");
+    std::fs::write(&script, "#!/bin/sh\n").unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    Config::parse(&text, &path)
+        .unwrap()
+        .check_programs()
+        .unwrap();
 }

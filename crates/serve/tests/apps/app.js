@@ -12,8 +12,15 @@
 //   GET /half?die=I     worker I sends a head (Content-Length 100) and 10 bytes, then
 //                       exits; the others answer 100 bytes
 //   GET /conns          {"connections"}: how many connections this worker has accepted
+//   GET /sse?ms=N&every=E  a stream of events ("data: I" every E ms, default 100)
+//                       for N ms (chunked)
+//   GET /headers?n=N    200 with N extra headers x-h0 .. x-hN-1
+//   GET /both           a raw answer with both Content-Length and Transfer-Encoding
+//                       (the socket then stays open, the request unfinished for Node)
+//   GET /print?kb=N     writes N KiB to stdout without a newline, then one newline
 //   Upgrade: shout      101, then every byte received comes back upper-cased, prefixed
 //                       once by "worker I:" (a stand-in for a WebSocket)
+// $FLOOD=N: prints N lines to stdout at start, before listening.
 const http = require('node:http');
 
 let connections = 0;
@@ -96,6 +103,32 @@ const server = http.createServer((req, res) => {
         res.end('y'.repeat(100));
       }
       return;
+    case '/sse': {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.flushHeaders(); // the head goes out now, before the first event
+      let i = 0;
+      const every = Number(url.searchParams.get('every') || 100);
+      const tick = setInterval(() => res.write(`data: ${i++}\n\n`), every);
+      setTimeout(() => { clearInterval(tick); res.end(); }, ms(url, 3000));
+      return;
+    }
+    case '/headers': {
+      const n = Number(url.searchParams.get('n') || 200);
+      for (let i = 0; i < n; i++) res.setHeader(`x-h${i}`, String(i));
+      res.end('many');
+      return;
+    }
+    case '/both':
+      req.socket.write('HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n' +
+        '5\r\nhello\r\n0\r\n\r\n');
+      return;
+    case '/print': {
+      const kb = Number(url.searchParams.get('kb') || 64);
+      process.stdout.write('p'.repeat(kb * 1024));
+      process.stdout.write('\nafter the long line\n');
+      res.end('printed');
+      return;
+    }
     case '/exit':
       process.exit(Number(url.searchParams.get('code') || 1));
       return;
@@ -115,6 +148,9 @@ server.on('upgrade', (req, socket) => {
   socket.on('end', () => socket.end());
 });
 server.keepAliveTimeout = Number(process.env.KEEP_ALIVE_MS || 65000);
+for (let i = 0; i < Number(process.env.FLOOD || 0); i++) {
+  console.log(`flood line ${i} of worker ${index}`);
+}
 server.listen(port, '127.0.0.1', () => console.log(`worker ${index} listening on ${port}`));
 process.on('SIGTERM', () => {
   console.log(`worker ${index} stopping`);

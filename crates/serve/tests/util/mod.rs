@@ -245,3 +245,63 @@ pub fn process_alive(pid: u32) -> bool {
         })
         .unwrap_or(false)
 }
+
+/// The balancer's own log lines (tracing, every test of this binary), from a subscriber
+/// installed on first use; search them for a marker unique to the test.
+pub fn trace_text() -> String {
+    let buf = trace_buffer();
+    let b = buf.lock().unwrap();
+    String::from_utf8_lossy(&b).into_owned()
+}
+
+/// Installs the capturing subscriber (call before starting a server whose logs matter).
+pub fn capture_traces() {
+    let _ = trace_buffer();
+}
+
+fn trace_buffer() -> Arc<std::sync::Mutex<Vec<u8>>> {
+    static BUF: std::sync::OnceLock<Arc<std::sync::Mutex<Vec<u8>>>> = std::sync::OnceLock::new();
+    BUF.get_or_init(|| {
+        let buf = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let writer = buf.clone();
+        let _ = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || TraceWriter(writer.clone()))
+            .with_max_level(tracing::Level::INFO)
+            .try_init();
+        buf
+    })
+    .clone()
+}
+
+struct TraceWriter(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for TraceWriter {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(data);
+        Ok(data.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// One raw HTTP/1.1 exchange on a fresh connection: writes `request` (in pieces with
+/// pauses when `pause` is set), reads until the server closes or `limit` passes; the
+/// bytes received.
+pub async fn raw_exchange(addr: SocketAddr, request: &[u8], limit: Duration) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(request).await.unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(limit, s.read_to_end(&mut out)).await;
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A metric's value in Prometheus text (0 when absent).
+pub fn metric(text: &str, sample: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(sample).and_then(|v| v.strip_prefix(' ')))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}

@@ -225,3 +225,131 @@ pub async fn eventually<T>(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// One step of what a raw server writes back.
+#[derive(Debug, Clone)]
+pub enum Step {
+    Write(Vec<u8>),
+    Sleep(Duration),
+}
+
+/// A request head as a raw server read it (lower-cased header names).
+#[derive(Debug, Clone)]
+pub struct RawAsked {
+    pub head: String,
+}
+
+impl RawAsked {
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.head.lines().skip(1).find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.trim()
+                .eq_ignore_ascii_case(name)
+                .then(|| v.trim().to_string())
+        })
+    }
+
+    pub fn path(&self) -> String {
+        self.head.split(' ').nth(1).unwrap_or("/").to_string()
+    }
+}
+
+#[derive(Debug)]
+pub struct RawServer {
+    pub addr: SocketAddr,
+    pub asked: Arc<std::sync::Mutex<Vec<RawAsked>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RawServer {
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn asked(&self) -> Vec<RawAsked> {
+        self.asked.lock().unwrap().clone()
+    }
+}
+
+impl Drop for RawServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A server that writes exactly the bytes a test scripts, to misbehave on purpose (cut a
+/// body short, send 103 Early Hints, trailers, no `Date`). It reads one request head
+/// (and a `Content-Length` body), plays the script, and closes the connection.
+pub async fn raw_server(
+    script: impl Fn(&RawAsked) -> Vec<Step> + Send + Sync + 'static,
+) -> RawServer {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let asked = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let script = Arc::new(script);
+    let log = asked.clone();
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((mut stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let (script, log) = (script.clone(), log.clone());
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                let head_end = loop {
+                    if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break i + 4;
+                    }
+                    match stream.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                };
+                let asked = RawAsked {
+                    head: String::from_utf8_lossy(&buf[..head_end]).into_owned(),
+                };
+                let len: usize = asked
+                    .header("content-length")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
+                while buf.len() < head_end + len {
+                    match stream.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let steps = script(&asked);
+                log.lock().unwrap().push(asked);
+                for step in steps {
+                    match step {
+                        Step::Write(b) => {
+                            if stream.write_all(&b).await.is_err() {
+                                return;
+                            }
+                            let _ = stream.flush().await;
+                        }
+                        Step::Sleep(d) => tokio::time::sleep(d).await,
+                    }
+                }
+                let _ = stream.shutdown().await;
+            });
+        }
+    });
+    RawServer { addr, asked, task }
+}
+
+/// Sends raw request bytes and reads everything until the server closes (or `limit`).
+pub async fn raw_exchange(addr: &str, request: &[u8]) -> Vec<u8> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = addr.trim_start_matches("http://");
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(request).await.unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut out))
+        .await
+        .expect("raw exchange timed out")
+        .unwrap();
+    out
+}

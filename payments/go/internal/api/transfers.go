@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 
 	"scalpel.example/payments-go/internal/ledger"
@@ -21,14 +22,11 @@ var (
 	integerPattern        = regexp.MustCompile(`^-?[0-9]+$`)
 )
 
-// transferBody is the request as sent. Amount stays raw so that a
-// non-integer number (1.5, 1e3) is told apart from a wrong type.
-type transferBody struct {
-	From     string          `json:"from"`
-	To       string          `json:"to"`
-	Currency string          `json:"currency"`
-	Amount   json.RawMessage `json:"amount"`
-}
+// transferFields are the only keys a transfer body may have. They are
+// matched exactly (after JSON unescaping): encoding/json would fold "Amount"
+// or "AMOUNT" onto amount and keep the last of two duplicates, so a body the
+// SPEC rejects could move money.
+var transferFields = [...]string{"from", "to", "currency", "amount"}
 
 // transfer validates in the SPEC order (key, body, ids, same user, amount),
 // then lets the ledger check existence, accounts, funds and idempotency
@@ -84,24 +82,34 @@ func (s *Server) transfer(w http.ResponseWriter, r *http.Request) {
 }
 
 func parseTransfer(raw []byte) (ledger.TransferRequest, *apiError) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	var body transferBody
-	if err := dec.Decode(&body); err != nil {
+	members, ok := decodeMembers(raw)
+	if !ok {
 		return ledger.TransferRequest{}, &errInvalidJSON
 	}
-	if _, err := dec.Token(); err != io.EOF { // one JSON value, nothing after it
+	// from and to: a string; absent or null reads as "" and fails the id check.
+	var from, to, currency string
+	for _, f := range []struct {
+		key string
+		dst *string
+	}{{"from", &from}, {"to", &to}, {"currency", &currency}} {
+		if v, ok := members[f.key]; ok && json.Unmarshal(v, f.dst) != nil {
+			return ledger.TransferRequest{}, &errInvalidJSON // a number, bool, array or object
+		}
+	}
+	// currency has no rule of its own to fall back on: absent or null is a
+	// malformed body, not a currency nobody holds.
+	if v, ok := members["currency"]; !ok || bytes.Equal(v, []byte("null")) {
 		return ledger.TransferRequest{}, &errInvalidJSON
 	}
-	amountRaw := bytes.TrimSpace(body.Amount)
+	amountRaw := members["amount"]
 	if len(amountRaw) > 0 && !bytes.Equal(amountRaw, []byte("null")) && !isJSONNumber(amountRaw) {
 		return ledger.TransferRequest{}, &errInvalidJSON // a string, bool, array or object
 	}
 
-	if !userIDPattern.MatchString(body.From) || !userIDPattern.MatchString(body.To) {
+	if !userIDPattern.MatchString(from) || !userIDPattern.MatchString(to) {
 		return ledger.TransferRequest{}, &errInvalidUserID
 	}
-	if body.From == body.To {
+	if from == to {
 		return ledger.TransferRequest{}, &errSameUser
 	}
 	if !integerPattern.Match(amountRaw) {
@@ -111,7 +119,44 @@ func parseTransfer(raw []byte) (ledger.TransferRequest, *apiError) {
 	if err != nil || amount < 1 || amount > maxAmount {
 		return ledger.TransferRequest{}, &errInvalidAmount
 	}
-	return ledger.TransferRequest{From: body.From, To: body.To, Currency: body.Currency, Amount: amount}, nil
+	return ledger.TransferRequest{From: from, To: to, Currency: currency, Amount: amount}, nil
+}
+
+// decodeMembers returns the members of the one JSON object raw holds, each
+// value as raw JSON. It fails (invalid_json) on anything else: not an object
+// (null included), a second value after it, a key outside transferFields
+// (compared byte for byte, so no case folding) or a key given twice.
+func decodeMembers(raw []byte) (map[string]json.RawMessage, bool) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, false
+	}
+	members := make(map[string]json.RawMessage, len(transferFields))
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, false
+		}
+		key, _ := tok.(string) // in key position the decoder only yields strings
+		if !slices.Contains(transferFields[:], key) {
+			return nil, false
+		}
+		if _, dup := members[key]; dup {
+			return nil, false
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, false
+		}
+		members[key] = bytes.TrimSpace(v)
+	}
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
+		return nil, false
+	}
+	if _, err := dec.Token(); err != io.EOF { // one JSON value, nothing after it
+		return nil, false
+	}
+	return members, true
 }
 
 func isJSONNumber(b []byte) bool {

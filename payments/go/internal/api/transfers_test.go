@@ -78,6 +78,13 @@ func TestTransferErrors(t *testing.T) {
 		{"two values", "k1", ok + ok, 400, invalidJSON},
 		{"unknown field", "k1", `{"from":"` + alice + `","to":"` + bob + `","currency":"EUR","amount":1,"note":"x"}`, 400, invalidJSON},
 		{"number as from", "k1", `{"from":1,"to":"` + bob + `","currency":"EUR","amount":1}`, 400, invalidJSON},
+		{"null body", "k1", "null", 400, invalidJSON},
+		{"string body", "k1", `"x"`, 400, invalidJSON},
+		{"number as currency", "k1", `{"from":"` + alice + `","to":"` + bob + `","currency":1,"amount":1}`, 400, invalidJSON},
+		{"missing currency", "k1", `{"from":"` + alice + `","to":"` + bob + `","amount":1}`, 400, invalidJSON},
+		{"null currency", "k1", `{"from":"` + alice + `","to":"` + bob + `","currency":null,"amount":1}`, 400, invalidJSON},
+		{"missing currency and bad from", "k1", `{"from":"x","to":"` + bob + `","amount":1}`, 400, invalidJSON},
+		{"null from", "k1", `{"from":null,"to":"` + bob + `","currency":"EUR","amount":1}`, 400, invalidID},
 		{"string amount", "k1", body(alice, bob, "EUR", `"10"`), 400, invalidJSON},
 		{"bool amount", "k1", body(alice, bob, "EUR", "true"), 400, invalidJSON},
 		{"bad from", "k1", body("u12", bob, "EUR", 10), 400, invalidID},
@@ -267,5 +274,41 @@ func TestConcurrentTransfersNeverOverdraw(t *testing.T) {
 	}
 	if err := testledger.CheckInvariant(e.b.DB); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestTransferBodyWithFoldedOrDuplicateKeysMovesNoMoney: encoding/json
+// matched "Amount" to amount and kept the last of two duplicates, so these
+// bodies transferred money (the first one 2, not 1). Every one must be 400
+// invalid_json and leave the ledger untouched.
+func TestTransferBodyWithFoldedOrDuplicateKeysMovesNoMoney(t *testing.T) {
+	b := transferLedger(t)
+	e := start(t, b)
+	invalidJSON := errBody("invalid_json", "body must be a JSON object with from, to, currency and amount")
+	bodies := []string{
+		`{"from":"` + alice + `","to":"` + bob + `","currency":"EUR","amount":1,"Amount":2}`,
+		`{"from":"` + bob + `","FROM":"` + alice + `","to":"` + carol + `","currency":"EUR","amount":1}`,
+		`{"FROM":"` + alice + `","To":"` + bob + `","Currency":"EUR","AMOUNT":1}`,
+		`{"from":"` + alice + `","to":"` + bob + `","currency":"EUR","amount":1,"amount":500}`,
+		`{"from":"` + bob + `","from":"` + alice + `","to":"` + carol + `","currency":"EUR","amount":1}`,
+		`{"from":"` + alice + `","to":"` + bob + `","currency":"USD","currency":"EUR","amount":1}`,
+		`{"from":"` + alice + `","to":"` + bob + `","currency":"EUR","amount":1,"\u0061mount":2}`,
+		`{"from":"` + alice + `","to":"` + bob + `","currency":"EUR","amount":1,"amount ":2}`,
+		`{"from":"` + alice + `","to":"` + bob + `","currency":"EUR","amount":1,"\u212Amount":2}`,
+		`{"from":"` + alice + `","to":"` + bob + `","currency":"EUR","amount":1,"from":"` + alice + `"}`,
+	}
+	for i, body := range bodies {
+		expect(t, body, e.transfer(fmt.Sprintf("fold-%d", i), body), 400, invalidJSON)
+	}
+	if n := count(t, e.b.DB, `SELECT count(*) FROM transactions WHERE category = 'transfer'`); n != 0 {
+		t.Errorf("%d transfer rows after bodies the SPEC rejects", n)
+	}
+	if n := count(t, e.b.DB, `SELECT count(*) FROM transfers`); n != 0 {
+		t.Errorf("%d stored idempotency keys after rejected bodies", n)
+	}
+	// A key escaped in the body is still the key it spells: accepted once.
+	a := decodeAnswer(t, e.transfer("escaped", `{"\u0066rom":"`+alice+`","to":"`+bob+`","currency":"EUR","amount":3}`))
+	if a.From != alice || a.Amount != 3 {
+		t.Errorf("escaped key: %+v", a)
 	}
 }

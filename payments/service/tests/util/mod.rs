@@ -10,6 +10,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+pub mod heads;
+
 /// Generous: the machine running the tests may be busy.
 pub const START_DEADLINE: Duration = Duration::from_secs(120);
 
@@ -303,4 +305,88 @@ pub fn json_int(body: &str, key: &str) -> Option<i64> {
         .take_while(|c| c.is_ascii_digit() || *c == '-')
         .collect();
     digits.parse().ok()
+}
+
+/// Sends `raw` on a new connection, byte for byte, and reads one answer (no body after a
+/// `HEAD`). The server may answer and close before it has read everything: a failed
+/// write is not an error here.
+pub fn exchange(addr: &str, raw: &[u8]) -> Answer {
+    let stream = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    stream
+        .set_write_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut writer = stream.try_clone().unwrap();
+    let raw_owned = raw.to_vec();
+    let sender = std::thread::spawn(move || {
+        let _ = writer.write_all(&raw_owned);
+    });
+    let head_request = raw
+        .iter()
+        .position(|&b| b != b'\r' && b != b'\n')
+        .is_some_and(|i| raw[i..].starts_with(b"HEAD "));
+    let mut conn = BufReader::new(stream);
+    let answer = read_answer(&mut conn, head_request).unwrap_or_else(|e| {
+        panic!(
+            "{:?}: {e}",
+            String::from_utf8_lossy(&raw[..raw.len().min(80)])
+        )
+    });
+    drop(conn); // closing lets a refusing server stop lingering
+    let _ = sender.join();
+    answer
+}
+
+/// One HTTP/1.1 answer with a Content-Length (or none) body.
+fn read_answer(conn: &mut BufReader<TcpStream>, head_request: bool) -> std::io::Result<Answer> {
+    let mut line = String::new();
+    if conn.read_line(&mut line)? == 0 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "closed without an answer",
+        ));
+    }
+    let status: u16 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("bad status line {line:?}")))?;
+    let mut length = 0;
+    let mut content_type = None;
+    loop {
+        line.clear();
+        conn.read_line(&mut line)?;
+        let h = line.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        let (k, v) = h.split_once(':').unwrap_or((h, ""));
+        match k.to_ascii_lowercase().as_str() {
+            "content-length" => length = v.trim().parse().unwrap_or(0),
+            "content-type" => content_type = Some(v.trim().to_string()),
+            _ => {}
+        }
+    }
+    let mut body = vec![0; if head_request { 0 } else { length }];
+    conn.read_exact(&mut body)?;
+    Ok(Answer {
+        status,
+        content_type,
+        body,
+    })
+}
+
+/// Sends `raw` (several pipelined requests) on one connection and reads `n` answers.
+pub fn exchange_pipelined(addr: &str, raw: &[u8], n: usize) -> Vec<Answer> {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    stream.write_all(raw).unwrap();
+    let mut conn = BufReader::new(stream);
+    (0..n)
+        .map(|i| read_answer(&mut conn, false).unwrap_or_else(|e| panic!("answer {i}: {e}")))
+        .collect()
 }

@@ -1,0 +1,517 @@
+//! One error type for every exchange with an upstream, one kind enum with stable short
+//! names, and the one JSON error body the proxies answer with.
+
+use std::io;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderValue, Response, StatusCode, header};
+
+use crate::h1::WireError;
+
+/// What went wrong, in the words of a results table: each kind has a stable short name
+/// ([`ErrorKind::name`]) used as a JSON key and table column, and a side
+/// ([`ErrorKind::side`]) that says where the fault lies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// No connection: refused, unreachable, no address, or the connect time-out.
+    Connect,
+    /// The TLS handshake failed: certificate not trusted, wrong name, expired, ALPN.
+    Tls,
+    /// A time-out after the connection was made (response head, body, or the caller's
+    /// whole-request deadline).
+    Timeout,
+    /// The upstream reset or closed the connection before the response head, or reset the
+    /// stream (HTTP/2 RST_STREAM, GOAWAY).
+    Reset,
+    /// The answer is not valid HTTP (a malformed head, a bad chunk, an h2 protocol error).
+    Protocol,
+    /// The connection ended before the whole body arrived.
+    BodyCut,
+    /// A response head over the configured limit, or a body over the caller's limit.
+    TooLarge,
+    /// This machine ran out of something: file descriptors (EMFILE), ephemeral ports
+    /// (EADDRNOTAVAIL), buffers or memory. Not the upstream's fault.
+    Local,
+}
+
+impl ErrorKind {
+    /// Every kind, in table order.
+    pub const ALL: [ErrorKind; 8] = [
+        ErrorKind::Connect,
+        ErrorKind::Tls,
+        ErrorKind::Timeout,
+        ErrorKind::Reset,
+        ErrorKind::Protocol,
+        ErrorKind::BodyCut,
+        ErrorKind::TooLarge,
+        ErrorKind::Local,
+    ];
+
+    /// The stable short name: `connect`, `tls`, `timeout`, `reset`, `protocol`,
+    /// `body_cut`, `too_large`, `local`. Result files and tables key on it: never change one.
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorKind::Connect => "connect",
+            ErrorKind::Tls => "tls",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Reset => "reset",
+            ErrorKind::Protocol => "protocol",
+            ErrorKind::BodyCut => "body_cut",
+            ErrorKind::TooLarge => "too_large",
+            ErrorKind::Local => "local",
+        }
+    }
+
+    /// Where the fault lies. Everything this crate reports is the upstream's doing except
+    /// [`ErrorKind::Local`].
+    pub fn side(self) -> Side {
+        match self {
+            ErrorKind::Local => Side::Local,
+            _ => Side::Upstream,
+        }
+    }
+
+    /// The status a gateway answers its client with: 504 for a time-out, 503 for a local
+    /// shortage, 502 for the rest.
+    pub fn gateway_status(self) -> StatusCode {
+        match self {
+            ErrorKind::Timeout => StatusCode::GATEWAY_TIMEOUT,
+            ErrorKind::Local => StatusCode::SERVICE_UNAVAILABLE,
+            _ => StatusCode::BAD_GATEWAY,
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Where a fault lies (as pingora-error's `ErrorSource`): the upstream the request went
+/// to, the downstream client that sent it (a proxy's own client), or this machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Side {
+    /// The server this crate talked to.
+    Upstream,
+    /// The client of a proxy that uses this crate (a body that never came, bad input).
+    Downstream,
+    /// This process or machine (descriptors, ports, memory).
+    Local,
+}
+
+impl Side {
+    /// `upstream`, `downstream` or `local`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Side::Upstream => "upstream",
+            Side::Downstream => "downstream",
+            Side::Local => "local",
+        }
+    }
+}
+
+/// Which step of an exchange an error or time-out happened in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Opening the TCP connection.
+    Connect,
+    /// The TLS handshake (and the HTTP/2 preface).
+    Handshake,
+    /// Writing the request.
+    Write,
+    /// Waiting for or reading the response head.
+    Head,
+    /// Reading the response body.
+    Body,
+}
+
+impl Phase {
+    fn describe(self) -> &'static str {
+        match self {
+            Phase::Connect => "connecting",
+            Phase::Handshake => "during the handshake",
+            Phase::Write => "writing the request",
+            Phase::Head => "waiting for the response head",
+            Phase::Body => "reading the response body",
+        }
+    }
+}
+
+/// A certificate or handshake problem, each named in one line a person can act on.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TlsError {
+    /// The chain does not lead to a trusted root.
+    #[error(
+        "the certificate of {name} is not trusted (unknown issuer); pass its CA with --cacert FILE, or --insecure"
+    )]
+    NotTrusted {
+        /// The name verified.
+        name: String,
+    },
+    /// The certificate is for other names.
+    #[error("the certificate is not valid for the name {name}{presented}")]
+    NameMismatch {
+        /// The name verified (SNI or URL host).
+        name: String,
+        /// `" (it is for a, b)"`, when known.
+        presented: String,
+    },
+    /// The certificate's validity ended.
+    #[error("the certificate of {name} has expired")]
+    Expired {
+        /// The name verified.
+        name: String,
+    },
+    /// The certificate's validity has not begun.
+    #[error("the certificate of {name} is not valid yet")]
+    NotYetValid {
+        /// The name verified.
+        name: String,
+    },
+    /// Any other certificate defect.
+    #[error("the certificate of {name} was rejected: {detail}")]
+    BadCertificate {
+        /// The name verified.
+        name: String,
+        /// What rustls said.
+        detail: String,
+    },
+    /// HTTP/2 was asked for and the server's ALPN did not choose it.
+    #[error("server does not speak h2 (ALPN chose {chosen}); drop --http2 to use HTTP/1.1")]
+    NoH2 {
+        /// The protocol the server chose, or `nothing`.
+        chosen: String,
+    },
+    /// The CA file cannot be used.
+    #[error("cannot use CA file {}: {why}", path.display())]
+    CaFile {
+        /// The file given.
+        path: PathBuf,
+        /// Unreadable, no certificate in it, or a certificate rustls refuses.
+        why: String,
+    },
+    /// The system's trust store is empty or missing.
+    #[error(
+        "no trusted roots in the system store (install ca-certificates) — pass --cacert FILE or --insecure"
+    )]
+    NoSystemRoots,
+    /// The SNI name is not a DNS name or an IP address.
+    #[error("`{0}` is not a valid TLS server name")]
+    BadName(String),
+    /// The handshake failed some other way (an alert, a version or cipher mismatch).
+    #[error("TLS handshake failed: {0}")]
+    Handshake(String),
+}
+
+/// Why an exchange with an upstream failed. [`Error::kind`] sorts it for tables;
+/// `Display` is one line for a person.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The host name has no address.
+    #[error("cannot resolve {host}: {source}")]
+    Resolve {
+        /// The name looked up.
+        host: String,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// The TCP connection failed.
+    #[error("connect: {0}")]
+    Connect(#[source] io::Error),
+    /// A time-out.
+    #[error("time-out {}: nothing within {}", phase.describe(), fmt_duration(*after))]
+    Timeout {
+        /// Where it happened.
+        phase: Phase,
+        /// The limit that ran out.
+        after: Duration,
+    },
+    /// A certificate or handshake problem.
+    #[error("{0}")]
+    Tls(#[from] TlsError),
+    /// Not one byte of the request left: the upstream never saw it (a pooled connection
+    /// the peer had closed). Resending is safe for any method.
+    #[error("connection failed before the request was sent: {0}")]
+    NotSent(#[source] io::Error),
+    /// The connection failed while writing or reading.
+    #[error("connection failed {}: {source}", phase.describe())]
+    Io {
+        /// Where it happened.
+        phase: Phase,
+        /// The error of the read or write.
+        #[source]
+        source: io::Error,
+    },
+    /// The upstream closed the connection before the response was complete.
+    #[error("the upstream closed the connection {}", phase.describe())]
+    Closed {
+        /// [`Phase::Head`] or [`Phase::Body`].
+        phase: Phase,
+    },
+    /// The HTTP/1.1 answer does not parse.
+    #[error("{0}")]
+    Wire(#[from] WireError),
+    /// The body is over the caller's limit.
+    #[error("response body over {0} bytes")]
+    BodyTooLarge(u64),
+    /// An HTTP/2 error: a reset stream, a GOAWAY, a protocol error.
+    #[error("h2 {}: {source}", phase.describe())]
+    H2 {
+        /// Where it happened.
+        phase: Phase,
+        /// The h2 crate's error.
+        #[source]
+        source: h2::Error,
+    },
+    /// A request the connection cannot carry (e.g. headers h2 refuses): the caller's bug.
+    #[error("request not sendable: {0}")]
+    Request(String),
+}
+
+fn fmt_duration(d: Duration) -> String {
+    if d.subsec_nanos() == 0 {
+        format!("{}s", d.as_secs())
+    } else if d < Duration::from_secs(1) && d.subsec_nanos().is_multiple_of(1_000_000) {
+        format!("{}ms", d.as_millis())
+    } else {
+        format!("{d:?}")
+    }
+}
+
+/// Is this I/O error a shortage on this machine rather than the peer's doing?
+fn local_shortage(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM | libc::EADDRNOTAVAIL)
+    ) || e.kind() == io::ErrorKind::OutOfMemory
+}
+
+impl Error {
+    /// The kind, for tables and JSON.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Resolve { .. } => ErrorKind::Connect,
+            Error::Connect(e) => {
+                if local_shortage(e) {
+                    ErrorKind::Local
+                } else {
+                    ErrorKind::Connect
+                }
+            }
+            Error::Timeout {
+                phase: Phase::Connect,
+                ..
+            } => ErrorKind::Connect,
+            Error::Timeout { .. } => ErrorKind::Timeout,
+            Error::Tls(_) => ErrorKind::Tls,
+            Error::NotSent(e) | Error::Io { source: e, .. } if local_shortage(e) => {
+                ErrorKind::Local
+            }
+            Error::NotSent(_) => ErrorKind::Reset,
+            Error::Io {
+                phase: Phase::Body, ..
+            }
+            | Error::Closed { phase: Phase::Body } => ErrorKind::BodyCut,
+            Error::Io {
+                phase: Phase::Handshake,
+                ..
+            } => ErrorKind::Tls,
+            Error::Io { .. } | Error::Closed { .. } => ErrorKind::Reset,
+            Error::Wire(WireError::HeadTooLarge { .. }) | Error::BodyTooLarge(_) => {
+                ErrorKind::TooLarge
+            }
+            Error::Wire(_) => ErrorKind::Protocol,
+            Error::H2 { phase, source } => h2_kind(*phase, source),
+            Error::Request(_) => ErrorKind::Local,
+        }
+    }
+
+    /// Where the fault lies.
+    pub fn side(&self) -> Side {
+        self.kind().side()
+    }
+
+    /// The upstream certainly never processed the request, so resending it is safe for
+    /// any method: no connection, no handshake, not one byte written, or an HTTP/2
+    /// stream the server refused (REFUSED_STREAM, RFC 9113 §8.7).
+    pub fn never_sent(&self) -> bool {
+        match self {
+            Error::Resolve { .. } | Error::Connect(_) | Error::Tls(_) | Error::NotSent(_) => true,
+            Error::Timeout { phase, .. } | Error::Io { phase, .. } => {
+                matches!(phase, Phase::Connect | Phase::Handshake)
+            }
+            Error::H2 { source, .. } => source.reason() == Some(h2::Reason::REFUSED_STREAM),
+            _ => false,
+        }
+    }
+
+    /// The JSON error answer a gateway gives its client for this error: the status of
+    /// [`ErrorKind::gateway_status`] and [`error_body`] with the kind and this message.
+    pub fn to_response(&self) -> Response<Bytes> {
+        let kind = self.kind();
+        error_response(kind.gateway_status(), kind.name(), &self.to_string())
+    }
+
+    pub(crate) fn io(phase: Phase, e: io::Error) -> Error {
+        match e.kind() {
+            io::ErrorKind::UnexpectedEof if matches!(phase, Phase::Head | Phase::Body) => {
+                Error::Closed { phase }
+            }
+            _ => Error::Io { phase, source: e },
+        }
+    }
+}
+
+fn h2_kind(phase: Phase, e: &h2::Error) -> ErrorKind {
+    if let Some(io) = e.get_io() {
+        return if local_shortage(io) {
+            ErrorKind::Local
+        } else if phase == Phase::Body {
+            ErrorKind::BodyCut
+        } else if phase == Phase::Handshake {
+            ErrorKind::Tls
+        } else {
+            ErrorKind::Reset
+        };
+    }
+    if e.is_reset() || e.is_go_away() {
+        return match e.reason() {
+            Some(h2::Reason::PROTOCOL_ERROR | h2::Reason::FRAME_SIZE_ERROR)
+            | Some(h2::Reason::COMPRESSION_ERROR) => ErrorKind::Protocol,
+            _ if phase == Phase::Body => ErrorKind::BodyCut,
+            _ => ErrorKind::Reset,
+        };
+    }
+    if e.is_library() {
+        ErrorKind::Protocol
+    } else {
+        ErrorKind::Local // a user error of the h2 API: a request the caller built wrong
+    }
+}
+
+/// The one JSON error body of the toolkit: `{"error":"<kind>","detail":"<text>"}`. The
+/// kind is a short stable name a script can match on (an [`ErrorKind::name`], or a
+/// proxy's own such as `bad_request`, `no_route`, `client_timeout`); the detail is for a
+/// person.
+pub fn error_body(kind: &str, detail: &str) -> Bytes {
+    // Written by hand so `error` comes first whatever serde_json's map order.
+    let quote = |s: &str| serde_json::Value::from(s).to_string();
+    Bytes::from(format!(
+        r#"{{"error":{},"detail":{}}}"#,
+        quote(kind),
+        quote(detail)
+    ))
+}
+
+/// A response carrying [`error_body`] with `Content-Type: application/json`. Map the
+/// body into the server's own body type (`response.map(...)`).
+pub fn error_response(status: StatusCode, kind: &str, detail: &str) -> Response<Bytes> {
+    let mut res = Response::new(error_body(kind, detail));
+    *res.status_mut() = status;
+    res.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kind_names_are_stable_and_distinct() {
+        let names: Vec<_> = ErrorKind::ALL.iter().map(|k| k.name()).collect();
+        assert_eq!(
+            names,
+            [
+                "connect",
+                "tls",
+                "timeout",
+                "reset",
+                "protocol",
+                "body_cut",
+                "too_large",
+                "local"
+            ]
+        );
+        for k in ErrorKind::ALL {
+            let expected = if k == ErrorKind::Local {
+                Side::Local
+            } else {
+                Side::Upstream
+            };
+            assert_eq!(k.side(), expected, "{k}");
+        }
+    }
+
+    #[test]
+    fn io_errors_sort_into_kinds_by_errno_and_phase() {
+        let os = io::Error::from_raw_os_error;
+        assert_eq!(
+            Error::Connect(os(libc::ECONNREFUSED)).kind(),
+            ErrorKind::Connect
+        );
+        assert_eq!(Error::Connect(os(libc::EMFILE)).kind(), ErrorKind::Local);
+        assert_eq!(
+            Error::Connect(os(libc::EADDRNOTAVAIL)).kind(),
+            ErrorKind::Local
+        );
+        assert_eq!(
+            Error::io(Phase::Head, os(libc::ECONNRESET)).kind(),
+            ErrorKind::Reset
+        );
+        assert_eq!(
+            Error::io(Phase::Body, os(libc::ECONNRESET)).kind(),
+            ErrorKind::BodyCut
+        );
+        assert_eq!(
+            Error::io(Phase::Body, io::ErrorKind::UnexpectedEof.into()).kind(),
+            ErrorKind::BodyCut
+        );
+        assert_eq!(
+            Error::NotSent(os(libc::ENFILE)).kind(),
+            ErrorKind::Local,
+            "a shortage wins over the phase"
+        );
+        let t = Error::Timeout {
+            phase: Phase::Head,
+            after: Duration::from_millis(300),
+        };
+        assert_eq!(t.kind(), ErrorKind::Timeout);
+        assert_eq!(
+            t.to_string(),
+            "time-out waiting for the response head: nothing within 300ms"
+        );
+        assert!(!t.never_sent());
+        assert!(Error::Connect(os(libc::ECONNREFUSED)).never_sent());
+    }
+
+    #[test]
+    fn the_error_body_is_json_with_kind_and_detail() {
+        let body = error_body("timeout", "the \"primary\" did not answer");
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["error"], "timeout");
+        assert_eq!(v["detail"], "the \"primary\" did not answer");
+        let res = Error::Timeout {
+            phase: Phase::Head,
+            after: Duration::from_secs(30),
+        }
+        .to_response();
+        assert_eq!(res.status(), StatusCode::GATEWAY_TIMEOUT);
+        assert_eq!(res.headers()["content-type"], "application/json");
+        let v: serde_json::Value = serde_json::from_slice(res.body()).unwrap();
+        assert_eq!(v["error"], "timeout");
+        assert_eq!(
+            v["detail"],
+            "time-out waiting for the response head: nothing within 30s"
+        );
+    }
+}

@@ -1,0 +1,567 @@
+//! HTTP/1.1 on the wire (RFC 9112), with no I/O: the request head a client writes, the
+//! response head it reads (1xx skipped, framing decided by RFC 9112 §6.3), and a chunked
+//! decoder fed as bytes arrive. Moved from `scalpel-serve`'s `h1.rs`, where it was
+//! measured against hyper's client connection (docs/serve.md).
+//!
+//! Two ways to read a head: [`parse_head`] only decides status and framing (the load
+//! generator's path: no header map, no allocation), [`parse_response`] also builds the
+//! `HeaderMap` a proxy forwards, hop-by-hop headers left out.
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{StatusCode, Version};
+
+use crate::hop::{HopByHop, is_hop_by_hop};
+
+/// The default limit on a response head, in bytes (hyper's and curl's order of size).
+pub const DEFAULT_MAX_HEAD_BYTES: usize = 64 * 1024;
+/// The most response headers read; more is [`WireError::HeadTooLarge`].
+pub const MAX_HEADERS: usize = 128;
+/// The longest chunk-size line (with extensions) accepted.
+const MAX_CHUNK_LINE: usize = 4096;
+/// The largest trailer section accepted.
+const MAX_TRAILERS: usize = 16 * 1024;
+
+/// A malformed or unsupported HTTP/1.x answer.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WireError {
+    /// The response head does not parse.
+    #[error("malformed response head: {0}")]
+    Head(String),
+    /// The response head is over the byte limit or [`MAX_HEADERS`].
+    #[error("response head over {limit} bytes or {MAX_HEADERS} headers")]
+    HeadTooLarge {
+        /// The byte limit in force.
+        limit: usize,
+    },
+    /// A `101 Switching Protocols` to a request that asked for no upgrade.
+    #[error("the upstream switched protocols (101) unasked")]
+    Upgrade,
+    /// `Content-Length` is not a number, or several disagree.
+    #[error("invalid Content-Length")]
+    ContentLength,
+    /// The chunked body does not parse.
+    #[error("malformed chunked body: {0}")]
+    Chunked(&'static str),
+}
+
+// ---------------------------------------------------------------------------------------
+// Request heads
+
+/// Methods whose request carries a `Content-Length` even when the body is empty (so a
+/// server never waits for a body that is not coming).
+pub fn sends_length(method: &[u8], body_len: usize) -> bool {
+    body_len > 0
+        || method.eq_ignore_ascii_case(b"POST")
+        || method.eq_ignore_ascii_case(b"PUT")
+        || method.eq_ignore_ascii_case(b"PATCH")
+}
+
+/// Writes a request head into a reused buffer: the request line, then headers one by
+/// one, then the blank line. No allocation besides the buffer's own growth.
+///
+/// ```
+/// use scalpel_http::h1::RequestWriter;
+/// let mut out = Vec::new();
+/// let mut w = RequestWriter::new(&mut out, "POST", "/api", "/v1/x?y=1");
+/// w.header(b"Host", b"example.test");
+/// w.content_length(5);
+/// w.finish();
+/// out.extend_from_slice(b"hello");
+/// assert_eq!(out, b"POST /api/v1/x?y=1 HTTP/1.1\r\nHost: example.test\r\nContent-Length: 5\r\n\r\nhello");
+/// ```
+#[derive(Debug)]
+pub struct RequestWriter<'a> {
+    out: &'a mut Vec<u8>,
+}
+
+/// What [`RequestWriter::forward`] saw among the headers it copied.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Forwarded {
+    /// A `Host` header was copied.
+    pub host: bool,
+}
+
+impl<'a> RequestWriter<'a> {
+    /// Starts a head in `out` (cleared first): `METHOD prefix+target HTTP/1.1`. `prefix`
+    /// is a base path without a trailing slash (`""` for none); a `target` not starting
+    /// with `/` gets one.
+    pub fn new(out: &'a mut Vec<u8>, method: &str, prefix: &str, target: &str) -> Self {
+        out.clear();
+        out.extend_from_slice(method.as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(prefix.as_bytes());
+        if !target.starts_with('/') {
+            out.push(b'/');
+        }
+        out.extend_from_slice(target.as_bytes());
+        out.extend_from_slice(b" HTTP/1.1\r\n");
+        Self { out }
+    }
+
+    /// One header line, as given.
+    pub fn header(&mut self, name: &[u8], value: &[u8]) -> &mut Self {
+        self.out.extend_from_slice(name);
+        self.out.extend_from_slice(b": ");
+        self.out.extend_from_slice(value);
+        self.out.extend_from_slice(b"\r\n");
+        self
+    }
+
+    /// Copies a client's headers for the next hop: hop-by-hop ones (and those its
+    /// `Connection` names) dropped, and `Content-Length` and `Expect` too — the body
+    /// length is the sender's own ([`RequestWriter::content_length`]), and a buffered body
+    /// has answered any `Expect` already.
+    pub fn forward(&mut self, headers: &HeaderMap) -> Forwarded {
+        let rule = HopByHop::of(headers);
+        let mut seen = Forwarded::default();
+        for (name, value) in headers {
+            if *name == header::CONTENT_LENGTH || *name == header::EXPECT {
+                continue;
+            }
+            if rule.drops(name.as_str().as_bytes()) {
+                continue;
+            }
+            seen.host |= *name == header::HOST;
+            self.header(name.as_str().as_bytes(), value.as_bytes());
+        }
+        seen
+    }
+
+    /// `Content-Length: n`.
+    pub fn content_length(&mut self, n: u64) -> &mut Self {
+        let mut digits = itoa::Buffer::new();
+        self.header(b"Content-Length", digits.format(n).as_bytes())
+    }
+
+    /// Ends the head (the blank line); the body, if any, follows in the same buffer or
+    /// its own write.
+    pub fn finish(self) {
+        self.out.extend_from_slice(b"\r\n");
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Response heads
+
+/// How a response body is delimited (RFC 9112 §6.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// No body: a `HEAD` request, a 204 or 304, or a 101 (the connection switched).
+    Empty,
+    /// `Content-Length` bytes.
+    Length(u64),
+    /// `Transfer-Encoding: chunked`.
+    Chunked,
+    /// Until the upstream closes the connection.
+    Close,
+}
+
+/// What the request was, so the response can be framed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expect {
+    /// The request was a `HEAD`: no body follows whatever the head says.
+    pub head: bool,
+    /// The request asked to switch protocols: a 101 is its answer, not an error.
+    pub upgrade: bool,
+    /// The response head limit in bytes ([`DEFAULT_MAX_HEAD_BYTES`] by default).
+    pub max_head_bytes: usize,
+}
+
+impl Default for Expect {
+    fn default() -> Self {
+        Self {
+            head: false,
+            upgrade: false,
+            max_head_bytes: DEFAULT_MAX_HEAD_BYTES,
+        }
+    }
+}
+
+/// A response head reduced to what a client needs to read the body: no header map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeadInfo {
+    /// The status code (100–999 as httparse allows; 1xx other than 101 never appear).
+    pub status: u16,
+    /// HTTP/1.1 (else HTTP/1.0).
+    pub http11: bool,
+    /// How the body is delimited.
+    pub framing: Framing,
+    /// The connection may carry another request once the body has ended. False after
+    /// `Connection: close`, an HTTP/1.0 answer without keep-alive, a close-delimited body,
+    /// a 101, and a head with both `Transfer-Encoding` and `Content-Length` (RFC 9112
+    /// §6.3: the message is re-framed by its transfer coding, and the connection closed
+    /// afterwards, since the two framings disagree about where the next response starts).
+    pub keep_alive: bool,
+    /// The head had both `Transfer-Encoding` and `Content-Length`.
+    pub reframed: bool,
+    /// Bytes of the head, including any interim (1xx) responses skipped before it.
+    pub len: usize,
+}
+
+/// A response head for a proxy: hop-by-hop headers (and a `Content-Length` that a
+/// `Transfer-Encoding` overrides) left out.
+#[derive(Debug)]
+pub struct ResponseHead {
+    /// The status.
+    pub status: StatusCode,
+    /// HTTP/1.0 or HTTP/1.1.
+    pub version: Version,
+    /// End-to-end headers; after a 101, the `Upgrade` header is kept.
+    pub headers: HeaderMap,
+    /// As in [`HeadInfo`].
+    pub framing: Framing,
+    /// As in [`HeadInfo`].
+    pub keep_alive: bool,
+    /// As in [`HeadInfo`].
+    pub reframed: bool,
+}
+
+/// Where a header's name and value sit in the head's bytes.
+type Span = (usize, usize, usize, usize);
+
+/// The outcome of scanning one final (non-1xx) head.
+struct Scan {
+    /// Offset of the final head (after skipped 1xx) and its end.
+    start: usize,
+    end: usize,
+    code: u16,
+    http11: bool,
+    count: usize,
+    chunked: Option<bool>,
+    reframed: bool,
+    framing: Framing,
+    keep_alive: bool,
+}
+
+fn scan(
+    buf: &[u8],
+    expect: &Expect,
+    mut spans: Option<&mut [Span]>,
+) -> Result<Option<Scan>, WireError> {
+    let mut start = 0;
+    loop {
+        let rest = &buf[start..];
+        let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut res = httparse::Response::new(&mut slots);
+        let len = match res.parse(rest) {
+            Ok(httparse::Status::Complete(n)) => n,
+            Ok(httparse::Status::Partial) if rest.len() >= expect.max_head_bytes => {
+                return Err(WireError::HeadTooLarge {
+                    limit: expect.max_head_bytes,
+                });
+            }
+            Ok(httparse::Status::Partial) => return Ok(None),
+            Err(httparse::Error::TooManyHeaders) => {
+                return Err(WireError::HeadTooLarge {
+                    limit: expect.max_head_bytes,
+                });
+            }
+            Err(e) => return Err(WireError::Head(e.to_string())),
+        };
+        if len > expect.max_head_bytes {
+            return Err(WireError::HeadTooLarge {
+                limit: expect.max_head_bytes,
+            });
+        }
+        let code = res.code.unwrap_or(0);
+        let switched = code == 101;
+        if switched && !expect.upgrade {
+            return Err(WireError::Upgrade);
+        }
+        if (100..200).contains(&code) && !switched {
+            start += len;
+            continue;
+        }
+        if StatusCode::from_u16(code).is_err() {
+            return Err(WireError::Head(format!("status {code}")));
+        }
+        let mut chunked = None;
+        let mut length: Option<u64> = None;
+        let (mut close, mut keep) = (false, false);
+        for h in res.headers.iter() {
+            let name = h.name.as_bytes();
+            if name.eq_ignore_ascii_case(b"connection") {
+                for token in h.value.split(|&b| b == b',') {
+                    let token = token.trim_ascii();
+                    close |= token.eq_ignore_ascii_case(b"close");
+                    keep |= token.eq_ignore_ascii_case(b"keep-alive");
+                }
+            } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+                // The last coding decides (RFC 9112 §6.3): chunked, or read until close.
+                let last = h.value.rsplit(|&b| b == b',').next().unwrap_or_default();
+                chunked = Some(last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+            } else if name.eq_ignore_ascii_case(b"content-length") {
+                let n = std::str::from_utf8(h.value)
+                    .ok()
+                    .map(str::trim)
+                    .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .ok_or(WireError::ContentLength)?;
+                if length.is_some_and(|l| l != n) {
+                    return Err(WireError::ContentLength);
+                }
+                length = Some(n);
+            }
+        }
+        if let Some(spans) = spans.as_deref_mut() {
+            let base = rest.as_ptr() as usize;
+            for (span, h) in spans.iter_mut().zip(res.headers.iter()) {
+                let name = start + h.name.as_ptr() as usize - base;
+                let value = start + h.value.as_ptr() as usize - base;
+                *span = (name, h.name.len(), value, h.value.len());
+            }
+        }
+        let http11 = res.version == Some(1);
+        let reframed = chunked.is_some() && length.is_some();
+        let framing = if expect.head || switched || code == 204 || code == 304 {
+            Framing::Empty
+        } else {
+            match (chunked, length) {
+                (Some(true), _) => Framing::Chunked,
+                (Some(false), _) => Framing::Close,
+                (None, Some(n)) => Framing::Length(n),
+                (None, None) => Framing::Close,
+            }
+        };
+        let keep_alive = framing != Framing::Close
+            && !switched
+            && !reframed
+            && if http11 { !close } else { keep && !close };
+        return Ok(Some(Scan {
+            start,
+            end: start + len,
+            code,
+            http11,
+            count: res.headers.len(),
+            chunked,
+            reframed,
+            framing,
+            keep_alive,
+        }));
+    }
+}
+
+/// Decides status and framing of the response head at the start of `buf`, without
+/// consuming it or building a header map; `Ok(None)` when it is not all there yet.
+/// Interim (1xx) responses are skipped ([`HeadInfo::len`] covers them).
+pub fn parse_head(buf: &[u8], expect: &Expect) -> Result<Option<HeadInfo>, WireError> {
+    Ok(scan(buf, expect, None)?.map(|s| HeadInfo {
+        status: s.code,
+        http11: s.http11,
+        framing: s.framing,
+        keep_alive: s.keep_alive,
+        reframed: s.reframed,
+        len: s.end,
+    }))
+}
+
+/// Parses the response head at the start of `buf` and consumes it; `Ok(None)` when it
+/// is not all there yet. Interim (1xx) responses are consumed and skipped. Header values
+/// point into the head's bytes: no copy per header.
+pub fn parse_response(
+    buf: &mut BytesMut,
+    expect: &Expect,
+) -> Result<Option<ResponseHead>, WireError> {
+    let mut spans = [(0usize, 0usize, 0usize, 0usize); MAX_HEADERS];
+    let Some(s) = scan(buf, expect, Some(&mut spans))? else {
+        return Ok(None);
+    };
+    buf.advance(s.start);
+    let bytes = buf.split_to(s.end - s.start).freeze();
+    let at = |(n, nl, v, vl): Span| (n - s.start, nl, v - s.start, vl);
+    let spans = spans[..s.count].iter().map(|&sp| at(sp));
+    let rule = HopByHop::from_connection(
+        spans
+            .clone()
+            .filter(|&(n, nl, _, _)| bytes[n..n + nl].eq_ignore_ascii_case(b"connection"))
+            .map(|(_, _, v, vl)| &bytes[v..v + vl]),
+    );
+    let switched = s.code == 101;
+    let mut headers = HeaderMap::with_capacity(s.count);
+    for (n, nl, v, vl) in spans.clone() {
+        let name = &bytes[n..n + nl];
+        // With Transfer-Encoding, a Content-Length is wrong and must go (RFC 9112 §6.3).
+        let stale_length = s.chunked.is_some() && name.eq_ignore_ascii_case(b"content-length");
+        let protocol = switched && name.eq_ignore_ascii_case(b"upgrade");
+        if (is_hop_by_hop(name) || rule.names(name) || stale_length) && !protocol {
+            continue;
+        }
+        let name = HeaderName::from_bytes(name).map_err(|e| WireError::Head(e.to_string()))?;
+        let value = HeaderValue::from_maybe_shared(bytes.slice(v..v + vl))
+            .map_err(|e| WireError::Head(e.to_string()))?;
+        headers.append(name, value);
+    }
+    Ok(Some(ResponseHead {
+        status: StatusCode::from_u16(s.code)
+            .map_err(|_| WireError::Head(format!("status {}", s.code)))?,
+        version: if s.http11 {
+            Version::HTTP_11
+        } else {
+            Version::HTTP_10
+        },
+        headers,
+        framing: s.framing,
+        keep_alive: s.keep_alive,
+        reframed: s.reframed,
+    }))
+}
+
+// ---------------------------------------------------------------------------------------
+// Chunked bodies
+
+/// Where a chunked body's decoder stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ChunkState {
+    Size,
+    Data(u64),
+    DataEnd,
+    Trailers(usize),
+    Done,
+}
+
+/// One step of the decoder over the front of a buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// The first `n` bytes are framing: drop them.
+    Framing(usize),
+    /// The first `n` bytes are body data: take or drop them.
+    Data(usize),
+    /// Nothing more can be decoded until more bytes arrive (or the body is done).
+    Wait,
+}
+
+/// Decodes a chunked body as its bytes arrive; trailers are read and dropped.
+#[derive(Debug, Clone)]
+pub struct ChunkedDecoder(ChunkState);
+
+impl Default for ChunkedDecoder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ChunkedDecoder {
+    /// A decoder at the start of a body.
+    pub fn new() -> Self {
+        Self(ChunkState::Size)
+    }
+
+    /// The last chunk and the trailers have been read.
+    pub fn is_done(&self) -> bool {
+        self.0 == ChunkState::Done
+    }
+
+    /// The next piece of body data in `buf`, consumed; `Ok(None)` when `buf` holds no
+    /// more (read more, unless [`ChunkedDecoder::is_done`]).
+    pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Bytes>, WireError> {
+        loop {
+            match self.step(buf)? {
+                Step::Framing(n) => buf.advance(n),
+                Step::Data(n) => return Ok(Some(buf.split_to(n).freeze())),
+                Step::Wait => return Ok(None),
+            }
+        }
+    }
+
+    /// Consumes as much of the body in `buf` as is there, keeping nothing; returns the
+    /// number of data bytes dropped. The load generator's path: no `Bytes` made.
+    pub fn skip(&mut self, buf: &mut BytesMut) -> Result<u64, WireError> {
+        let mut data = 0u64;
+        loop {
+            match self.step(buf)? {
+                Step::Framing(n) => buf.advance(n),
+                Step::Data(n) => {
+                    data += n as u64;
+                    buf.advance(n);
+                }
+                Step::Wait => return Ok(data),
+            }
+        }
+    }
+
+    /// Decides what the front of `buf` is; the state moves on as if the caller consumes
+    /// what the step names.
+    fn step(&mut self, buf: &[u8]) -> Result<Step, WireError> {
+        match self.0 {
+            ChunkState::Size => {
+                let Some(end) = line_end(buf) else {
+                    return if buf.len() > MAX_CHUNK_LINE {
+                        Err(WireError::Chunked("chunk-size line too long"))
+                    } else {
+                        Ok(Step::Wait)
+                    };
+                };
+                let digits = buf[..end]
+                    .split(|&b| b == b';')
+                    .next()
+                    .unwrap_or_default()
+                    .trim_ascii();
+                if digits.is_empty() || digits.len() > 15 {
+                    return Err(WireError::Chunked("bad chunk size"));
+                }
+                let size = std::str::from_utf8(digits)
+                    .ok()
+                    .filter(|d| d.bytes().all(|b| b.is_ascii_hexdigit()))
+                    .and_then(|d| u64::from_str_radix(d, 16).ok())
+                    .ok_or(WireError::Chunked("bad chunk size"))?;
+                self.0 = if size == 0 {
+                    ChunkState::Trailers(0)
+                } else {
+                    ChunkState::Data(size)
+                };
+                Ok(Step::Framing(end + 2))
+            }
+            ChunkState::Data(left) => {
+                if buf.is_empty() {
+                    return Ok(Step::Wait);
+                }
+                let n = (buf.len() as u64).min(left) as usize;
+                self.0 = match left - n as u64 {
+                    0 => ChunkState::DataEnd,
+                    rest => ChunkState::Data(rest),
+                };
+                Ok(Step::Data(n))
+            }
+            ChunkState::DataEnd => {
+                if buf.len() < 2 {
+                    return Ok(Step::Wait);
+                }
+                if &buf[..2] != b"\r\n" {
+                    return Err(WireError::Chunked("no CRLF after chunk data"));
+                }
+                self.0 = ChunkState::Size;
+                Ok(Step::Framing(2))
+            }
+            ChunkState::Trailers(seen) => {
+                let Some(end) = line_end(buf) else {
+                    return if seen + buf.len() > MAX_TRAILERS {
+                        Err(WireError::Chunked("trailers too large"))
+                    } else {
+                        Ok(Step::Wait)
+                    };
+                };
+                if seen + end > MAX_TRAILERS {
+                    return Err(WireError::Chunked("trailers too large"));
+                }
+                self.0 = if end == 0 {
+                    ChunkState::Done
+                } else {
+                    ChunkState::Trailers(seen + end + 2)
+                };
+                Ok(Step::Framing(end + 2))
+            }
+            ChunkState::Done => Ok(Step::Wait),
+        }
+    }
+}
+
+/// The index of the first CRLF in `buf`.
+fn line_end(buf: &[u8]) -> Option<usize> {
+    buf.windows(2).position(|w| w == b"\r\n")
+}
+
+#[cfg(test)]
+#[path = "wire_tests.rs"]
+mod tests;

@@ -1,0 +1,382 @@
+//! HTTP/2 through the `h2` crate: a connection handle that carries many concurrent
+//! streams, one driver task per connection (never one per request), and counters of
+//! what a load test must see apart from ordinary errors — GOAWAY, RST_STREAM by reason,
+//! and stalls on the peer's stream limit or its flow-control window.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use h2::client::SendRequest;
+use h2::{RecvStream, SendStream};
+use http::{HeaderMap, Request, StatusCode};
+
+use crate::error::{Error, Phase};
+use crate::hop::strip_hop_by_hop;
+use crate::peer::PeerOptions;
+use crate::stream::Stream;
+
+/// RST_STREAM reasons by code (RFC 9113 §7), and one slot for codes beyond them.
+const REASONS: [&str; 15] = [
+    "no_error",
+    "protocol_error",
+    "internal_error",
+    "flow_control_error",
+    "settings_timeout",
+    "stream_closed",
+    "frame_size_error",
+    "refused_stream",
+    "cancel",
+    "compression_error",
+    "connect_error",
+    "enhance_your_calm",
+    "inadequate_security",
+    "http_1_1_required",
+    "other",
+];
+
+/// Counters of HTTP/2 events, shared by the connections that record into them (one per
+/// connector by default). Updated only on rare events: atomics are cheap enough.
+#[derive(Debug, Default)]
+pub struct H2Stats {
+    goaway: AtomicU64,
+    rst: [AtomicU64; REASONS.len()],
+    stall_streams: AtomicU64,
+    stall_window: AtomicU64,
+}
+
+/// A snapshot of [`H2Stats`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct H2Counts {
+    /// Connections the peer ended with GOAWAY (any reason, NO_ERROR included).
+    pub goaway: u64,
+    /// Streams the peer reset (RST_STREAM), all reasons.
+    pub rst_stream: u64,
+    /// Streams the peer reset, by reason (`cancel`, `refused_stream`, …), non-zero only.
+    pub rst_by_reason: Vec<(&'static str, u64)>,
+    /// Requests that had to wait for a free stream (the peer's
+    /// SETTINGS_MAX_CONCURRENT_STREAMS was reached on their connection).
+    pub stalled_on_streams: u64,
+    /// Request bodies that had to wait for flow-control window (stream or connection).
+    pub stalled_on_window: u64,
+}
+
+impl H2Stats {
+    /// The counts so far.
+    pub fn counts(&self) -> H2Counts {
+        let by_reason: Vec<_> = REASONS
+            .iter()
+            .zip(&self.rst)
+            .map(|(name, n)| (*name, n.load(Ordering::Relaxed)))
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        H2Counts {
+            goaway: self.goaway.load(Ordering::Relaxed),
+            rst_stream: by_reason.iter().map(|(_, n)| n).sum(),
+            rst_by_reason: by_reason,
+            stalled_on_streams: self.stall_streams.load(Ordering::Relaxed),
+            stalled_on_window: self.stall_window.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Counts a stream reset by the peer.
+    fn note(&self, e: &h2::Error) {
+        if e.is_reset()
+            && e.is_remote()
+            && let Some(reason) = e.reason()
+        {
+            let i = (u32::from(reason) as usize).min(REASONS.len() - 1);
+            self.rst[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Shared {
+    stats: Arc<H2Stats>,
+    closed: AtomicBool,
+    in_flight: AtomicUsize,
+}
+
+/// An HTTP/2 connection: a cheap clonable handle (each clone may have one request
+/// waiting for a stream; give each concurrent sender its own clone). The connection
+/// itself is driven by one task spawned at the handshake, on the current tokio runtime.
+#[derive(Debug, Clone)]
+pub struct H2Conn {
+    send: SendRequest<Bytes>,
+    shared: Arc<Shared>,
+    read_timeout: Option<Duration>,
+}
+
+/// Counts one request in flight on its connection until dropped.
+#[derive(Debug)]
+struct InFlight(Arc<Shared>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl H2Conn {
+    /// Starts HTTP/2 on a connected stream (after ALPN chose `h2`, or prior knowledge
+    /// over plain TCP) and spawns its driver task. Events are counted into `stats`.
+    pub async fn handshake(
+        stream: Stream,
+        options: &PeerOptions,
+        stats: Arc<H2Stats>,
+    ) -> Result<H2Conn, Error> {
+        let (send, connection) = h2::client::Builder::new()
+            .initial_window_size(options.h2_stream_window)
+            .initial_connection_window_size(options.h2_connection_window)
+            .max_header_list_size(u32::try_from(options.max_head_bytes).unwrap_or(u32::MAX))
+            .enable_push(false)
+            .handshake::<_, Bytes>(stream)
+            .await
+            .map_err(|e| Error::H2 {
+                phase: Phase::Handshake,
+                source: e,
+            })?;
+        let shared = Arc::new(Shared {
+            stats,
+            closed: AtomicBool::new(false),
+            in_flight: AtomicUsize::new(0),
+        });
+        let driver = Arc::clone(&shared);
+        tokio::spawn(async move {
+            let end = connection.await;
+            // Ended while handles still exist: the peer closed it. A remote GOAWAY shows
+            // as an error (or, with NO_ERROR, as a clean end while we still hold handles).
+            let ours = Arc::strong_count(&driver) == 1;
+            let goaway = match &end {
+                Err(e) => e.is_go_away() && e.is_remote(),
+                Ok(()) => !ours,
+            };
+            if goaway {
+                driver.stats.goaway.fetch_add(1, Ordering::Relaxed);
+            }
+            if let Err(e) = &end {
+                tracing::debug!(error = %e, "h2 connection ended");
+            }
+            driver.closed.store(true, Ordering::Release);
+        });
+        Ok(H2Conn {
+            send,
+            shared,
+            read_timeout: options.read_timeout,
+        })
+    }
+
+    /// The connection has ended (GOAWAY, error, or closed): open a new one.
+    pub fn is_closed(&self) -> bool {
+        self.shared.closed.load(Ordering::Acquire)
+    }
+
+    /// The peer's current limit on concurrent streams.
+    pub fn max_streams(&self) -> usize {
+        self.send.current_max_send_streams()
+    }
+
+    /// Requests in flight on this connection (all handles).
+    pub fn in_flight(&self) -> usize {
+        self.shared.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// The counters this connection records into.
+    pub fn stats(&self) -> &Arc<H2Stats> {
+        &self.shared.stats
+    }
+
+    /// Sends a request (its URI absolute: `https://host/path`, see
+    /// [`crate::Peer::uri`]) with a whole body, and waits for the response head.
+    /// Hop-by-hop headers, which HTTP/2 forbids, are dropped on the way.
+    pub async fn send(
+        &mut self,
+        mut request: Request<()>,
+        body: Bytes,
+    ) -> Result<H2Response, Error> {
+        strip_hop_by_hop(request.headers_mut());
+        let h2err = |phase| move |source| Error::H2 { phase, source };
+        let stats = Arc::clone(&self.shared.stats);
+        std::future::poll_fn(|cx| self.send.poll_ready(cx))
+            .await
+            .inspect_err(|e| stats.note(e))
+            .map_err(h2err(Phase::Write))?;
+        let before = self.shared.in_flight.fetch_add(1, Ordering::Relaxed);
+        let flight = InFlight(Arc::clone(&self.shared));
+        if before >= self.send.current_max_send_streams() {
+            stats.stall_streams.fetch_add(1, Ordering::Relaxed);
+        }
+        let end = body.is_empty();
+        let (response, mut sender) = self
+            .send
+            .send_request(request, end)
+            .inspect_err(|e| stats.note(e))
+            .map_err(h2err(Phase::Write))?;
+        if !end {
+            send_body(&mut sender, body, &stats)
+                .await
+                .inspect_err(|e| stats.note(e))
+                .map_err(h2err(Phase::Write))?;
+        }
+        let response = within(self.read_timeout, Phase::Head, async {
+            response
+                .await
+                .inspect_err(|e| stats.note(e))
+                .map_err(h2err(Phase::Head))
+        })
+        .await?;
+        let (parts, body) = response.into_parts();
+        Ok(H2Response {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+            stats,
+            read_timeout: self.read_timeout,
+            _flight: flight,
+        })
+    }
+
+    /// The load generator's round trip: send, read the head, skip the body; the status.
+    pub async fn round_trip(&mut self, request: Request<()>, body: Bytes) -> Result<u16, Error> {
+        let mut response = self.send(request, body).await?;
+        response.skip_body().await?;
+        Ok(response.status.as_u16())
+    }
+}
+
+/// Sends `body` as DATA frames as flow control allows; a wait for window after the first
+/// frame counts as a window stall (the first wait is the stream opening).
+async fn send_body(
+    sender: &mut SendStream<Bytes>,
+    mut body: Bytes,
+    stats: &H2Stats,
+) -> Result<(), h2::Error> {
+    sender.reserve_capacity(body.len());
+    let mut sent_any = false;
+    let mut counted = false;
+    while !body.is_empty() {
+        let mut cap = sender.capacity();
+        if cap == 0 {
+            if sent_any && !counted {
+                stats.stall_window.fetch_add(1, Ordering::Relaxed);
+                counted = true;
+            }
+            cap = match std::future::poll_fn(|cx| sender.poll_capacity(cx)).await {
+                Some(r) => r?,
+                None => return Err(h2::Error::from(h2::Reason::CANCEL)),
+            };
+            if cap == 0 {
+                continue;
+            }
+        }
+        let piece = body.split_to(cap.min(body.len()));
+        sender.send_data(piece, body.is_empty())?;
+        sent_any = true;
+        if !body.is_empty() {
+            sender.reserve_capacity(body.len());
+        }
+    }
+    Ok(())
+}
+
+async fn within<T>(
+    limit: Option<Duration>,
+    phase: Phase,
+    work: impl Future<Output = Result<T, Error>>,
+) -> Result<T, Error> {
+    match limit {
+        None => work.await,
+        Some(after) => tokio::time::timeout(after, work)
+            .await
+            .unwrap_or(Err(Error::Timeout { phase, after })),
+    }
+}
+
+/// An HTTP/2 response: the head, and the body still arriving on its stream. Dropping it
+/// before the end resets the stream (CANCEL), which frees the stream slot.
+#[derive(Debug)]
+pub struct H2Response {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: RecvStream,
+    stats: Arc<H2Stats>,
+    read_timeout: Option<Duration>,
+    _flight: InFlight,
+}
+
+impl H2Response {
+    /// The status.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// The headers.
+    pub fn headers(&self) -> &HeaderMap {
+        &self.headers
+    }
+
+    /// The body has ended.
+    pub fn is_body_done(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    /// The next piece of the body, its flow-control window given back at once.
+    pub fn poll_data(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, Error>>> {
+        match self.body.poll_data(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Ready(Some(Ok(d))) => {
+                let _ = self.body.flow_control().release_capacity(d.len());
+                Poll::Ready(Some(Ok(d)))
+            }
+            Poll::Ready(Some(Err(e))) => {
+                self.stats.note(&e);
+                Poll::Ready(Some(Err(Error::H2 {
+                    phase: Phase::Body,
+                    source: e,
+                })))
+            }
+        }
+    }
+
+    /// The next piece of the body (under the read time-out); `None` at its end.
+    pub async fn data(&mut self) -> Option<Result<Bytes, Error>> {
+        let limit = self.read_timeout;
+        let next = std::future::poll_fn(|cx| self.poll_data(cx));
+        match limit {
+            None => next.await,
+            Some(after) => {
+                tokio::time::timeout(after, next)
+                    .await
+                    .unwrap_or(Some(Err(Error::Timeout {
+                        phase: Phase::Body,
+                        after,
+                    })))
+            }
+        }
+    }
+
+    /// Reads the rest of the body, or `Ok(None)` once it is over `limit` bytes.
+    pub async fn read_body(&mut self, limit: usize) -> Result<Option<Bytes>, Error> {
+        let mut all = bytes::BytesMut::new();
+        while let Some(d) = self.data().await {
+            all.extend_from_slice(&d?);
+            if all.len() > limit {
+                return Ok(None);
+            }
+        }
+        Ok(Some(all.freeze()))
+    }
+
+    /// Reads and drops the rest of the body.
+    pub async fn skip_body(&mut self) -> Result<(), Error> {
+        while let Some(d) = self.data().await {
+            d?;
+        }
+        Ok(())
+    }
+}

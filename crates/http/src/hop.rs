@@ -1,0 +1,140 @@
+//! The one hop-by-hop list (RFC 9110 §7.6.1): header fields that describe one
+//! connection and are never forwarded, plus whatever a message's `Connection` header
+//! names. `Host` is not among them: it is end to end (a proxy keeps the client's).
+
+use http::HeaderMap;
+use http::header::{self, HeaderName};
+
+/// The fields that are hop-by-hop wherever they appear, lower case.
+pub const HOP_BY_HOP: [&str; 7] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Is `name` on the fixed list ([`HOP_BY_HOP`])? Case-insensitive.
+pub fn is_hop_by_hop(name: &[u8]) -> bool {
+    HOP_BY_HOP
+        .iter()
+        .any(|n| n.as_bytes().eq_ignore_ascii_case(name))
+}
+
+/// The hop-by-hop rule of one message: the fixed list plus the names its `Connection`
+/// header lists (`Connection: close, X-Secret` makes `X-Secret` hop-by-hop too).
+#[derive(Debug, Default, Clone)]
+pub struct HopByHop<'a> {
+    named: Vec<&'a [u8]>,
+}
+
+impl<'a> HopByHop<'a> {
+    /// The rule of a message with these headers.
+    pub fn of(headers: &'a HeaderMap) -> Self {
+        if !headers.contains_key(header::CONNECTION) {
+            return Self::default();
+        }
+        Self::from_connection(
+            headers
+                .get_all(header::CONNECTION)
+                .iter()
+                .map(|v| v.as_bytes()),
+        )
+    }
+
+    /// The rule given the raw values of the message's `Connection` headers.
+    pub fn from_connection(values: impl IntoIterator<Item = &'a [u8]>) -> Self {
+        let named = values
+            .into_iter()
+            .flat_map(|v| v.split(|&b| b == b','))
+            .map(<[u8]>::trim_ascii)
+            .filter(|n| !n.is_empty())
+            .collect();
+        Self { named }
+    }
+
+    /// Must `name` be dropped on the way to the next hop?
+    pub fn drops(&self, name: &[u8]) -> bool {
+        is_hop_by_hop(name) || self.names(name)
+    }
+
+    /// Does `Connection` list this token (e.g. `close`, `keep-alive`, a header name)?
+    pub fn names(&self, token: &[u8]) -> bool {
+        self.named.iter().any(|n| n.eq_ignore_ascii_case(token))
+    }
+}
+
+/// Removes the hop-by-hop headers from `headers` in place.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = if headers.contains_key(header::CONNECTION) {
+        let rule = HopByHop::of(headers);
+        rule.named
+            .iter()
+            .filter_map(|n| HeaderName::from_bytes(n).ok())
+            .collect()
+    } else {
+        Vec::new()
+    };
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+    for name in named {
+        headers.remove(name);
+    }
+}
+
+/// A copy of `headers` without the hop-by-hop ones.
+pub fn forwardable(headers: &HeaderMap) -> HeaderMap {
+    let rule = HopByHop::of(headers);
+    let mut out = HeaderMap::with_capacity(headers.len());
+    for (name, value) in headers {
+        if !rule.drops(name.as_str().as_bytes()) {
+            out.append(name.clone(), value.clone());
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    fn map(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut m = HeaderMap::new();
+        for (k, v) in pairs {
+            m.append(*k, HeaderValue::from_static(v));
+        }
+        m
+    }
+
+    #[test]
+    fn the_fixed_list_the_connection_named_ones_go_and_host_stays() {
+        let m = map(&[
+            ("host", "example.test"),
+            ("connection", "keep-alive, X-Secret"),
+            ("connection", "x-other"),
+            ("keep-alive", "timeout=5"),
+            ("proxy-connection", "keep-alive"),
+            ("te", "trailers"),
+            ("trailer", "x-t"),
+            ("transfer-encoding", "chunked"),
+            ("upgrade", "websocket"),
+            ("x-secret", "s"),
+            ("x-other", "o"),
+            ("accept", "*/*"),
+        ]);
+        let kept = forwardable(&m);
+        let names: Vec<_> = kept.keys().map(|k| k.as_str()).collect();
+        assert_eq!(names, ["host", "accept"]);
+        let mut stripped = m.clone();
+        strip_hop_by_hop(&mut stripped);
+        assert_eq!(stripped, kept);
+        let rule = HopByHop::of(&m);
+        assert!(rule.drops(b"X-SECRET") && rule.drops(b"Upgrade"));
+        assert!(rule.names(b"keep-alive") && !rule.drops(b"host"));
+        assert!(!is_hop_by_hop(b"host") && !is_hop_by_hop(b"proxy-authorization"));
+    }
+}

@@ -1,0 +1,249 @@
+//! Who owns a TCP port, and what waits in a connection's queues: `/proc/net/tcp*` and
+//! `/proc/PID/fd`, for a supervisor that must know whether a port is its worker's and
+//! whether a worker has read a request it was sent.
+
+use std::collections::HashSet;
+use std::fs;
+use std::io::ErrorKind;
+
+use crate::ProcStatError;
+use crate::proc::{listening_inodes, tree_pids};
+
+/// One TCP connection as the kernel reports it in `/proc/net/tcp` or `tcp6`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpQueue {
+    /// The socket's own port.
+    pub local_port: u16,
+    /// The peer's port.
+    pub remote_port: u16,
+    /// Bytes sent and not yet acknowledged by the peer.
+    pub tx_queue: u64,
+    /// Bytes received and not yet read by the socket's owner.
+    pub rx_queue: u64,
+}
+
+/// The connected (not listening) sockets of this network namespace with `port` on either
+/// end, IPv4 and IPv6. On loopback both ends of a connection are listed, so for a
+/// connection from port `c` to a server on `port`, the entry with `local_port == port`
+/// and `remote_port == c` holds what the server has not read yet.
+///
+/// # Errors
+///
+/// [`ProcStatError::Io`] when `/proc/net/tcp` cannot be read.
+pub fn tcp_queues(port: u16) -> Result<Vec<TcpQueue>, ProcStatError> {
+    let mut out = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        match fs::read_to_string(table) {
+            Ok(text) => out.extend(parse_queues(&text, port)),
+            Err(e) if e.kind() == ErrorKind::NotFound && table.ends_with('6') => {}
+            Err(source) => {
+                return Err(ProcStatError::Io {
+                    path: table.into(),
+                    source,
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The entries of one `/proc/net/tcp*` table with `port` on either end, except listening
+/// sockets.
+pub(crate) fn parse_queues(table: &str, port: u16) -> Vec<TcpQueue> {
+    const LISTEN: &str = "0A";
+    let port_of = |addr: &str| u16::from_str_radix(addr.rsplit(':').next()?, 16).ok();
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let mut f = line.split_ascii_whitespace();
+            // sl local rem st tx:rx ...
+            let (_, local, remote, state, queues) =
+                (f.next()?, f.next()?, f.next()?, f.next()?, f.next()?);
+            if state == LISTEN {
+                return None;
+            }
+            let (local_port, remote_port) = (port_of(local)?, port_of(remote)?);
+            if local_port != port && remote_port != port {
+                return None;
+            }
+            let (tx, rx) = queues.split_once(':')?;
+            Some(TcpQueue {
+                local_port,
+                remote_port,
+                tx_queue: u64::from_str_radix(tx, 16).ok()?,
+                rx_queue: u64::from_str_radix(rx, 16).ok()?,
+            })
+        })
+        .collect()
+}
+
+/// Does a socket listening on TCP `port` belong to `root` or one of its descendants?
+/// `Ok(false)` when nothing listens there, or when another process does (a leftover
+/// worker, a second balancer with the same ports): a health check on that port would
+/// reach a stranger.
+///
+/// # Errors
+///
+/// [`ProcStatError::NoSuchProcess`] when `root` is gone; [`ProcStatError::Io`] when the
+/// socket tables cannot be read.
+pub fn listening_in_tree(root: u32, port: u16) -> Result<bool, ProcStatError> {
+    let mut inodes = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        match fs::read_to_string(table) {
+            Ok(text) => inodes.extend(listening_inodes(&text, port)),
+            Err(e) if e.kind() == ErrorKind::NotFound && table.ends_with('6') => {}
+            Err(source) => {
+                return Err(ProcStatError::Io {
+                    path: table.into(),
+                    source,
+                });
+            }
+        }
+    }
+    if inodes.is_empty() {
+        return Ok(false);
+    }
+    let wanted: HashSet<String> = inodes.iter().map(|i| format!("socket:[{i}]")).collect();
+    for pid in tree_pids(root)? {
+        let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+            continue; // exited meanwhile
+        };
+        let holds = fds.flatten().any(|fd| {
+            fs::read_link(fd.path())
+                .ok()
+                .and_then(|t| t.to_str().map(|t| wanted.contains(t)))
+                .unwrap_or(false)
+        });
+        if holds {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// The command name of process `pid` (`/proc/PID/comm`), for messages.
+pub fn process_name(pid: u32) -> Option<String> {
+    fs::read_to_string(format!("/proc/{pid}/comm"))
+        .ok()
+        .map(|c| c.trim().to_string())
+}
+
+/// `PF_EXITING` in the flags of `/proc/PID/stat`: the process has begun to exit (its
+/// sockets are being or have been closed).
+const PF_EXITING: u64 = 0x4;
+
+/// Has process `pid` ended or begun to end: gone, a zombie, or exiting? A connection
+/// that a process's exit closed is seen by its peer only after the kernel set the
+/// process's exiting flag, so a peer that reads end-of-file and then asks this gets
+/// `true` when (and only when) the close came from the exit.
+pub fn process_ended(pid: u32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(text) => stat_says_ended(&text),
+        Err(_) => true,
+    }
+}
+
+/// Has process `pid` finished exiting: gone, or a zombie (its files, sockets included,
+/// are closed)? Unlike [`process_ended`], `false` while the exit is still under way.
+pub fn process_exited(pid: u32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(text) => text
+            .rfind(')')
+            .and_then(|c| text[c + 1..].split_ascii_whitespace().next())
+            .is_none_or(|state| matches!(state, "Z" | "X" | "x")),
+        Err(_) => true,
+    }
+}
+
+pub(crate) fn stat_says_ended(text: &str) -> bool {
+    let Some(close) = text.rfind(')') else {
+        return true;
+    };
+    // Fields from 3 (state) on; the flags are field 9.
+    let fields: Vec<&str> = text[close + 1..].split_ascii_whitespace().take(7).collect();
+    let (Some(state), Some(flags)) = (fields.first(), fields.get(9 - 3)) else {
+        return true;
+    };
+    let flags = flags.parse::<u64>().unwrap_or(0);
+    matches!(*state, "Z" | "X" | "x") || flags & PF_EXITING != 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queues_of_both_ends_of_a_loopback_connection() {
+        // A client on 44444 talking to a server on 3001 (0x0BB9): the server has 0x4E (78)
+        // bytes it did not read; the listener itself is left out.
+        let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
+   0: 0100007F:0BB9 00000000:0000 0A 00000000:00000002 00:00000000 00000000  1000        0 111 1\n\
+   1: 0100007F:0BB9 0100007F:AD9C 01 00000000:0000004E 00:00000000 00000000  1000        0 222 1\n\
+   2: 0100007F:AD9C 0100007F:0BB9 01 00000010:00000000 00:00000000 00000000  1000        0 333 1\n\
+   3: 0100007F:1F90 0100007F:AD9D 01 00000000:00000001 00:00000000 00000000  1000        0 444 1\n\
+   4: garbage\n";
+        let q = parse_queues(table, 3001);
+        assert_eq!(
+            q,
+            vec![
+                TcpQueue {
+                    local_port: 3001,
+                    remote_port: 44444,
+                    tx_queue: 0,
+                    rx_queue: 78
+                },
+                TcpQueue {
+                    local_port: 44444,
+                    remote_port: 3001,
+                    tx_queue: 16,
+                    rx_queue: 0
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn ended_processes_by_state_and_flags() {
+        let stat = |state: &str, flags: u64| {
+            format!("123 (a (b) c) {state} 1 123 123 0 -1 {flags} 0 0 0 0 1 2 0 0 20 0 1 0")
+        };
+        assert!(!stat_says_ended(&stat("S", 0x400000)));
+        assert!(!stat_says_ended(&stat("R", 0)));
+        assert!(stat_says_ended(&stat("Z", 0)));
+        assert!(stat_says_ended(&stat("S", 0x400004)));
+        assert!(stat_says_ended("truncated"));
+        assert!(!process_ended(std::process::id()));
+        assert!(!process_exited(std::process::id()));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        // Exited but not reaped: a zombie, which counts as exited.
+        while !process_exited(pid) {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(process_ended(pid));
+        child.wait().unwrap();
+        assert!(process_exited(pid), "reaped: gone");
+    }
+
+    #[test]
+    fn a_listener_belongs_to_its_owners_tree_only() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        assert!(listening_in_tree(std::process::id(), port).unwrap());
+        // A child of ours does not hold our socket: it is not in the child's tree.
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let owned = listening_in_tree(child.id(), port);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(
+            !owned.unwrap(),
+            "a stranger's listener counted as the child's"
+        );
+        drop(l);
+        assert!(!listening_in_tree(std::process::id(), port).unwrap());
+    }
+}

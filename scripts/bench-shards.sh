@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# Benchmarks of sharded load runs (issue #16), one command:
+#
+#   scripts/bench-shards.sh            # both parts below
+#   scripts/bench-shards.sh merge      # `scalpel report merge` of SHARDS files × STEPS steps
+#   scripts/bench-shards.sh rate       # two shards vs one process against nginx
+#
+# merge: writes one sharded run's result files (crates/report/examples/shard_files.rs: real
+#   HdrHistograms of a simulated service, a ramp of STEPS steps per shard), then times the
+#   release binary's `report merge FILES -o merged.json` (reading, checking the set, adding
+#   histograms, judging the SLO, writing) REPEATS times: median, min–max.
+# rate: nginx (1 worker, 14-byte body) on a free loopback port; alternately (single, sharded,
+#   sharded, single, …) REPEATS times each: one process `--rate RATE -d DUR --threads 2`, and
+#   two processes `--shard 1/2` and `--shard 2/2 --threads 1` with a common --start-at, merged
+#   by `report merge`. Prints, per run, the achieved rate's error against RATE and p99; then
+#   medians and the sharded/single p99 ratio.
+# Every figure is printed with the 1-minute load average beside it (shared machine).
+#
+# Installs nginx with apt-get if missing. Honors CARGO_TARGET_DIR.
+# Environment: SHARDS (100), STEPS (60), REPEATS (5 merge / 3 rate), RATE (20000), DUR (10s).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+MODE="${1:-all}"
+SHARDS="${SHARDS:-100}"
+STEPS="${STEPS:-60}"
+RATE="${RATE:-20000}"
+DUR="${DUR:-10s}"
+
+(cd "$ROOT" && cargo build --release -q -p scalpel && cargo build --release -q -p scalpel-report --example shard_files)
+SCALPEL="$TARGET_DIR/release/scalpel"
+WORK="$(mktemp -d)"
+NGINX_PID=""
+cleanup() {
+    [ -n "$NGINX_PID" ] && kill "$NGINX_PID" 2>/dev/null
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+load1() { cut -d' ' -f1 /proc/loadavg; }
+echo "# machine: $(nproc) cpus, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), kernel $(uname -r), $(date -u +%Y-%m-%dT%H:%MZ)"
+
+bench_merge() {
+    local repeats="${REPEATS:-5}"
+    "$TARGET_DIR/release/examples/shard_files" "$WORK/set" "$SHARDS" "$STEPS"
+    local bytes
+    bytes=$(du -sb "$WORK/set" | cut -f1)
+    echo "# report merge: $SHARDS shard files × $STEPS steps ($((bytes / 1024 / 1024)) MiB), $repeats runs"
+    local times=()
+    for i in $(seq "$repeats"); do
+        local l t0 t1 code
+        l=$(load1)
+        t0=$(date +%s.%N)
+        code=0
+        "$SCALPEL" report merge "$WORK"/set/shard-*.json -o "$WORK/merged.json" 2>/dev/null || code=$?
+        t1=$(date +%s.%N)
+        # Exit 1: the simulated ramp breaks its SLO, as a real one would.
+        [ "$code" -le 1 ] || { echo "merge failed ($code)" >&2; exit 1; }
+        local s
+        s=$(python3 -c "print(f'{$t1 - $t0:.3f}')")
+        times+=("$s")
+        echo "run $i: ${s} s (load $l)"
+    done
+    printf '%s\n' "${times[@]}" | python3 -c '
+import sys, statistics
+v = sorted(float(x) for x in sys.stdin)
+print(f"merge: median {statistics.median(v):.3f} s, min {v[0]:.3f}, max {v[-1]:.3f} (target < 2 s)")'
+    echo "peak RSS of one merge: $( { /usr/bin/time -f %M "$SCALPEL" report merge "$WORK"/set/shard-*.json -o "$WORK/merged.json" 2>&1 >/dev/null || true; } | tail -1) KiB"
+}
+
+start_nginx() {
+    command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || {
+        echo "installing nginx" >&2
+        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx) >&2
+    }
+    local nginx
+    nginx="$(command -v nginx || echo /usr/sbin/nginx)"
+    PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+    cat >"$WORK/nginx.conf" <<EOF
+worker_processes 1;
+daemon off;
+pid $WORK/nginx.pid;
+error_log $WORK/error.log;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 10000000;
+  keepalive_timeout 75s;
+  client_body_temp_path $WORK; proxy_temp_path $WORK; fastcgi_temp_path $WORK;
+  uwsgi_temp_path $WORK; scgi_temp_path $WORK;
+  server {
+    listen 127.0.0.1:$PORT;
+    location / { default_type text/plain; return 200 "hello scalpel\n"; }
+  }
+}
+EOF
+    "$nginx" -c "$WORK/nginx.conf" -p "$WORK" &
+    NGINX_PID=$!
+    for _ in $(seq 50); do curl -sf "http://127.0.0.1:$PORT/" >/dev/null && return; sleep 0.1; done
+    echo "nginx did not start" >&2
+    exit 1
+}
+
+# Error of the achieved rate against RATE in %, and p99 in ms, of a result file.
+figures() {
+    python3 - "$1" "$RATE" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+s = r["targets"][0]["steps"][0]
+rate = float(sys.argv[2])
+err = (s["achieved_rps"] - rate) / rate * 100
+print(f'{err:+.2f} {s["latency_ms"]["p99"]:.3f} {s["late"]} {s["not_sent"]}')
+EOF
+}
+
+bench_rate() {
+    local repeats="${REPEATS:-3}"
+    start_nginx
+    local url="http://127.0.0.1:$PORT/"
+    echo "# rate: nginx 1 worker; --rate $RATE -d $DUR; single --threads 2 vs 2 shards --threads 1 each; $repeats each, alternating"
+    echo "run     kind     error%   p99_ms   late  not_sent  load"
+    : >"$WORK/single.txt"
+    : >"$WORK/sharded.txt"
+    for i in $(seq "$repeats"); do
+        local order=(single sharded)
+        [ $((i % 2)) -eq 0 ] && order=(sharded single)
+        for kind in "${order[@]}"; do
+            local l
+            l=$(load1)
+            if [ "$kind" = single ]; then
+                "$SCALPEL" load --rate "$RATE" -d "$DUR" --threads 2 --no-progress \
+                    --json "$WORK/single.json" "$url" >/dev/null 2>&1
+                f=$(figures "$WORK/single.json")
+                echo "$f" >>"$WORK/single.txt"
+            else
+                local at
+                at=$(python3 -c 'import time; print(f"{time.time() + 3:.3f}")')
+                for s in 1 2; do
+                    "$SCALPEL" load --shard "$s/2" --start-at "$at" --rate "$RATE" -d "$DUR" \
+                        --threads 1 --no-progress --json "$WORK/shard-$s.json" "$url" \
+                        >/dev/null 2>&1 &
+                done
+                wait
+                "$SCALPEL" report merge "$WORK/shard-1.json" "$WORK/shard-2.json" \
+                    -o "$WORK/sharded.json" 2>/dev/null
+                f=$(figures "$WORK/sharded.json")
+                echo "$f" >>"$WORK/sharded.txt"
+            fi
+            read -r err p99 late ns <<<"$f"
+            printf '%-7s %-8s %7s %8s %6s %9s  %s\n' "$i" "$kind" "$err" "$p99" "$late" "$ns" "$l"
+        done
+    done
+    python3 - "$WORK/single.txt" "$WORK/sharded.txt" <<'EOF'
+import statistics, sys
+def read(p):
+    rows = [l.split() for l in open(p) if l.strip()]
+    return [float(r[0]) for r in rows], [float(r[1]) for r in rows]
+e1, p1 = read(sys.argv[1])
+e2, p2 = read(sys.argv[2])
+m = statistics.median
+print(f"single:  rate error median {m(e1):+.2f}% ({min(e1):+.2f}…{max(e1):+.2f}), p99 median {m(p1):.3f} ms ({min(p1):.3f}…{max(p1):.3f})")
+print(f"sharded: rate error median {m(e2):+.2f}% ({min(e2):+.2f}…{max(e2):+.2f}), p99 median {m(p2):.3f} ms ({min(p2):.3f}…{max(p2):.3f})")
+print(f"p99 sharded/single: {m(p2) / m(p1):.3f} (histogram precision 0.1%; run-to-run spread above)")
+EOF
+}
+
+case "$MODE" in
+    merge) bench_merge ;;
+    rate) bench_rate ;;
+    all) bench_merge; bench_rate ;;
+    *) echo "bench-shards: merge | rate | (nothing for both)" >&2; exit 2 ;;
+esac
