@@ -269,6 +269,12 @@ def target_of(result, name):
     raise DemoError(f"no target {name} in the result")
 
 
+def latency(step, key):
+    """A latency figure of a step in ms; None when nothing was sent (the file says null)."""
+    summary = step.get("latency_ms")
+    return None if summary is None else summary.get(key)
+
+
 def cpu_us_per_request(step):
     """CPU time of the watched tree per completed request, µs."""
     if step.get("cpu_percent") is None or not step.get("achieved_rps"):

@@ -163,8 +163,8 @@ def summarize_endpoint(ep, maxima, lower, top_cpu, rate, fixed, ramp_files, fixe
         "cpu_percent": {n: pick(n, lambda s: s.get("cpu_percent")) for n in ("go", "rust")},
         "pss_mb": {n: pick(n, lambda s: s.get("pss_mb")) for n in ("go", "rust")},
         "rss_mb": {n: pick(n, lambda s: s.get("rss_mb")) for n in ("go", "rust")},
-        "p99_ms": {n: pick(n, lambda s: s["latency_ms"]["p99"]) for n in ("go", "rust")},
-        "p50_ms": {n: pick(n, lambda s: s["latency_ms"]["p50"]) for n in ("go", "rust")},
+        "p99_ms": {n: pick(n, lambda s: c.latency(s, "p99")) for n in ("go", "rust")},
+        "p50_ms": {n: pick(n, lambda s: c.latency(s, "p50")) for n in ("go", "rust")},
         "cpu_us_per_request": {n: pick(n, c.cpu_us_per_request) for n in ("go", "rust")},
     }
     fig["offered_rps"] = rate

@@ -195,8 +195,8 @@ def workload(cfg, out, pm2, procs, name, what, app, template, lines, slo):
         "rps": {t: c.median(maxima[t]) for t in ("pm2", "serve")},
         "rps_lower_bound": lower,
         "fixed_rps": rate,
-        "p99_ms": both(lambda s: s["latency_ms"]["p99"]),
-        "p50_ms": both(lambda s: s["latency_ms"]["p50"]),
+        "p99_ms": both(lambda s: c.latency(s, "p99")),
+        "p50_ms": both(lambda s: c.latency(s, "p50")),
         "errors": both(lambda s: s["errors"]),
         "cpu_percent": both(lambda s: s.get("cpu_percent")),
         "pss_mb": both(lambda s: s.get("pss_mb")),
@@ -318,7 +318,7 @@ def ab_split(cfg, out, procs, results):
     share3 = (arms[1]["requests"] or 0) / served if served else None
     return {
         "rate": rate,
-        "client": {"rps": step["achieved_rps"], "p99_ms": step["latency_ms"]["p99"], "errors": step["errors"]},
+        "client": {"rps": step["achieved_rps"], "p99_ms": c.latency(step, "p99"), "errors": step["errors"]},
         "arms": arms,
         "mirror": "tier4",
         "metrics_samples": len(during),

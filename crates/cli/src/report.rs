@@ -161,8 +161,10 @@ fn cost(args: CostArgs) -> anyhow::Result<()> {
     let projection =
         scalpel_report::cost_projection(&result, &args.run.display().to_string(), &options)?;
     if args.json {
-        let mut text = serde_json::to_string_pretty(&projection.to_json())
-            .context("cannot serialize the projection")?;
+        let mut text = anyhow::Context::context(
+            serde_json::to_string_pretty(&projection.to_json()),
+            "cannot serialize the projection",
+        )?;
         text.push('\n');
         print_stdout(&text)
     } else {

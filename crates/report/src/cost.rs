@@ -570,11 +570,16 @@ mod tests {
             achieved_rps: rps,
             duration_s: 10.0,
             requests: (rps * 10.0) as u64,
+            sent: (rps * 10.0) as u64,
+            answered: (rps * 10.0) as u64,
+            failed: 0,
             errors: 0,
             error_kinds: Default::default(),
             late: 0,
             not_sent: 0,
-            latency_ms: LatencySummary::default(),
+            interrupted: 0,
+            partial: false,
+            latency_ms: Some(LatencySummary::default()),
             histogram: encode_histogram(&new_histogram()),
             cpu_percent: cpu,
             cpu_percent_peak: cpu,
@@ -583,6 +588,8 @@ mod tests {
             pss_mb: None,
             pss_mb_peak: None,
             slo_held: None,
+            slo_reason: None,
+            start_late_s: None,
         }
     }
 
@@ -590,6 +597,8 @@ mod tests {
         RunResult {
             format_version: 1,
             tool: "test".into(),
+            part_ids: Vec::new(),
+            interrupted: false,
             started_at: "2026-01-01T00:00:00Z".into(),
             machine: Machine::default(),
             config: RunConfig {
@@ -610,6 +619,8 @@ mod tests {
                     breaking_point: None,
                 })
                 .collect(),
+            shard: None,
+            shards: None,
         }
     }
 
