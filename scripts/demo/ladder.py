@@ -227,7 +227,8 @@ def print_tables(result):
     print(c.table(["tier", "req/s", "mean", "p99", "bytes", "memory", "req/s vs 0", "per core vs 0",
                    "at SLO vs 0"], rows))
     print("\nmean latency in a closed loop is 100 / throughput (as in the article); the open-model ramp "
-          "gives the rate each tier holds at the SLO.")
+          "gives the rate each tier holds at the SLO (each tier's ramp has the same shape, scaled to its own "
+          "closed-model rate). PSS is the whole process tree's, tier 1's qr-cli children included.")
     for t in result["targets"]:
         print(f"target: {t['target']}: {c.fmt_ratio(t['req_s_ratio'])} "
               f"(per CPU-second {c.fmt_ratio(t['per_core_ratio'])}) -> {t['verdict']}")

@@ -98,7 +98,9 @@ def ladder_section(d, css_sink):
 {main}
 <h3>Ratios to tier 0-article (ours | the article's published figure) and to tier 0 with matched settings</h3>
 {ratios}
-<p class="note">Mean latency in a closed loop is 100 connections ÷ throughput, as in the article. On a shared
+<p class="note">Each tier's ramp has the same shape, scaled to its own closed-model rate. PSS is the whole
+process tree's, tier 1's <code>qr-cli</code> children included. Mean latency in a closed loop is 100
+connections ÷ throughput, as in the article. On a shared
 machine req/s follows the CPU share each server gets; CPU µs per request (and req/s per fully used core) does
 not.</p>
 <ul>{targets}</ul>
