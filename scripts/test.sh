@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs everything CI checks, in order: formatting, lints, the release build, the Rust
-# tests, the Go tests and the Node tests. Stops at the first failure.
+# tests, the Go tests, the Node tests and the browser tests. Stops at the first failure.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -36,6 +36,8 @@ step "go: gofmt, vet, test"
 step "node tests (qr/node)"
 (cd qr/node && node --test)
 
+step "browser tests (tests/browser: the live pages in chromium, release scalpel)"
+(cd tests/browser && node --test)
 step "deploy manifests: kubernetes-validate --strict"
 kubernetes-validate --strict --quiet -k 1.31.0 deploy/kubernetes/*.yaml
 

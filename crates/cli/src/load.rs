@@ -26,6 +26,8 @@ use scalpel_load::{
 use scalpel_procstat::{SampleMark, TreeSampler};
 use scalpel_requests::{DataSet, Order, RenderedRequest, RequestSet, RequestTemplate};
 
+use crate::dashboard::{DashTarget, Dashboard};
+
 /// Arguments of `scalpel load`.
 #[derive(Debug, clap::Args)]
 #[command(
@@ -157,6 +159,21 @@ pub(crate) struct LoadArgs {
     #[arg(long, value_name = "FILE")]
     html: Option<PathBuf>,
 
+    /// Serve a live page of the run at this address (e.g. 127.0.0.1:9300): rates,
+    /// latency over time with the SLO line, CPU and memory, the ramp's step; at the end,
+    /// the same report as --html.
+    #[arg(long, value_name = "ADDR")]
+    dashboard: Option<std::net::SocketAddr>,
+
+    /// How long the dashboard keeps serving the final report after the run.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "5s",
+        requires = "dashboard"
+    )]
+    dashboard_linger: String,
+
     /// Show the live progress line even when stderr is not a terminal.
     #[arg(long, conflicts_with = "no_progress")]
     progress: bool,
@@ -193,10 +210,24 @@ pub(crate) fn run(mut args: LoadArgs) -> anyhow::Result<ExitCode> {
         scalpel_report::check_writable(path)?;
     }
     fit_descriptors(&mut args)?;
-    let (plan, targets) = build(&args)?;
+    let (plan, targets, watched) = build(&args)?;
     // Before any load: the data file is read for the fingerprint only when sharded.
     let shard_id = match args.shard {
         Some(_) => Some(shard_identity(&args, &plan)?),
+        None => None,
+    };
+    let linger = duration_arg("--dashboard-linger", &args.dashboard_linger)?;
+    let dashboard = match args.dashboard {
+        Some(addr) => {
+            let model = match plan.model {
+                Model::Closed => "closed",
+                Model::Open { .. } => "open",
+                Model::Ramp { .. } => "ramp",
+            };
+            let d = Dashboard::start(addr, model, plan.slo.clone(), watched)?;
+            tracing::info!("dashboard: http://{}/", d.addr());
+            Some(d)
+        }
         None => None,
     };
     let show_progress = !args.no_progress && (args.progress || std::io::stderr().is_terminal());
@@ -214,10 +245,23 @@ pub(crate) fn run(mut args: LoadArgs) -> anyhow::Result<ExitCode> {
             eprintln!("scalpel: the clock starts at {at} (in {wait:.0} s)");
         }
     }
-    let mut result = scalpel_load::run_until(&plan, targets, &mut |p| line.show(p), &stop)?;
+    let mut result = scalpel_load::run_until(
+        &plan,
+        targets,
+        &mut |p| {
+            line.show(p);
+            if let Some(d) = &dashboard {
+                d.progress(p);
+            }
+        },
+        &stop,
+    )?;
     line.finish();
     if let Some((run_id, settings)) = shard_id {
         describe_shard(&mut result, &plan, run_id, settings);
+    }
+    if let Some(d) = &dashboard {
+        d.finish(scalpel_report::html(&result));
     }
     // The table first: whatever happens to the files, what was measured is on screen (on
     // stderr when the JSON takes stdout).
@@ -258,6 +302,10 @@ pub(crate) fn run(mut args: LoadArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(path) = &args.html {
         report(scalpel_report::write_html(&result, path));
+    }
+    if let Some(d) = dashboard {
+        // An open page fetches the report meanwhile; SIGINT or SIGTERM cut it short.
+        d.close(linger, &stop);
     }
     let signal = signal.load(Ordering::Acquire);
     let broke = result.targets.iter().any(|t| t.breaking_point.is_some());
@@ -366,7 +414,7 @@ fn duration_arg(flag: &str, text: &str) -> anyhow::Result<Duration> {
 }
 
 /// Turns the raw flags into the plan and the targets; every error is one line.
-fn build(args: &LoadArgs) -> anyhow::Result<(Plan, Vec<Target>)> {
+fn build(args: &LoadArgs) -> anyhow::Result<(Plan, Vec<Target>, Vec<DashTarget>)> {
     // Targets and the path template.
     let (bases, template): (Vec<(String, String)>, String) = if args.targets.is_empty() {
         let url = args.url.as_deref().ok_or_else(|| {
@@ -520,20 +568,30 @@ fn build(args: &LoadArgs) -> anyhow::Result<(Plan, Vec<Target>)> {
 
     // Targets with their watchers.
     let mut targets = Vec::new();
+    let mut watched = Vec::new();
     for (name, base) in &bases {
         let mut target = Target::new(name, base, source.clone())?;
+        let mut sampler_of = None;
         if let Some(pid) = watch_for(name, &bases, &args.watch_pid, &args.watch_port)? {
-            let sampler = TreeSampler::start(pid, Duration::from_millis(100))
-                .with_context(|| format!("cannot watch process {pid}"))?;
+            let sampler = Arc::new(
+                TreeSampler::start(pid, Duration::from_millis(100))
+                    .with_context(|| format!("cannot watch process {pid}"))?,
+            );
+            sampler_of = Some(sampler.clone());
             target = target.with_watch(Box::new(ProcWatch {
                 sampler,
                 mark: None,
             }));
         }
         targets.push(target);
+        watched.push(DashTarget {
+            name: name.clone(),
+            url: base.clone(),
+            sampler: sampler_of,
+        });
     }
     // `scalpel_load::run` probes every target with one request before any load.
-    Ok((plan, targets))
+    Ok((plan, targets, watched))
 }
 
 /// `--shard` (with the index from the environment for `auto/N`) and `--start-at`, checked
@@ -809,7 +867,8 @@ impl RequestSource for TemplateSource {
 /// `scalpel-procstat` behind the load crate's resource seam.
 #[derive(Debug)]
 struct ProcWatch {
-    sampler: TreeSampler,
+    /// Shared with the dashboard, which shows its latest sample.
+    sampler: Arc<TreeSampler>,
     mark: Option<SampleMark>,
 }
 

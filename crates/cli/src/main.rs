@@ -10,6 +10,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod dashboard;
 mod load;
 mod logs;
 mod report;

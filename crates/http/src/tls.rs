@@ -38,7 +38,7 @@ impl std::fmt::Debug for TlsClient {
     }
 }
 
-fn provider() -> Arc<CryptoProvider> {
+pub(crate) fn provider() -> Arc<CryptoProvider> {
     static PROVIDER: OnceLock<Arc<CryptoProvider>> = OnceLock::new();
     PROVIDER
         .get_or_init(|| Arc::new(rustls::crypto::ring::default_provider()))
@@ -181,7 +181,14 @@ impl TlsClient {
                 CertificateError::NotValidForNameContext { presented, .. } => {
                     TlsError::NameMismatch {
                         name,
-                        presented: format!(" (it is for {})", presented.join(", ")),
+                        presented: format!(
+                            " (it is for {})",
+                            presented
+                                .iter()
+                                .map(|n| plain_name(n))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
                     }
                 }
                 CertificateError::Expired | CertificateError::ExpiredContext { .. } => {
@@ -207,6 +214,24 @@ impl TlsClient {
         };
         Error::Tls(problem)
     }
+}
+
+/// A name as rustls presents it (`DnsName("a.test")`, `IpAddress(127.0.0.1)`), as a person
+/// writes it (`a.test`, `127.0.0.1`).
+fn plain_name(presented: &str) -> &str {
+    for (open, close) in [
+        ("DnsName(\"", "\")"),
+        ("IpAddress(", ")"),
+        ("URI(\"", "\")"),
+    ] {
+        if let Some(inner) = presented
+            .strip_prefix(open)
+            .and_then(|r| r.strip_suffix(close))
+        {
+            return inner;
+        }
+    }
+    presented
 }
 
 /// `--insecure`: accepts any certificate, but still checks the handshake signatures (so
@@ -262,6 +287,13 @@ impl ServerCertVerifier for NoVerification {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn presented_names_read_as_written() {
+        assert_eq!(plain_name("DnsName(\"a.test\")"), "a.test");
+        assert_eq!(plain_name("IpAddress(127.0.0.1)"), "127.0.0.1");
+        assert_eq!(plain_name("something else"), "something else");
+    }
 
     #[test]
     fn ca_files_that_cannot_be_used_say_why() {

@@ -72,6 +72,7 @@
 //!   drift of the machine hits every target alike.
 
 mod http1;
+mod live_latency;
 pub mod result;
 mod run;
 pub mod shard;
@@ -81,6 +82,7 @@ mod timer;
 mod worker;
 
 pub use http1::{Endpoint, MAX_HEAD_BYTES, RequestParts, UrlError};
+pub use live_latency::LiveLatency;
 pub use run::{
     FixedRequest, LoadError, Model, Plan, Progress, RequestSource, ResourceUsage, ResourceWatch,
     StepLimit, Stop, Target, probe, run, run_until,

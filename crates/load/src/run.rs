@@ -7,6 +7,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::http1::{Conn, Endpoint, Failure, RequestParts, UrlError};
+use crate::live_latency::{LiveLatency, Window};
 use crate::result::{
     FORMAT_VERSION, LatencySummary, Machine, RunConfig, RunResult, StepResult, TargetResult,
     encode_histogram,
@@ -258,6 +259,9 @@ pub struct Progress<'a> {
     pub rps: f64,
     /// Mean latency over the last interval in ms.
     pub mean_latency_ms: f64,
+    /// Percentiles over the last full second (within 3.2 %; `None` before the first
+    /// second of a segment or when nothing was answered in it).
+    pub latency_ms: Option<LiveLatency>,
     /// Errors so far in this segment.
     pub errors: u64,
     /// Requests completed so far in this segment.
@@ -687,6 +691,7 @@ fn run_step(
                 segment_time,
                 seg_left_after,
                 last: (Instant::now(), 0, 0),
+                window: Window::new(),
             };
             let outcome: Outcome = run_segment(spec, |lives, t0| show.report(lives, t0, progress))?;
             clock.segments_left = seg_left_after;
@@ -727,6 +732,8 @@ struct LiveProgress<'a> {
     seg_left_after: u32,
     /// When the line was last given, with the completions and latency sum then.
     last: (Instant, u64, u64),
+    /// Live percentiles over the last full second.
+    window: Window,
 }
 
 impl LiveProgress<'_> {
@@ -761,6 +768,7 @@ impl LiveProgress<'_> {
             offered_rps: self.step.rate.map(|r| self.shard.rate(r)),
             rps: dn as f64 / dt,
             mean_latency_ms: mean,
+            latency_ms: self.window.update(lives.iter().map(|l| &l.buckets)),
             errors,
             completed,
             left,

@@ -294,6 +294,8 @@ pub(crate) struct Live {
     pub(crate) completed: AtomicU64,
     pub(crate) errors: AtomicU64,
     pub(crate) latency_us_sum: AtomicU64,
+    /// Coarse latency buckets for live percentiles (the dashboard).
+    pub(crate) buckets: crate::live_latency::Buckets,
 }
 
 /// What a segment measured.
@@ -802,9 +804,9 @@ async fn slot(ctx: Rc<Ctx>, pacer: Rc<Pacer>, mut conn: Option<Conn>, handed: bo
                     }
                     let in_window = ctx.window_end.is_none_or(|end| now <= end);
                     tally.record_response(status, latency, in_window);
-                    ctx.live
-                        .latency_us_sum
-                        .fetch_add(latency.as_micros() as u64, Ordering::Relaxed);
+                    let us = latency.as_micros() as u64;
+                    ctx.live.latency_us_sum.fetch_add(us, Ordering::Relaxed);
+                    ctx.live.buckets.record(us);
                     if !(200..300).contains(&status) {
                         ctx.live.errors.fetch_add(1, Ordering::Relaxed);
                     }

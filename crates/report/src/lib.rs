@@ -15,6 +15,7 @@
 //! - [`html`]: the same table, the breaking points and the plots.
 //! - [`cost_projection`]: from each target's CPU per request in one step, the vCPUs a fleet
 //!   needs at a given rate and the yearly saving (money in integers, shown to the cent).
+//! - [`chart`]: the same SVG line charts and style sheet for other pages (the live pages).
 //!
 //! The table and the page render one model of the figures (private module `figures`), so
 //! they always show the same numbers with the same rounding.
@@ -32,6 +33,7 @@
 //!
 //! [`RunResult`]: scalpel_load::result::RunResult
 
+pub mod chart;
 mod cost;
 mod error;
 mod escape;

@@ -70,7 +70,7 @@ impl NotResent {
 }
 
 /// Latencies up to an hour, in microseconds, 3 significant digits.
-const MAX_LATENCY_US: u64 = 3_600_000_000;
+pub(crate) const MAX_LATENCY_US: u64 = 3_600_000_000;
 
 #[derive(Debug)]
 pub(crate) struct AppMetrics {
@@ -85,6 +85,8 @@ pub(crate) struct AppMetrics {
     pub(crate) tunnels_open: AtomicU64,
     pub(crate) restarts: [AtomicU64; 3],
     pub(crate) reloads: AtomicU64,
+    /// Workers replaced for passing `max_memory_mb`.
+    pub(crate) memory_replacements: AtomicU64,
     /// Requests answered with an error instead of resent, by [`NotResent`].
     pub(crate) not_resent: [AtomicU64; 3],
     /// Worker output lines dropped because scalpel's own output was not being read.
@@ -110,6 +112,7 @@ impl AppMetrics {
             tunnels_open: AtomicU64::new(0),
             restarts: Default::default(),
             reloads: AtomicU64::new(0),
+            memory_replacements: AtomicU64::new(0),
             not_resent: Default::default(),
             log_lines_dropped: AtomicU64::new(0),
             log_lines_cut: AtomicU64::new(0),
@@ -144,6 +147,15 @@ impl AppMetrics {
         self.latency_sum_us.fetch_add(us, Ordering::Relaxed);
         let mut h = self.latency.lock().unwrap_or_else(|e| e.into_inner());
         let _ = h.record(us);
+    }
+
+    /// Copies the latency histogram into `into` (the live page's ticker, once a second:
+    /// the lock is held for one copy of the counts, as long as a `/metrics` scrape holds it).
+    pub(crate) fn copy_latency(&self, into: &mut Histogram<u64>) {
+        // Zeroed before the lock, so under it `add` is one memcpy of the counts.
+        into.reset();
+        let h = self.latency.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = into.add(&*h);
     }
 
     pub(crate) fn set_resources(&self, cpu_percent: f64, rss: u64, pss: Option<u64>) {

@@ -17,6 +17,7 @@ use scalpel_diff::{Comparer, DecodeError, Difference, NoiseRule, RouteNormalizer
 
 use crate::ShadowError;
 use crate::model::{Failure, ShadowRequest, ShadowResponse, SkipReason};
+use crate::recent::{EndpointLatency, LatencyFigures, LiveTally, RecentDifference};
 use crate::redact::Redactor;
 use crate::store::Store;
 use crate::tally::{Sample, SampleResponse, Summary, Tally, signature};
@@ -38,6 +39,7 @@ pub struct CompareSettings {
     max_samples: usize,
     secondary: bool,
     max_decoded_body: usize,
+    method_routes: bool,
 }
 
 impl CompareSettings {
@@ -59,7 +61,15 @@ impl CompareSettings {
             max_samples,
             secondary,
             max_decoded_body: DEFAULT_MAX_DECODED_BODY,
+            method_routes: false,
         }
+    }
+
+    /// Names routes with their method when it is not GET (`POST /v1/orders` apart from
+    /// `/v1/orders`): for recorded traffic, where one path takes several methods.
+    pub fn with_method_routes(mut self, on: bool) -> Self {
+        self.method_routes = on;
+        self
     }
 
     /// Caps a body once its `Content-Encoding` (gzip, deflate, br, zstd) is undone; a pair
@@ -73,6 +83,11 @@ impl CompareSettings {
     /// The noise rule.
     pub fn noise(&self) -> &NoiseRule {
         &self.noise
+    }
+
+    /// The redaction rules (samples, the store, the proxy's capture file).
+    pub fn redactor(&self) -> &Redactor {
+        &self.redactor
     }
 }
 
@@ -93,6 +108,7 @@ struct Inner {
     samples: Vec<Sample>,
     per_signature: HashMap<String, usize>,
     dirty: bool,
+    live: LiveTally,
 }
 
 /// Compares exchanges and keeps the results: counters in memory, samples (redacted) in
@@ -182,6 +198,17 @@ impl Recorder {
         self.settings.routes.normalize(path_and_query)
     }
 
+    /// The route of a request: its pattern, with the method when the settings ask for
+    /// it and it is not GET.
+    fn endpoint_of(&self, req: &ShadowRequest) -> String {
+        let route = self.endpoint(&req.path_and_query);
+        if self.settings.method_routes && req.method != http::Method::GET {
+            format!("{} {route}", req.method)
+        } else {
+            route
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         // A panic elsewhere must not stop the counting.
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
@@ -222,7 +249,7 @@ impl Recorder {
         candidate: Result<&ShadowResponse, Failure>,
         secondary: Option<Result<&ShadowResponse, Failure>>,
     ) -> Option<Observation> {
-        let endpoint = self.endpoint(&req.path_and_query);
+        let endpoint = self.endpoint_of(req);
         let (primary, candidate) = match (primary, candidate) {
             (Ok(p), Ok(c)) => (p, c),
             (p, c) => {
@@ -273,6 +300,15 @@ impl Recorder {
             .tally
             .record(&endpoint, &differences, &noise_differences);
         inner.dirty = true;
+        inner.live.latency(
+            &endpoint,
+            primary.latency.as_micros() as u64,
+            candidate.latency.as_micros() as u64,
+        );
+        if !differences.is_empty() {
+            let recent = self.recent(&endpoint, req, &differences);
+            inner.live.difference(recent);
+        }
         let mut sample = None;
         if !differences.is_empty() || !noise_differences.is_empty() {
             let mut sig = signature(&differences);
@@ -337,6 +373,23 @@ impl Recorder {
             .summarize(&self.settings.noise, self.settings.secondary)
     }
 
+    /// The newest exchanges (at most 50) whose primary and candidate differed, newest
+    /// first, secrets redacted: the live pages' "newest differences".
+    pub fn recent_differences(&self) -> Vec<RecentDifference> {
+        self.lock().live.recent()
+    }
+
+    /// Primary and candidate latency per endpoint over the compared pairs so far.
+    pub fn latencies(&self) -> Vec<EndpointLatency> {
+        self.lock().live.latencies()
+    }
+
+    /// Primary and candidate latency over the pairs compared since the previous call
+    /// (one caller: the live page's ticker).
+    pub fn take_interval_latency(&self) -> (LatencyFigures, LatencyFigures) {
+        self.lock().live.take_interval()
+    }
+
     /// The samples kept so far.
     pub fn samples(&self) -> Vec<Sample> {
         self.lock().samples.clone()
@@ -391,6 +444,31 @@ impl Recorder {
     /// reached the disk (always `true` without a store).
     pub fn store_complete(&self) -> bool {
         self.final_commit_ok.load(Ordering::Relaxed)
+    }
+
+    fn recent(
+        &self,
+        endpoint: &str,
+        req: &ShadowRequest,
+        differences: &[Difference],
+    ) -> RecentDifference {
+        let r = &self.settings.redactor;
+        RecentDifference {
+            at_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            endpoint: endpoint.to_string(),
+            method: req.method.to_string(),
+            target: r.target(&req.path_and_query),
+            fields: differences
+                .iter()
+                .cloned()
+                .map(|mut d| {
+                    r.difference(&mut d);
+                    d
+                })
+                .collect(),
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
