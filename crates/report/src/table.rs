@@ -268,20 +268,20 @@ fn wrap(text: &str, width: usize, indent: &str) -> Vec<String> {
 
 /// Right-aligned columns (except the first and any listed), two spaces apart.
 #[derive(Debug, Default)]
-struct Grid {
+pub(crate) struct Grid {
     /// Optional group titles above the header, each spanning some columns.
-    groups: Vec<(String, usize)>,
-    rows: Vec<Vec<String>>,
-    rule_after_first: bool,
-    left_columns: Vec<usize>,
+    pub(crate) groups: Vec<(String, usize)>,
+    pub(crate) rows: Vec<Vec<String>>,
+    pub(crate) rule_after_first: bool,
+    pub(crate) left_columns: Vec<usize>,
     /// Wrap a last cell that would pass [`WIDTH`] onto lines aligned under it.
-    wrap_last: bool,
+    pub(crate) wrap_last: bool,
 }
 
 const GAP: &str = "  ";
 
 impl Grid {
-    fn render(&self, out: &mut String) {
+    pub(crate) fn render(&self, out: &mut String) {
         let columns = self.rows.iter().map(Vec::len).max().unwrap_or(0);
         let mut widths = vec![0; columns];
         for row in &self.rows {
