@@ -570,6 +570,7 @@ mod tests {
             achieved_rps: rps,
             duration_s: 10.0,
             requests: (rps * 10.0) as u64,
+            endpoints: Vec::new(),
             sent: (rps * 10.0) as u64,
             answered: (rps * 10.0) as u64,
             failed: 0,
@@ -609,6 +610,7 @@ mod tests {
                 requests_per_step: None,
                 slo: None,
                 request: "GET /".into(),
+                recorded: None,
             },
             targets: targets
                 .into_iter()
