@@ -3,7 +3,7 @@
 # alternating, with repeats (median and min-max). Writes nothing unless --json FILE.
 #
 #   bash scripts/bench-qr.sh            # the recorded run (~1 min)
-#   bash scripts/bench-qr.sh --quick    # a few seconds, used by ./run demo
+#   bash scripts/bench-qr.sh --quick    # a few seconds (the per-call table of the README)
 #   bash scripts/bench-qr.sh --napi-load  # the napi sync/async choice under HTTP load (wrk, ~2 min)
 #   bash scripts/bench-qr.sh --wasm-flags # wasm build flags (opt-level, simd128, wasm-opt), ~3 min
 #

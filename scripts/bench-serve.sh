@@ -14,15 +14,22 @@
 #      load at 80% of pm2's max (scalpel load).
 #   3. blocked: scenario 2's serve least_conn run again, with worker 0 frozen (SIGSTOP)
 #      for 10 s three seconds in: detection time and p99 against the unblocked run.
+#   tls: scenario 1's two Node hello workers behind scalpel serve with TLS (h2) and behind
+#      nginx (TLS, http2, keep-alive upstreams): req/s by h2load (SCENARIOS="tls"; also
+#      needs h2load and openssl).
+#   direct: two Node hello workers, wrk -t2 -c64: serve mode = "direct" (the shared
+#      socket on fd 3) vs pm2 cluster mode vs serve proxy mode; req/s, CPU per request of
+#      the whole process tree, and each direct worker's share of the CPU (the spread).
+#      SCENARIOS="direct" runs it alone.
 #
 # Needs node, wrk, nginx (apt-get install -y nginx wrk), pm2 (installed locally under
 # bench-out/, gitignored), python3. Writes bench-out/serve/: raw outputs + results.md.
-# SKIP_BUILD=1 uses the scalpel binary already in the target dir.
+# SKIP_BUILD=1 uses the scalpel binary already in the target dir (SCALPEL=path: that one).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
-SCALPEL=$TARGET/release/scalpel
+SCALPEL=${SCALPEL:-$TARGET/release/scalpel}
 OUT=${OUT:-$ROOT/bench-out/serve}
 DUR=${DUR:-10}
 REPEATS=${REPEATS:-3}
@@ -47,10 +54,12 @@ need() { command -v "$1" >/dev/null 2>&1; }
 need wrk && need nginx || { apt-get update -qq && apt-get install -y -qq nginx wrk >/dev/null; }
 need node && need python3 || { echo "bench-serve: node and python3 are required" >&2; exit 2; }
 PM2=$OUT/pm2/node_modules/.bin/pm2
-[ -x "$PM2" ] || npm i --silent --prefix "$OUT/pm2" pm2@5 >/dev/null
+{ want 1 || want 2; } && { [ -x "$PM2" ] || npm i --silent --prefix "$OUT/pm2" pm2@5 >/dev/null; }
 export PM2_HOME=$OUT/pm2home
 [[ "${SKIP_BUILD:-0}" == 1 ]] || (cd "$ROOT" && cargo build --release -q -p scalpel)
-[ -f "$ROOT/qr/node/node_modules/qrcode/package.json" ] || (cd "$ROOT/qr/node" && npm ci --silent)
+if want 2 || want 3; then
+  [ -f "$ROOT/qr/node/node_modules/qrcode/package.json" ] || (cd "$ROOT/qr/node" && npm ci --silent)
+fi
 
 PIDS=()
 cleanup() {
@@ -145,8 +154,88 @@ say "- load generator and servers share the same cores"
 say ""
 
 HELLO=$ROOT/examples/serve/app.js
+HELLO_JS=$HELLO
 P_SERVE=$BASE P_ADMIN=$((BASE + 1)) P_NGINX=$((BASE + 2)) P_PM2=$((BASE + 3)) P_DIRECT=$((BASE + 4))
 W1=$((BASE + 10)) W2=$((BASE + 20))
+
+tree_pids() { # pid -> the pid and all its descendants
+  local p=$1 c
+  echo "$p"
+  for c in $(pgrep -P "$p" || true); do tree_pids "$c"; done
+}
+
+# ---- direct ----
+if want direct; then
+say "## direct: serve mode = \"direct\" vs pm2 cluster vs serve proxy (two Node hello workers)"
+P_DLISTEN=$((BASE + 5)) P_DADMIN=$((BASE + 6)) P_DBAL=$((BASE + 7)) W3=$((BASE + 30))
+cat >"$OUT/direct.toml" <<EOF
+[server]
+listen = "127.0.0.1:$P_DBAL"
+admin = "127.0.0.1:$P_DADMIN"
+[[app]]
+name = "hello"
+command = ["node", "$HELLO_JS"]
+workers = 2
+port_base = $W3
+mode = "direct"
+listen = "127.0.0.1:$P_DLISTEN"
+EOF
+serve_config "$OUT/proxy.toml" hello "[\"node\", \"$HELLO_JS\"]" 2 "$W3" least_conn "$P_DBAL" "$P_DADMIN"
+declare -A DRPS DCPU
+SPREAD=()
+cpu_per_req() { # ticks-before ticks-after -> µs of CPU per request of the last wrk run
+  local n
+  n=$(tail -20 "$OUT/wrk.log" | awk '/requests in/ {n=$1} END {print n}')
+  python3 -c "print(($2-$1)/$(getconf CLK_TCK)*1e6/$n)"
+}
+for r in $(seq 1 "$REPEATS"); do
+  start_serve "$OUT/direct.toml" "$OUT/serve-direct.log"
+  wait_http "http://127.0.0.1:$P_DLISTEN/"
+  sleep 0.5
+  TREE=$(tree_pids "$SERVE_PID" | xargs)
+  WORKERS=$(pgrep -P "$SERVE_PID" | xargs)
+  T0=$(cpu_ticks $TREE)
+  declare -A W0=()
+  for w in $WORKERS; do W0[$w]=$(cpu_ticks "$w"); done
+  DRPS[direct]+=" $(wrk_rps "http://127.0.0.1:$P_DLISTEN/" "$CONNS")"
+  T1=$(cpu_ticks $TREE)
+  DCPU[direct]+=" $(cpu_per_req "$T0" "$T1")"
+  line=""
+  for w in $WORKERS; do line+=" $w:$(( $(cpu_ticks "$w") - ${W0[$w]} ))"; done
+  SPREAD+=("run $r, CPU ticks per worker:$line")
+  stop_pid "$SERVE_PID"
+  # pm2 cluster mode
+  PORT=$P_DLISTEN "$PM2" start "$HELLO_JS" -i 2 --name hello >/dev/null
+  wait_http "http://127.0.0.1:$P_DLISTEN/"
+  PM2_PIDS="$(pgrep -f "PM2 v" | xargs) $("$PM2" pid hello | xargs)"
+  T0=$(cpu_ticks $PM2_PIDS)
+  DRPS[pm2]+=" $(wrk_rps "http://127.0.0.1:$P_DLISTEN/" "$CONNS")"
+  T1=$(cpu_ticks $PM2_PIDS)
+  DCPU[pm2]+=" $(cpu_per_req "$T0" "$T1")"
+  "$PM2" delete all >/dev/null
+  # serve proxy mode
+  start_serve "$OUT/proxy.toml" "$OUT/serve-proxy.log"
+  wait_http "http://127.0.0.1:$P_DBAL/"
+  sleep 0.5
+  TREE=$(tree_pids "$SERVE_PID" | xargs)
+  T0=$(cpu_ticks $TREE)
+  DRPS[proxy]+=" $(wrk_rps "http://127.0.0.1:$P_DBAL/" "$CONNS")"
+  T1=$(cpu_ticks $TREE)
+  DCPU[proxy]+=" $(cpu_per_req "$T0" "$T1")"
+  stop_pid "$SERVE_PID"
+done
+say ""
+say "wrk -t2 -c$CONNS -d${DUR}s, median (min–max) of $REPEATS; CPU = all processes of the setup (balancer/daemon and workers) ÷ requests:"
+say ""
+say "| setup | req/s | CPU µs/request |"
+say "|---|---|---|"
+for k in direct pm2 proxy; do say "| $k | $(stats ${DRPS[$k]}) | $(stats ${DCPU[$k]}) |"; done
+say ""
+say "direct/pm2 = $(python3 -c "print(round($(median ${DRPS[direct]})/$(median ${DRPS[pm2]}),2))"), direct/proxy = $(python3 -c "print(round($(median ${DRPS[direct]})/$(median ${DRPS[proxy]}),2))")"
+say ""
+for l in "${SPREAD[@]}"; do say "- direct spread, $l"; done
+say ""
+fi
 
 # ---- 1. hello ----
 if want 1; then
@@ -360,5 +449,44 @@ say "p99 of the frozen runs, ms, median (min–max): default $(stats ${B99[defau
 if [ -n "${P99[serve-lc]:-}" ]; then
   say "p99 blocked / unblocked (serve least_conn, medians): default $(python3 -c "print(round($(median ${B99[default]})/$(median ${P99[serve-lc]}),2))"), prestart $(python3 -c "print(round($(median ${B99[prestart]})/$(median ${P99[serve-lc]}),2))")"
 fi
+fi
+# ---- tls ----
+if want tls; then
+say ""
+say "## TLS + HTTP/2: two Node hello-world workers (h2load -c ${H2_CONNS:=8} -m ${H2_STREAMS:=10} -t 2)"
+need h2load || { apt-get update -qq && apt-get install -y -qq nghttp2-client >/dev/null; }
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 30 \
+  -subj /CN=localhost -keyout "$OUT/tls-key.pem" -out "$OUT/tls-cert.pem" 2>/dev/null
+serve_config "$OUT/tls.toml" hello "[\"node\", \"$HELLO\"]" 2 "$W1" least_conn "$P_SERVE" "$P_ADMIN"
+printf '[server.tls]\ncert = "%s"\nkey = "%s"\n' "$OUT/tls-cert.pem" "$OUT/tls-key.pem" >>"$OUT/tls.toml"
+nginx_config nginx-tls auto "$P_NGINX" "server 127.0.0.1:$W2; server 127.0.0.1:$((W2 + 1));"
+sed -i "s|listen 127.0.0.1:$P_NGINX;|listen 127.0.0.1:$P_NGINX ssl http2; ssl_certificate $OUT/tls-cert.pem; ssl_certificate_key $OUT/tls-key.pem;|" "$OUT/nginx-tls.conf"
+h2_rps() { # url -> req/s
+  h2load -D "$DUR" -c "$H2_CONNS" -m "$H2_STREAMS" -t 2 "$1" >"$OUT/h2load.log" 2>&1
+  grep -q ', 0 failed, 0 errored' "$OUT/h2load.log" || { echo "h2load errors:" >&2; cat "$OUT/h2load.log" >&2; }
+  awk '/^finished in/ {print $4}' "$OUT/h2load.log"
+}
+declare -A TRPS
+for r in $(seq 1 "$REPEATS"); do
+  start_serve "$OUT/tls.toml" "$OUT/serve-tls.log"
+  for _ in $(seq 1 300); do curl -skf "https://127.0.0.1:$P_SERVE/" >/dev/null && break; sleep 0.1; done
+  TRPS[serve]+=" $(h2_rps "https://127.0.0.1:$P_SERVE/")"
+  stop_pid "$SERVE_PID"
+  PORT=$W2 node "$HELLO" >/dev/null & N1=$!
+  PORT=$((W2 + 1)) node "$HELLO" >/dev/null & N2=$!
+  PIDS+=("$N1" "$N2")
+  wait_http "http://127.0.0.1:$W2/healthz"; wait_http "http://127.0.0.1:$((W2 + 1))/healthz"
+  nginx -c "$OUT/nginx-tls.conf" -p "$OUT" -g 'daemon off;' & NGX=$!
+  PIDS+=("$NGX")
+  for _ in $(seq 1 300); do curl -skf "https://127.0.0.1:$P_NGINX/" >/dev/null && break; sleep 0.1; done
+  TRPS[nginx]+=" $(h2_rps "https://127.0.0.1:$P_NGINX/")"
+  stop_pid "$NGX"; stop_pid "$N1"; stop_pid "$N2"
+done
+say ""
+say "| over TLS + h2 | req/s, median (min–max) |"
+say "|---|---|"
+for k in serve nginx; do say "| $k | $(stats ${TRPS[$k]}) |"; done
+say ""
+say "serve/nginx = $(python3 -c "print(round($(median ${TRPS[serve]})/$(median ${TRPS[nginx]}),2))")"
 fi
 echo "bench-serve: results in $RESULTS"

@@ -19,6 +19,8 @@ need wrk || missing+=(wrk)
 need h2load || missing+=(nghttp2-client)
 need chromium || missing+=(chromium)
 need openssl || missing+=(openssl)
+# the shadow CLI tests drive the TLS proxy with `curl --http2` (Debian's curl has nghttp2)
+need curl || missing+=(curl)
 # the system trust store scalpel-http reads by default (its tests expect a non-empty one)
 [ -s /etc/ssl/certs/ca-certificates.crt ] || missing+=(ca-certificates)
 if [ ${#missing[@]} -gt 0 ]; then

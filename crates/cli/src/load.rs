@@ -8,7 +8,6 @@
 //! from `scalpel-report`; this module only adapts them to the load crate's two seams
 //! ([`RequestSource`], [`ResourceWatch`]).
 
-use std::cell::RefCell;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -17,14 +16,18 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
-use scalpel_load::result::{RunResult, ShardInfo};
+use scalpel_load::result::{MalformedRecord, RecordedInfo, RunResult, ShardInfo};
 use scalpel_load::shard::{Fingerprint, JOB_INDEX_VAR, check_run_id, run_id};
 use scalpel_load::{
-    HttpVersion, Model, PeerOptions, Plan, Progress, RequestParts, RequestSource, Resolve,
-    ResourceUsage, ResourceWatch, Shard, Slo, StartAt, StepLimit, Stop, Target,
+    HttpVersion, Model, PeerOptions, Plan, Progress, RequestSource, Resolve, ResourceUsage,
+    ResourceWatch, Shard, Slo, StartAt, StepLimit, Stop, Target,
 };
 use scalpel_procstat::{SampleMark, TreeSampler};
-use scalpel_requests::{DataSet, Order, RenderedRequest, RequestSet, RequestTemplate};
+use scalpel_requests::{
+    DataSet, Mix, Order, RecordedSource, RequestSet, RequestTemplate, SourceFormat, SourceOptions,
+};
+
+use crate::sources::{MixSource, RecordedRequests, TemplateSource};
 
 use crate::dashboard::{DashTarget, Dashboard};
 
@@ -43,10 +46,11 @@ pub(crate) struct LoadArgs {
     #[arg(long = "target", value_name = "NAME=BASE_URL")]
     targets: Vec<String>,
 
-    /// Closed model: connections sending back to back. Open models: connections opened
-    /// before the clock starts.
-    #[arg(short = 'c', long, default_value_t = 50, value_name = "N")]
-    connections: u32,
+    /// Closed model: connections sending back to back (default 50). Open models and a
+    /// recorded schedule: connections opened before the clock starts. With --from, giving
+    /// -c means a closed loop over the records as a pool.
+    #[arg(short = 'c', long, value_name = "N")]
+    connections: Option<u32>,
 
     /// Open model: requests per second on a fixed schedule (at most 10,000,000: above that
     /// one generator cannot even schedule the requests; run several and merge).
@@ -125,13 +129,64 @@ pub(crate) struct LoadArgs {
     #[arg(long, value_name = "SLO")]
     slo: Option<String>,
 
-    /// HTTP method.
-    #[arg(short = 'm', long, default_value = "GET")]
-    method: String,
+    /// HTTP method of the request (default GET). With --from: keep only recorded requests
+    /// with this method (repeatable, upper case).
+    #[arg(short = 'm', long = "method", value_name = "METHOD")]
+    methods: Vec<String>,
 
     /// A request header `Name: value` (repeatable; values may hold placeholders).
     #[arg(short = 'H', long = "header", value_name = "HEADER")]
     headers: Vec<String>,
+
+    /// A mix of endpoints: a TOML file of [[request]] tables (name, method, path, headers,
+    /// body or body_file, weight); every figure is kept per endpoint too. Placeholders draw
+    /// from --data.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["from", "body", "body_file", "headers"])]
+    mix: Option<PathBuf>,
+
+    /// Seed of a mix's picks: the same seed sends every target the same sequence.
+    #[arg(long, value_name = "SEED", default_value_t = 1, requires = "mix")]
+    mix_seed: u64,
+
+    /// Recorded traffic as the requests: an nginx/Apache access log, a HAR file or a
+    /// capture. Replayed on its recorded schedule (see --speed), or, with --rate, --ramp
+    /// or -c, used in file order as a pool (looped when the run outlasts it).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["data", "shuffle", "body", "body_file", "headers"])]
+    from: Option<PathBuf>,
+
+    /// Read --from as this format instead of telling it from the content: access-log, har
+    /// or capture.
+    #[arg(long, value_name = "FORMAT", requires = "from")]
+    from_format: Option<String>,
+
+    /// With --from: keep only requests whose path and query match this regular expression
+    /// (repeatable: any of them).
+    #[arg(long, value_name = "REGEX", requires = "from")]
+    include_path: Vec<String>,
+
+    /// With --from: skip requests whose path and query match this regular expression
+    /// (repeatable).
+    #[arg(long, value_name = "REGEX", requires = "from")]
+    exclude_path: Vec<String>,
+
+    /// With --from: set this header `Name: value` on every request, replacing recorded
+    /// ones of that name (repeatable).
+    #[arg(long, value_name = "HEADER", requires = "from")]
+    set_header: Vec<String>,
+
+    /// With --from: remove every recorded header of this name (repeatable).
+    #[arg(long, value_name = "NAME", requires = "from")]
+    drop_header: Vec<String>,
+
+    /// With --from: also replay unsafe methods (anything but GET, HEAD, OPTIONS, TRACE),
+    /// which are skipped by default — replaying a POST can move money twice.
+    #[arg(long, requires = "from")]
+    allow_unsafe: bool,
+
+    /// With --from on its recorded schedule: replay this many times faster (0.5 = half
+    /// speed). Default 1.
+    #[arg(long, value_name = "X", requires = "from")]
+    speed: Option<f64>,
 
     /// Request body (may hold placeholders).
     #[arg(long, conflicts_with = "body_file")]
@@ -225,6 +280,16 @@ const SPARE_FDS: u64 = 64;
 /// `--max-in-flight` when not given.
 const DEFAULT_MAX_IN_FLIGHT: u32 = 1000;
 
+/// `-c` when not given.
+const DEFAULT_CONNECTIONS: u32 = 50;
+
+impl LoadArgs {
+    /// `-c`, or its default.
+    fn connections(&self) -> u32 {
+        self.connections.unwrap_or(DEFAULT_CONNECTIONS)
+    }
+}
+
 /// Runs `scalpel load`.
 pub(crate) fn run(mut args: LoadArgs) -> anyhow::Result<ExitCode> {
     // Before any thread exists, so every thread inherits the mask and only the watcher
@@ -239,10 +304,29 @@ pub(crate) fn run(mut args: LoadArgs) -> anyhow::Result<ExitCode> {
         scalpel_report::check_writable(path)?;
     }
     fit_descriptors(&mut args)?;
-    let (plan, targets, watched) = build(&args)?;
+    let Built {
+        plan,
+        targets,
+        watched,
+        recorded,
+    } = build(&args)?;
+    if let Some(r) = &recorded {
+        // Before a replay that may be long: what the file holds and what is skipped.
+        let summary = r.source().summary();
+        eprintln!(
+            "scalpel: {} ({}): {}",
+            r.source().path().display(),
+            summary.format,
+            summary.describe()
+        );
+    }
     // Before any load: the data file is read for the fingerprint only when sharded.
     let shard_id = match args.shard {
-        Some(_) => Some(shard_identity(&args, &plan)?),
+        Some(_) => Some(shard_identity(
+            &args,
+            &plan,
+            recorded.as_deref().map(RecordedRequests::source),
+        )?),
         None => None,
     };
     let linger = duration_arg("--dashboard-linger", &args.dashboard_linger)?;
@@ -252,6 +336,7 @@ pub(crate) fn run(mut args: LoadArgs) -> anyhow::Result<ExitCode> {
                 Model::Closed => "closed",
                 Model::Open { .. } => "open",
                 Model::Ramp { .. } => "ramp",
+                Model::Recorded { .. } => "recorded",
             };
             let d = Dashboard::start(addr, model, plan.slo.clone(), watched)?;
             tracing::info!("dashboard: http://{}/", d.addr());
@@ -286,6 +371,9 @@ pub(crate) fn run(mut args: LoadArgs) -> anyhow::Result<ExitCode> {
         &stop,
     )?;
     line.finish();
+    if let Some(r) = &recorded {
+        result.config.recorded = Some(recorded_info(r, &plan));
+    }
     if let Some((run_id, settings)) = shard_id {
         describe_shard(&mut result, &plan, run_id, settings);
     }
@@ -349,6 +437,38 @@ pub(crate) fn run(mut args: LoadArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// What a recording held and how the run used it, for the report.
+fn recorded_info(r: &RecordedRequests, plan: &Plan) -> RecordedInfo {
+    let summary = r.source().summary();
+    let speed = match plan.model {
+        Model::Recorded { speed } => Some(speed),
+        _ => None,
+    };
+    RecordedInfo {
+        file: r.source().path().display().to_string(),
+        format: summary.format.to_string(),
+        schedule: if speed.is_some() { "recorded" } else { "pool" }.to_owned(),
+        speed,
+        records: summary.read,
+        usable: summary.usable,
+        skipped: summary
+            .skipped
+            .iter()
+            .map(|(reason, n)| (reason.name().to_owned(), n))
+            .collect(),
+        first_malformed: summary
+            .first_malformed
+            .iter()
+            .map(|b| MalformedRecord {
+                line: b.line,
+                message: b.message.clone(),
+            })
+            .collect(),
+        span_s: summary.span.as_secs_f64(),
+        looped: r.looped(),
+    }
+}
+
 /// Blocks SIGINT and SIGTERM in this (still the only) thread and starts one thread that
 /// waits for them: the first raises `stop` (the run ends its step early and reports), the
 /// second exits at once. Returns the number of the first signal, 0 until there is one.
@@ -408,15 +528,15 @@ fn fit_descriptors(args: &mut LoadArgs) -> anyhow::Result<()> {
     // HTTP/2 carries the requests in flight on the -c connections: no more are opened.
     let open_model = open_model && !args.http2;
     let needed = u64::from(if open_model {
-        args.connections.min(in_flight)
+        args.connections().min(in_flight)
     } else {
-        args.connections
+        args.connections()
     });
     if needed > room {
         bail!(
             "-c {} needs about {} open files, but this process may open {available} (ulimit -n; \
              hard limit {hard}): lower -c or raise the limit",
-            args.connections,
+            args.connections(),
             needed + SPARE_FDS
         );
     }
@@ -444,15 +564,33 @@ fn duration_arg(flag: &str, text: &str) -> anyhow::Result<Duration> {
     scalpel_units::parse_duration(text).map_err(|e| anyhow!("{flag}: {e}"))
 }
 
-/// Turns the raw flags into the plan and the targets; every error is one line.
-fn build(args: &LoadArgs) -> anyhow::Result<(Plan, Vec<Target>, Vec<DashTarget>)> {
-    // Targets and the path template.
+/// What the flags make: the plan, the targets, what the dashboard watches, and, with
+/// --from, the recording (for the report).
+struct Built {
+    plan: Plan,
+    targets: Vec<Target>,
+    watched: Vec<DashTarget>,
+    recorded: Option<Arc<RecordedRequests>>,
+}
+
+/// Turns the raw flags into the plan, the targets and the rest; every error is one line.
+fn build(args: &LoadArgs) -> anyhow::Result<Built> {
+    // Targets and the path template. A mix or a recording brings its own paths: the URL
+    // is then only the base.
+    let whole = args.mix.is_some() || args.from.is_some();
     let (bases, template): (Vec<(String, String)>, String) = if args.targets.is_empty() {
         let url = args.url.as_deref().ok_or_else(|| {
             anyhow!("give a URL, e.g. http://127.0.0.1:8080/, or --target NAME=URL")
         })?;
         let (base, path) = split_url(url)?;
-        (vec![("target".to_string(), base)], path)
+        if whole {
+            (
+                vec![("target".to_string(), url.to_string())],
+                "/".to_string(),
+            )
+        } else {
+            (vec![("target".to_string(), base)], path)
+        }
     } else {
         let mut bases = Vec::new();
         for t in &args.targets {
@@ -464,6 +602,9 @@ fn build(args: &LoadArgs) -> anyhow::Result<(Plan, Vec<Target>, Vec<DashTarget>)
         }
         let path = match args.url.as_deref() {
             None => "/".to_string(),
+            Some(p) if whole => bail!(
+                "with --mix or --from, the paths come from the file: give no path `{p}` beside --target"
+            ),
             Some(p) if p.starts_with('/') => p.to_string(),
             Some(p) => bail!(
                 "with --target, the positional argument is a path template starting with `/`, got `{p}`"
@@ -473,29 +614,36 @@ fn build(args: &LoadArgs) -> anyhow::Result<(Plan, Vec<Target>, Vec<DashTarget>)
     };
 
     // Requests.
-    let body = match (&args.body, &args.body_file) {
-        (Some(b), _) => Some(b.clone()),
-        (None, Some(path)) => Some(
-            std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read body file {}", path.display()))?,
-        ),
-        (None, None) => None,
-    };
-    let request = RequestTemplate::parse(&args.method, &template, &args.headers, body.as_deref())?;
-    let fixed = request.placeholders().is_empty();
-    let data = match &args.data {
-        Some(path) => Some(DataSet::from_path(path)?),
-        None => None,
-    };
-    if args.shuffle.is_some() && data.is_none() {
-        bail!("--shuffle needs --data");
+    let mut mixed: Option<Arc<MixSource>> = None;
+    let (source, label, recorded): (Arc<dyn RequestSource>, String, _) =
+        match (&args.mix, &args.from) {
+            (Some(path), _) => {
+                let (mix, label) = mix_source(args, path)?;
+                mixed = Some(mix.clone());
+                (mix, label, None)
+            }
+            (None, Some(path)) => {
+                let recorded = Arc::new(recorded_source(args, path)?);
+                let label = format!(
+                    "recorded {} ({})",
+                    path.display(),
+                    recorded.source().format()
+                );
+                (recorded.clone(), label, Some(recorded))
+            }
+            (None, None) => {
+                let (template, label) = template_source(args, &template)?;
+                (template, label, None)
+            }
+        };
+    let pool = args.rate.is_some() || args.ramp.is_some() || args.connections.is_some();
+    let replay = recorded.as_ref().filter(|_| !pool);
+    if args.speed.is_some() && pool {
+        bail!(
+            "--speed is the pace of the recorded schedule; with --rate, --ramp or -c the \
+             records are a pool sent at that load's pace"
+        );
     }
-    let order = match args.shuffle {
-        Some(seed) => Order::Shuffled { seed },
-        None => Order::Sequential,
-    };
-    let set = RequestSet::new(request, data, order)?;
-    let source: Arc<dyn RequestSource> = Arc::new(TemplateSource { set, fixed });
 
     // Model and limits.
     let model = match (args.rate, &args.ramp) {
@@ -524,7 +672,16 @@ fn build(args: &LoadArgs) -> anyhow::Result<(Plan, Vec<Target>, Vec<DashTarget>)
                 ),
             }
         }
-        (None, None) => Model::Closed,
+        (None, None) => match replay {
+            Some(_) => {
+                let speed = args.speed.unwrap_or(1.0);
+                if !(speed > 0.0 && speed <= MAX_SPEED) {
+                    bail!("--speed must be above 0 and at most {MAX_SPEED}, got {speed}");
+                }
+                Model::Recorded { speed }
+            }
+            None => Model::Closed,
+        },
     };
     let is_ramp = matches!(model, Model::Ramp { .. });
     if args.step_duration.is_some() && !is_ramp {
@@ -552,7 +709,12 @@ fn build(args: &LoadArgs) -> anyhow::Result<(Plan, Vec<Target>, Vec<DashTarget>)
         }
         (None, None, None) => StepLimit::Duration(Duration::from_secs(10)),
     };
-    if args.connections == 0 {
+    // A recorded schedule is replayed whole unless cut by -n or -d.
+    let limit = match replay {
+        Some(r) => replay_limit(args, r.source(), args.speed.unwrap_or(1.0))?,
+        None => limit,
+    };
+    if args.connections == Some(0) {
         bail!("-c/--connections must be at least 1");
     }
     let max_in_flight = args.max_in_flight.unwrap_or(DEFAULT_MAX_IN_FLIGHT);
@@ -570,6 +732,9 @@ fn build(args: &LoadArgs) -> anyhow::Result<(Plan, Vec<Target>, Vec<DashTarget>)
         .map(Slo::parse)
         .transpose()
         .map_err(|e| anyhow!("--slo: {e}"))?;
+    if let Some(slo) = &slo {
+        check_slo_endpoints(slo, args.mix.as_deref(), mixed.as_deref())?;
+    }
     let threads = match args.threads {
         Some(0) => bail!("--threads must be at least 1"),
         Some(n) => n,
@@ -577,8 +742,12 @@ fn build(args: &LoadArgs) -> anyhow::Result<(Plan, Vec<Target>, Vec<DashTarget>)
     };
     let rounds = match args.rounds {
         Some(0) => bail!("--rounds must be at least 1"),
+        Some(n) if n > 1 && replay.is_some() => bail!(
+            "a recorded schedule is replayed whole to each target in turn: --rounds must be 1 \
+             (or use the records as a pool with --rate, --ramp or -c)"
+        ),
         Some(n) => n,
-        None if bases.len() > 1 => 2,
+        None if bases.len() > 1 && replay.is_none() => 2,
         None => 1,
     };
     let options = peer_options(args, &bases)?;
@@ -598,14 +767,14 @@ fn build(args: &LoadArgs) -> anyhow::Result<(Plan, Vec<Target>, Vec<DashTarget>)
     let plan = Plan {
         model,
         limit,
-        connections: args.connections,
+        connections: args.connections(),
         max_in_flight,
         threads,
         connect_timeout,
         timeout,
         slo,
         rounds,
-        request_label: format!("{} {template}", args.method.to_ascii_uppercase()),
+        request_label: label,
         shard,
         start_at,
     };
@@ -637,8 +806,181 @@ fn build(args: &LoadArgs) -> anyhow::Result<(Plan, Vec<Target>, Vec<DashTarget>)
             sampler: sampler_of,
         });
     }
-    // `scalpel_load::run` probes every target with one request before any load.
-    Ok((plan, targets, watched))
+    // `scalpel_load::run` probes every target with one request (a connection only for
+    // recorded traffic) before any load.
+    Ok(Built {
+        plan,
+        targets,
+        watched,
+        recorded,
+    })
+}
+
+/// The highest `--speed`: a million times faster sends any real recording at once.
+const MAX_SPEED: f64 = 1e6;
+
+/// The most endpoints a mix may have: each keeps its own histograms on every load thread.
+const MAX_ENDPOINTS: usize = 256;
+
+/// One template over a data file, and its label (`GET /v1/users/{id}`).
+fn template_source(
+    args: &LoadArgs,
+    template: &str,
+) -> anyhow::Result<(Arc<dyn RequestSource>, String)> {
+    let method = match args.methods.as_slice() {
+        [] => "GET",
+        [one] => one.as_str(),
+        _ => bail!(
+            "-m/--method takes one method for a request; several are a filter of --from's records"
+        ),
+    };
+    let body = match (&args.body, &args.body_file) {
+        (Some(b), _) => Some(b.clone()),
+        (None, Some(path)) => Some(
+            std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read body file {}", path.display()))?,
+        ),
+        (None, None) => None,
+    };
+    let request = RequestTemplate::parse(method, template, &args.headers, body.as_deref())?;
+    let fixed = request.placeholders().is_empty();
+    let set = RequestSet::new(request, data_set(args)?, order(args)?)?;
+    let label = format!("{} {template}", method.to_ascii_uppercase());
+    Ok((Arc::new(TemplateSource::new(set, fixed)), label))
+}
+
+/// `--data`, when given.
+fn data_set(args: &LoadArgs) -> anyhow::Result<Option<DataSet>> {
+    Ok(match &args.data {
+        Some(path) => Some(DataSet::from_path(path)?),
+        None => None,
+    })
+}
+
+/// The data's order: `--shuffle SEED`, or file order.
+fn order(args: &LoadArgs) -> anyhow::Result<Order> {
+    match args.shuffle {
+        Some(_) if args.data.is_none() => bail!("--shuffle needs --data"),
+        Some(seed) => Ok(Order::Shuffled { seed }),
+        None => Ok(Order::Sequential),
+    }
+}
+
+/// `--mix FILE` over `--data`, and its label (`mix mix.toml: balance 6, stats 3`).
+fn mix_source(args: &LoadArgs, path: &std::path::Path) -> anyhow::Result<(Arc<MixSource>, String)> {
+    if !args.methods.is_empty() {
+        bail!("-m/--method does not apply to --mix: each [[request]] names its method");
+    }
+    let mix = Mix::from_path(path, data_set(args)?, order(args)?, args.mix_seed)?;
+    let entries = mix.entries();
+    if entries.len() > MAX_ENDPOINTS {
+        bail!(
+            "mix file {}: {} endpoints, more than the {MAX_ENDPOINTS} a run keeps figures for",
+            path.display(),
+            entries.len()
+        );
+    }
+    let weights: Vec<String> = entries
+        .iter()
+        .map(|e| format!("{} {}", e.name(), e.weight()))
+        .collect();
+    let label = format!(
+        "mix {} (seed {}): {}",
+        path.display(),
+        args.mix_seed,
+        weights.join(", ")
+    );
+    Ok((Arc::new(MixSource::new(mix)), label))
+}
+
+/// `--from FILE` read with its filters and rewrites.
+fn recorded_source(args: &LoadArgs, path: &std::path::Path) -> anyhow::Result<RecordedRequests> {
+    let mut options = SourceOptions::new();
+    if let Some(format) = &args.from_format {
+        options = options.format(format.parse::<SourceFormat>()?);
+    }
+    for p in &args.include_path {
+        options = options.include_path(p)?;
+    }
+    for p in &args.exclude_path {
+        options = options.exclude_path(p)?;
+    }
+    for m in &args.methods {
+        options = options.method(m)?;
+    }
+    for h in &args.set_header {
+        options = options.set_header(h)?;
+    }
+    for h in &args.drop_header {
+        options = options.drop_header(h)?;
+    }
+    let source = RecordedSource::open(path, options.allow_unsafe(args.allow_unsafe))?;
+    Ok(RecordedRequests::new(source))
+}
+
+/// The limit of a replay on the recorded schedule: the whole recording, its first `-n`
+/// requests, or what falls due within `-d`.
+fn replay_limit(args: &LoadArgs, source: &RecordedSource, speed: f64) -> anyhow::Result<StepLimit> {
+    if args.step_duration.is_some() {
+        bail!("--step-duration applies to --ramp; a replay takes -d or -n");
+    }
+    let usable = source.len();
+    if let Some(n) = args.requests {
+        if n > usable {
+            bail!(
+                "-n {n}: {} has only {usable} usable requests; use them as a pool with --rate \
+                 or -c to send more (looped)",
+                source.path().display()
+            );
+        }
+        return Ok(StepLimit::Requests(n));
+    }
+    if let Some(d) = &args.duration {
+        let d = duration_arg("--duration", d)?;
+        if d.is_zero() {
+            bail!("the duration must be longer than 0");
+        }
+        // Beyond the replay's own length, the whole recording.
+        if d.as_secs_f64() < source.summary().span.as_secs_f64() / speed {
+            return Ok(StepLimit::Duration(d));
+        }
+    }
+    Ok(StepLimit::Requests(usable))
+}
+
+/// An SLO that names endpoints needs a mix that has them, each with a weight.
+fn check_slo_endpoints(
+    slo: &Slo,
+    path: Option<&std::path::Path>,
+    mix: Option<&MixSource>,
+) -> anyhow::Result<()> {
+    let names = slo.endpoints();
+    let Some(first) = names.first() else {
+        return Ok(());
+    };
+    let (Some(path), Some(mix)) = (path, mix) else {
+        bail!("--slo names the endpoint `{first}`, but there is no --mix");
+    };
+    let entries = mix.mix().entries();
+    for name in names {
+        match entries.iter().find(|e| e.name() == name) {
+            None => {
+                let known: Vec<&str> = entries.iter().map(|e| e.name()).collect();
+                bail!(
+                    "--slo names the endpoint `{name}`, which is not in {} (its endpoints: {})",
+                    path.display(),
+                    known.join(", ")
+                );
+            }
+            // No request would go to it: the clause could never hold.
+            Some(e) if e.weight() == 0 => bail!(
+                "--slo names the endpoint `{name}`, whose weight in {} is 0",
+                path.display()
+            ),
+            Some(_) => {}
+        }
+    }
+    Ok(())
 }
 
 /// The connection settings every target gets from the flags: HTTP version, trust, SNI
@@ -713,10 +1055,10 @@ fn shard_and_start(
     }
     // Every shard refuses alike: one that got nothing would make the set incomplete.
     let n = u64::from(shard.count());
-    if u64::from(args.connections) < n {
+    if u64::from(args.connections()) < n {
         bail!(
             "-c {} is the whole run's connections: {n} shards need at least {n}",
-            args.connections
+            args.connections()
         );
     }
     if !matches!(model, Model::Closed) && u64::from(max_in_flight) < n {
@@ -736,15 +1078,55 @@ fn shard_and_start(
 /// The run id and settings fingerprint of a shard: everything that shapes the traffic, so
 /// shards started with different command lines are told apart by `scalpel report merge`.
 /// Machine-local flags (threads, watched processes, output files, progress) are left out.
-fn shard_identity(args: &LoadArgs, plan: &Plan) -> anyhow::Result<(String, String)> {
+fn shard_identity(
+    args: &LoadArgs,
+    plan: &Plan,
+    recorded: Option<&RecordedSource>,
+) -> anyhow::Result<(String, String)> {
     let mut f = Fingerprint::new();
     f.field("url", args.url.as_deref().unwrap_or_default());
     for t in &args.targets {
         f.field("target", t);
     }
-    f.field("method", &args.method.to_ascii_uppercase());
+    for m in &args.methods {
+        f.field("method", m);
+    }
     for h in &args.headers {
         f.field("header", h);
+    }
+    // A mix and its body files are small: their bytes. A recording may be gigabytes: what
+    // it was counted to hold (size, records, usable, skips, span) and how it is read.
+    if let Some(path) = &args.mix {
+        let bytes =
+            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        f.field("mix", "").bytes(&bytes);
+        f.field("mix-seed", &args.mix_seed.to_string());
+    }
+    if let Some(recorded) = &recorded {
+        let s = recorded.summary();
+        f.field(
+            "from",
+            &format!(
+                "{} {} bytes, {} read, {} usable, {:?} span, {}",
+                s.format,
+                s.bytes,
+                s.read,
+                s.usable,
+                s.span,
+                s.describe()
+            ),
+        );
+        for (flag, values) in [
+            ("include-path", &args.include_path),
+            ("exclude-path", &args.exclude_path),
+            ("set-header", &args.set_header),
+            ("drop-header", &args.drop_header),
+        ] {
+            for v in values {
+                f.field(flag, v);
+            }
+        }
+        f.field("allow-unsafe", &args.allow_unsafe.to_string());
     }
     if let Some(body) = &args.body {
         f.field("body", body);
@@ -900,49 +1282,6 @@ fn watch_for(
         }
     }
     Ok(found)
-}
-
-/// `scalpel-requests` behind the load crate's request seam.
-#[derive(Debug)]
-struct TemplateSource {
-    set: RequestSet,
-    fixed: bool,
-}
-
-thread_local! {
-    /// Each load thread renders into its own reused request.
-    static RENDERED: RefCell<RenderedRequest> = RefCell::new(RenderedRequest::default());
-}
-
-impl RequestSource for TemplateSource {
-    fn is_fixed(&self) -> bool {
-        self.fixed
-    }
-
-    fn render(&self, index: u64, out: &mut RequestParts) {
-        RENDERED.with_borrow_mut(|r| {
-            self.set.render_into(index, r);
-            out.method.clear();
-            out.method.push_str(r.method.as_str());
-            out.path_and_query.clear();
-            out.path_and_query.push_str(&r.path_and_query);
-            out.headers.truncate(r.headers.len());
-            for (i, (name, value)) in r.headers.iter().enumerate() {
-                let value = String::from_utf8_lossy(value.as_bytes());
-                match out.headers.get_mut(i) {
-                    Some((n, v)) => {
-                        n.clear();
-                        n.push_str(name.as_str());
-                        v.clear();
-                        v.push_str(&value);
-                    }
-                    None => out.headers.push((name.to_string(), value.into_owned())),
-                }
-            }
-            out.body.clear();
-            out.body.extend_from_slice(&r.body);
-        });
-    }
 }
 
 /// `scalpel-procstat` behind the load crate's resource seam.

@@ -16,6 +16,7 @@ mod logs;
 mod report;
 mod serve;
 mod shadow;
+mod sources;
 
 /// Move a service's hot paths to Rust, and prove it.
 #[derive(Debug, Parser)]
@@ -25,6 +26,8 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once per process: the size of the largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Open- or closed-model load, ramping to the breaking point, with the targets' CPU and memory.

@@ -1,4 +1,5 @@
-//! `scalpel report`: merge result files exactly, print the summary table, write the HTML page.
+//! `scalpel report`: merge result files exactly, print the summary table, write the HTML page,
+//! project the cost of a fleet.
 //!
 //! `merge` writes the merged JSON (stdout, or `-o`), the summary table on stderr and, with
 //! `--html`, the page; it exits 1 when the merged run broke its SLO, 2 when the files cannot
@@ -55,6 +56,35 @@ enum ReportCommand {
         #[arg(short, long)]
         output: PathBuf,
     },
+    /// Project a fleet's vCPUs and yearly saving from each target's measured CPU per
+    /// request (the first target is the baseline).
+    Cost(CostArgs),
+}
+
+/// Arguments of `scalpel report cost`.
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Example:\n  scalpel report cost fixed.json --fleet-qps 80000 --vcpu-hour-price 0.0416 --headroom 0.3\n\nvCPUs = fleet rate × CPU seconds per request ÷ (1 − headroom), rounded up;\nsaving = (baseline vCPUs − target vCPUs) × price × 8,760 h a year."
+)]
+struct CostArgs {
+    /// A result file of `scalpel load` with --watch-pid/--watch-port (CPU sampled).
+    run: PathBuf,
+    /// The fleet's total rate, requests per second.
+    #[arg(long, value_name = "N")]
+    fleet_qps: f64,
+    /// Price of one vCPU for one hour, in US dollars (e.g. 0.0416).
+    #[arg(long, value_name = "DOLLARS")]
+    vcpu_hour_price: String,
+    /// Share of each vCPU kept idle, 0 to below 1 (0.3 = run at most 70% busy).
+    #[arg(long, value_name = "F", default_value_t = 0.0)]
+    headroom: f64,
+    /// The step to read (1 = first, as the tables number them); needed when the run has
+    /// several steps (a ramp).
+    #[arg(long, value_name = "K")]
+    step: Option<u32>,
+    /// Print the projection as JSON instead of the table.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Runs `scalpel report`.
@@ -115,8 +145,31 @@ pub(crate) fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
             let result = scalpel_report::read_json(&run)?;
             scalpel_report::write_html(&result, &output)?;
         }
+        ReportCommand::Cost(args) => cost(args)?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn cost(args: CostArgs) -> anyhow::Result<()> {
+    let price = scalpel_report::VcpuHourPrice::parse(&args.vcpu_hour_price)?;
+    let mut options =
+        scalpel_report::CostOptions::new(args.fleet_qps, price)?.headroom(args.headroom)?;
+    if let Some(step) = args.step {
+        options = options.step(step);
+    }
+    let result = scalpel_report::read_json(&args.run)?;
+    let projection =
+        scalpel_report::cost_projection(&result, &args.run.display().to_string(), &options)?;
+    if args.json {
+        let mut text = anyhow::Context::context(
+            serde_json::to_string_pretty(&projection.to_json()),
+            "cannot serialize the projection",
+        )?;
+        text.push('\n');
+        print_stdout(&text)
+    } else {
+        print_stdout(&projection.table())
+    }
 }
 
 /// Reads result files on up to as many threads as there are cores (each file's histograms

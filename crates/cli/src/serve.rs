@@ -1,5 +1,5 @@
 //! `scalpel serve`: load and check the config, start the supervisor and balancer, and
-//! map signals — SIGHUP to a rolling reload, SIGTERM/SIGINT to drain-then-stop, and a
+//! map signals — SIGHUP to a TLS certificate reload and a rolling reload, SIGTERM/SIGINT to drain-then-stop, and a
 //! second SIGTERM/SIGINT to stop at once.
 
 use std::path::PathBuf;
@@ -35,10 +35,21 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         }
     };
     if args.check {
+        let problems = config.check_tls();
+        if !problems.is_empty() {
+            for p in &problems {
+                eprintln!(
+                    "scalpel serve: invalid config: {}: {p}",
+                    args.config.display()
+                );
+            }
+            return Ok(ExitCode::from(2));
+        }
         println!(
-            "{}: ok (listen {}, admin {}, apps: {})",
+            "{}: ok (listen {}{}, admin {}, apps: {})",
             config.path().display(),
             config.listen(),
+            if config.tls() { " tls" } else { "" },
             config
                 .admin()
                 .map_or_else(|| "none".to_string(), |a| a.to_string()),
@@ -85,7 +96,12 @@ async fn serve(config: Config) -> anyhow::Result<ExitCode> {
             _ = term.recv() => break "SIGTERM",
             _ = int.recv() => break "SIGINT",
             _ = hup.recv() => {
-                tracing::info!("SIGHUP: rolling reload");
+                tracing::info!("SIGHUP: TLS certificates (if any), then a rolling reload");
+                // The certificates first, at once: the worker roll takes a while and
+                // does not depend on them. A bad file keeps the certificate in use.
+                if let Err(e) = server.reload_tls() {
+                    tracing::error!(error = %e, "TLS reload: the certificate in use stays");
+                }
                 let server = server.clone();
                 tokio::spawn(async move {
                     if let Err(e) = server.reload().await {

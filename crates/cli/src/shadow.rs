@@ -12,10 +12,14 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use scalpel_diff::{Comparer, NoiseRule, RouteNormalizer, SampleKey, Sampler};
-use scalpel_requests::{DataSet, Order, RequestSet, RequestTemplate};
+use scalpel_http::{HttpVersion, PeerOptions, Resolve, ServerTls};
+use scalpel_requests::{
+    CaptureOptions, CaptureSink, CaptureStats, CaptureWriter, DataSet, Order, RecordedSource,
+    RequestSet, RequestTemplate, SourceFormat, SourceOptions,
+};
 use scalpel_shadow::{
-    CompareSettings, Proxy, ProxyConfig, Recorder, Redactor, ReplayConfig, ReplayProgress, Sample,
-    StoredRun, Summary, Upstream,
+    CompareSettings, Proxy, ProxyConfig, Reach, Recorder, Redactor, Replay, ReplayConfig,
+    ReplayProgress, ReplaySource, ReplayStats, Sample, Schedule, StoredRun, Summary, Upstream,
 };
 
 /// Arguments of `scalpel shadow`.
@@ -29,7 +33,7 @@ pub(crate) struct ShadowArgs {
 enum ShadowCommand {
     /// Proxy clients to the primary and mirror a copy of each request to the candidate.
     Proxy(ProxyArgs),
-    /// Send every request of a data set to primary and candidate and compare each pair.
+    /// Send every request of a data set or of recorded traffic to primary and candidate and compare each pair.
     Replay(ReplayArgs),
     /// Rebuild the report of a run from its store.
     Report(ReportArgs),
@@ -71,6 +75,120 @@ struct CompareArgs {
     /// Largest body once its Content-Encoding (gzip, deflate, br, zstd) is undone; a pair with a side over it is skipped (decoded_too_large).
     #[arg(long = "max-decoded-body", value_name = "SIZE", default_value = "16MiB", value_parser = size)]
     max_decoded_body: usize,
+}
+
+/// How upstreams are reached: TLS trust, address overrides, HTTP/2. The plain flags apply
+/// to every upstream (as `scalpel load`'s do to its targets); the `--primary-…`,
+/// `--candidate-…` and `--secondary-…` forms to one, and win over the plain ones.
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Upstream TLS and HTTP/2 (plain flags: every upstream)")]
+struct UpstreamArgs {
+    /// Trust the CA certificates in this PEM file (one or several) instead of the system's store.
+    #[arg(long, value_name = "FILE")]
+    cacert: Option<PathBuf>,
+    /// Do not verify certificates: encrypted, but the server unauthenticated (said in the report).
+    #[arg(long)]
+    insecure: bool,
+    /// Connect to ADDR when an upstream is HOST:PORT (as curl's); SNI, certificate name and Host stay HOST. Repeatable.
+    #[arg(long, value_name = "HOST:PORT:ADDR")]
+    resolve: Vec<String>,
+    /// Speak HTTP/2: by ALPN over https (a server that refuses it is an error), prior knowledge (h2c) over http.
+    #[arg(long)]
+    http2: bool,
+    /// --cacert for the primary only.
+    #[arg(long = "primary-cacert", value_name = "FILE")]
+    primary_cacert: Option<PathBuf>,
+    /// --insecure for the primary only.
+    #[arg(long = "primary-insecure")]
+    primary_insecure: bool,
+    /// --resolve for the primary only. Repeatable.
+    #[arg(long = "primary-resolve", value_name = "HOST:PORT:ADDR")]
+    primary_resolve: Vec<String>,
+    /// --http2 for the primary only.
+    #[arg(long = "primary-http2")]
+    primary_http2: bool,
+    /// --cacert for the candidate only.
+    #[arg(long = "candidate-cacert", value_name = "FILE")]
+    candidate_cacert: Option<PathBuf>,
+    /// --insecure for the candidate only.
+    #[arg(long = "candidate-insecure")]
+    candidate_insecure: bool,
+    /// --resolve for the candidate only. Repeatable.
+    #[arg(long = "candidate-resolve", value_name = "HOST:PORT:ADDR")]
+    candidate_resolve: Vec<String>,
+    /// --http2 for the candidate only.
+    #[arg(long = "candidate-http2")]
+    candidate_http2: bool,
+    /// --cacert for the secondary only.
+    #[arg(long = "secondary-cacert", value_name = "FILE")]
+    secondary_cacert: Option<PathBuf>,
+    /// --insecure for the secondary only.
+    #[arg(long = "secondary-insecure")]
+    secondary_insecure: bool,
+    /// --resolve for the secondary only. Repeatable.
+    #[arg(long = "secondary-resolve", value_name = "HOST:PORT:ADDR")]
+    secondary_resolve: Vec<String>,
+    /// --http2 for the secondary only.
+    #[arg(long = "secondary-http2")]
+    secondary_http2: bool,
+}
+
+impl UpstreamArgs {
+    /// The settings of one upstream: its own flags, then the plain ones.
+    fn options(&self, role: &str) -> anyhow::Result<PeerOptions> {
+        let (cacert, insecure, resolve, http2) = match role {
+            "primary" => (
+                &self.primary_cacert,
+                self.primary_insecure,
+                &self.primary_resolve,
+                self.primary_http2,
+            ),
+            "candidate" => (
+                &self.candidate_cacert,
+                self.candidate_insecure,
+                &self.candidate_resolve,
+                self.candidate_http2,
+            ),
+            _ => (
+                &self.secondary_cacert,
+                self.secondary_insecure,
+                &self.secondary_resolve,
+                self.secondary_http2,
+            ),
+        };
+        let mut o = PeerOptions::default();
+        o.ca_file = cacert.clone().or_else(|| self.cacert.clone());
+        o.insecure = insecure || self.insecure;
+        o.version = if http2 || self.http2 {
+            HttpVersion::Http2
+        } else {
+            HttpVersion::Http1
+        };
+        // The upstream's own entries first: the first match wins.
+        for r in resolve.iter().chain(&self.resolve) {
+            o.resolve.push(Resolve::parse(r)?);
+        }
+        Ok(o)
+    }
+
+    /// The upstream `url` with its settings (`role`: `primary`, `candidate`, `secondary`).
+    fn upstream(&self, role: &str, url: &str) -> anyhow::Result<Upstream> {
+        let up = Upstream::parse(url).with_context(|| format!("--{role}"))?;
+        Ok(up.with_options(self.options(role)?))
+    }
+}
+
+/// Says what the check of each upstream found: one line each on stderr, a warning for
+/// one that did not answer (the run goes on; its requests fail and are counted).
+fn show_upstreams(tool: &str, list: &[(&'static str, String, Reach)]) {
+    for (role, url, reach) in list {
+        match reach {
+            Reach::Ok(proto) => eprintln!("{tool}: {role} {url}: {proto}"),
+            Reach::Unreachable(why) => eprintln!(
+                "scalpel: warning: {role} {url} did not answer the check ({why}); its requests fail until it does, counted by kind"
+            ),
+        }
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -126,8 +244,30 @@ struct ProxyArgs {
     /// How often counters are written to the store.
     #[arg(long = "flush-interval", value_name = "DUR", default_value = "1s", value_parser = positive_duration)]
     flush_interval: Duration,
+    /// Listen with TLS: this certificate (PEM, the server's first, then intermediates); ALPN h2 and http/1.1.
+    #[arg(long = "tls-cert", value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long = "tls-key", value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Write each sampled request (redacted with the --redact rules) to this capture file, which `replay --from` reads.
+    #[arg(long, value_name = "FILE")]
+    capture: Option<PathBuf>,
+    /// Rotate the capture file before it would grow past this size (FILE.1, FILE.2, …).
+    #[arg(long = "capture-max-size", value_name = "SIZE", requires = "capture", value_parser = size)]
+    capture_max_size: Option<usize>,
+    /// Rotated capture files kept beside the current one.
+    #[arg(
+        long = "capture-keep",
+        value_name = "N",
+        default_value_t = 1,
+        requires = "capture"
+    )]
+    capture_keep: u32,
     #[command(flatten)]
-    compare: CompareArgs,
+    compare: Box<CompareArgs>,
+    #[command(flatten)]
+    upstreams: Box<UpstreamArgs>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -139,26 +279,60 @@ struct ReplayArgs {
     #[arg(long, value_name = "URL")]
     candidate: String,
     /// Request path and query with `{name}` placeholders, e.g. `/v1/users/{id}/stats?days=30`.
-    #[arg(long, value_name = "TEMPLATE")]
-    template: String,
+    #[arg(
+        long,
+        value_name = "TEMPLATE",
+        required_unless_present = "from",
+        conflicts_with = "from"
+    )]
+    template: Option<String>,
     /// Values for the placeholders: one per line, or CSV with a header row.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "from")]
     data: Option<PathBuf>,
-    /// HTTP method.
-    #[arg(short = 'm', long, default_value = "GET")]
-    method: String,
+    /// HTTP method of the template (default GET); with --from, keep only requests of this method (repeatable).
+    #[arg(short = 'm', long, value_name = "METHOD")]
+    method: Vec<String>,
     /// A request header `Name: value` (placeholders allowed). Repeatable.
-    #[arg(short = 'H', long = "header", value_name = "HEADER")]
+    #[arg(
+        short = 'H',
+        long = "header",
+        value_name = "HEADER",
+        conflicts_with = "from"
+    )]
     header: Vec<String>,
     /// Request body (placeholders allowed).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "from")]
     body: Option<String>,
     /// Send the data rows in a seeded shuffled order.
-    #[arg(long, value_name = "SEED")]
+    #[arg(long, value_name = "SEED", conflicts_with = "from")]
     shuffle: Option<u64>,
-    /// Requests in flight at once.
-    #[arg(short = 'c', long, value_name = "N", default_value_t = 16)]
-    concurrency: usize,
+    /// Replay recorded traffic: an nginx/Apache access log, a HAR file or a capture of `shadow proxy --capture` (told by content).
+    #[arg(long, value_name = "FILE")]
+    from: Option<PathBuf>,
+    /// Read --from as this format instead of telling it by content: access-log, har, capture.
+    #[arg(long = "from-format", value_name = "FORMAT", requires = "from")]
+    from_format: Option<String>,
+    /// Send recorded requests on their recorded schedule, this many times faster (the default with --from, at 1).
+    #[arg(long, value_name = "X", requires = "from")]
+    speed: Option<f64>,
+    /// Keep only recorded requests whose path and query match this regex. Repeatable.
+    #[arg(long = "include-path", value_name = "REGEX", requires = "from")]
+    include_path: Vec<String>,
+    /// Skip recorded requests whose path and query match this regex. Repeatable.
+    #[arg(long = "exclude-path", value_name = "REGEX", requires = "from")]
+    exclude_path: Vec<String>,
+    /// Set this header on every recorded request, replacing recorded ones of that name. Repeatable.
+    #[arg(long = "set-header", value_name = "'NAME: VALUE'", requires = "from")]
+    set_header: Vec<String>,
+    /// Remove this header from every recorded request. Repeatable.
+    #[arg(long = "drop-header", value_name = "NAME", requires = "from")]
+    drop_header: Vec<String>,
+    /// Also replay POST, PUT, PATCH, DELETE… (skipped by default: replaying a payment moves money twice).
+    #[arg(long = "allow-unsafe", requires = "from")]
+    allow_unsafe: bool,
+    /// Requests in flight at once (default 16). With --from and no --speed: use the records as a pool, this many at a time, as fast as they are answered; with --speed: the most in flight.
+    #[arg(short = 'c', long, value_name = "N")]
+    concurrency: Option<usize>,
     /// Time-out of one exchange with one side.
     #[arg(long, value_name = "DUR", default_value = "10s", value_parser = positive_duration)]
     timeout: Duration,
@@ -175,8 +349,15 @@ struct ReplayArgs {
     #[arg(long = "min-consistency", value_name = "PCT", default_value_t = 100.0)]
     min_consistency: f64,
     #[command(flatten)]
-    compare: CompareArgs,
+    compare: Box<CompareArgs>,
+    #[command(flatten)]
+    upstreams: Box<UpstreamArgs>,
 }
+
+/// Requests in flight when `-c` is not given: a template replay's workers, and the cap of
+/// a recorded schedule (requests are sent at their times; this only bounds a slow side).
+const DEFAULT_CONCURRENCY: usize = 16;
+const DEFAULT_SCHEDULE_CAP: usize = 256;
 
 #[derive(Debug, clap::Args)]
 struct ReportArgs {
@@ -226,11 +407,7 @@ fn size(s: &str) -> Result<usize, String> {
     usize::try_from(n).map_err(|_| format!("size `{s}` does not fit in memory addresses here"))
 }
 
-fn upstream(flag: &str, url: &str) -> anyhow::Result<Upstream> {
-    Upstream::parse(url).with_context(|| format!("--{flag}"))
-}
-
-fn settings(c: &CompareArgs) -> anyhow::Result<CompareSettings> {
+fn settings(c: &CompareArgs, method_routes: bool) -> anyhow::Result<CompareSettings> {
     let mut comparer = Comparer::new();
     for h in &c.compare_header {
         comparer = comparer.compare_header(h)?;
@@ -258,7 +435,8 @@ fn settings(c: &CompareArgs) -> anyhow::Result<CompareSettings> {
         c.samples,
         c.secondary.is_some(),
     )
-    .with_max_decoded_body(c.max_decoded_body))
+    .with_max_decoded_body(c.max_decoded_body)
+    .with_method_routes(method_routes))
 }
 
 fn recorder(
@@ -267,17 +445,18 @@ fn recorder(
     primary: &Upstream,
     candidate: &Upstream,
     secondary: Option<&Upstream>,
+    method_routes: bool,
 ) -> anyhow::Result<Arc<Recorder>> {
-    let settings = settings(c)?;
+    let settings = settings(c, method_routes)?;
     Ok(Arc::new(match &c.store {
         Some(path) => {
             let meta = [
                 ("mode", mode.to_string()),
-                ("primary", primary.to_string()),
-                ("candidate", candidate.to_string()),
+                ("primary", primary.describe()),
+                ("candidate", candidate.describe()),
                 (
                     "secondary_url",
-                    secondary.map(ToString::to_string).unwrap_or_default(),
+                    secondary.map(Upstream::describe).unwrap_or_default(),
                 ),
                 ("scalpel_version", env!("CARGO_PKG_VERSION").to_string()),
             ];
@@ -288,13 +467,13 @@ fn recorder(
 }
 
 fn run_proxy(a: ProxyArgs) -> anyhow::Result<ExitCode> {
-    let primary = upstream("primary", &a.primary)?;
-    let candidate = upstream("candidate", &a.candidate)?;
+    let primary = a.upstreams.upstream("primary", &a.primary)?;
+    let candidate = a.upstreams.upstream("candidate", &a.candidate)?;
     let secondary = a
         .compare
         .secondary
         .as_deref()
-        .map(|s| upstream("secondary", s))
+        .map(|s| a.upstreams.upstream("secondary", s))
         .transpose()?;
     let sampler = Sampler::new(a.sample).context("--sample")?;
     let sample_key = a.sample_key.as_deref().map(SampleKey::parse).transpose()?;
@@ -310,6 +489,15 @@ fn run_proxy(a: ProxyArgs) -> anyhow::Result<ExitCode> {
             scalpel_units::format_size(a.max_response_body as u64)
         );
     }
+    let tls = match (&a.tls_cert, &a.tls_key) {
+        (Some(cert), Some(key)) => Some(ServerTls::from_pem_files(cert, key, true)?),
+        _ => None,
+    };
+    let capture = a
+        .capture
+        .as_deref()
+        .map(|p| open_capture(p, &a))
+        .transpose()?;
     let cfg = ProxyConfig {
         listen: a.listen,
         primary: primary.clone(),
@@ -329,6 +517,7 @@ fn run_proxy(a: ProxyArgs) -> anyhow::Result<ExitCode> {
         mirror_max_age: a.mirror_max_age,
         client_timeout: a.client_timeout,
         flush_interval: a.flush_interval,
+        tls,
     };
     let recorder = recorder(
         &a.compare,
@@ -336,15 +525,25 @@ fn run_proxy(a: ProxyArgs) -> anyhow::Result<ExitCode> {
         &primary,
         &candidate,
         secondary.as_ref(),
+        false,
     )?;
     let rt = runtime()?;
+    let tls_note = if cfg.tls.is_some() {
+        " (TLS: h2, http/1.1)"
+    } else {
+        ""
+    };
     let stats = rt.block_on(async {
-        let proxy = Proxy::bind(cfg, recorder.clone()).await?;
+        let mut proxy = Proxy::bind(cfg, recorder.clone()).await?;
+        show_upstreams("scalpel shadow proxy", proxy.upstreams());
+        if let Some(sink) = capture {
+            proxy = proxy.with_capture(sink);
+        }
         let admin = proxy
             .admin_addr()
             .map_or(String::new(), |a| format!(", admin on http://{a}/metrics"));
         eprintln!(
-            "scalpel shadow proxy: listening on {}{admin}; primary {primary}, candidate {candidate}",
+            "scalpel shadow proxy: listening on {}{tls_note}{admin}; primary {primary}, candidate {candidate}",
             proxy.local_addr()
         );
         anyhow::Ok(proxy.run(shutdown_signal()).await?)
@@ -359,6 +558,9 @@ fn run_proxy(a: ProxyArgs) -> anyhow::Result<ExitCode> {
         stats.chosen,
         stats.shutdown.as_secs_f64()
     );
+    if let (Some(k), Some(path)) = (stats.capture, &a.capture) {
+        println!("{}", capture_line(path, &k));
+    }
     Ok(
         if store_lost_writes(&recorder, a.compare.store.as_deref()) {
             ExitCode::from(1)
@@ -366,6 +568,39 @@ fn run_proxy(a: ProxyArgs) -> anyhow::Result<ExitCode> {
             ExitCode::SUCCESS
         },
     )
+}
+
+/// Opens the capture file (created, or appended to) and its writer thread.
+fn open_capture(path: &Path, a: &ProxyArgs) -> anyhow::Result<CaptureSink> {
+    let options = CaptureOptions {
+        max_size: a.capture_max_size.map(|n| n as u64),
+        keep: a.capture_keep,
+    };
+    let writer = CaptureWriter::open(path, options)?;
+    // The writer's queue: as many records as the mirror queue, at most 64 MiB of them.
+    Ok(CaptureSink::start(writer, a.queue, CAPTURE_QUEUE_BYTES)?)
+}
+
+/// Bytes of records waiting for the capture writer before new ones are dropped.
+const CAPTURE_QUEUE_BYTES: u64 = 64 << 20;
+
+fn capture_line(path: &Path, k: &CaptureStats) -> String {
+    let mut line = format!(
+        "capture: {} requests written to {} ({} bytes, {} rotations)",
+        k.written,
+        path.display(),
+        k.bytes_written,
+        k.rotations
+    );
+    let dropped = k.dropped_queue_full + k.dropped_too_large + k.write_errors;
+    if dropped > 0 {
+        let _ = write!(
+            line,
+            "; not written: {} (queue full {}, too large {}, write errors {})",
+            dropped, k.dropped_queue_full, k.dropped_too_large, k.write_errors
+        );
+    }
+    line
 }
 
 /// Says so (one line on stderr) when the store's final counters did not reach the disk;
@@ -399,30 +634,157 @@ async fn shutdown_signal() {
     }
 }
 
-fn run_replay(a: ReplayArgs) -> anyhow::Result<ExitCode> {
-    let primary = upstream("primary", &a.primary)?;
-    let candidate = upstream("candidate", &a.candidate)?;
-    let secondary = a
-        .compare
-        .secondary
-        .as_deref()
-        .map(|s| upstream("secondary", s))
-        .transpose()?;
-    check_min("min-consistency", a.min_consistency)?;
-    let template = RequestTemplate::parse(&a.method, &a.template, &a.header, a.body.as_deref())?;
+/// What a replay sends: a template over data, or recorded traffic and its schedule.
+struct Plan {
+    source: ReplaySource,
+    concurrency: usize,
+    /// For the report: where the requests came from, in words and as JSON.
+    lines: Vec<String>,
+    json: serde_json::Value,
+    describe: String,
+    /// Sent on the recorded schedule (its lag is reported).
+    scheduled: bool,
+}
+
+fn template_plan(a: &ReplayArgs) -> anyhow::Result<Plan> {
+    let Some(path) = &a.template else {
+        bail!("--template or --from is required");
+    };
+    if a.method.len() > 1 {
+        bail!("--method: a template has one method (several are a filter for --from)");
+    }
+    let method = a.method.first().map_or("GET", String::as_str);
+    let template = RequestTemplate::parse(method, path, &a.header, a.body.as_deref())?;
     let data = a.data.as_deref().map(DataSet::from_path).transpose()?;
     let order = a
         .shuffle
         .map_or(Order::Sequential, |seed| Order::Shuffled { seed });
     let set = Arc::new(RequestSet::new(template, data, order)?);
-    if a.concurrency == 0 {
+    Ok(Plan {
+        source: ReplaySource::Set(set),
+        concurrency: a.concurrency.unwrap_or(DEFAULT_CONCURRENCY),
+        lines: Vec::new(),
+        json: serde_json::json!({"template": format!("{method} {path}")}),
+        describe: format!("{method} {path}"),
+        scheduled: false,
+    })
+}
+
+fn recorded_plan(a: &ReplayArgs, path: &Path) -> anyhow::Result<Plan> {
+    let mut options = SourceOptions::new().allow_unsafe(a.allow_unsafe);
+    if let Some(f) = &a.from_format {
+        options = options.format(f.parse::<SourceFormat>()?);
+    }
+    for p in &a.include_path {
+        options = options.include_path(p)?;
+    }
+    for p in &a.exclude_path {
+        options = options.exclude_path(p)?;
+    }
+    for m in &a.method {
+        options = options.method(m)?;
+    }
+    for h in &a.set_header {
+        options = options.set_header(h)?;
+    }
+    for h in &a.drop_header {
+        options = options.drop_header(h)?;
+    }
+    if let Some(x) = a.speed
+        && !(x.is_finite() && x > 0.0)
+    {
+        bail!("--speed {x}: expected a number above 0 (2 replays twice as fast)");
+    }
+    // Opening reads the file once, counts every record, and fails when none is usable.
+    let source = RecordedSource::open(path, options)?;
+    let summary = source.summary().clone();
+    let (schedule, concurrency) = match (a.speed, a.concurrency) {
+        (None, Some(c)) => (Schedule::Pool, c),
+        (speed, c) => (
+            Schedule::Recorded {
+                speed: speed.unwrap_or(1.0),
+            },
+            c.unwrap_or(DEFAULT_SCHEDULE_CAP),
+        ),
+    };
+    let mut lines = vec![format!(
+        "from {} ({}): {}",
+        path.display(),
+        summary.format,
+        summary_counts(&summary)
+    )];
+    for bad in &summary.first_malformed {
+        lines.push(format!("  malformed line {}: {}", bad.line, bad.message));
+    }
+    let schedule_text = match schedule {
+        Schedule::Pool => format!("as a pool, {concurrency} at a time"),
+        Schedule::Recorded { speed } => format!(
+            "recorded schedule: {} span at --speed {speed} = {}, at most {concurrency} in flight",
+            scalpel_units::format_duration(summary.span),
+            scalpel_units::format_duration(summary.span.div_f64(speed))
+        ),
+    };
+    lines.push(format!("schedule: {schedule_text}"));
+    let skipped: serde_json::Map<String, serde_json::Value> = summary
+        .skipped
+        .iter()
+        .map(|(r, n)| (r.name().to_string(), n.into()))
+        .collect();
+    let json = serde_json::json!({
+        "from": path.display().to_string(),
+        "format": summary.format.name(),
+        "records": summary.read,
+        "usable": summary.usable,
+        "skipped": skipped,
+        "first_malformed": summary.first_malformed.iter()
+            .map(|b| serde_json::json!({"line": b.line, "message": b.message}))
+            .collect::<Vec<_>>(),
+        "span_seconds": summary.span.as_secs_f64(),
+        "schedule": match schedule { Schedule::Pool => "pool", Schedule::Recorded { .. } => "recorded" },
+        "speed": match schedule { Schedule::Pool => None, Schedule::Recorded { speed } => Some(speed) },
+        "concurrency": concurrency,
+    });
+    Ok(Plan {
+        source: ReplaySource::Recorded { source, schedule },
+        concurrency,
+        lines,
+        json,
+        describe: format!("--from {}", path.display()),
+        scheduled: matches!(schedule, Schedule::Recorded { .. }),
+    })
+}
+
+/// A source's counts in words, without the first malformed line (listed apart).
+fn summary_counts(s: &scalpel_requests::SourceSummary) -> String {
+    let mut text = format!("{} records: {} usable", s.read, s.usable);
+    for (reason, n) in s.skipped.iter() {
+        let _ = write!(text, ", {n} skipped ({})", reason.describe());
+    }
+    text
+}
+
+fn run_replay(a: ReplayArgs) -> anyhow::Result<ExitCode> {
+    let primary = a.upstreams.upstream("primary", &a.primary)?;
+    let candidate = a.upstreams.upstream("candidate", &a.candidate)?;
+    let secondary = a
+        .compare
+        .secondary
+        .as_deref()
+        .map(|s| a.upstreams.upstream("secondary", s))
+        .transpose()?;
+    check_min("min-consistency", a.min_consistency)?;
+    let plan = match &a.from {
+        Some(path) => recorded_plan(&a, path)?,
+        None => template_plan(&a)?,
+    };
+    if plan.concurrency == 0 {
         bail!("--concurrency must be at least 1");
     }
     let cfg = ReplayConfig {
         primary: primary.clone(),
         candidate: candidate.clone(),
         secondary: secondary.clone(),
-        concurrency: a.concurrency,
+        concurrency: plan.concurrency,
         timeout: a.timeout,
         max_body: a.max_body,
     };
@@ -436,11 +798,14 @@ fn run_replay(a: ReplayArgs) -> anyhow::Result<ExitCode> {
         &primary,
         &candidate,
         secondary.as_ref(),
+        a.from.is_some(),
     )?;
     let rt = runtime()?;
     let progress = Arc::new(ReplayProgress::default());
     let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let stats = rt.block_on(async {
+    let (stats, upstream_lines) = rt.block_on(async {
+        let replay = Replay::connect(cfg).await?;
+        show_upstreams("scalpel shadow replay", replay.upstreams());
         let ticker = tokio::spawn(show_progress(progress.clone(), recorder.clone()));
         // SIGINT/SIGTERM: stop sending, count what was in flight, and still print and
         // write everything (the counters of a half-done run are evidence too).
@@ -452,16 +817,41 @@ fn run_replay(a: ReplayArgs) -> anyhow::Result<ExitCode> {
                 progress.stop();
             })
         };
-        let stats = scalpel_shadow::replay(set, cfg, recorder.clone(), progress.clone()).await;
+        let stats = replay
+            .run(plan.source, recorder.clone(), progress.clone())
+            .await;
         ticker.abort();
         stopper.abort();
-        stats
-    });
+        let lines: Vec<String> = replay
+            .upstreams()
+            .iter()
+            .map(|(role, url, _)| format!("{role} {url}"))
+            .collect();
+        anyhow::Ok((stats, lines))
+    })?;
     if std::io::stderr().is_terminal() {
         eprint!("\r\x1b[2K");
     }
     recorder.flush_and_sync();
+    // A recorded file that could not be read on: what was sent is still reported.
+    let (stats, read_error) = match stats {
+        Ok(s) => (s, None),
+        Err(e) => (
+            ReplayStats {
+                requests: progress.done(),
+                not_sent: progress.total().saturating_sub(progress.done()),
+                elapsed: Duration::ZERO,
+                waited_for_slot: 0,
+                max_lag: Duration::ZERO,
+            },
+            Some(e),
+        ),
+    };
     let summary = recorder.summary();
+    for line in &plan.lines {
+        println!("{line}");
+    }
+    println!("upstreams: {}", upstream_lines.join(", "));
     print!("{}", table(&summary));
     println!(
         "{} requests in {:.2} s ({:.0} pairs/s)",
@@ -469,6 +859,14 @@ fn run_replay(a: ReplayArgs) -> anyhow::Result<ExitCode> {
         stats.elapsed.as_secs_f64(),
         stats.pairs_per_second()
     );
+    if plan.scheduled {
+        println!(
+            "schedule kept: longest lag {}, {} requests waited for a free slot (-c {})",
+            scalpel_units::format_duration(stats.max_lag),
+            stats.waited_for_slot,
+            plan.concurrency
+        );
+    }
     let interrupted = interrupted.load(std::sync::atomic::Ordering::SeqCst);
     if interrupted {
         println!(
@@ -477,23 +875,39 @@ fn run_replay(a: ReplayArgs) -> anyhow::Result<ExitCode> {
             stats.requests + stats.not_sent
         );
     }
-    let meta = BTreeMap::from([
+    let mut meta = BTreeMap::from([
         ("mode".to_string(), "replay".to_string()),
-        ("primary".to_string(), primary.to_string()),
-        ("candidate".to_string(), candidate.to_string()),
-        (
-            "template".to_string(),
-            format!("{} {}", a.method, a.template),
-        ),
+        ("primary".to_string(), primary.describe()),
+        ("candidate".to_string(), candidate.describe()),
+        ("template".to_string(), plan.describe.clone()),
     ]);
+    if let Some(s) = &secondary {
+        meta.insert("secondary".to_string(), s.describe());
+    }
+    let extra = serde_json::json!({
+        "source": plan.json,
+        "upstreams": upstream_lines,
+        "replay": {
+            "requests": stats.requests,
+            "not_sent": stats.not_sent,
+            "elapsed_seconds": stats.elapsed.as_secs_f64(),
+            "waited_for_slot": stats.waited_for_slot,
+            "max_lag_seconds": stats.max_lag.as_secs_f64(),
+        },
+    });
     write_outputs(
         &summary,
         &recorder.samples(),
         &meta,
+        Some(&extra),
         a.json.as_deref(),
         a.html.as_deref(),
     )?;
     let lost = store_lost_writes(&recorder, a.compare.store.as_deref());
+    if let Some(e) = read_error {
+        // The file changed under the replay: the counts above are real but partial.
+        return Err(e).context("the replay stopped early");
+    }
     if interrupted {
         // 128 + SIGINT, like any interrupted command; a partial run is never a pass.
         return Ok(ExitCode::from(130));
@@ -539,6 +953,7 @@ fn run_report(a: ReportArgs) -> anyhow::Result<ExitCode> {
         &summary,
         run.samples(),
         run.meta(),
+        None,
         a.json.as_deref(),
         a.html.as_deref(),
     )?;
@@ -571,12 +986,18 @@ fn write_outputs(
     summary: &Summary,
     samples: &[Sample],
     meta: &BTreeMap<String, String>,
+    extra: Option<&serde_json::Value>,
     json: Option<&Path>,
     html: Option<&Path>,
 ) -> anyhow::Result<()> {
     if let Some(p) = json {
         let mut v = serde_json::to_value(summary)?;
         v["samples"] = serde_json::to_value(samples)?;
+        if let Some(serde_json::Value::Object(more)) = extra {
+            for (k, x) in more {
+                v[k] = x.clone();
+            }
+        }
         std::fs::write(p, serde_json::to_string_pretty(&v)? + "\n")
             .with_context(|| format!("cannot write {}", p.display()))?;
     }

@@ -121,20 +121,24 @@ fn bad_config_exits_2_with_file_line_and_reason() {
 }
 
 #[test]
-fn the_example_config_passes_check() {
-    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/serve/serve.toml");
-    let out = Command::new(BIN)
-        .args(["serve", "--check", "--config"])
-        .arg(&example)
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(String::from_utf8_lossy(&out.stdout).contains(": ok"));
+fn the_example_configs_pass_check() {
+    for name in ["serve.toml", "direct.toml"] {
+        let example = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../examples/serve")
+            .join(name);
+        let out = Command::new(BIN)
+            .args(["serve", "--check", "--config"])
+            .arg(&example)
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(String::from_utf8_lossy(&out.stdout).contains(": ok"));
+    }
 }
 
 /// Writes a config with two workers of the test Node app and starts `scalpel serve` on it
@@ -666,4 +670,207 @@ fn pid_on(port: u16) -> Option<u64> {
     http(port, "GET", "/pid")
         .ok()
         .and_then(|(_, b)| b.trim().parse().ok())
+}
+
+/// A self-signed certificate for `localhost` with common name `cn`, written to
+/// `dir/cert.pem` and `dir/key.pem`.
+fn write_cert(dir: &Path, cn: &str) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, cn);
+    let cert = params.self_signed(&key).unwrap();
+    std::fs::write(dir.join("cert.pem"), cert.pem()).unwrap();
+    std::fs::write(dir.join("key.pem"), key.serialize_pem()).unwrap();
+}
+
+/// `--check` reads the TLS files: a key that does not match its certificate, a missing
+/// certificate and a key file without a key are each one line, exit 2; good files pass.
+/// Paths are relative to the config's directory.
+#[test]
+fn tls_check_reports_each_bad_file_on_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    write_cert(dir.path(), "one");
+    let stray = tempfile::tempdir().unwrap();
+    write_cert(stray.path(), "stray");
+    std::fs::copy(stray.path().join("key.pem"), dir.path().join("stray.pem")).unwrap();
+    std::fs::write(dir.path().join("garbage.pem"), "not a key\n").unwrap();
+    let path = dir.path().join("serve.toml");
+    let check = |tls: &str, admin_tls: &str| {
+        let mut extra = format!("[server.tls]\n{tls}\n");
+        if !admin_tls.is_empty() {
+            extra.push_str(&format!("[server.admin_tls]\n{admin_tls}\n"));
+        }
+        std::fs::write(&path, app_toml(8443, 9090, 3001, 1, &extra)).unwrap();
+        let out = Command::new(BIN)
+            .args(["serve", "--check", "--config"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, out, err) = check("cert = \"cert.pem\"\nkey = \"key.pem\"", "");
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("tls"), "{out}");
+
+    let (code, _, err) = check("cert = \"cert.pem\"\nkey = \"stray.pem\"", "");
+    assert_eq!(code, Some(2));
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("server.tls: tls key") && err.contains("does not match the certificate"),
+        "{err}"
+    );
+
+    let (code, _, err) = check(
+        "cert = \"cert.pem\"\nkey = \"key.pem\"",
+        "cert = \"missing.pem\"\nkey = \"garbage.pem\"",
+    );
+    assert_eq!(code, Some(2));
+    assert_eq!(err.lines().count(), 2, "{err}");
+    assert!(
+        err.contains("server.admin_tls: tls cert") && err.contains("missing.pem: cannot read"),
+        "{err}"
+    );
+    assert!(
+        err.contains("server.admin_tls: tls key") && err.contains("garbage.pem"),
+        "{err}"
+    );
+}
+
+/// SIGHUP swaps the certificate: a TLS connection opened before it (curl, HTTP/2, a
+/// slow request in flight at the signal) carries a second request after it, and a new
+/// handshake (openssl s_client) shows the new certificate's common name.
+#[test]
+fn sighup_swaps_the_certificate_without_dropping_open_connections() {
+    let certs = tempfile::tempdir().unwrap();
+    write_cert(certs.path(), "serve-one");
+    let (listen, admin, base) = (free_port(), free_port(), free_base(4));
+    let tls = format!(
+        "[server.tls]\ncert = \"{}\"\nkey = \"{}\"\n",
+        certs.path().join("cert.pem").display(),
+        certs.path().join("key.pem").display()
+    );
+    let (_dir, child, _err) = spawn_serve(&app_toml(listen, admin, base, 1, &tls), &[]);
+    let mut status = String::new();
+    assert!(
+        poll(Duration::from_secs(60), || {
+            status = http(admin, "GET", "/status")
+                .map(|r| r.1)
+                .unwrap_or_default();
+            status.contains("\"state\": \"ready\"")
+        }),
+        "not ready: {status}"
+    );
+    let subject = || {
+        let out = Command::new("openssl")
+            .args(["s_client", "-connect"])
+            .arg(format!("127.0.0.1:{listen}"))
+            .args(["-servername", "localhost"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(subject().contains("CN = serve-one"), "{}", subject());
+
+    // One connection, two requests: the first in flight when the signal comes.
+    let resolve = format!("localhost:{listen}:127.0.0.1");
+    let base_url = format!("https://localhost:{listen}");
+    let ca = certs.path().join("cert.pem");
+    let curl = Command::new("curl")
+        .args([
+            "-sS",
+            "--http2",
+            "--max-time",
+            "60",
+            "--resolve",
+            &resolve,
+            "--cacert",
+        ])
+        .arg(&ca)
+        .args(["-w", "\n%{http_code} %{num_connects} %{http_version}\n"])
+        .arg(format!("{base_url}/slow?ms=3000"))
+        .arg(format!("{base_url}/echo"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        poll(Duration::from_secs(30), || {
+            http(admin, "GET", "/status")
+                .map(|r| r.1.contains("\"in_flight\": 1"))
+                .unwrap_or(false)
+        }),
+        "the slow request never arrived"
+    );
+    write_cert(certs.path(), "serve-two");
+    signal(&child, "HUP");
+    let out = curl.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summaries: Vec<&str> = text.lines().filter(|l| l.ends_with(" 2")).collect();
+    // 200, one new connection for the first request, none (reused) for the second.
+    assert_eq!(summaries, ["200 1 2", "200 0 2"], "{text}");
+    assert!(
+        poll(Duration::from_secs(10), || subject()
+            .contains("CN = serve-two")),
+        "{}",
+        subject()
+    );
+}
+
+/// Issue 14 — `--check` refuses what a direct app cannot do (a route, split or mirror to
+/// it, a per-request setting, no `listen`), in one line with the file, line and reason.
+#[test]
+fn check_refuses_routes_and_per_request_settings_on_a_direct_app() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("serve.toml");
+    let base = "[server]\nlisten = \"127.0.0.1:18080\"\nadmin = \"127.0.0.1:18090\"\n\n[[app]]\nname = \"web\"\ncommand = [\"node\", \"app.js\"]\nport_base = 3001\nmode = \"direct\"\n";
+    for (rest, want) in [
+        (
+            "listen = \"127.0.0.1:18081\"\n\n[[route]]\nprefix = \"/\"\napp = \"web\"\n",
+            ":14: route names app `web`, which is mode = \"direct\": its clients connect to its own listen address and never pass the balancer",
+        ),
+        (
+            "listen = \"127.0.0.1:18081\"\nbalance = \"round_robin\"\n",
+            ":11: app `web`: balance is a per-request setting",
+        ),
+        (
+            "listen = \"127.0.0.1:18081\"\navoid_stalled = \"1s\"\n",
+            ":11: app `web`: avoid_stalled is a per-request setting",
+        ),
+        ("", "app `web`: mode = \"direct\" needs `listen`"),
+    ] {
+        std::fs::write(&path, format!("{base}{rest}")).unwrap();
+        let out = Command::new(BIN)
+            .args(["serve", "--check", "--config"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(want), "expected {want:?} in {err:?}");
+    }
+    // The same app with its listen address and nothing per-request passes.
+    std::fs::write(&path, format!("{base}listen = \"127.0.0.1:18081\"\n")).unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -200,6 +200,23 @@ pub enum TlsError {
         "no trusted roots in the system store (install ca-certificates) — pass --cacert FILE or --insecure"
     )]
     NoSystemRoots,
+    /// A listener's certificate or key file cannot be used (`--tls-cert`, `--tls-key`,
+    /// `[server.tls]`).
+    #[error("cannot use {}: {why}", path.display())]
+    ServerFile {
+        /// The file given.
+        path: PathBuf,
+        /// Unreadable, or no PEM block of the right kind.
+        why: String,
+    },
+    /// A listener's key is not the key of its certificate.
+    #[error("the key {} does not belong to the certificate {}", key.display(), cert.display())]
+    KeyMismatch {
+        /// The certificate file.
+        cert: PathBuf,
+        /// The key file.
+        key: PathBuf,
+    },
     /// The SNI name is not a DNS name or an IP address.
     #[error("`{0}` is not a valid TLS server name")]
     BadName(String),

@@ -199,11 +199,31 @@ impl H2Conn {
     /// Sends a request (its URI absolute: `https://host/path`, see
     /// [`crate::Peer::uri`]) with a whole body, and waits for the response head.
     /// Hop-by-hop headers, which HTTP/2 forbids, are dropped on the way.
-    pub async fn send(
+    pub async fn send(&mut self, request: Request<()>, body: Bytes) -> Result<H2Response, Error> {
+        let end = body.is_empty();
+        let (pending, mut sender) = self.open(request, end).await?;
+        if !end {
+            sender.send(body, true).await?;
+        }
+        pending.response().await
+    }
+
+    /// Opens a stream for a request whose body is sent piece by piece with the returned
+    /// [`H2BodySender`] (a proxy streaming its client's body on), and returns the
+    /// response still to come. Send the body before awaiting the response: the peer may
+    /// wait for the whole body before it answers.
+    pub async fn send_streaming(
+        &mut self,
+        request: Request<()>,
+    ) -> Result<(H2PendingResponse, H2BodySender), Error> {
+        self.open(request, false).await
+    }
+
+    async fn open(
         &mut self,
         mut request: Request<()>,
-        body: Bytes,
-    ) -> Result<H2Response, Error> {
+        end: bool,
+    ) -> Result<(H2PendingResponse, H2BodySender), Error> {
         strip_hop_by_hop(request.headers_mut());
         let h2err = |phase| move |source| Error::H2 { phase, source };
         let stats = Arc::clone(&self.shared.stats);
@@ -216,34 +236,25 @@ impl H2Conn {
         if before >= self.send.current_max_send_streams() {
             stats.stall_streams.fetch_add(1, Ordering::Relaxed);
         }
-        let end = body.is_empty();
-        let (response, mut sender) = self
+        let (response, sender) = self
             .send
             .send_request(request, end)
             .inspect_err(|e| stats.note(e))
             .map_err(h2err(Phase::Write))?;
-        if !end {
-            send_body(&mut sender, body, &stats)
-                .await
-                .inspect_err(|e| stats.note(e))
-                .map_err(h2err(Phase::Write))?;
-        }
-        let response = within(self.read_timeout, Phase::Head, async {
-            response
-                .await
-                .inspect_err(|e| stats.note(e))
-                .map_err(h2err(Phase::Head))
-        })
-        .await?;
-        let (parts, body) = response.into_parts();
-        Ok(H2Response {
-            status: parts.status,
-            headers: parts.headers,
-            body,
-            stats,
-            read_timeout: self.read_timeout,
-            _flight: flight,
-        })
+        Ok((
+            H2PendingResponse {
+                response,
+                stats: Arc::clone(&stats),
+                read_timeout: self.read_timeout,
+                flight,
+            },
+            H2BodySender {
+                sender,
+                stats,
+                sent_any: false,
+                counted: false,
+            },
+        ))
     }
 
     /// The load generator's round trip: send, read the head, skip the body; the status.
@@ -254,39 +265,99 @@ impl H2Conn {
     }
 }
 
-/// Sends `body` as DATA frames as flow control allows; a wait for window after the first
-/// frame counts as a window stall (the first wait is the stream opening).
-async fn send_body(
-    sender: &mut SendStream<Bytes>,
-    mut body: Bytes,
-    stats: &H2Stats,
-) -> Result<(), h2::Error> {
-    sender.reserve_capacity(body.len());
-    let mut sent_any = false;
-    let mut counted = false;
-    while !body.is_empty() {
-        let mut cap = sender.capacity();
-        if cap == 0 {
-            if sent_any && !counted {
-                stats.stall_window.fetch_add(1, Ordering::Relaxed);
-                counted = true;
-            }
-            cap = match std::future::poll_fn(|cx| sender.poll_capacity(cx)).await {
-                Some(r) => r?,
-                None => return Err(h2::Error::from(h2::Reason::CANCEL)),
-            };
-            if cap == 0 {
-                continue;
-            }
-        }
-        let piece = body.split_to(cap.min(body.len()));
-        sender.send_data(piece, body.is_empty())?;
-        sent_any = true;
-        if !body.is_empty() {
-            sender.reserve_capacity(body.len());
-        }
+/// The body of a request on an HTTP/2 stream, sent piece by piece as flow control
+/// allows. Dropping it before the end resets the stream (the request is abandoned).
+#[derive(Debug)]
+pub struct H2BodySender {
+    sender: SendStream<Bytes>,
+    stats: Arc<H2Stats>,
+    sent_any: bool,
+    /// A window stall of this body was counted already.
+    counted: bool,
+}
+
+impl H2BodySender {
+    /// Sends `data` as DATA frames, waiting for flow-control window as needed; `end`
+    /// ends the body (an empty `data` with `end` just ends it). A wait for window after
+    /// the first frame counts as a window stall (the first wait is the stream opening).
+    pub async fn send(&mut self, data: Bytes, end: bool) -> Result<(), Error> {
+        let stats = Arc::clone(&self.stats);
+        self.send_inner(data, end)
+            .await
+            .inspect_err(|e| stats.note(e))
+            .map_err(|source| Error::H2 {
+                phase: Phase::Write,
+                source,
+            })
     }
-    Ok(())
+
+    async fn send_inner(&mut self, mut body: Bytes, end: bool) -> Result<(), h2::Error> {
+        if body.is_empty() {
+            if end {
+                self.sender.send_data(Bytes::new(), true)?;
+            }
+            return Ok(());
+        }
+        self.sender.reserve_capacity(body.len());
+        while !body.is_empty() {
+            let mut cap = self.sender.capacity();
+            if cap == 0 {
+                if self.sent_any && !self.counted {
+                    self.stats.stall_window.fetch_add(1, Ordering::Relaxed);
+                    self.counted = true;
+                }
+                cap = match std::future::poll_fn(|cx| self.sender.poll_capacity(cx)).await {
+                    Some(r) => r?,
+                    None => return Err(h2::Error::from(h2::Reason::CANCEL)),
+                };
+                if cap == 0 {
+                    continue;
+                }
+            }
+            let piece = body.split_to(cap.min(body.len()));
+            self.sender.send_data(piece, end && body.is_empty())?;
+            self.sent_any = true;
+            if !body.is_empty() {
+                self.sender.reserve_capacity(body.len());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A request sent (or being sent) whose response head has not been read yet.
+#[derive(Debug)]
+pub struct H2PendingResponse {
+    response: h2::client::ResponseFuture,
+    stats: Arc<H2Stats>,
+    read_timeout: Option<Duration>,
+    flight: InFlight,
+}
+
+impl H2PendingResponse {
+    /// Waits for the response head (under the read time-out).
+    pub async fn response(self) -> Result<H2Response, Error> {
+        let stats = self.stats;
+        let response = within(self.read_timeout, Phase::Head, async {
+            self.response
+                .await
+                .inspect_err(|e| stats.note(e))
+                .map_err(|source| Error::H2 {
+                    phase: Phase::Head,
+                    source,
+                })
+        })
+        .await?;
+        let (parts, body) = response.into_parts();
+        Ok(H2Response {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+            stats,
+            read_timeout: self.read_timeout,
+            _flight: self.flight,
+        })
+    }
 }
 
 async fn within<T>(
@@ -384,5 +455,32 @@ impl H2Response {
             d?;
         }
         Ok(())
+    }
+
+    /// The trailer fields, once the body has been read to its end (under the read
+    /// time-out); `None` when the response has none.
+    pub async fn trailers(&mut self) -> Result<Option<HeaderMap>, Error> {
+        within(self.read_timeout, Phase::Body, async {
+            std::future::poll_fn(|cx| self.poll_trailers(cx)).await
+        })
+        .await
+    }
+
+    /// [`H2Response::trailers`] for a caller that polls (a body passed on to a server).
+    pub fn poll_trailers(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Option<HeaderMap>, Error>> {
+        match self.body.poll_trailers(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Ok(t)) => Poll::Ready(Ok(t)),
+            Poll::Ready(Err(e)) => {
+                self.stats.note(&e);
+                Poll::Ready(Err(Error::H2 {
+                    phase: Phase::Body,
+                    source: e,
+                }))
+            }
+        }
     }
 }

@@ -7,12 +7,14 @@ pub mod h1;
 mod h2;
 mod hop;
 mod peer;
+mod server_tls;
 mod stream;
 mod tls;
 
 pub use connector::{Conn, Connected, Connector, Timing};
 pub use error::{Error, ErrorKind, Phase, Side, TlsError, error_body, error_response};
-pub use h2::{H2Conn, H2Counts, H2Response, H2Stats};
+pub use h2::{H2BodySender, H2Conn, H2Counts, H2PendingResponse, H2Response, H2Stats};
 pub use hop::{HOP_BY_HOP, HopByHop, forwardable, is_hop_by_hop, strip_hop_by_hop};
 pub use peer::{HttpVersion, Peer, PeerOptions, Resolve, ResolveError, Scheme, UrlError};
+pub use server_tls::ServerTls;
 pub use stream::Stream;

@@ -38,7 +38,7 @@ impl std::fmt::Debug for TlsClient {
     }
 }
 
-fn provider() -> Arc<CryptoProvider> {
+pub(crate) fn provider() -> Arc<CryptoProvider> {
     static PROVIDER: OnceLock<Arc<CryptoProvider>> = OnceLock::new();
     PROVIDER
         .get_or_init(|| Arc::new(rustls::crypto::ring::default_provider()))
@@ -181,7 +181,14 @@ impl TlsClient {
                 CertificateError::NotValidForNameContext { presented, .. } => {
                     TlsError::NameMismatch {
                         name,
-                        presented: format!(" (it is for {})", presented_names(presented)),
+                        presented: format!(
+                            " (it is for {})",
+                            presented
+                                .iter()
+                                .map(|n| plain_name(n))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
                     }
                 }
                 CertificateError::Expired | CertificateError::ExpiredContext { .. } => {
@@ -209,24 +216,22 @@ impl TlsClient {
     }
 }
 
-/// The names a certificate is for, as a person writes them: rustls gives them as
-/// `DnsName("a.test")` and `IpAddress(127.0.0.1)`.
-fn presented_names(presented: &[String]) -> String {
-    let plain = |p: &str| {
-        p.strip_prefix("DnsName(\"")
-            .and_then(|r| r.strip_suffix("\")"))
-            .or_else(|| {
-                p.strip_prefix("IpAddress(")
-                    .and_then(|r| r.strip_suffix(')'))
-            })
-            .unwrap_or(p)
-            .to_string()
-    };
+/// A name as rustls presents it (`DnsName("a.test")`, `IpAddress(127.0.0.1)`), as a person
+/// writes it (`a.test`, `127.0.0.1`).
+fn plain_name(presented: &str) -> &str {
+    for (open, close) in [
+        ("DnsName(\"", "\")"),
+        ("IpAddress(", ")"),
+        ("URI(\"", "\")"),
+    ] {
+        if let Some(inner) = presented
+            .strip_prefix(open)
+            .and_then(|r| r.strip_suffix(close))
+        {
+            return inner;
+        }
+    }
     presented
-        .iter()
-        .map(|p| plain(p))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// `--insecure`: accepts any certificate, but still checks the handshake signatures (so
@@ -284,13 +289,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_names_a_certificate_is_for_read_as_written() {
-        let presented = [
-            r#"DnsName("localhost")"#.to_string(),
-            "IpAddress(127.0.0.1)".to_string(),
-            "Other".to_string(),
-        ];
-        assert_eq!(presented_names(&presented), "localhost, 127.0.0.1, Other");
+    fn presented_names_read_as_written() {
+        assert_eq!(plain_name("DnsName(\"a.test\")"), "a.test");
+        assert_eq!(plain_name("IpAddress(127.0.0.1)"), "127.0.0.1");
+        assert_eq!(plain_name("something else"), "something else");
     }
 
     #[test]

@@ -365,6 +365,12 @@ h2.on('stream', (stream, headers) => {
   if (path === '/refuse') return stream.close(NGHTTP2_REFUSED_STREAM);
   if (path === '/slow') return setTimeout(() => { stream.respond({ ':status': 200 }); stream.end('slow'); }, 200);
   if (path === '/half') { stream.respond({ ':status': 200 }); stream.write('part'); return setTimeout(() => stream.session.socket.destroy(), 100); }
+  if (path === '/trailers') {
+    stream.respond({ ':status': 200 }, { waitForTrailers: true });
+    stream.on('wantTrailers', () => stream.sendTrailers({ 'x-sum': '42' }));
+    stream.end('body');
+    return;
+  }
   if (path === '/upload') {
     let n = 0;
     stream.on('data', (c) => { n += c.length; });
@@ -477,4 +483,41 @@ async fn https_h1_to_node_reads_a_chunked_body_arriving_in_pieces() {
     assert!(conn.is_reusable());
     let (status, body) = fetch(&mut conn, "/", "localhost").await.unwrap();
     assert_eq!((status, &body[..]), (200, &b"hello https from node"[..]));
+}
+
+/// A proxy streams its client's body onto an h2 stream piece by piece (here 64 pieces
+/// of 4 KiB through Node's 16 KiB window), and reads the answer's trailers.
+#[tokio::test]
+async fn a_streamed_h2_request_body_arrives_whole_and_trailers_are_read() {
+    let certs = certs();
+    let node = node(NODE_SERVERS, &certs);
+    let c = connector(
+        &format!("https://localhost:{}", node.ports[0]),
+        h2_with(&certs.ca),
+    )
+    .await
+    .unwrap();
+    let mut conn = h2(&c).await;
+    let req = Request::builder()
+        .method(Method::POST)
+        .uri(c.peer().uri("/upload").unwrap())
+        .body(())
+        .unwrap();
+    let (pending, mut body) = conn.send_streaming(req).await.unwrap();
+    for _ in 0..64 {
+        body.send(Bytes::from(vec![b'y'; 4096]), false)
+            .await
+            .unwrap();
+    }
+    body.send(Bytes::new(), true).await.unwrap();
+    let mut res = pending.response().await.unwrap();
+    assert_eq!(res.read_body(100).await.unwrap().unwrap(), "262144");
+    assert!(res.trailers().await.unwrap().is_none());
+
+    let mut res = conn
+        .send(request(&c, "/trailers"), Bytes::new())
+        .await
+        .unwrap();
+    assert_eq!(res.read_body(100).await.unwrap().unwrap(), "body");
+    assert_eq!(res.trailers().await.unwrap().unwrap()["x-sum"], "42");
 }

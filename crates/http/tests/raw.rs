@@ -281,3 +281,63 @@ async fn a_silent_server_runs_into_the_read_timeout() {
     let res = e.to_response();
     assert_eq!(res.status(), 504);
 }
+
+/// A proxy streams its client's body on: pieces as they come, with a declared length or
+/// chunked; the server receives the very bytes, and 1xx and trailers of the answer are
+/// reported.
+#[tokio::test]
+async fn streamed_request_bodies_arrive_whole_and_trailers_and_interim_answers_are_reported() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
+    tokio::spawn(async move {
+        let (mut sock, _) = listener.accept().await.unwrap();
+        for expect_end in [&b"abcdefgh"[..], &b"0\r\n\r\n"[..]] {
+            let mut got = Vec::new();
+            let mut chunk = [0u8; 4096];
+            while !got.ends_with(expect_end) {
+                let n = sock.read(&mut chunk).await.unwrap();
+                assert!(n > 0, "closed early: {:?}", String::from_utf8_lossy(&got));
+                got.extend_from_slice(&chunk[..n]);
+            }
+            seen_tx.send(got).unwrap();
+            dribble(
+                &mut sock,
+                b"HTTP/1.1 103 Early Hints\r\nlink: </s>\r\n\r\nHTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ntrailer: x-sum\r\n\r\n2\r\nok\r\n0\r\nx-sum: 9\r\n\r\n",
+            )
+            .await;
+        }
+    });
+    let mut conn = conn_to(addr, |_| {}).await;
+    for chunked in [false, true] {
+        let mut head = Vec::new();
+        let mut w = RequestWriter::new(&mut head, "POST", "", "/up");
+        w.header(b"Host", b"t");
+        if chunked {
+            w.header(b"Transfer-Encoding", b"chunked");
+        } else {
+            w.content_length(8);
+        }
+        w.finish();
+        conn.write_request(&head, &[]).await.unwrap();
+        for piece in [&b"abc"[..], b"", b"defgh"] {
+            conn.write_body(piece, chunked).await.unwrap();
+        }
+        conn.finish_body(chunked).await.unwrap();
+        let wire = seen.recv().await.unwrap();
+        let body = &wire[wire.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4..];
+        let expected: &[u8] = if chunked {
+            b"3\r\nabc\r\n5\r\ndefgh\r\n0\r\n\r\n"
+        } else {
+            b"abcdefgh"
+        };
+        assert_eq!(body, expected);
+        let resp = conn.read_response(Expect::default()).await.unwrap();
+        assert_eq!((resp.status.as_u16(), conn.interim_responses()), (200, 1));
+        assert_eq!(conn.declared_trailers(), ["x-sum"]);
+        assert!(conn.take_trailers().is_none(), "not before the body ends");
+        assert_eq!(&conn.read_body(100).await.unwrap().unwrap()[..], b"ok");
+        assert_eq!(conn.take_trailers().unwrap()["x-sum"], "9");
+        assert!(conn.is_reusable());
+    }
+}

@@ -57,8 +57,9 @@ pub struct RequestParts {
     pub method: String,
     /// Path and query, starting with `/`.
     pub path_and_query: String,
-    /// Extra headers, in order.
-    pub headers: Vec<(String, String)>,
+    /// Extra headers, in order. Values are bytes: a recorded value need not be UTF-8
+    /// (`obs-text`), and is sent as it was recorded.
+    pub headers: Vec<(String, Vec<u8>)>,
     /// Body bytes; a Content-Length header is added when non-empty or the method has a body.
     pub body: Vec<u8>,
 }
@@ -88,7 +89,7 @@ impl RequestParts {
             w.header(b"User-Agent", b"scalpel");
         }
         for (name, value) in &self.headers {
-            w.header(name.as_bytes(), value.as_bytes());
+            w.header(name.as_bytes(), value);
         }
         if sends_length(self.method.as_bytes(), self.body.len()) && !self.has("content-length") {
             w.content_length(self.body.len() as u64);
@@ -111,11 +112,12 @@ impl RequestParts {
         } else {
             "/"
         };
-        let authority = self
+        let host = self
             .headers
             .iter()
             .find(|(n, _)| n.eq_ignore_ascii_case("host"))
-            .map_or(peer.authority(), |(_, v)| v.as_str());
+            .map(|(_, v)| String::from_utf8_lossy(v));
+        let authority = host.as_deref().unwrap_or(peer.authority());
         let uri = format!(
             "{}://{authority}{}{slash}{}",
             peer.scheme().as_str(),
@@ -127,7 +129,7 @@ impl RequestParts {
             .uri(uri);
         for (name, value) in &self.headers {
             if !name.eq_ignore_ascii_case("host") {
-                b = b.header(name.as_str(), value.as_str());
+                b = b.header(name.as_str(), value.as_slice());
             }
         }
         if !self.has("user-agent") {
@@ -187,22 +189,22 @@ mod tests {
         let parts = RequestParts {
             method: "POST".into(),
             path_and_query: "/v1/x?y=1".into(),
-            headers: vec![("X-A".into(), "b".into())],
+            headers: vec![("X-A".into(), b"b\xE9".to_vec())],
             body: b"hello".to_vec(),
         };
         let mut out = Vec::new();
         parts.encode(&e, &mut out);
         assert_eq!(
-            String::from_utf8(out.clone()).unwrap(),
-            "POST /base/v1/x?y=1 HTTP/1.1\r\nHost: 127.0.0.1:81\r\nUser-Agent: scalpel\r\nX-A: b\r\nContent-Length: 5\r\n\r\nhello"
+            String::from_utf8_lossy(&out),
+            "POST /base/v1/x?y=1 HTTP/1.1\r\nHost: 127.0.0.1:81\r\nUser-Agent: scalpel\r\nX-A: b\u{FFFD}\r\nContent-Length: 5\r\n\r\nhello"
+        );
+        assert!(
+            out.windows(7).any(|w| w == b"X-A: b\xE9"),
+            "a header value's bytes are sent as they are"
         );
         e.set_close_each(true);
         parts.encode(&e, &mut out);
-        assert!(
-            String::from_utf8(out)
-                .unwrap()
-                .ends_with("Content-Length: 5\r\nConnection: close\r\n\r\nhello")
-        );
+        assert!(out.ends_with(b"Content-Length: 5\r\nConnection: close\r\n\r\nhello"));
     }
 
     #[test]
@@ -212,8 +214,8 @@ mod tests {
             method: "PUT".into(),
             path_and_query: "v1/x?y=1".into(),
             headers: vec![
-                ("Host".into(), "other.test".into()),
-                ("X-A".into(), "b".into()),
+                ("Host".into(), b"other.test".to_vec()),
+                ("X-A".into(), b"b".to_vec()),
             ],
             body: Vec::new(),
         };
@@ -228,7 +230,7 @@ mod tests {
         let bad = RequestParts {
             method: "GET".into(),
             path_and_query: "/".into(),
-            headers: vec![("X-Bad".into(), "a\nb".into())],
+            headers: vec![("X-Bad".into(), b"a\nb".to_vec())],
             body: Vec::new(),
         };
         assert!(bad.to_h2(&e).is_err());

@@ -95,8 +95,9 @@ mod worker;
 pub use http1::{Endpoint, MAX_HEAD_BYTES, RequestParts, UrlError};
 pub use live_latency::LiveLatency;
 pub use run::{
-    FixedRequest, LoadError, Model, Plan, Progress, RequestSource, ResourceUsage, ResourceWatch,
-    StepLimit, Stop, Target, probe, run, run_until,
+    FixedRequest, LoadError, Model, Plan, Progress, RecordedSchedule, RecordedTimes, Renderer,
+    RequestSource, ResourceUsage, ResourceWatch, SourceError, StepLimit, Stop, Target, probe, run,
+    run_until,
 };
 pub use scalpel_http::{HttpVersion, PeerOptions, Resolve};
 pub use shard::{Shard, ShardError};

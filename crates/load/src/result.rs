@@ -180,8 +180,48 @@ pub struct RunConfig {
     pub requests_per_step: Option<u64>,
     /// The SLO as given, e.g. `p99<50ms,errors<1%`.
     pub slo: Option<String>,
-    /// The request template (method and URL template).
+    /// The request template (method and URL template), or the mix or recorded file.
     pub request: String,
+    /// Recorded traffic as the requests (`--from`): what the file held, what was skipped
+    /// and why, and how the records were used. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorded: Option<RecordedInfo>,
+}
+
+/// Recorded traffic as a run's requests: the file's counts and how it was replayed.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RecordedInfo {
+    /// The file, as given.
+    pub file: String,
+    /// Its format: `access-log`, `har` or `capture`.
+    pub format: String,
+    /// `recorded`: on the recorded schedule at `speed`; `pool`: in file order at the load
+    /// model's pace (`--rate`, `--ramp`, `-c`).
+    pub schedule: String,
+    /// The replay speed of a recorded schedule (1 = as recorded); `null` for a pool.
+    pub speed: Option<f64>,
+    /// Records found, usable or not.
+    pub records: u64,
+    /// Records that passed every filter: the requests a run sends.
+    pub usable: u64,
+    /// Records skipped, by reason: `malformed`, `not_replayable`, `method_not_selected`,
+    /// `path_not_included`, `path_excluded`, `unsafe_method`.
+    pub skipped: BTreeMap<String, u64>,
+    /// The first five malformed lines or entries.
+    pub first_malformed: Vec<MalformedRecord>,
+    /// From the first to the last usable request, as recorded, in seconds.
+    pub span_s: f64,
+    /// A pool that the run outlasted: its records were used again from the top.
+    pub looped: bool,
+}
+
+/// A malformed line or entry of a recorded file.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct MalformedRecord {
+    /// 1-based line in the file (where a HAR entry starts).
+    pub line: u64,
+    /// What is wrong with it.
+    pub message: String,
 }
 
 /// Everything measured for one target.
@@ -388,6 +428,84 @@ pub struct StepResult {
     /// after the first, whose start cannot be planned. In a merged run, the latest shard's.
     #[serde(default)]
     pub start_late_s: Option<f64>,
+    /// With a mix of endpoints (`--mix`): the same figures per endpoint, in the mix file's
+    /// order; they add up to the step's. Absent without a mix.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub endpoints: Vec<EndpointResult>,
+}
+
+/// One endpoint of a mix in one step: the step's figures for the requests that went to it.
+/// Its histogram is kept so runs merge per endpoint exactly, as steps do.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct EndpointResult {
+    /// The endpoint's name in the mix file.
+    pub name: String,
+    /// Its answers per second, over the same span as the step's `achieved_rps`.
+    pub achieved_rps: f64,
+    /// Attempts that ended (as the step's `requests`).
+    pub requests: u64,
+    /// Requests written to a connection.
+    pub sent: u64,
+    /// Sent requests that got a whole response.
+    pub answered: u64,
+    /// Sent requests that got no answer.
+    pub failed: u64,
+    /// Failed connects, sent requests with no answer, and non-2xx answers.
+    pub errors: u64,
+    /// Errors by kind, as the step's.
+    pub error_kinds: BTreeMap<String, u64>,
+    /// Sent later than intended for want of a free connection (open models).
+    pub late: u64,
+    /// Due but never sent.
+    pub not_sent: u64,
+    /// In flight when the run was interrupted.
+    pub interrupted: u64,
+    /// Latency summary in milliseconds (same keys as the step's); `null` when nothing
+    /// was sent.
+    pub latency_ms: Option<LatencySummary>,
+    /// Its latency histogram (µs), HdrHistogram V2+deflate, base64.
+    pub histogram: String,
+}
+
+impl EndpointResult {
+    /// The endpoint seen as a step of its own — the step's rate, duration and
+    /// interruption with the endpoint's counts and histogram — so an SLO judges it with
+    /// the very rules it judges a step with.
+    pub fn as_step(&self, step: &StepResult) -> StepResult {
+        StepResult {
+            index: step.index,
+            offered_rps: step.offered_rps,
+            achieved_rps: self.achieved_rps,
+            duration_s: step.duration_s,
+            requests: self.requests,
+            sent: self.sent,
+            answered: self.answered,
+            failed: self.failed,
+            errors: self.errors,
+            error_kinds: self.error_kinds.clone(),
+            late: self.late,
+            not_sent: self.not_sent,
+            interrupted: self.interrupted,
+            partial: step.partial,
+            latency_ms: self.latency_ms,
+            histogram: self.histogram.clone(),
+            cpu_percent: None,
+            cpu_percent_peak: None,
+            rss_mb: None,
+            rss_mb_peak: None,
+            pss_mb: None,
+            pss_mb_peak: None,
+            slo_held: None,
+            slo_reason: None,
+            start_late_s: None,
+            // Connections are the step's, shared by its endpoints.
+            connections_opened: 0,
+            handshake_ms: None,
+            handshake_histogram: None,
+            h2: None,
+            endpoints: Vec::new(),
+        }
+    }
 }
 
 impl StepResult {

@@ -12,23 +12,100 @@ use crate::conn::Failure;
 use crate::http1::{Endpoint, RequestParts, UrlError};
 use crate::live_latency::{LiveLatency, Window};
 use crate::result::{
-    ConnectionInfo, FORMAT_VERSION, H2Events, LatencySummary, Machine, RunConfig, RunResult,
-    StepResult, TargetResult, encode_histogram,
+    ConnectionInfo, EndpointResult, FORMAT_VERSION, H2Events, LatencySummary, Machine, RunConfig,
+    RunResult, StepResult, TargetResult, encode_histogram,
 };
 use crate::shard::Shard;
 use crate::slo::Slo;
 use crate::start::StartAt;
 use crate::worker::{Limit, Live, Outcome, Pacing, SegmentSpec, Tally, run_segment, share};
 
-/// Renders request number `index` of a run. Implemented by the CLI over `scalpel-requests`;
+/// Where a run's requests come from. Implemented by the CLI over `scalpel-requests`;
 /// [`FixedRequest`] is the simplest one.
+///
+/// Shared by every load thread; each thread asks for its own [`Renderer`], which keeps
+/// that thread's buffers and file readers between requests (no lock, no allocation once
+/// warm). Request `index` is a pure function of the index for templates and mixes, so
+/// every target of an A/B run gets the very same sequence.
 pub trait RequestSource: Send + Sync + std::fmt::Debug + 'static {
     /// True when every index renders the same request: it is then encoded once, not per
     /// request.
     fn is_fixed(&self) -> bool;
-    /// Fills `out` (reused between requests) with request `index`.
-    fn render(&self, index: u64, out: &mut RequestParts);
+
+    /// A renderer for one load thread.
+    fn renderer(&self) -> Box<dyn Renderer>;
+
+    /// The endpoints' names when the requests are a mix of endpoints: every figure is then
+    /// kept per endpoint too (`endpoints[]` of each step). Empty (the default) otherwise.
+    fn endpoints(&self) -> &[String] {
+        &[]
+    }
+
+    /// The endpoint of request `index`, an index into [`RequestSource::endpoints`]: a pure
+    /// function of `index` (requests never sent are counted against it too).
+    fn endpoint_of(&self, _index: u64) -> usize {
+        0
+    }
+
+    /// Whether the probe before the run sends request 0 (the default) or only opens a
+    /// connection: recorded traffic is replayed exactly, and a recorded POST must not be
+    /// sent one extra time.
+    fn probe_with_request(&self) -> bool {
+        true
+    }
+
+    /// The recorded schedule, for [`Model::Recorded`]; `None` (the default) for sources
+    /// without recorded times.
+    fn recorded(&self) -> Option<&dyn RecordedSchedule> {
+        None
+    }
 }
+
+/// Renders requests for one load thread (see [`RequestSource::renderer`]).
+pub trait Renderer {
+    /// Fills `out` (reused between requests) with request `index`. The indexes one thread
+    /// asks for only grow within a segment.
+    ///
+    /// # Errors
+    ///
+    /// The request cannot be produced (a recorded file that went away or was truncated
+    /// while it was replayed): it is counted not sent, kind `local:source`.
+    fn render(&mut self, index: u64, out: &mut RequestParts) -> Result<(), SourceError>;
+}
+
+/// Recorded traffic's own schedule: when each request was sent, after the first.
+pub trait RecordedSchedule: Send + Sync + std::fmt::Debug {
+    /// Requests in one pass over the recording.
+    fn len(&self) -> u64;
+
+    /// Always false: a recording has at least one request.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// From the first to the last request, as recorded.
+    fn span(&self) -> Duration;
+
+    /// The recorded times of requests `first`, `first + stride`, `first + 2·stride`, … in
+    /// order, never decreasing: one load thread's share of the schedule.
+    fn times(&self, first: u64, stride: u64) -> Box<dyn RecordedTimes>;
+}
+
+/// One thread's walk through a recorded schedule (see [`RecordedSchedule::times`]).
+pub trait RecordedTimes {
+    /// The next recorded time; `Ok(None)` after the last.
+    ///
+    /// # Errors
+    ///
+    /// The recording cannot be read any more; the thread's remaining requests are counted
+    /// not sent, kind `local:source`.
+    fn next_at(&mut self) -> Result<Option<Duration>, SourceError>;
+}
+
+/// A request source that failed while the run was going (see [`Renderer::render`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SourceError(pub String);
 
 /// The same request every time.
 #[derive(Debug, Clone)]
@@ -54,8 +131,15 @@ impl RequestSource for FixedRequest {
     fn is_fixed(&self) -> bool {
         true
     }
-    fn render(&self, _index: u64, out: &mut RequestParts) {
+    fn renderer(&self) -> Box<dyn Renderer> {
+        Box::new(self.clone())
+    }
+}
+
+impl Renderer for FixedRequest {
+    fn render(&mut self, _index: u64, out: &mut RequestParts) -> Result<(), SourceError> {
         out.clone_from(&self.0);
+        Ok(())
     }
 }
 
@@ -241,6 +325,13 @@ pub enum Model {
         /// Highest rate.
         max: f64,
     },
+    /// Recorded traffic on its recorded schedule: request `k` is due at its recorded time
+    /// (after the first request) divided by `speed`. The source must have a
+    /// [`RequestSource::recorded`] schedule; thread `w` of `T` takes requests `w, w+T, …`.
+    Recorded {
+        /// 1 replays at the recorded pace, 10 ten times faster.
+        speed: f64,
+    },
 }
 
 /// How long each step lasts.
@@ -346,7 +437,7 @@ pub struct Progress<'a> {
 impl Plan {
     fn rates(&self) -> Vec<Option<f64>> {
         match self.model {
-            Model::Closed => vec![None],
+            Model::Closed | Model::Recorded { .. } => vec![None],
             Model::Open { rate } => vec![Some(rate)],
             Model::Ramp { start, step, max } => {
                 let mut out = Vec::new();
@@ -388,6 +479,17 @@ impl Plan {
                 return bad(
                     "--ramp needs START,STEP,MAX with START > 0, STEP > 0 and MAX >= START",
                 );
+            }
+            Model::Recorded { speed } => {
+                if !(speed > 0.0 && speed.is_finite()) {
+                    return bad("the replay speed must be a positive number");
+                }
+                if let Some(t) = targets.iter().find(|t| t.source.recorded().is_none()) {
+                    return Err(LoadError::BadPlan(format!(
+                        "target `{}`: a recorded schedule needs recorded traffic as its source",
+                        t.name
+                    )));
+                }
             }
             _ => {}
         }
@@ -493,9 +595,16 @@ async fn probe_target(plan: &Plan, t: &Target) -> Result<(Connector, Duration), 
             _ => unreachable(format!("cannot connect to {addr} within {within}")),
         },
     })?;
+    // Recorded traffic is replayed exactly: the connection is the probe.
+    if !t.source.probe_with_request() {
+        return Ok((connector, started.elapsed()));
+    }
     // The shard's own first request: a sharded run probes with N different ones.
     let mut parts = RequestParts::default();
-    t.source.render(plan.shard.global(0), &mut parts);
+    t.source
+        .renderer()
+        .render(plan.shard.global(0), &mut parts)
+        .map_err(|e| unreachable(format!("cannot make the probe request: {e}")))?;
     let failed = |f: Failure| unreachable(format!("the probe request failed: {f}"));
     let answer = async {
         match connected.conn {
@@ -651,12 +760,13 @@ pub fn run_until(
             let Some(acc) = acc else { continue };
             let partial = acc.cut || acc.segments < plan.rounds;
             // This shard's part of the step's rate: every N-th request of the schedule.
-            let offered = rate.map(|r| plan.shard.rate(r));
+            let offered = offered_rate(plan, &targets[ti], *rate).map(|r| plan.shard.rate(r));
             let limit = match plan.limit {
                 StepLimit::Requests(n) => StepLimit::Requests(plan.shard.share(n)),
                 d => d,
             };
-            let mut result = step_result(step.index, offered, limit, acc);
+            let names = targets[ti].source.endpoints();
+            let mut result = step_result(step.index, offered, limit, names, acc);
             result.partial = partial;
             let target = &mut results[ti];
             target.steps.push(result);
@@ -786,36 +896,44 @@ fn run_step(
             // connections and the in-flight limit are this shard's part.
             let part = |n: u32| plan.shard.share(u64::from(n)) as u32;
             let h2_streams = targets[ti].h2_streams();
-            let pacing = match (step.rate, h2_streams) {
-                (None, _) => Pacing::Closed {
+            // The open models' limits: over HTTP/2, `connections` connections (all opened
+            // before the clock) and at most their streams in flight.
+            let (max_in_flight, preconnect) = match h2_streams {
+                None => (
+                    part(plan.max_in_flight),
+                    part(plan.connections).min(part(plan.max_in_flight)),
+                ),
+                Some(streams) => (
+                    part(plan.max_in_flight).min(part(plan.connections).saturating_mul(streams)),
+                    part(plan.connections),
+                ),
+            };
+            let pacing = match (plan.model, step.rate) {
+                (Model::Recorded { speed }, _) => Pacing::Recorded {
+                    speed,
+                    max_in_flight,
+                    preconnect,
+                },
+                (_, None) => Pacing::Closed {
                     connections: part(plan.connections),
                 },
-                (Some(rate), None) => Pacing::Open {
+                (_, Some(rate)) => Pacing::Open {
                     rate,
-                    max_in_flight: part(plan.max_in_flight),
-                    preconnect: part(plan.connections).min(part(plan.max_in_flight)),
-                },
-                // HTTP/2: `connections` connections, all opened before the clock, and at
-                // most their streams in flight.
-                (Some(rate), Some(streams)) => Pacing::Open {
-                    rate,
-                    max_in_flight: part(plan.max_in_flight)
-                        .min(part(plan.connections).saturating_mul(streams)),
-                    preconnect: part(plan.connections),
+                    max_in_flight,
+                    preconnect,
                 },
             };
             let seg_threads = match (pacing, h2_streams) {
-                (Pacing::Closed { connections }, _)
-                | (
-                    Pacing::Open {
-                        preconnect: connections,
-                        ..
-                    },
+                (Pacing::Closed { connections }, _) => plan.threads.min(connections).max(1),
+                // HTTP/2: a thread needs a connection of its own.
+                (
+                    Pacing::Open { preconnect, .. } | Pacing::Recorded { preconnect, .. },
                     Some(_),
-                ) => plan.threads.min(connections).max(1),
-                (Pacing::Open { max_in_flight, .. }, None) => {
-                    plan.threads.min(max_in_flight).max(1)
-                }
+                ) => plan.threads.min(preconnect).max(1),
+                (
+                    Pacing::Open { max_in_flight, .. } | Pacing::Recorded { max_in_flight, .. },
+                    None,
+                ) => plan.threads.min(max_in_flight).max(1),
             };
             let target = &mut targets[ti];
             let connector = states[ti].connector.clone();
@@ -854,15 +972,16 @@ fn run_step(
             if let Some(pace) = outcome.tally.answered_mean() {
                 states[ti].pace = pace;
             }
+            let endpoints = targets[ti].source.endpoints().len();
             let acc = accs[ti].get_or_insert_with(|| StepAcc {
-                tally: Tally::new(),
+                tally: Tally::with_endpoints(endpoints),
                 wall: Duration::ZERO,
                 window: None,
                 usage: None,
                 segments: 0,
                 cut: false,
-                h2: None,
                 start_late: None,
+                h2: None,
             });
             if let Some(before) = h2_before {
                 let events = H2Events::between(&before, &connector.h2_stats().counts());
@@ -942,6 +1061,7 @@ fn run_config(plan: &Plan) -> RunConfig {
         Model::Closed => "closed",
         Model::Open { .. } => "open",
         Model::Ramp { .. } => "ramp",
+        Model::Recorded { .. } => "recorded",
     };
     // A shard writes its own part; `scalpel report merge` adds the parts up again.
     let part = |n: u32| plan.shard.share(u64::from(n)) as u32;
@@ -959,6 +1079,7 @@ fn run_config(plan: &Plan) -> RunConfig {
         },
         slo: plan.slo.as_ref().map(|s| s.as_str().to_string()),
         request: plan.request_label.clone(),
+        recorded: None,
     }
 }
 
@@ -1003,29 +1124,53 @@ fn combine(a: Option<ResourceUsage>, b: Option<ResourceUsage>) -> Option<Resourc
     }
 }
 
-fn step_result(index: u32, offered: Option<f64>, limit: StepLimit, acc: StepAcc) -> StepResult {
-    let t = acc.tally;
+/// The step's asked rate: the plan's, or a recording's mean rate at the replay speed
+/// (`None` for a recording whose requests were all stamped at one instant).
+fn offered_rate(plan: &Plan, target: &Target, rate: Option<f64>) -> Option<f64> {
+    match (plan.model, target.source.recorded()) {
+        (Model::Recorded { speed }, Some(r)) => {
+            let span = r.span().as_secs_f64() / speed;
+            (span > 0.0).then(|| r.len() as f64 / span)
+        }
+        _ => rate,
+    }
+}
+
+fn step_result(
+    index: u32,
+    offered: Option<f64>,
+    limit: StepLimit,
+    names: &[String],
+    mut acc: StepAcc,
+) -> StepResult {
+    let endpoints = std::mem::take(&mut acc.tally.endpoints);
+    let t = &acc.tally;
     let secs = acc.wall.as_secs_f64();
     // Time-bound: answers inside the scheduled window ÷ its length (as wrk), so the wait
     // for the last in-flight requests does not dilute the rate. Count-bound: all answers ÷
     // the wall time from start to the last completion — or ÷ the schedule's own length
     // when that is longer: 5 requests at 50 rps span 0.1 s, and dividing by the 80 ms to
-    // the last answer showed 62 rps "achieved" of 50 offered.
+    // the last answer showed 62 rps "achieved" of 50 offered. An endpoint's rate is its
+    // answers over the same span as the step's.
+    let span = match (acc.window, limit, offered) {
+        (Some(w), _, _) => w.as_secs_f64(),
+        (None, StepLimit::Requests(_), Some(rate)) if rate > 0.0 => {
+            secs.max((t.requests + t.not_sent) as f64 / rate)
+        }
+        (None, _, _) => secs,
+    };
     let start_late_s = acc.start_late.map(|d| d.as_secs_f64());
-    let (done, span) = match (acc.window, limit, offered) {
-        (Some(w), _, _) => (t.in_window, w.as_secs_f64()),
-        (None, StepLimit::Requests(_), Some(rate)) if rate > 0.0 => (
-            t.answered,
-            secs.max((t.requests + t.not_sent) as f64 / rate),
-        ),
-        (None, _, _) => (t.answered, secs),
+    let windowed = acc.window.is_some();
+    let achieved = |t: &Tally| {
+        let done = if windowed { t.in_window } else { t.answered };
+        if span > 0.0 { done as f64 / span } else { 0.0 }
     };
     let mb = |b: u64| b as f64 / (1024.0 * 1024.0);
     let u = acc.usage;
     StepResult {
         index,
         offered_rps: offered,
-        achieved_rps: if span > 0.0 { done as f64 / span } else { 0.0 },
+        achieved_rps: achieved(t),
         duration_s: secs,
         requests: t.requests,
         sent: t.sent,
@@ -1047,14 +1192,33 @@ fn step_result(index: u32, offered: Option<f64>, limit: StepLimit, acc: StepAcc)
         pss_mb_peak: u.and_then(|u| u.pss_bytes_peak).map(mb),
         slo_held: None,
         slo_reason: None,
+        start_late_s,
         connections_opened: t.connections,
         handshake_ms: t
             .handshakes
             .as_ref()
             .and_then(LatencySummary::from_histogram),
         handshake_histogram: t.handshakes.as_ref().map(encode_histogram),
-        h2: acc.h2,
-        start_late_s,
+        h2: acc.h2.clone(),
+        endpoints: names
+            .iter()
+            .zip(&endpoints)
+            .map(|(name, t)| EndpointResult {
+                name: name.clone(),
+                achieved_rps: achieved(t),
+                requests: t.requests,
+                sent: t.sent,
+                answered: t.answered,
+                failed: t.sent - t.answered,
+                errors: t.errors,
+                error_kinds: t.error_kinds.clone(),
+                late: t.late,
+                not_sent: t.not_sent,
+                interrupted: t.interrupted,
+                latency_ms: LatencySummary::from_histogram(&t.histogram),
+                histogram: encode_histogram(&t.histogram),
+            })
+            .collect(),
     }
 }
 

@@ -9,6 +9,9 @@
 //!   free connection) has no latency at all: a latency clause cannot hold while any is
 //!   missing.
 //! - No request completed: every clause breaks.
+//! - A clause may name one endpoint of a mix (`stats:p99<50ms`): it is judged on that
+//!   endpoint's own figures by the same rules, delivery included; an endpoint with no
+//!   figures, or none completed, breaks it. Clauses without a name judge the whole step.
 
 use std::fmt;
 
@@ -24,6 +27,10 @@ const DELIVERY_TOLERANCE: f64 = 0.01;
 ///   (`us`, `ms`, `s`), e.g. `p99<50ms`;
 /// - `errors` with `<` or `<=` and a percentage, e.g. `errors<1%`;
 /// - `rps` with `>` or `>=` and a number, e.g. `rps>=900` (achieved requests/s).
+///
+/// A clause may start with an endpoint's name and a colon (`stats:p99<50ms`): it then
+/// judges that endpoint of a mix alone. `stats:p99<50ms,errors<1%` is the endpoint's p99
+/// and the whole step's errors; write `stats:errors<1%` for the endpoint's.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Slo {
     text: String,
@@ -42,8 +49,10 @@ enum Metric {
     Rps,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 struct Clause {
+    /// The endpoint of a mix it judges; `None`: the whole step.
+    endpoint: Option<String>,
     metric: Metric,
     inclusive: bool,
     /// Milliseconds for latencies, percent for errors, requests/s for rps.
@@ -76,7 +85,23 @@ impl Slo {
             let op_at = raw
                 .find(['<', '>'])
                 .ok_or_else(|| err("expected `<` or `>`"))?;
-            let name = raw[..op_at].trim().to_ascii_lowercase();
+            let (endpoint, name) = match raw[..op_at].split_once(':') {
+                None => (None, raw[..op_at].trim().to_ascii_lowercase()),
+                Some((endpoint, name)) => {
+                    let endpoint = endpoint.trim();
+                    if endpoint.is_empty()
+                        || !endpoint
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+                    {
+                        return Err(err(
+                            "an endpoint name is letters, digits, `_`, `-` and `.`, e.g. \
+                             `stats:p99<50ms`",
+                        ));
+                    }
+                    (Some(endpoint.to_string()), name.trim().to_ascii_lowercase())
+                }
+            };
             let mut rest = &raw[op_at..];
             let less = rest.starts_with('<');
             rest = &rest[1..];
@@ -126,6 +151,7 @@ impl Slo {
                 }
             };
             clauses.push(Clause {
+                endpoint,
                 metric,
                 inclusive,
                 limit,
@@ -155,6 +181,17 @@ impl Slo {
         &self.text
     }
 
+    /// The endpoints its clauses name, each once, in order.
+    pub fn endpoints(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = Vec::new();
+        for name in self.clauses.iter().filter_map(|c| c.endpoint.as_deref()) {
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+        names
+    }
+
     /// The limit in milliseconds this SLO puts on a latency figure (`p50`, `p90`, `p99`,
     /// `p999` or `p99.9`, `max`, `mean`), if it has one: the line a chart draws.
     pub fn latency_bound_ms(&self, figure: &str) -> Option<f64> {
@@ -169,7 +206,7 @@ impl Slo {
         };
         self.clauses
             .iter()
-            .find(|c| c.metric == wanted)
+            .find(|c| c.metric == wanted && c.endpoint.is_none())
             .map(|c| c.limit)
     }
 
@@ -190,9 +227,31 @@ impl Slo {
         if step.requests == 0 {
             return Some(format!("no request completed{at}"));
         }
+        let mut broken = Vec::new();
+        self.scope_violations(None, step, &mut broken);
+        for name in self.endpoints() {
+            match step.endpoints.iter().find(|e| e.name == name) {
+                None => broken.push(format!("{name}: no such endpoint in this step")),
+                Some(e) => self.scope_violations(Some(name), &e.as_step(step), &mut broken),
+            }
+        }
+        (!broken.is_empty()).then(|| format!("{}{at}", broken.join(", ")))
+    }
+
+    /// The broken clauses of one scope — the whole step (`endpoint` `None`), or one
+    /// endpoint seen as a step — with the delivery rule first; an endpoint's are prefixed
+    /// with its name.
+    fn scope_violations(&self, endpoint: Option<&str>, step: &StepResult, out: &mut Vec<String>) {
+        let named = |why: String| match endpoint {
+            Some(name) => format!("{name}: {why}"),
+            None => why,
+        };
+        if step.requests == 0 {
+            out.push(named("no request completed".to_owned()));
+            return;
+        }
         let due = step.due();
         let local = step.local_failures();
-        let mut broken = Vec::new();
         let short = step.late + step.not_sent;
         if short as f64 > due as f64 * DELIVERY_TOLERANCE {
             let mut why = format!(
@@ -204,15 +263,18 @@ impl Slo {
                 why.push_str(&format!("; {local} were the load generator's own errors"));
             }
             why.push(')');
-            broken.push(why);
+            out.push(named(why));
         }
         let latencies = Latencies::of(step);
-        for c in &self.clauses {
+        for c in self
+            .clauses
+            .iter()
+            .filter(|c| c.endpoint.as_deref() == endpoint)
+        {
             if let Some(why) = self.clause_violation(c, step, &latencies) {
-                broken.push(why);
+                out.push(named(why));
             }
         }
-        (!broken.is_empty()).then(|| format!("{}{at}", broken.join(", ")))
     }
 
     /// Judges a target's steps in order: sets each step's verdict and reason, and returns
@@ -472,9 +534,46 @@ mod tests {
                 handshake_ms: None,
                 handshake_histogram: None,
                 h2: None,
+                endpoints: Vec::new(),
                 start_late_s: None,
             }
         }
+
+        /// The step as an endpoint of a mix named `name`.
+        fn endpoint(&self, name: &str) -> crate::result::EndpointResult {
+            let s = self.step();
+            crate::result::EndpointResult {
+                name: name.to_owned(),
+                achieved_rps: s.achieved_rps,
+                requests: s.requests,
+                sent: s.sent,
+                answered: s.answered,
+                failed: s.failed,
+                errors: s.errors,
+                error_kinds: s.error_kinds,
+                late: s.late,
+                not_sent: s.not_sent,
+                interrupted: s.interrupted,
+                latency_ms: s.latency_ms,
+                histogram: s.histogram,
+            }
+        }
+    }
+
+    /// A step of a mix made of `parts`, its totals the sum of the parts (histograms added).
+    fn mixed(parts: &[(&str, &Made)]) -> StepResult {
+        let mut all = Made::answers(Vec::new());
+        for (_, m) in parts {
+            all.answered_us.extend(&m.answered_us);
+            all.failed_us.extend(&m.failed_us);
+            all.connect_failures += m.connect_failures;
+            all.not_sent += m.not_sent;
+            all.late += m.late;
+            all.non_2xx += m.non_2xx;
+        }
+        let mut step = all.step();
+        step.endpoints = parts.iter().map(|(n, m)| m.endpoint(n)).collect();
+        step
     }
 
     /// `n` answers at 1 ms and the rest at `slow_us`, `slow` of them.
@@ -638,6 +737,81 @@ mod tests {
     }
 
     #[test]
+    fn a_clause_may_name_an_endpoint() {
+        let slo = Slo::parse("stats:p99<50ms, errors<1%, balance-v2.x:errors<=2%").unwrap();
+        assert_eq!(slo.endpoints(), ["stats", "balance-v2.x"]);
+        assert_eq!(slo.clauses[0].endpoint.as_deref(), Some("stats"));
+        assert_eq!(slo.clauses[1].endpoint, None, "no name: the whole step");
+        // A chart line is drawn for the whole step's limits only.
+        assert_eq!(slo.latency_bound_ms("p99"), None);
+        for bad in [
+            ":p99<5ms",
+            "a b:p99<5ms",
+            "st/ats:p99<5ms",
+            "stats:p98<5ms",
+            "stats:",
+        ] {
+            assert!(Slo::parse(bad).is_err(), "{bad:?} should be rejected");
+        }
+    }
+
+    #[test]
+    fn an_endpoint_clause_judges_that_endpoint_alone() {
+        let slo = Slo::parse("stats:p99<50ms,errors<1%").unwrap();
+        let fast = Made::answers(answers(1000, 0, 0));
+        let slow = Made::answers(answers(1000, 20, 71_300));
+        // The slow endpoint is named: it breaks, and the reason says which.
+        let step = mixed(&[("balance", &fast), ("stats", &slow)]);
+        assert_eq!(
+            slo.violation(&step).as_deref(),
+            Some("stats: p99 71.36ms >= 50ms at 4000 rps")
+        );
+        // The slow one is the other endpoint: the named one holds, and so does the step's
+        // error rate.
+        let step = mixed(&[("balance", &slow), ("stats", &fast)]);
+        assert_eq!(slo.violation(&step), None);
+    }
+
+    #[test]
+    fn an_endpoint_clause_fails_closed() {
+        let slo = Slo::parse("stats:p99<50ms").unwrap();
+        let fast = Made::answers(answers(1000, 0, 0));
+        // No such endpoint in the step: no evidence.
+        let step = mixed(&[("balance", &fast)]);
+        assert_eq!(
+            slo.violation(&step).as_deref(),
+            Some("stats: no such endpoint in this step at 4000 rps")
+        );
+        // The endpoint got no request.
+        let none = Made::answers(Vec::new());
+        let step = mixed(&[("balance", &fast), ("stats", &none)]);
+        assert_eq!(
+            slo.violation(&step).as_deref(),
+            Some("stats: no request completed at 4000 rps")
+        );
+        // Its requests timed out: fast as recorded, never answered.
+        let mut timed_out = Made::answers(vec![2000; 3]);
+        timed_out.failed_us = vec![30_000; 97];
+        let step = mixed(&[("balance", &fast), ("stats", &timed_out)]);
+        assert_eq!(
+            slo.violation(&step).as_deref(),
+            Some("stats: p99 unknown: 97 of 100 sent requests got no answer at 4000 rps")
+        );
+        // Its share of the rate was not delivered, though the whole step's was.
+        let mut short = Made::answers(answers(100, 0, 0));
+        short.not_sent = 5;
+        let step = mixed(&[
+            ("balance", &Made::answers(answers(10_000, 0, 0))),
+            ("stats", &short),
+        ]);
+        let why = slo.violation(&step).unwrap();
+        assert!(
+            why.starts_with("stats: late or not sent 4.76% > 1%"),
+            "{why}"
+        );
+    }
+
+    #[test]
     fn rejects_malformed_slos() {
         for bad in [
             "",
@@ -672,7 +846,7 @@ mod tests {
             #[test]
             fn near_miss_slos_parse_or_err(
                 parts in proptest::collection::vec(
-                    "(p50|p90|p99|p999|p99\\.9|max|mean|errors|rps|x)?[<>]?=?[0-9.eE+-]{0,12}(us|ms|s|m|h|%|µs)?",
+                    "([a-z.]{1,4}:)?(p50|p90|p99|p999|p99\\.9|max|mean|errors|rps|x)?[<>]?=?[0-9.eE+-]{0,12}(us|ms|s|m|h|%|µs)?",
                     0..5,
                 )
             ) {

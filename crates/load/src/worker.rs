@@ -9,7 +9,7 @@
 //! counters); the segment merges them when the threads end. No message per request.
 
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -26,7 +26,7 @@ use crate::http1::{Endpoint, RequestParts};
 use crate::result::new_histogram;
 use crate::shard::Shard;
 use crate::timer::PreciseTimer;
-use crate::{RequestSource, Stop};
+use crate::{RecordedTimes, Renderer, RequestSource, Stop};
 
 /// How long a closed-model connection waits after a failed connect before it tries again:
 /// a refused connect fails in microseconds, and without a pause the loop would spin on a
@@ -49,6 +49,13 @@ pub(crate) enum Pacing {
     /// `preconnect` connections are opened before the clock starts.
     Open {
         rate: f64,
+        max_in_flight: u32,
+        preconnect: u32,
+    },
+    /// Recorded traffic: request `k` is due at `t0 +` its recorded time `/ speed`; in
+    /// flight as in `Open`.
+    Recorded {
+        speed: f64,
         max_in_flight: u32,
         preconnect: u32,
     },
@@ -172,6 +179,9 @@ pub(crate) struct Tally {
     local: Vec<(&'static str, u64)>,
     /// Non-2xx statuses, few distinct ones: a small vector beats a map on the hot path.
     statuses: Vec<(u16, u64)>,
+    /// A mix's endpoints, each counted like the whole (their own histograms and counts),
+    /// by the thread that did the work; empty without a mix.
+    pub(crate) endpoints: Vec<Tally>,
 }
 
 impl Tally {
@@ -199,6 +209,42 @@ impl Tally {
             resets: Vec::new(),
             local: Vec::new(),
             statuses: Vec::new(),
+            endpoints: Vec::new(),
+        }
+    }
+
+    /// A tally that also counts each of `endpoints` endpoints apart.
+    pub(crate) fn with_endpoints(endpoints: usize) -> Tally {
+        let mut t = Tally::new();
+        t.endpoints = (0..endpoints).map(|_| Tally::new()).collect();
+        t
+    }
+
+    /// An answer, counted in the whole and in its endpoint's tally.
+    fn record_response_at(
+        &mut self,
+        endpoint: Option<usize>,
+        status: u16,
+        latency: Duration,
+        in_window: bool,
+    ) {
+        self.record_response(status, latency, in_window);
+        if let Some(e) = endpoint.and_then(|e| self.endpoints.get_mut(e)) {
+            e.record_response(status, latency, in_window);
+        }
+    }
+
+    /// A failure, counted in the whole and in its endpoint's tally.
+    fn record_failure_at(
+        &mut self,
+        endpoint: Option<usize>,
+        failure: Failure,
+        latency: Duration,
+        weight: u64,
+    ) {
+        self.record_failure(failure, latency, weight);
+        if let Some(e) = endpoint.and_then(|e| self.endpoints.get_mut(e)) {
+            e.record_failure(failure, latency, weight);
         }
     }
 
@@ -322,11 +368,25 @@ impl Tally {
                 .entry(format!("local:{errno}"))
                 .or_default() += n;
         }
+        for e in &mut self.endpoints {
+            e.settle();
+        }
     }
 
     pub(crate) fn merge(&mut self, mut other: Tally) {
         other.settle();
         self.settle();
+        if self.endpoints.len() < other.endpoints.len() {
+            self.endpoints
+                .resize_with(other.endpoints.len(), Tally::new);
+        }
+        for (mine, theirs) in self
+            .endpoints
+            .iter_mut()
+            .zip(std::mem::take(&mut other.endpoints))
+        {
+            mine.merge(theirs);
+        }
         let _ = self.histogram.add(&other.histogram);
         if let Some(theirs) = other.handshakes {
             match self.handshakes.as_mut() {
@@ -503,7 +563,7 @@ fn thread_main(
             // No runtime for this thread (out of memory or descriptors): its share is
             // the generator's own failure, never the target's.
             gate.ready_and_wait();
-            let mut t = Tally::new();
+            let mut t = Tally::with_endpoints(spec.source.endpoints().len());
             t.record_failure(Failure::Local("ENOMEM"), Duration::ZERO, 1);
             return (t, Instant::now());
         }
@@ -518,6 +578,11 @@ fn thread_main(
             (n * streams, n)
         }
         Pacing::Open {
+            max_in_flight,
+            preconnect,
+            ..
+        }
+        | Pacing::Recorded {
             max_in_flight,
             preconnect,
             ..
@@ -553,11 +618,11 @@ fn thread_main(
             link.preconnect(&spec.connector, &on_open).await;
             pool.push(link);
         }
-        // Closed model: every slot now, spread over the connections; open model: a slot
+        // Closed model: every slot now, spread over the connections; open models: a slot
         // per connection, more as requests wait for one.
         let first = match spec.pacing {
             Pacing::Closed { .. } => slots,
-            Pacing::Open { .. } => pool.len() as u64,
+            Pacing::Open { .. } | Pacing::Recorded { .. } => pool.len() as u64,
         };
         let out = (0..first)
             .map(|i| Link::H2(H2Slot::attach(&pool[i as usize % pool.len()])))
@@ -567,22 +632,26 @@ fn thread_main(
     let Some(Start { t0, limit }) = gate.ready_and_wait() else {
         return (Tally::new(), Instant::now());
     };
-    let tally = Rc::new(RefCell::new(Tally::new()));
+    let endpoints = spec.source.endpoints().len();
+    let tally = Rc::new(RefCell::new(Tally::with_endpoints(endpoints)));
     for tls in opened.take() {
         tally.borrow_mut().record_open(tls);
     }
     let halt = Rc::new(Halt::default());
+    let mut renderer = spec.source.renderer();
     let ctx = Rc::new(Ctx {
         halt: halt.clone(),
         in_flight: Cell::new(0),
+        in_flight_at: (0..endpoints).map(|_| Cell::new(0)).collect(),
         window_end: match limit {
             Limit::Time(d) => Some(t0 + d),
             Limit::Count(_) => None,
         },
         limit,
-        spec: spec.clone(),
-        fixed: fixed_request(&spec),
+        fixed: fixed_request(&spec, &mut *renderer),
+        renderer: RefCell::new(renderer),
         h2_links,
+        spec: spec.clone(),
         tally: tally.clone(),
         live,
     });
@@ -624,7 +693,12 @@ fn thread_main(
                 join_or_cut(&ctx, handles).await;
             }
             Pacing::Open { rate, .. } => {
-                dispatch(ctx.clone(), links, slots, rate, t0, w, threads).await;
+                let clock = Clock::Rate(rate);
+                dispatch(ctx.clone(), links, slots, clock, t0, w, threads).await;
+            }
+            Pacing::Recorded { speed, .. } => {
+                let clock = Clock::Recorded(speed);
+                dispatch(ctx.clone(), links, slots, clock, t0, w, threads).await;
             }
         }
     });
@@ -637,12 +711,12 @@ fn thread_main(
 }
 
 /// The request prepared once when every index renders the same one.
-fn fixed_request(spec: &SegmentSpec) -> Option<Prepared> {
+fn fixed_request(spec: &SegmentSpec, renderer: &mut dyn Renderer) -> Option<Prepared> {
     if !spec.source.is_fixed() {
         return None;
     }
     let mut parts = RequestParts::default();
-    spec.source.render(0, &mut parts);
+    renderer.render(0, &mut parts).ok()?;
     let mut prepared = Prepared::new(spec.h2_streams.is_some());
     prepared.render(&parts, &spec.endpoint).ok()?;
     Some(prepared)
@@ -693,6 +767,10 @@ struct Ctx {
     halt: Rc<Halt>,
     /// Requests of this thread between "attempt" and "recorded": what an interrupt cuts.
     in_flight: Cell<u64>,
+    /// The same per endpoint of a mix.
+    in_flight_at: Vec<Cell<u64>>,
+    /// Renders this thread's requests (its buffers and readers are reused).
+    renderer: RefCell<Box<dyn Renderer>>,
     /// Completions up to this instant count towards the achieved rate (time-bound segments).
     window_end: Option<Instant>,
     /// The segment's limit from its start (see [`Start`]).
@@ -745,6 +823,8 @@ impl Halt {
 struct Ticket {
     index: u64,
     intended: Option<Instant>,
+    /// It found no free connection when it fell due (the open models' `late`).
+    late: bool,
 }
 
 /// Where a slot's next request comes from.
@@ -782,6 +862,7 @@ impl Pacer {
                 Some(Ticket {
                     index: shard.global(k),
                     intended: None,
+                    late: false,
                 })
             }
             Pacer::Open(s) => loop {
@@ -839,11 +920,130 @@ struct Schedule {
     wake: Notify,
     /// The thread's stop flag: no claims once it is raised.
     halt: Rc<Halt>,
+    /// Recorded traffic: the recorded times of this thread's requests replace `i / rate`.
+    recorded: Option<RecordedClock>,
 }
+
+/// One thread's share of a recorded schedule, read ahead only as far as requests fall due:
+/// the times of requests due and not yet claimed are held (16 bytes each), nothing else.
+struct RecordedClock {
+    speed: f64,
+    times: RefCell<Box<dyn RecordedTimes>>,
+    /// Offsets from `t0` (recorded time ÷ speed) of requests `base..`, not yet claimed.
+    ahead: RefCell<VecDeque<Duration>>,
+    base: Cell<u64>,
+    /// The recording could not be read past this request (it changed or failed while it
+    /// was replayed): requests from here on are the generator's own failure.
+    ended: Cell<Option<u64>>,
+    /// Requests found due so far: recorded times never decrease, so this only grows
+    /// (an interrupt's earlier instant walks it back).
+    due: Cell<u64>,
+}
+
+impl RecordedClock {
+    fn new(speed: f64, times: Box<dyn RecordedTimes>) -> RecordedClock {
+        RecordedClock {
+            speed,
+            times: RefCell::new(times),
+            ahead: RefCell::new(VecDeque::new()),
+            base: Cell::new(0),
+            ended: Cell::new(None),
+            due: Cell::new(0),
+        }
+    }
+
+    /// The offset of request `k` from `t0`; `None` when the recording cannot be read
+    /// that far. Reads on as needed.
+    fn offset(&self, k: u64) -> Option<Duration> {
+        let mut ahead = self.ahead.borrow_mut();
+        let base = self.base.get();
+        if k < base {
+            // Claimed already; never asked for by the schedule.
+            return Some(ahead.front().copied().unwrap_or_default());
+        }
+        while base + ahead.len() as u64 <= k {
+            if self.ended.get().is_some() {
+                return None;
+            }
+            let read = base + ahead.len() as u64;
+            match self.times.borrow_mut().next_at() {
+                Ok(Some(at)) => {
+                    let scaled =
+                        Duration::try_from_secs_f64(at.as_secs_f64() / self.speed).unwrap_or(FAR);
+                    ahead.push_back(scaled.min(FAR));
+                }
+                Ok(None) => {
+                    tracing::warn!(
+                        "the recording ended early, at its request {read} of this thread"
+                    );
+                    self.ended.set(Some(read));
+                    return None;
+                }
+                Err(e) => {
+                    tracing::warn!("the recording cannot be read further: {e}");
+                    self.ended.set(Some(read));
+                    return None;
+                }
+            }
+        }
+        ahead.get((k - base) as usize).copied()
+    }
+
+    /// Requests before `next` were claimed: their times are no longer needed.
+    fn claimed(&self, next: u64) {
+        let mut ahead = self.ahead.borrow_mut();
+        while self.base.get() < next && ahead.pop_front().is_some() {
+            self.base.set(self.base.get() + 1);
+        }
+    }
+}
+
+/// Later than any recorded schedule runs (a recorded time too large to add to an instant is
+/// clamped to it): about 30 years.
+const FAR: Duration = Duration::from_secs(1 << 30);
 
 impl Schedule {
     fn intended(&self, k: u64) -> Instant {
-        self.t0 + Duration::from_secs_f64((self.first + k * self.stride) as f64 * self.period_s)
+        match &self.recorded {
+            None => {
+                self.t0
+                    + Duration::from_secs_f64((self.first + k * self.stride) as f64 * self.period_s)
+            }
+            Some(r) => {
+                let offset = r.offset(k).unwrap_or(FAR);
+                self.t0.checked_add(offset).unwrap_or(self.t0 + FAR)
+            }
+        }
+    }
+
+    /// This thread's requests that can be sent: `mine`, or fewer when a recording could not
+    /// be read to its end.
+    fn last(&self) -> u64 {
+        match self.recorded.as_ref().and_then(|r| r.ended.get()) {
+            Some(end) => end.min(self.mine),
+            None => self.mine,
+        }
+    }
+
+    /// Requests of this thread lost because the recording could not be read to its end.
+    fn lost(&self) -> u64 {
+        self.mine - self.last()
+    }
+
+    /// [`Schedule::due_by`] for a recorded schedule: walked on from the last count (times
+    /// never decrease), reading the recording only as far as requests fall due.
+    fn recorded_due_by(&self, r: &RecordedClock, now: Instant) -> u64 {
+        let next = self.next.get();
+        let mut due = r.due.get().max(next).min(self.last());
+        while due > next && self.intended(due - 1) > now {
+            due -= 1;
+        }
+        while due < self.last() && self.intended(due) <= now {
+            due += 1;
+        }
+        let due = due.min(self.last());
+        r.due.set(due);
+        due
     }
 
     /// How many of this thread's requests are due by `now`, computed, not counted: at an
@@ -851,6 +1051,9 @@ impl Schedule {
     /// 1 s run. The arithmetic is checked against [`Schedule::intended`] at the edge, so
     /// `due` agrees exactly with what [`Schedule::claim`] will find due.
     fn due_by(&self, now: Instant) -> u64 {
+        if let Some(r) = &self.recorded {
+            return self.recorded_due_by(r, now);
+        }
         let elapsed = now.saturating_duration_since(self.t0).as_secs_f64();
         let global = (elapsed / self.period_s).floor();
         let mut due = if global < self.first as f64 {
@@ -875,7 +1078,7 @@ impl Schedule {
     /// Takes the next request if it is due by `now`.
     fn claim(&self, now: Instant) -> Option<Ticket> {
         let k = self.next.get();
-        if k >= self.stop.get() || self.halt.raised.get() {
+        if k >= self.end() || self.halt.raised.get() {
             return None;
         }
         let intended = self.intended(k);
@@ -883,27 +1086,37 @@ impl Schedule {
             return None;
         }
         self.next.set(k + 1);
-        if k < self.late_through.get() {
+        let late = k < self.late_through.get();
+        if late {
             self.late.set(self.late.get() + 1);
         }
-        if k + 1 >= self.stop.get() {
+        if k + 1 >= self.end() {
             self.wake.notify_waiters(); // the parked slots have nothing left: let them end
+        }
+        if let Some(r) = &self.recorded {
+            r.claimed(k + 1);
         }
         Some(Ticket {
             index: self.first + k * self.stride,
             intended: Some(intended),
+            late,
         })
     }
 
     fn exhausted(&self) -> bool {
-        self.next.get() >= self.stop.get() || self.halt.raised.get()
+        self.next.get() >= self.end() || self.halt.raised.get()
+    }
+
+    /// Claims stop here: `stop`, or where a recording could not be read further.
+    fn end(&self) -> u64 {
+        self.stop.get().min(self.last())
     }
 }
 
 /// The one worker loop: take a ticket, (re)connect if needed, send, read, record. `handed`:
 /// the open model's timer started this slot for a due request.
 ///
-/// Latency runs from the intended time in the open model (a request that waited for a
+/// Latency runs from the intended time in the open models (a request that waited for a
 /// new connection carries its handshake: the user waited too), and from the moment the
 /// request goes out on a ready connection in the closed model (as wrk): there the
 /// connect and TLS handshake are measured apart, in their own histogram.
@@ -915,11 +1128,24 @@ async fn slot(ctx: Rc<Ctx>, pacer: Rc<Pacer>, mut link: Link, handed: bool) {
     let mut parts = RequestParts::default();
     let mut own = Prepared::new(spec.h2_streams.is_some());
     let on_open = |tls: Option<Duration>| ctx.tally.borrow_mut().record_open(tls);
+    let mixed = !ctx.in_flight_at.is_empty();
     while let Some(ticket) = pacer.next().await {
+        let endpoint = mixed.then(|| spec.source.endpoint_of(ticket.index));
+        if ticket.late
+            && let Some(e) = endpoint
+        {
+            ctx.tally.borrow_mut().endpoints[e].late += 1;
+        }
         let prepared = match &ctx.fixed {
             Some(fixed) => Ok(fixed),
             None => {
-                spec.source.render(ticket.index, &mut parts);
+                let rendered = ctx.renderer.borrow_mut().render(ticket.index, &mut parts);
+                if let Err(e) = rendered {
+                    // The source failed (a recorded file truncated while it is replayed):
+                    // the generator's own failure, counted not sent, never sent half-made.
+                    source_failed(&ctx, &e, endpoint, pacer.is_closed()).await;
+                    continue;
+                }
                 own.render(&parts, &spec.endpoint).map(|()| &own)
             }
         };
@@ -945,9 +1171,16 @@ async fn slot(ctx: Rc<Ctx>, pacer: Rc<Pacer>, mut link: Link, handed: bool) {
         };
         // An interrupt aborts this task here, with the request counted in `in_flight`
         // ([`join_or_cut`]): no per-request wake-up registration on the hot path.
+        let in_flight_at = endpoint.and_then(|e| ctx.in_flight_at.get(e));
         ctx.in_flight.set(ctx.in_flight.get() + 1);
+        if let Some(n) = in_flight_at {
+            n.set(n.get() + 1);
+        }
         let outcome = tokio::time::timeout(spec.timeout, attempt).await;
         ctx.in_flight.set(ctx.in_flight.get() - 1);
+        if let Some(n) = in_flight_at {
+            n.set(n.get() - 1);
+        }
         let outcome = match outcome {
             Ok(result) => result,
             // The time-out struck while connecting: the request was never sent.
@@ -966,7 +1199,7 @@ async fn slot(ctx: Rc<Ctx>, pacer: Rc<Pacer>, mut link: Link, handed: bool) {
                         link.close_h1();
                     }
                     let in_window = ctx.window_end.is_none_or(|end| now <= end);
-                    tally.record_response(status, latency, in_window);
+                    tally.record_response_at(endpoint, status, latency, in_window);
                     let us = latency.as_micros() as u64;
                     ctx.live.latency_us_sum.fetch_add(us, Ordering::Relaxed);
                     ctx.live.buckets.record(us);
@@ -997,7 +1230,7 @@ async fn slot(ctx: Rc<Ctx>, pacer: Rc<Pacer>, mut link: Link, handed: bool) {
                             weight = weigh(until.saturating_duration_since(attempt_start), pace);
                         }
                     }
-                    tally.record_failure(failure, latency, weight);
+                    tally.record_failure_at(endpoint, failure, latency, weight);
                     if !matches!(failure, Failure::Local(_)) {
                         ctx.live.errors.fetch_add(1, Ordering::Relaxed);
                     }
@@ -1010,6 +1243,34 @@ async fn slot(ctx: Rc<Ctx>, pacer: Rc<Pacer>, mut link: Link, handed: bool) {
         }
     }
 }
+
+/// A request the source could not produce: counted not sent (`local:source`), logged once
+/// per thread; a closed-model connection pauses as after a failed connect, so a broken
+/// source does not spin.
+async fn source_failed(
+    ctx: &Ctx,
+    error: &crate::SourceError,
+    endpoint: Option<usize>,
+    closed: bool,
+) {
+    {
+        let mut tally = ctx.tally.borrow_mut();
+        if !tally.local.iter().any(|(e, _)| *e == SOURCE_FAILED) {
+            tracing::warn!("the request source failed: {error}");
+        }
+        tally.record_failure_at(endpoint, Failure::Local(SOURCE_FAILED), Duration::ZERO, 1);
+    }
+    ctx.live.completed.fetch_add(1, Ordering::Relaxed);
+    if closed {
+        let until = ctx.window_end.map_or(Instant::now() + RETRY_PAUSE, |end| {
+            (Instant::now() + RETRY_PAUSE).min(end)
+        });
+        tokio::time::sleep_until(until.into()).await;
+    }
+}
+
+/// The error kind (`local:source`) of requests the source could not produce.
+const SOURCE_FAILED: &str = "source";
 
 /// Waits for the slots to finish, or, when the run is interrupted, aborts them: what they
 /// had in flight is counted `interrupted` (cut, in no other count).
@@ -1029,8 +1290,12 @@ async fn join_or_cut(ctx: &Ctx, mut handles: Vec<JoinHandle<()>>) {
         for h in handles {
             let _ = h.await;
         }
-        ctx.tally.borrow_mut().interrupted += ctx.in_flight.get();
+        let mut tally = ctx.tally.borrow_mut();
+        tally.interrupted += ctx.in_flight.get();
         ctx.in_flight.set(0);
+        for (e, n) in tally.endpoints.iter_mut().zip(&ctx.in_flight_at) {
+            e.interrupted += n.replace(0);
+        }
     }
 }
 
@@ -1051,16 +1316,21 @@ async fn dispatch(
     ctx: Rc<Ctx>,
     links: Vec<Link>,
     max_slots: u64,
-    rate: f64,
+    clock: Clock,
     t0: Instant,
     w: u64,
     threads: u64,
 ) {
     // Number of requests of the whole schedule, over all threads of every shard.
-    let (total, deadline) = match ctx.limit {
-        Limit::Count(n) => (n, None),
-        Limit::Time(d) => (
+    let (total, deadline) = match (ctx.limit, clock) {
+        (Limit::Count(n), _) => (n, None),
+        (Limit::Time(d), Clock::Rate(rate)) => (
             (d.as_secs_f64() * rate).ceil().max(0.0) as u64,
+            Some(t0 + d),
+        ),
+        // The recording's requests until the time is up (those later never fall due).
+        (Limit::Time(d), Clock::Recorded(_)) => (
+            ctx.spec.source.recorded().map_or(0, |r| r.len()),
             Some(t0 + d),
         ),
     };
@@ -1074,9 +1344,19 @@ async fn dispatch(
     } else {
         0
     };
+    let (period_s, recorded) = match clock {
+        Clock::Rate(rate) => (1.0 / rate, None),
+        Clock::Recorded(speed) => (
+            0.0,
+            ctx.spec
+                .source
+                .recorded()
+                .map(|r| RecordedClock::new(speed, r.times(first, stride))),
+        ),
+    };
     let sched = Rc::new(Schedule {
         t0,
-        period_s: 1.0 / rate,
+        period_s,
         first,
         stride,
         mine,
@@ -1088,6 +1368,7 @@ async fn dispatch(
         coming: Cell::new(0),
         wake: Notify::new(),
         halt: ctx.halt.clone(),
+        recorded,
     });
     let pacer = Rc::new(Pacer::Open(sched.clone()));
     let mut handles: Vec<JoinHandle<()>> = Vec::new();
@@ -1153,16 +1434,19 @@ async fn dispatch(
         seen = due;
         if time_up {
             // What is handed over still goes out; what waits for a connection is not sent.
-            let stop = (sched.next.get() + sched.coming.get()).min(sched.mine);
+            let stop = (sched.next.get() + sched.coming.get()).min(sched.last());
             sched.stop.set(stop.max(sched.next.get()));
             break;
         }
         let unserved = unclaimed > on_way + wake;
-        if sched.exhausted() || (due >= sched.mine && !unserved && deadline.is_none()) {
+        if sched.exhausted() || (due >= sched.last() && !unserved && deadline.is_none()) {
             break; // all claimed, or all handed over: the slots finish the rest
         }
         // The next request to fall due, the next tick while some wait, the end of the time.
-        let next_due = (due < sched.mine).then(|| sched.intended(due));
+        // (Reading a recording's next time may find its end: then nothing more falls due.)
+        let next_due = (due < sched.last())
+            .then(|| sched.intended(due))
+            .filter(|_| due < sched.last());
         let retry = unserved.then(|| now + tick);
         let Some(at) = next_due.into_iter().chain(retry).chain(deadline).min() else {
             break;
@@ -1185,11 +1469,38 @@ async fn dispatch(
     // Everything due and never claimed is `not_sent`, counted, not dropped — also what the
     // generator could not even schedule at an absurd rate. An interrupt ends the schedule
     // where it stood: requests not yet due then were never due.
-    let due_in_step = match ctx.spec.stop.at() {
-        Some(at) if ctx.halt.raised.get() => sched.due_by(at),
-        _ => sched.mine,
+    let interrupted = ctx.halt.raised.get();
+    let due_in_step = match (ctx.spec.stop.at(), deadline) {
+        (Some(at), _) if interrupted => sched.due_by(at),
+        // A recording cut by the time: what fell due before it.
+        (_, Some(end)) if sched.recorded.is_some() => sched.due_by(end),
+        _ => sched.last(),
     };
+    let next = sched.next.get();
     let mut tally = ctx.tally.borrow_mut();
     tally.late += sched.late.get();
-    tally.not_sent += due_in_step.saturating_sub(sched.next.get());
+    tally.not_sent += due_in_step.saturating_sub(next);
+    if !tally.endpoints.is_empty() {
+        for k in next..due_in_step.max(next) {
+            let e = ctx.spec.source.endpoint_of(sched.first + k * sched.stride);
+            if let Some(e) = tally.endpoints.get_mut(e) {
+                e.not_sent += 1;
+            }
+        }
+    }
+    // Requests a recording could not give (it changed while it was replayed): the
+    // generator's own failure, never the target's, and never silently dropped.
+    let lost = if interrupted { 0 } else { sched.lost() };
+    if lost > 0 {
+        tally.record_failure(Failure::Local(SOURCE_FAILED), Duration::ZERO, lost);
+    }
+}
+
+/// Where an open schedule's intended times come from.
+#[derive(Debug, Clone, Copy)]
+enum Clock {
+    /// Request `i` at `t0 + i / rate`.
+    Rate(f64),
+    /// At its recorded time ÷ this speed.
+    Recorded(f64),
 }

@@ -2,7 +2,9 @@
 //! a value per target and a ratio to the first target. The terminal table and the HTML page
 //! both render this one model, so they always show the same numbers.
 
-use scalpel_load::result::{H2Events, LatencySummary, RunResult, StepResult, TargetResult};
+use scalpel_load::result::{
+    H2Events, LatencySummary, RecordedInfo, RunResult, StepResult, TargetResult,
+};
 
 /// Which way a figure should move for the candidate to be better.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +56,9 @@ pub(crate) struct Section {
     /// Lines under the table: why a target's step broke the SLO, which step an interrupt
     /// cut short.
     pub(crate) notes: Vec<String>,
+    /// A mix's endpoints: each endpoint's name and the same figures for its requests, in
+    /// the mix's order (empty without a mix).
+    pub(crate) endpoints: Vec<(String, Vec<Row>)>,
 }
 
 /// The step indices any target ran, in order.
@@ -82,8 +87,9 @@ pub(crate) fn sections(result: &RunResult) -> Vec<Section> {
                 result.targets.iter().map(|t| step_of(t, index)).collect();
             Section {
                 title: section_title(result, &steps, index, indices.len()),
-                rows: rows(&steps),
+                rows: rows(&steps, false),
                 notes: notes(result, index),
+                endpoints: endpoint_rows(&steps),
             }
         })
         .collect()
@@ -114,6 +120,113 @@ fn section_title(
     } else {
         format!("{what}, {duration:.1} s")
     }
+}
+
+/// What a recorded file held and how the run used it, a sentence a line: the counts with
+/// every reason a record was skipped, the first malformed lines with their numbers, the
+/// schedule, and whether a pool was looped.
+pub(crate) fn recorded_lines(r: &RecordedInfo) -> Vec<String> {
+    let mut lines = Vec::new();
+    lines.push(format!(
+        "recorded traffic: {} ({}), {} records, {} usable",
+        r.file,
+        r.format,
+        fmt_count(r.records as f64),
+        fmt_count(r.usable as f64)
+    ));
+    if !r.skipped.is_empty() {
+        let skipped: Vec<String> = r
+            .skipped
+            .iter()
+            .map(|(reason, n)| format!("{} {}", fmt_count(*n as f64), reason.replace('_', " ")))
+            .collect();
+        lines.push(format!("  skipped: {}", skipped.join(", ")));
+    }
+    for bad in &r.first_malformed {
+        lines.push(format!("  malformed, line {}: {}", bad.line, bad.message));
+    }
+    let span = r.span_s;
+    lines.push(match r.speed {
+        Some(speed) => format!(
+            "schedule: as recorded ({span:.3} s from the first to the last request) at speed \
+             {speed}: {:.3} s",
+            span / speed
+        ),
+        None if r.looped => "schedule: the records as a pool in file order, at the load's pace; \
+                             the run outlasted them, so they were LOOPED (used again from the top)"
+            .to_owned(),
+        None => "schedule: the records as a pool in file order, at the load's pace; each was \
+                 used at most once per segment (not looped)"
+            .to_owned(),
+    });
+    lines
+}
+
+/// Each endpoint's figures in a step, for every target: the endpoint seen as a step of its
+/// own, shown with the step's rows (less the offered rate, which is the whole step's).
+fn endpoint_rows(steps: &[Option<&StepResult>]) -> Vec<(String, Vec<Row>)> {
+    let mut names: Vec<&str> = Vec::new();
+    for step in steps.iter().flatten() {
+        for e in &step.endpoints {
+            if !names.contains(&e.name.as_str()) {
+                names.push(&e.name);
+            }
+        }
+    }
+    names
+        .into_iter()
+        .map(|name| {
+            let views: Vec<Option<StepResult>> = steps
+                .iter()
+                .map(|s| {
+                    s.and_then(|s| {
+                        s.endpoints
+                            .iter()
+                            .find(|e| e.name == name)
+                            .map(|e| e.as_step(s))
+                    })
+                })
+                .collect();
+            let refs: Vec<Option<&StepResult>> = views.iter().map(Option::as_ref).collect();
+            (name.to_owned(), rows(&refs, true))
+        })
+        .collect()
+}
+
+/// The columns of the endpoints at a glance, and the rows of the endpoint blocks they come
+/// from (so both show the very same numbers).
+pub(crate) const GLANCE: [(&str, &str); 5] = [
+    ("rps", "achieved rps"),
+    ("requests", "requests"),
+    ("errors", "errors"),
+    ("p50 ms", "latency p50 ms"),
+    ("p99 ms", "latency p99 ms"),
+];
+
+/// A line per endpoint with the few figures of [`GLANCE`], per target (`-` where a target
+/// has no such figure).
+pub(crate) fn glance(
+    endpoints: &[(String, Vec<Row>)],
+    targets: usize,
+) -> Vec<(String, Vec<String>)> {
+    endpoints
+        .iter()
+        .map(|(name, rows)| {
+            let mut cells = Vec::with_capacity(targets * GLANCE.len());
+            for t in 0..targets {
+                for (_, label) in GLANCE {
+                    let cell = rows
+                        .iter()
+                        .find(|r| r.label == label)
+                        .and_then(|r| r.cells.get(t))
+                        .cloned()
+                        .unwrap_or_else(|| "-".to_owned());
+                    cells.push(cell);
+                }
+            }
+            (name.clone(), cells)
+        })
+        .collect()
 }
 
 /// Why each target's step broke the SLO, and which were cut short by an interrupt.
@@ -148,7 +261,9 @@ fn latency_cell(step: &StepResult, get: impl Fn(&LatencySummary) -> f64) -> Opti
     step.latency_ms.as_ref().map(get)
 }
 
-fn rows(steps: &[Option<&StepResult>]) -> Vec<Row> {
+/// The figures of a step per target; `endpoint`: of one endpoint of a mix, whose share of
+/// the offered rate is not known ahead (its picks are random), so it has no offered row.
+fn rows(steps: &[Option<&StepResult>], endpoint: bool) -> Vec<Row> {
     let present = || steps.iter().flatten();
     let mut rows = Vec::new();
     let mut add = |label: &str,
@@ -168,7 +283,7 @@ fn rows(steps: &[Option<&StepResult>]) -> Vec<Row> {
         });
     };
     let open = present().any(|s| s.offered_rps.is_some());
-    if open {
+    if open && !endpoint {
         add(
             "offered rps",
             false,

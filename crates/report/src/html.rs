@@ -72,6 +72,25 @@ fn meta(result: &RunResult) -> String {
         ),
         ("request", c.request.clone()),
     ]);
+    if let Some(r) = &c.recorded {
+        for line in figures::recorded_lines(r) {
+            let key = if line.starts_with("  malformed") {
+                "malformed"
+            } else if line.starts_with("  skipped") {
+                "skipped"
+            } else if line.starts_with("schedule") {
+                "schedule"
+            } else {
+                "recorded"
+            };
+            let text = line.trim_start();
+            let text = text.strip_prefix("schedule: ").unwrap_or(text);
+            let text = text.strip_prefix("skipped: ").unwrap_or(text);
+            let text = text.strip_prefix("malformed, ").unwrap_or(text);
+            let text = text.strip_prefix("recorded traffic: ").unwrap_or(text);
+            items.push((key, text.to_owned()));
+        }
+    }
     if let Some(n) = c.max_in_flight {
         items.push(("in flight", format!("at most {n}")));
     }
@@ -328,7 +347,54 @@ fn overview(result: &RunResult, out: &mut String) {
     out.push_str("</tbody></table>");
 }
 
+/// A step's table, then one per endpoint of a mix.
 fn section_table(result: &RunResult, section: &Section, out: &mut String) {
+    figure_table(result, &section.rows, out);
+    if !section.endpoints.is_empty() {
+        glance_table(result, section, out);
+    }
+    for (name, rows) in &section.endpoints {
+        let _ = write!(
+            out,
+            r#"<h4 class="endpoint">endpoint {}</h4>"#,
+            escape(name)
+        );
+        figure_table(result, rows, out);
+    }
+}
+
+/// A line per endpoint of a mix with its few main figures, per target.
+fn glance_table(result: &RunResult, section: &Section, out: &mut String) {
+    let span = figures::GLANCE.len();
+    out.push_str(
+        r#"<h4 class="endpoint">endpoints</h4><table class="overview"><thead><tr><th></th>"#,
+    );
+    for (i, target) in result.targets.iter().enumerate() {
+        let _ = write!(
+            out,
+            r#"<th class="group" colspan="{span}" style="color:{c}">{n}</th>"#,
+            c = color(i),
+            n = escape(&target.name)
+        );
+    }
+    out.push_str("</tr><tr><th>endpoint</th>");
+    for _ in &result.targets {
+        for (head, _) in figures::GLANCE {
+            let _ = write!(out, "<th>{}</th>", escape(head));
+        }
+    }
+    out.push_str("</tr></thead><tbody>");
+    for (name, cells) in figures::glance(&section.endpoints, result.targets.len()) {
+        let _ = write!(out, "<tr><td>{}</td>", escape(&name));
+        for cell in cells {
+            let _ = write!(out, "<td>{}</td>", escape(&cell));
+        }
+        out.push_str("</tr>");
+    }
+    out.push_str("</tbody></table>");
+}
+
+fn figure_table(result: &RunResult, rows: &[Row], out: &mut String) {
     out.push_str(r#"<table class="figures"><thead><tr><th>figure</th>"#);
     let first = result.targets.first().map_or("", |t| t.name.as_str());
     for (i, target) in result.targets.iter().enumerate() {
@@ -348,7 +414,7 @@ fn section_table(result: &RunResult, section: &Section, out: &mut String) {
         indent,
         cells,
         ratios,
-    } in &section.rows
+    } in rows
     {
         let class = if *indent { r#" class="sub""# } else { "" };
         let _ = write!(out, "<tr{class}><th>{}</th>", escape(label));

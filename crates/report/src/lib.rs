@@ -13,6 +13,8 @@
 //! - [`summary_table`]: a column per target, the ratio to the first target marked `better`
 //!   or `worse` by each figure's direction, one block per step.
 //! - [`html`]: the same table, the breaking points and the plots.
+//! - [`cost_projection`]: from each target's CPU per request in one step, the vCPUs a fleet
+//!   needs at a given rate and the yearly saving (money in integers, shown to the cent).
 //! - [`chart`]: the same SVG line charts and style sheet for other pages (the live pages).
 //!
 //! The table and the page render one model of the figures (private module `figures`), so
@@ -32,6 +34,7 @@
 //! [`RunResult`]: scalpel_load::result::RunResult
 
 pub mod chart;
+mod cost;
 mod error;
 mod escape;
 mod figures;
@@ -42,6 +45,9 @@ mod shards;
 mod svg;
 mod table;
 
+pub use cost::{
+    CostError, CostOptions, CostProjection, HOURS_PER_YEAR, VcpuHourPrice, cost_projection,
+};
 pub use error::ReportError;
 pub use html::html;
 pub use json::{check_writable, read_json, to_json_line, to_json_string, write_html, write_json};

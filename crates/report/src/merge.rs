@@ -17,6 +17,8 @@
 //!   target its figures are kept as they are; when several did (each watched the same
 //!   process over the same time) the means are averaged weighted by step duration and the
 //!   peaks are the highest peak;
+//! - a mix's endpoints are merged the same way, by name: histograms added, counts and
+//!   rates summed; runs whose steps do not have the same endpoints are refused;
 //! - SLO verdicts and breaking points are recomputed from the merged figures;
 //! - a step cut short by an interrupt (`partial`) did not carry its whole load: like a step
 //!   only some machines ran, it is left out;
@@ -28,8 +30,8 @@
 use std::collections::BTreeMap;
 
 use scalpel_load::result::{
-    LatencySummary, RunResult, StepResult, TargetResult, decode_histogram, encode_histogram,
-    new_histogram,
+    EndpointResult, LatencySummary, RunResult, StepResult, TargetResult, decode_histogram,
+    encode_histogram, new_histogram,
 };
 
 use scalpel_load::Slo;
@@ -91,6 +93,12 @@ pub fn merge_with(runs: &[RunResult], options: MergeOptions) -> Result<RunResult
     merged.config.connections = runs.iter().map(|r| r.config.connections).sum();
     merged.config.max_in_flight = sum_options(runs.iter().map(|r| r.config.max_in_flight));
     merged.config.requests_per_step = sum_options(runs.iter().map(|r| r.config.requests_per_step));
+    if let Some(recorded) = &mut merged.config.recorded {
+        // A pool any machine's run outlasted was looped.
+        recorded.looped = runs
+            .iter()
+            .any(|r| r.config.recorded.as_ref().is_some_and(|x| x.looped));
+    }
 
     for target in &mut merged.targets {
         let parts: Vec<&TargetResult> = runs
@@ -332,30 +340,105 @@ fn fmt_rate(rate: Option<f64>) -> String {
     rate.map_or_else(|| "closed".to_owned(), |r| format!("{r} rps"))
 }
 
-fn merge_step(target: &str, pieces: &[&StepResult]) -> Result<StepResult, ReportError> {
-    let first = pieces[0];
+/// The sum of the pieces' histograms, exactly.
+fn add_histograms<'a>(
+    target: &str,
+    step: u32,
+    histograms: impl Iterator<Item = &'a str>,
+) -> Result<hdrhistogram::Histogram<u64>, ReportError> {
     let mut histogram = new_histogram();
     histogram.auto(true);
-    for piece in pieces {
-        let h = decode_histogram(&piece.histogram).map_err(|error| ReportError::Histogram {
+    for text in histograms {
+        let h = decode_histogram(text).map_err(|error| ReportError::Histogram {
             target: target.to_owned(),
-            step: piece.index,
+            step,
             error,
         })?;
         histogram.add(&h).map_err(|_| {
             mismatch(format!(
                 "target \"{target}\" step {}: the histograms cannot be added (different \
                  ranges or precision)",
-                piece.index + 1
+                step + 1
             ))
         })?;
     }
-    let mut error_kinds = BTreeMap::new();
-    for piece in pieces {
-        for (kind, count) in &piece.error_kinds {
-            *error_kinds.entry(kind.clone()).or_insert(0) += count;
+    Ok(histogram)
+}
+
+fn add_kinds<'a>(kinds: impl Iterator<Item = &'a BTreeMap<String, u64>>) -> BTreeMap<String, u64> {
+    let mut sum = BTreeMap::new();
+    for map in kinds {
+        for (kind, count) in map {
+            *sum.entry(kind.clone()).or_insert(0) += count;
         }
     }
+    sum
+}
+
+/// Each endpoint of a mix merged across the pieces, by name, as steps are merged.
+fn merge_endpoints(
+    target: &str,
+    pieces: &[&StepResult],
+) -> Result<Vec<EndpointResult>, ReportError> {
+    let first = pieces[0];
+    let names = |s: &StepResult| {
+        s.endpoints
+            .iter()
+            .map(|e| e.name.clone())
+            .collect::<Vec<_>>()
+    };
+    for (n, piece) in pieces.iter().enumerate().skip(1) {
+        if names(piece) != names(first) {
+            return Err(mismatch(format!(
+                "target \"{target}\" step {}: run 1 and run {} have different endpoints: [{}] \
+                 (run 1) vs [{}] (run {})",
+                first.index + 1,
+                n + 1,
+                names(first).join(", "),
+                names(piece).join(", "),
+                n + 1
+            )));
+        }
+    }
+    first
+        .endpoints
+        .iter()
+        .enumerate()
+        .map(|(k, e)| {
+            let parts: Vec<&EndpointResult> = pieces.iter().map(|p| &p.endpoints[k]).collect();
+            let sum = |get: fn(&EndpointResult) -> u64| parts.iter().map(|p| get(p)).sum::<u64>();
+            let histogram = add_histograms(
+                target,
+                first.index,
+                parts.iter().map(|p| p.histogram.as_str()),
+            )?;
+            Ok(EndpointResult {
+                name: e.name.clone(),
+                achieved_rps: parts.iter().map(|p| p.achieved_rps).sum(),
+                requests: sum(|p| p.requests),
+                sent: sum(|p| p.sent),
+                answered: sum(|p| p.answered),
+                failed: sum(|p| p.failed),
+                errors: sum(|p| p.errors),
+                error_kinds: add_kinds(parts.iter().map(|p| &p.error_kinds)),
+                late: sum(|p| p.late),
+                not_sent: sum(|p| p.not_sent),
+                interrupted: sum(|p| p.interrupted),
+                latency_ms: LatencySummary::from_histogram(&histogram),
+                histogram: encode_histogram(&histogram),
+            })
+        })
+        .collect()
+}
+
+fn merge_step(target: &str, pieces: &[&StepResult]) -> Result<StepResult, ReportError> {
+    let first = pieces[0];
+    let histogram = add_histograms(
+        target,
+        first.index,
+        pieces.iter().map(|p| p.histogram.as_str()),
+    )?;
+    let error_kinds = add_kinds(pieces.iter().map(|p| &p.error_kinds));
     let sum = |get: fn(&StepResult) -> u64| pieces.iter().map(|p| get(p)).sum::<u64>();
     let duration_s = pieces.iter().map(|p| p.duration_s).fold(0.0, f64::max);
     let (cpu_percent, cpu_percent_peak) = resource(pieces, |p| (p.cpu_percent, p.cpu_percent_peak));
@@ -424,6 +507,7 @@ fn merge_step(target: &str, pieces: &[&StepResult]) -> Result<StepResult, Report
             .iter()
             .filter_map(|p| p.start_late_s)
             .reduce(f64::max),
+        endpoints: merge_endpoints(target, pieces)?,
     })
 }
 

@@ -20,41 +20,72 @@ pub fn summary_table(result: &RunResult) -> String {
     }
     for section in figures::sections(result) {
         let _ = writeln!(out, "\n{}", section.title);
-        let mut grid = Grid::default();
-        let mut head = vec![String::new()];
-        for (i, target) in result.targets.iter().enumerate() {
-            head.push(target.name.clone());
-            if i > 0 {
-                head.push(format!("{}/{}", target.name, result.targets[0].name));
-            }
-        }
-        grid.rows.push(head);
-        grid.rule_after_first = true;
-        for row in &section.rows {
-            let label = if row.indent {
-                format!("  {}", row.label)
-            } else {
-                row.label.clone()
-            };
-            let mut line = vec![label];
-            for (i, cell) in row.cells.iter().enumerate() {
-                line.push(cell.clone());
-                if i > 0 {
-                    line.push(ratio_cell(&row.ratios[i - 1]));
-                }
-            }
-            grid.rows.push(line);
-        }
-        grid.render(&mut out);
+        figure_grid(result, &section.rows, &mut out);
         for note in &section.notes {
             for line in wrap(note, WIDTH, "  ") {
                 let _ = writeln!(out, "{line}");
             }
         }
+        // A mix: the endpoints at a glance, then every figure for each endpoint's requests.
+        if !section.endpoints.is_empty() {
+            let _ = writeln!(out, "\n{}: endpoints", section.title);
+            let mut grid = Grid::default();
+            let mut groups = vec![(String::new(), 1)];
+            let mut head = vec!["endpoint".to_owned()];
+            for target in &result.targets {
+                groups.push((target.name.clone(), figures::GLANCE.len()));
+                head.extend(figures::GLANCE.iter().map(|(h, _)| (*h).to_owned()));
+            }
+            if result.targets.len() > 1 {
+                grid.groups = groups;
+            }
+            grid.rows.push(head);
+            grid.rule_after_first = true;
+            for (name, cells) in figures::glance(&section.endpoints, result.targets.len()) {
+                let mut line = vec![name];
+                line.extend(cells);
+                grid.rows.push(line);
+            }
+            grid.render(&mut out);
+        }
+        for (name, rows) in &section.endpoints {
+            let _ = writeln!(out, "\n{}: endpoint {name}", section.title);
+            figure_grid(result, rows, &mut out);
+        }
     }
     breaking_points(result, &mut out);
     shards(result, &mut out);
     out
+}
+
+/// A row per figure, a column per target and its ratio to the first.
+fn figure_grid(result: &RunResult, rows: &[figures::Row], out: &mut String) {
+    let mut grid = Grid::default();
+    let mut head = vec![String::new()];
+    for (i, target) in result.targets.iter().enumerate() {
+        head.push(target.name.clone());
+        if i > 0 {
+            head.push(format!("{}/{}", target.name, result.targets[0].name));
+        }
+    }
+    grid.rows.push(head);
+    grid.rule_after_first = true;
+    for row in rows {
+        let label = if row.indent {
+            format!("  {}", row.label)
+        } else {
+            row.label.clone()
+        };
+        let mut line = vec![label];
+        for (i, cell) in row.cells.iter().enumerate() {
+            line.push(cell.clone());
+            if i > 0 {
+                line.push(ratio_cell(&row.ratios[i - 1]));
+            }
+        }
+        grid.rows.push(line);
+    }
+    grid.render(out);
 }
 
 /// A merged shard set: a row per shard with its own totals (a slow generator shows as
@@ -144,6 +175,15 @@ fn header(result: &RunResult, out: &mut String) {
         );
     }
     let _ = writeln!(out, "request: {}", c.request);
+    if let Some(r) = &c.recorded {
+        for line in figures::recorded_lines(r) {
+            let text = line.trim_start();
+            let indent = &line[..line.len() - text.len()];
+            for part in wrap(text, WIDTH - indent.len(), "  ") {
+                let _ = writeln!(out, "{indent}{part}");
+            }
+        }
+    }
     for target in &result.targets {
         let _ = writeln!(out, "target {}: {}", target.name, target.url);
         if let Some(line) = figures::connection_line(target) {
@@ -231,20 +271,20 @@ fn wrap(text: &str, width: usize, indent: &str) -> Vec<String> {
 
 /// Right-aligned columns (except the first and any listed), two spaces apart.
 #[derive(Debug, Default)]
-struct Grid {
+pub(crate) struct Grid {
     /// Optional group titles above the header, each spanning some columns.
-    groups: Vec<(String, usize)>,
-    rows: Vec<Vec<String>>,
-    rule_after_first: bool,
-    left_columns: Vec<usize>,
+    pub(crate) groups: Vec<(String, usize)>,
+    pub(crate) rows: Vec<Vec<String>>,
+    pub(crate) rule_after_first: bool,
+    pub(crate) left_columns: Vec<usize>,
     /// Wrap a last cell that would pass [`WIDTH`] onto lines aligned under it.
-    wrap_last: bool,
+    pub(crate) wrap_last: bool,
 }
 
 const GAP: &str = "  ";
 
 impl Grid {
-    fn render(&self, out: &mut String) {
+    pub(crate) fn render(&self, out: &mut String) {
         let columns = self.rows.iter().map(Vec::len).max().unwrap_or(0);
         let mut widths = vec![0; columns];
         for row in &self.rows {

@@ -12,6 +12,8 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::tls::TlsFiles;
+
 /// The environment variable that can hold the admin bearer token.
 pub const ADMIN_TOKEN_ENV: &str = "SCALPEL_ADMIN_TOKEN";
 
@@ -61,6 +63,29 @@ impl Balance {
             Balance::RoundRobin => "round_robin",
             Balance::LeastConn => "least_conn",
             Balance::PowerOfTwo => "power_of_two",
+        }
+    }
+}
+
+/// How clients reach an app's workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Through the balancer, request by request (routes, A/B, mirroring, stuck-worker
+    /// avoidance per request).
+    #[default]
+    Proxy,
+    /// serve owns the app's listening socket and hands it to every worker on fd 3
+    /// (systemd's socket activation); clients talk to the workers with no hop.
+    Direct,
+}
+
+impl Mode {
+    /// The name used in the config and in `/status`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Proxy => "proxy",
+            Mode::Direct => "direct",
         }
     }
 }
@@ -144,6 +169,16 @@ struct RawServer {
     log_line_max_bytes: Option<Spanned<HumanSize>>,
     log_buffer_bytes: Option<Spanned<HumanSize>>,
     mirror_buffer_bytes: Option<Spanned<HumanSize>>,
+    tls: Option<RawTls>,
+    admin_tls: Option<RawTls>,
+}
+
+/// `[server.tls]` / `[server.admin_tls]`: PEM files, relative to the config's directory.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTls {
+    cert: PathBuf,
+    key: PathBuf,
 }
 
 fn d_true() -> bool {
@@ -169,7 +204,10 @@ struct RawApp {
     env: BTreeMap<String, String>,
     cwd: Option<Spanned<PathBuf>>,
     #[serde(default = "d_balance")]
-    balance: Balance,
+    balance: Spanned<Balance>,
+    #[serde(default)]
+    mode: Mode,
+    listen: Option<Spanned<String>>,
     avoid_stalled: Human,
     avoid_stalled_ms: Millis,
     start_timeout: Human,
@@ -178,6 +216,7 @@ struct RawApp {
     stop_grace_ms: Millis,
     health: Option<Spanned<RawHealth>>,
     restart: Option<Spanned<RawRestart>>,
+    max_memory_mb: Option<Spanned<u64>>,
 }
 
 fn d_workers() -> Spanned<i64> {
@@ -189,8 +228,8 @@ fn d_port_env() -> Spanned<String> {
 fn d_index_env() -> Spanned<String> {
     Spanned::new(0..0, "WORKER_INDEX".into())
 }
-fn d_balance() -> Balance {
-    Balance::LeastConn
+fn d_balance() -> Spanned<Balance> {
+    Spanned::new(0..0, Balance::LeastConn)
 }
 
 #[derive(Debug, Deserialize)]
@@ -332,6 +371,10 @@ pub(crate) struct ServerConfig {
     /// Bytes held for mirror comparisons at once (request copies, served and mirror
     /// bodies); past it copies are skipped.
     pub(crate) mirror_buffer_bytes: usize,
+    /// The client listener speaks TLS with these files (`[server.tls]`).
+    pub(crate) tls: Option<TlsFiles>,
+    /// The admin address speaks TLS with these files (`[server.admin_tls]`).
+    pub(crate) admin_tls: Option<TlsFiles>,
 }
 
 /// An address range: `127.0.0.1/32`, `10.0.0.0/8`, `::1/128`; a bare address is one host.
@@ -393,6 +436,11 @@ pub(crate) struct AppConfig {
     pub(crate) command_line: Option<usize>,
     pub(crate) cwd_line: Option<usize>,
     pub(crate) balance: Balance,
+    pub(crate) mode: Mode,
+    /// A worker whose process tree's PSS passes this is replaced (successor first).
+    pub(crate) max_memory_bytes: Option<u64>,
+    /// The address of a direct app's own listening socket.
+    pub(crate) listen: Option<SocketAddr>,
     /// A worker with requests waiting for their response head and no response head for
     /// this long gets no new requests until it answers again (zero: never).
     pub(crate) avoid_stalled: Duration,
@@ -708,6 +756,8 @@ impl Config {
             log_line_max_bytes: log_line_max_bytes as usize,
             log_buffer_bytes: log_buffer_bytes as usize,
             mirror_buffer_bytes: mirror_buffer_bytes as usize,
+            tls: s.tls.as_ref().map(|t| tls_files(path, t)),
+            admin_tls: s.admin_tls.as_ref().map(|t| tls_files(path, t)),
         };
 
         if raw.app.is_empty() {
@@ -843,6 +893,71 @@ impl Config {
                 "restart.backoff_max",
                 10_000,
             )?;
+            let listen = match (a.mode, &a.listen) {
+                (Mode::Direct, None) => {
+                    return Err(fail(
+                        Some(spanned.span()),
+                        format!(
+                            "app `{name}`: mode = \"direct\" needs `listen` (the address serve binds and hands to the workers on fd 3)"
+                        ),
+                    ));
+                }
+                (Mode::Proxy, Some(l)) => {
+                    return Err(fail(
+                        Some(l.span()),
+                        format!(
+                            "app `{name}`: `listen` is only for mode = \"direct\"; a proxy app is reached through [server] listen"
+                        ),
+                    ));
+                }
+                (Mode::Direct, Some(l)) => {
+                    Some(l.get_ref().trim().parse::<SocketAddr>().map_err(|_| {
+                        fail(
+                            Some(l.span()),
+                            format!(
+                                "app `{name}`: listen `{}` is not an address like 127.0.0.1:8081",
+                                l.get_ref()
+                            ),
+                        )
+                    })?)
+                }
+                (Mode::Proxy, None) => None,
+            };
+            if a.mode == Mode::Direct {
+                // Each of these acts on single requests, which a direct app's workers take
+                // from the kernel with no balancer in between.
+                let per_request = [
+                    (
+                        "balance",
+                        (a.balance.span() != (0..0)).then(|| a.balance.span()),
+                    ),
+                    ("avoid_stalled", a.avoid_stalled.as_ref().map(|s| s.span())),
+                    (
+                        "avoid_stalled_ms",
+                        a.avoid_stalled_ms.as_ref().map(|s| s.span()),
+                    ),
+                ];
+                if let Some((key, span)) =
+                    per_request.into_iter().find_map(|(k, s)| s.map(|s| (k, s)))
+                {
+                    return Err(fail(
+                        Some(span),
+                        format!(
+                            "app `{name}`: {key} is a per-request setting, and a direct app's requests never pass through the balancer (use mode = \"proxy\")"
+                        ),
+                    ));
+                }
+            }
+            let max_memory_bytes = match &a.max_memory_mb {
+                Some(m) if *m.get_ref() == 0 => {
+                    return Err(fail(
+                        Some(m.span()),
+                        format!("app `{name}`: max_memory_mb must be positive"),
+                    ));
+                }
+                Some(m) => Some(m.get_ref().saturating_mul(1024 * 1024)),
+                None => None,
+            };
             ranges.push((base as u32, last as u32, apps.len()));
             names.insert(name.to_string(), apps.len());
             apps.push(Arc::new(AppConfig {
@@ -856,7 +971,10 @@ impl Config {
                 cwd: a.cwd.as_ref().map(|c| base_dir.join(c.get_ref())),
                 command_line: Some(line_of(text, a.command.span().start)),
                 cwd_line: a.cwd.as_ref().map(|c| line_of(text, c.span().start)),
-                balance: a.balance,
+                balance: *a.balance.get_ref(),
+                mode: a.mode,
+                max_memory_bytes,
+                listen,
                 avoid_stalled: dur(&a.avoid_stalled, &a.avoid_stalled_ms, "avoid_stalled", 500)?,
                 start_timeout: at_least(
                     dur(
@@ -881,12 +999,22 @@ impl Config {
         }
 
         let app_ref = |s: &Spanned<String>| -> Result<usize, ConfigError> {
-            names.get(s.get_ref().as_str()).copied().ok_or_else(|| {
+            let idx = names.get(s.get_ref().as_str()).copied().ok_or_else(|| {
                 fail(
                     Some(s.span()),
                     format!("route names unknown app `{}`", s.get_ref()),
                 )
-            })
+            })?;
+            if apps[idx].mode == Mode::Direct {
+                return Err(fail(
+                    Some(s.span()),
+                    format!(
+                        "route names app `{}`, which is mode = \"direct\": its clients connect to its own listen address and never pass the balancer, so no route, split (A/B) or mirror can reach it",
+                        s.get_ref()
+                    ),
+                ));
+            }
+            Ok(idx)
         };
         let mut routes = Vec::new();
         for spanned in &raw.route {
@@ -1054,6 +1182,29 @@ impl Config {
         self.apps.iter().map(|a| &*a.name).collect()
     }
 
+    /// Checks the TLS files of `[server.tls]` and `[server.admin_tls]`: readable, parse,
+    /// and the key matches the certificate. One line per problem; none when all is well
+    /// (or no TLS is configured).
+    pub fn check_tls(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        for (what, files) in [
+            ("server.tls", &self.server.tls),
+            ("server.admin_tls", &self.server.admin_tls),
+        ] {
+            if let Some(files) = files
+                && let Err(found) = crate::tls::load(files)
+            {
+                problems.extend(found.into_iter().map(|p| format!("{what}: {p}")));
+            }
+        }
+        problems
+    }
+
+    /// Whether the client listener speaks TLS (`[server.tls]`).
+    pub fn tls(&self) -> bool {
+        self.server.tls.is_some()
+    }
+
     /// Checks what the text alone cannot show: each app's `cwd` is a directory, and its
     /// program exists and is executable — found on `PATH` (the app's own `env.PATH` when
     /// it sets one), or, when it names a path, relative to the `cwd`. `scalpel serve
@@ -1104,6 +1255,15 @@ impl Config {
             }
         }
         Ok(())
+    }
+}
+
+/// The PEM files of `raw`, relative to the config file's directory.
+fn tls_files(config: &Path, raw: &RawTls) -> TlsFiles {
+    let base = config.parent().unwrap_or(Path::new("."));
+    TlsFiles {
+        cert: base.join(&raw.cert),
+        key: base.join(&raw.key),
     }
 }
 

@@ -65,25 +65,18 @@ pub(crate) struct Outgoing<'a> {
     /// kept (and its `X-Forwarded-For` extended). Any other client's are replaced, so no
     /// client can claim another address or `https`.
     pub(crate) trusted: bool,
+    /// The client's connection to the balancer is TLS: `X-Forwarded-Proto: https`.
+    pub(crate) https: bool,
     /// The client asked to switch to this protocol (`Upgrade`, with `Connection:
     /// upgrade`): the two headers go to the worker instead of being dropped.
     pub(crate) upgrade: Option<&'a HeaderValue>,
 }
 
-/// Is `name` one of the headers that describe one connection, never forwarded (RFC 9110
-/// §7.6.1), or one of the non-standard ones proxies agree to drop?
+/// Is `name` one of the headers that describe one connection, never forwarded: the
+/// toolkit's one list (`scalpel_http::HOP_BY_HOP`, RFC 9110 §7.6.1), plus
+/// `Proxy-Authorization`, meant for this proxy alone (RFC 9110 §11.7.2).
 fn hop_by_hop(name: &[u8]) -> bool {
-    const NAMES: [&[u8]; 8] = [
-        b"connection",
-        b"keep-alive",
-        b"proxy-connection",
-        b"te",
-        b"trailer",
-        b"transfer-encoding",
-        b"upgrade",
-        b"proxy-authorization",
-    ];
-    listed(&NAMES, name)
+    scalpel_http::is_hop_by_hop(name) || name.eq_ignore_ascii_case(b"proxy-authorization")
 }
 
 /// The header names listed in `Connection` values: hop-by-hop too.
@@ -167,7 +160,11 @@ pub(crate) fn encode_request(req: &Outgoing<'_>, worker: SocketAddr, out: &mut V
     out.extend_from_slice(req.client_ip.as_bytes());
     out.extend_from_slice(b"\r\n");
     if !proto {
-        out.extend_from_slice(b"x-forwarded-proto: http\r\n");
+        out.extend_from_slice(if req.https {
+            b"x-forwarded-proto: https\r\n"
+        } else {
+            b"x-forwarded-proto: http\r\n"
+        });
     }
     out.extend_from_slice(b"via: 1.1 scalpel\r\n");
     if let Some(protocol) = req.upgrade {
@@ -517,6 +514,7 @@ mod tests {
             body: &body,
             upgrade: None,
             trusted: true,
+            https: false,
         };
         let mut out = Vec::new();
         encode_request(&req, "127.0.0.1:3001".parse().unwrap(), &mut out);
@@ -620,6 +618,7 @@ mod tests {
             body: &body,
             upgrade: None,
             trusted: false,
+            https: false,
         };
         let mut out = Vec::new();
         encode_request(&req, "127.0.0.1:3001".parse().unwrap(), &mut out);
@@ -734,6 +733,7 @@ mod tests {
             body: &body,
             upgrade: Some(&protocol),
             trusted: true,
+            https: false,
         };
         let mut out = Vec::new();
         encode_request(&req, "127.0.0.1:3001".parse().unwrap(), &mut out);

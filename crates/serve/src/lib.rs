@@ -11,8 +11,15 @@
 //! path prefix, method and header to apps, splits a route between apps by weight
 //! (sticky by a key) for A/B tests, and picks a worker with round robin, least
 //! connections or power of two choices. An admin address serves a live page at `/`
-//! (crate `scalpel-live`, docs/live.md), `/status`, `/metrics`
-//! (Prometheus) and `POST /reload` (rolling, zero-downtime).
+//! (crate `scalpel-live`, docs/live.md), `/status`, `/metrics` (Prometheus) and
+//! `POST /reload` (rolling, zero-downtime). With `[server.tls]` the client listener
+//! terminates TLS (rustls, ALPN `h2` and `http/1.1`; hyper serves both) and the
+//! certificate can be swapped while connections stay open ([`Server::reload_tls`]);
+//! workers stay plain HTTP/1.1 on loopback. An app in direct mode
+//! (`mode = "direct"`) skips the balancer: serve binds its `listen` address and hands the
+//! one listening socket to every worker on fd 3 (systemd's socket activation), keeping
+//! supervision and health checks on the workers' own ports. `max_memory_mb` replaces a
+//! worker whose process tree grows past it, successor first.
 //!
 //! It must NOT compare responses or read `/proc` itself (that is `scalpel-diff` and
 //! `scalpel-procstat`), nor parse command lines or print to the terminal beyond the
@@ -100,10 +107,11 @@ mod pool;
 mod proxy;
 mod server;
 mod supervisor;
+mod tls;
 mod tunnel;
 mod upstream;
 
-pub use config::{ADMIN_TOKEN_ENV, Balance, Config, ConfigError};
+pub use config::{ADMIN_TOKEN_ENV, Balance, Config, ConfigError, Mode};
 pub use health::{HealthCheck, HttpHealthCheck};
 pub use pool::{Backend, LeastConn, PowerOfTwo, RoundRobin, Selection, WorkerState};
 pub use server::{AppStatus, MirrorReport, ServeError, ServeOptions, Server, Status, WorkerStatus};

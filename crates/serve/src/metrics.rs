@@ -85,6 +85,8 @@ pub(crate) struct AppMetrics {
     pub(crate) tunnels_open: AtomicU64,
     pub(crate) restarts: [AtomicU64; 3],
     pub(crate) reloads: AtomicU64,
+    /// Workers replaced for passing `max_memory_mb`.
+    pub(crate) memory_replacements: AtomicU64,
     /// Requests answered with an error instead of resent, by [`NotResent`].
     pub(crate) not_resent: [AtomicU64; 3],
     /// Worker output lines dropped because scalpel's own output was not being read.
@@ -110,6 +112,7 @@ impl AppMetrics {
             tunnels_open: AtomicU64::new(0),
             restarts: Default::default(),
             reloads: AtomicU64::new(0),
+            memory_replacements: AtomicU64::new(0),
             not_resent: Default::default(),
             log_lines_dropped: AtomicU64::new(0),
             log_lines_cut: AtomicU64::new(0),

@@ -142,6 +142,7 @@ impl Mirror {
                 headers: req.headers.clone(),
                 client_ip: req.client_ip.to_string(),
                 trusted: req.trusted,
+                https: req.https,
                 body: req.body.clone(),
             },
             primary: rx,
@@ -222,6 +223,7 @@ struct Copy {
     headers: HeaderMap,
     client_ip: String,
     trusted: bool,
+    https: bool,
     body: Bytes,
 }
 
@@ -338,6 +340,7 @@ async fn send_copy(
         body: &copy.body,
         upgrade: None,
         trusted: copy.trusted,
+        https: copy.https,
     };
     let start = Instant::now();
     let max = shared.cfg.max_body_bytes as usize;

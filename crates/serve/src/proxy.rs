@@ -144,6 +144,10 @@ pub(crate) struct Shared {
     pub(crate) mirror_queue: Option<MirrorQueue>,
     pub(crate) rejected: Rejected,
     pub(crate) connections: Arc<crate::server::ConnCount>,
+    /// The client listener's certificates (`[server.tls]`), reloaded on SIGHUP.
+    pub(crate) tls: Option<Arc<crate::tls::Certs>>,
+    /// The admin address's certificates (`[server.admin_tls]`).
+    pub(crate) admin_tls: Option<Arc<crate::tls::Certs>>,
 }
 
 /// Requests and connections refused before reaching an app, by reason.
@@ -165,6 +169,9 @@ pub(crate) struct Rejected {
 pub(crate) struct Client {
     pub(crate) ip: Arc<str>,
     pub(crate) trusted: bool,
+    /// The connection came over TLS (`X-Forwarded-Proto: https` unless a trusted proxy
+    /// said otherwise).
+    pub(crate) https: bool,
 }
 
 /// The balancer's response body: an error or a worker's body, which ends the request's
@@ -335,7 +342,17 @@ impl Shared {
         req: Request<Incoming>,
     ) -> Response<ProxyBody> {
         let (app_index, mirror) = match self.route(&req) {
-            Ok(None) => (0, None),
+            // No routes: the first proxy app (a direct app has its own address).
+            Ok(None) => match self.apps.iter().position(|a| a.cfg.listen.is_none()) {
+                Some(i) => (i, None),
+                None => {
+                    self.rejected.no_route.fetch_add(1, Ordering::Relaxed);
+                    return json_error(
+                        StatusCode::NOT_FOUND,
+                        "no proxy app here: every app is mode = \"direct\" and listens on its own address",
+                    );
+                }
+            },
             Ok(Some(r)) => {
                 let route = &self.routes[r];
                 let arm = route.pick_arm(req.uri().path(), req.headers());
@@ -371,7 +388,7 @@ impl Shared {
         let mut req = req;
         let upgrade = upgrade_asked(&req);
         let on_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
-        let (parts, body) = req.into_parts();
+        let (mut parts, body) = req.into_parts();
         let max = self.cfg.max_body_bytes;
         // The body's length as hyper framed it (a chunked body has none), never the
         // client's own header: with both `Content-Length` and `Transfer-Encoding`, the
@@ -417,6 +434,15 @@ impl Shared {
                 }
             }
         };
+        // An HTTP/2 request names its host in `:authority` only; a worker reads `Host`.
+        if !parts.headers.contains_key(header::HOST)
+            && let Some(host) = parts
+                .uri
+                .authority()
+                .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+        {
+            parts.headers.insert(header::HOST, host);
+        }
         // Workers get origin form (`/path?query`); a client's absolute form is reduced.
         let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         let method = parts.method;
@@ -429,6 +455,7 @@ impl Shared {
             body: &body,
             upgrade: upgrade.as_ref(),
             trusted: client.trusted,
+            https: client.https,
         };
         // A switched connection is not a response a mirror could compare.
         let mut tee = match (mirror, &self.mirror_queue) {

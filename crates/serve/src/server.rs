@@ -10,10 +10,11 @@ use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, oneshot, watch};
+use tokio_rustls::TlsAcceptor;
 
 use crate::config::{Config, ConfigError};
 use crate::live::Live;
@@ -21,7 +22,8 @@ use crate::metrics::{NotResent, PromText, RestartReason};
 use crate::mirror::start_mirror_thread;
 use crate::pool::WorkerState;
 use crate::proxy::{Client, ProxyBody, Route, Shared, json_error};
-use crate::supervisor::{Hurry, LogSink, SlotCmd, WorkerLogs, start_app};
+use crate::supervisor::{App, Hurry, LogSink, SlotCmd, WorkerLogs, start_app};
+use crate::tls::{Certs, TlsFiles};
 use crate::upstream::Upstreams;
 
 /// What went wrong starting or running the server. The text of each names its cause
@@ -47,6 +49,9 @@ pub enum ServeError {
     /// A data-plane or mirror thread could not be started.
     #[error("cannot start the balancer's threads: {0}")]
     Threads(std::io::Error),
+    /// A TLS certificate or key could not be used (`[server.tls]`, `[server.admin_tls]`).
+    #[error("tls: {}", .0.join("; "))]
+    Tls(Vec<String>),
     /// A reload did not replace every worker (the old ones of those keep serving).
     #[error("reload incomplete: {}", .0.join("; "))]
     Reload(Vec<String>),
@@ -97,6 +102,9 @@ pub struct WorkerStatus {
     pub restarts: u64,
     /// Requests in flight on it.
     pub in_flight: usize,
+    /// Why its process was last replaced without a failure (e.g. `max_memory_mb`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replaced_because: Option<String>,
 }
 
 /// `/mirror`: the comparison results of one mirrored route.
@@ -156,6 +164,14 @@ impl Server {
     pub async fn start(config: Config, options: ServeOptions) -> Result<Self, ServeError> {
         config.check_programs().map_err(ServeError::Config)?;
         let cfg = config.server.clone();
+        let certs = |files: &Option<TlsFiles>| -> Result<_, ServeError> {
+            files
+                .clone()
+                .map(Certs::new)
+                .transpose()
+                .map_err(ServeError::Tls)
+        };
+        let (tls, admin_tls) = (certs(&cfg.tls)?, certs(&cfg.admin_tls)?);
         let bind = |addr: SocketAddr| async move {
             TcpListener::bind(addr)
                 .await
@@ -172,6 +188,18 @@ impl Server {
         })?;
         let admin = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
 
+        // A direct app's socket: bound here (a taken address fails the start, like the
+        // balancer's), kept open for the app's lifetime, never accepted on by serve.
+        let mut direct = Vec::new();
+        for a in &config.apps {
+            direct.push(match a.listen {
+                Some(addr) => Some(Arc::new(
+                    std::net::TcpListener::bind(addr)
+                        .map_err(|error| ServeError::Bind { addr, error })?,
+                )),
+                None => None,
+            });
+        }
         warn_about_ephemeral_ports(&config);
         // Everything that can fail comes before any worker starts: the data-plane threads
         // (they wait for the shared state), the mirror thread and the mirror stores.
@@ -205,13 +233,15 @@ impl Server {
         let apps = config
             .apps
             .iter()
-            .map(|a| {
+            .zip(direct)
+            .map(|(a, sock)| {
                 Arc::new(start_app(
                     a.clone(),
                     logs.clone(),
                     cfg.log_line_max_bytes,
                     cfg.drain_timeout,
                     hurry.clone(),
+                    sock,
                 ))
             })
             .collect();
@@ -222,6 +252,8 @@ impl Server {
             mirror_queue,
             rejected: Default::default(),
             connections: connections.clone(),
+            tls,
+            admin_tls,
         });
         for tx in hand_over {
             let _ = tx.send(shared.clone());
@@ -319,6 +351,30 @@ impl Server {
     /// grace period. What a second SIGTERM or Ctrl-C does.
     pub fn hurry(&self) {
         self.hurry.now();
+    }
+
+    /// Reads the TLS certificate and key files again (what SIGHUP does, with a rolling
+    /// reload): new handshakes get the new certificate, open connections keep theirs. On
+    /// any problem the certificate in use stays and the problems are returned.
+    ///
+    /// # Errors
+    ///
+    /// [`ServeError::Tls`], one line per problem.
+    pub fn reload_tls(&self) -> Result<(), ServeError> {
+        let mut problems = Vec::new();
+        for certs in [&self.shared.tls, &self.shared.admin_tls]
+            .into_iter()
+            .flatten()
+        {
+            if let Err(p) = certs.reload() {
+                problems.extend(p);
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(ServeError::Tls(problems))
+        }
     }
 
     /// Stops accepting connections, lets in-flight requests finish (up to
@@ -470,6 +526,22 @@ fn start_data_plane(
     Ok(hand_over)
 }
 
+/// Drives a client connection until it ends or the server stops accepting; then lets
+/// the requests in flight finish and closes it.
+macro_rules! serve_until_stopped {
+    ($conn:expr, $stop:expr) => {{
+        let mut conn = std::pin::pin!($conn);
+        let stopping = tokio::select! {
+            _ = conn.as_mut() => false,
+            _ = $stop.wait_for(|s| *s) => true,
+        };
+        if stopping {
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
+        }
+    }};
+}
+
 async fn accept_loop(
     listener: TcpListener,
     shared: Arc<Shared>,
@@ -487,6 +559,14 @@ async fn accept_loop(
         // `a: b` and its CRLF 6), because hyper sizes its parse buffer by it.
         .max_headers(max_request_headers(shared.cfg.max_header_bytes))
         .keep_alive(true);
+    let mut h2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    h2.timer(TokioTimer::new())
+        .max_header_list_size(u32::try_from(shared.cfg.max_header_bytes).unwrap_or(u32::MAX));
+    // h2 first: a client that speaks both gets multiplexing.
+    let tls = shared
+        .tls
+        .as_ref()
+        .map(|c| TlsAcceptor::from(c.server_config(&[b"h2", b"http/1.1"])));
     let lingering = Arc::new(AtomicUsize::new(0));
     loop {
         let (stream, peer) = tokio::select! {
@@ -516,6 +596,8 @@ async fn accept_loop(
         let up = up.clone();
         let mut stop = stop.clone();
         let builder = builder.clone();
+        let h2 = h2.clone();
+        let tls = tls.clone();
         // Worked out once per connection: the address for X-Forwarded-For, and whether
         // this peer's own forwarding headers are believed.
         let client = Arc::new(Client {
@@ -525,6 +607,7 @@ async fn accept_loop(
                 .trusted_proxies
                 .iter()
                 .any(|n| n.contains(peer.ip())),
+            https: tls.is_some(),
         });
         tokio::spawn(async move {
             let _guard = guard;
@@ -538,6 +621,36 @@ async fn accept_loop(
                     async move { Ok::<_, Infallible>(shared.handle(&up, &client, req).await) }
                 })
             };
+            if let Some(acceptor) = tls {
+                // The handshake has the request head's time limit: a peer that never
+                // finishes one does not hold a connection slot for long.
+                let limit = shared.cfg.header_read_timeout;
+                let handshake = tokio::select! {
+                    r = tokio::time::timeout(limit, acceptor.accept(stream)) => r,
+                    _ = stop.wait_for(|s| *s) => return,
+                };
+                let stream = match handshake {
+                    Ok(Ok(s)) => s,
+                    Ok(Err(e)) => {
+                        tracing::debug!(error = %e, %peer, "TLS handshake failed");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::debug!(%peer, "TLS handshake timed out");
+                        return;
+                    }
+                };
+                if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+                    let conn = h2.serve_connection(TokioIo::new(stream), svc);
+                    serve_until_stopped!(conn, stop);
+                } else {
+                    let conn = builder
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .with_upgrades();
+                    serve_until_stopped!(conn, stop);
+                }
+                return;
+            }
             let io = ClientIo {
                 stream,
                 mid_request: false,
@@ -712,6 +825,10 @@ async fn admin_loop(
     mut stop: watch::Receiver<bool>,
 ) {
     let admin_slots = Arc::new(tokio::sync::Semaphore::new(ADMIN_CONNECTIONS));
+    let tls = shared
+        .admin_tls
+        .as_ref()
+        .map(|c| TlsAcceptor::from(c.server_config(&[b"http/1.1"])));
     loop {
         let stream = tokio::select! {
             r = listener.accept() => match r {
@@ -728,6 +845,7 @@ async fn admin_loop(
         let shared = shared.clone();
         let live = live.clone();
         let lock = reload_lock.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
             let _permit = permit;
             let svc = service_fn(move |req: Request<Incoming>| {
@@ -736,11 +854,22 @@ async fn admin_loop(
                 let lock = lock.clone();
                 async move { Ok::<_, Infallible>(admin(&shared, &live, &lock, req).await) }
             });
-            let _ = hyper::server::conn::http1::Builder::new()
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
                 .timer(TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(10))
-                .serve_connection(TokioIo::new(stream), svc)
-                .await;
+                .header_read_timeout(Duration::from_secs(10));
+            match tls {
+                None => {
+                    let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
+                }
+                Some(acceptor) => {
+                    let handshake =
+                        tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream));
+                    if let Ok(Ok(stream)) = handshake.await {
+                        let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
+                    }
+                }
+            }
         });
     }
 }
@@ -884,6 +1013,11 @@ fn status(shared: &Shared) -> Status {
                     let b = slot.current.load_full();
                     let failed = slot.failed.load(Ordering::Relaxed);
                     WorkerStatus {
+                        replaced_because: slot
+                            .last_replaced
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .clone(),
                         index: slot.index,
                         pid: b.as_ref().map(|b| b.pid()),
                         port: b.as_ref().map(|b| b.addr().port()),
@@ -913,7 +1047,7 @@ fn metrics_text(shared: &Shared) -> String {
     let mut p = PromText::default();
     let load = |f: &std::sync::atomic::AtomicU64| f.load(Ordering::Relaxed) as f64;
     type Counter = fn(&crate::metrics::AppMetrics) -> &std::sync::atomic::AtomicU64;
-    let counters: [(&str, &str, Counter); 7] = [
+    let counters: [(&str, &str, Counter); 8] = [
         (
             "scalpel_serve_requests_total",
             "Requests routed to the app (an A/B arm).",
@@ -938,6 +1072,11 @@ fn metrics_text(shared: &Shared) -> String {
             "scalpel_serve_reloads_total",
             "Workers replaced by a rolling reload.",
             |m| &m.reloads,
+        ),
+        (
+            "scalpel_serve_memory_replacements_total",
+            "Workers replaced (successor first, then drained) for passing max_memory_mb.",
+            |m| &m.memory_replacements,
         ),
         (
             "scalpel_serve_mirrored_total",
@@ -1272,7 +1411,59 @@ async fn sample_resources(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) 
             app.metrics
                 .set_resources(cpu, reading.rss_bytes, reading.pss_bytes);
             last[i] = Some((pids, reading));
+            if let Some(limit) = app.cfg.max_memory_bytes {
+                check_memory(app, limit).await;
+            }
         }
+    }
+}
+
+/// Replaces each ready worker of `app` whose process tree's PSS passes `limit`: the
+/// successor starts and joins before the old one drains (a rolling reload of that slot),
+/// so no request is lost, unlike a kill-first restart.
+async fn check_memory(app: &Arc<App>, limit: u64) {
+    for slot in &app.slots {
+        let Some(b) = slot.current.load_full() else {
+            continue;
+        };
+        if b.state() != WorkerState::Ready
+            || b.pid() == 0
+            || slot.memory_replacing.load(Ordering::Relaxed)
+        {
+            continue;
+        }
+        let pid = b.pid();
+        let Ok(reading) =
+            tokio::task::spawn_blocking(move || scalpel_procstat::read_set(&[pid])).await
+        else {
+            continue;
+        };
+        let Some(pss) = reading.pss_bytes else {
+            continue;
+        };
+        if pss <= limit {
+            continue;
+        }
+        slot.memory_replacing.store(true, Ordering::Relaxed);
+        let why = format!(
+            "max_memory_mb: PSS {} MiB over {} MiB",
+            pss / (1024 * 1024),
+            limit / (1024 * 1024)
+        );
+        tracing::warn!(app = %app.cfg.name, worker = slot.index, pid, pss_bytes = pss,
+            limit_bytes = limit, "worker over max_memory_mb; its successor starts, then it drains");
+        app.metrics
+            .memory_replacements
+            .fetch_add(1, Ordering::Relaxed);
+        let slot = slot.clone();
+        tokio::spawn(async move {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            if slot.send(SlotCmd::Reload(tx)).await {
+                let _ = rx.await;
+            }
+            *slot.last_replaced.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+            slot.memory_replacing.store(false, Ordering::Relaxed);
+        });
     }
 }
 

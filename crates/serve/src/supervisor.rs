@@ -4,8 +4,10 @@
 //! Each worker slot is one task; commands (reload, stop) reach it over a channel, so
 //! the slot's state has a single owner.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
+use std::ffi::OsString;
 use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -197,6 +199,10 @@ pub(crate) struct Slot {
     pub(crate) restarts: AtomicU64,
     /// The restart budget is spent; the slot waits for a reload.
     pub(crate) failed: AtomicBool,
+    /// A replacement for passing `max_memory_mb` is under way.
+    pub(crate) memory_replacing: AtomicBool,
+    /// Why the slot's process was last replaced other than by a restart (`/status`).
+    pub(crate) last_replaced: Mutex<Option<String>>,
     /// Why and when the slot last restarted (the live page); written by the slot's own
     /// task, read by the admin endpoint, never on a request path.
     pub(crate) last_restart: Mutex<Option<(RestartReason, Instant)>>,
@@ -229,6 +235,8 @@ struct SlotCtx {
     log_line_max: usize,
     drain_timeout: Duration,
     hurry: Arc<Hurry>,
+    /// A direct app's listening socket, handed to each worker on fd 3.
+    direct: Option<Arc<std::net::TcpListener>>,
 }
 
 /// Starts the slots of `cfg`; each begins spawning its worker at once.
@@ -238,6 +246,7 @@ pub(crate) fn start_app(
     log_line_max: usize,
     drain_timeout: Duration,
     hurry: Arc<Hurry>,
+    direct: Option<Arc<std::net::TcpListener>>,
 ) -> App {
     let pool = Arc::new(Pool::new(cfg.balance));
     let metrics = Arc::new(AppMetrics::new());
@@ -249,6 +258,8 @@ pub(crate) fn start_app(
             current: ArcSwapOption::empty(),
             restarts: AtomicU64::new(0),
             failed: AtomicBool::new(false),
+            memory_replacing: AtomicBool::new(false),
+            last_replaced: Mutex::new(None),
             last_restart: Mutex::new(None),
             cmds: tx,
         });
@@ -265,6 +276,7 @@ pub(crate) fn start_app(
             log_line_max,
             drain_timeout,
             hurry: hurry.clone(),
+            direct: direct.clone(),
         };
         tokio::spawn(run_slot(ctx, rx));
         slots.push(slot);
@@ -339,16 +351,32 @@ impl SlotCtx {
             .iter()
             .map(|a| a.replace("{port}", &port_s).replace("{index}", &index));
         let mut cmd = tokio::process::Command::new(&cfg.command[0]);
-        cmd.args(args)
-            .envs(&cfg.env)
-            .env(&cfg.port_env, port.to_string())
-            .env(&cfg.index_env, self.slot.index.to_string())
-            .stdin(Stdio::null())
+        cmd.args(args);
+        match &self.direct {
+            None => {
+                cmd.envs(&cfg.env)
+                    .env(&cfg.port_env, port.to_string())
+                    .env(&cfg.index_env, self.slot.index.to_string());
+                die_with_parent(&mut cmd);
+            }
+            Some(sock) => {
+                let mut vars: BTreeMap<OsString, OsString> = std::env::vars_os().collect();
+                for (k, v) in &cfg.env {
+                    vars.insert(k.into(), v.into());
+                }
+                vars.insert(cfg.port_env.clone().into(), port_s.clone().into());
+                vars.insert(cfg.index_env.clone().into(), index.clone().into());
+                vars.insert("LISTEN_FDS".into(), "1".into());
+                vars.insert("LISTEN_FDNAMES".into(), cfg.name.to_string().into());
+                let env = DirectEnv::new(vars).map_err(|e| format!("environment: {e}"))?;
+                socket_activation(&mut cmd, sock.as_raw_fd(), env);
+            }
+        }
+        cmd.stdin(Stdio::null())
             // Its own process group: a terminal's Ctrl-C reaches the balancer only, which
             // then drains before stopping workers; stopping signals the whole group.
             .process_group(0)
             .kill_on_drop(true);
-        die_with_parent(&mut cmd);
         let capture = !matches!(self.logs, LogSink::Discard);
         let pipe = || {
             if capture {
@@ -1158,6 +1186,127 @@ fn die_with_parent(cmd: &mut tokio::process::Command) {
     }
 }
 
+/// A worker's whole environment, built before fork so that the child only fills in
+/// `LISTEN_PID` (its own pid, unknown before fork) and points `environ` at it.
+struct DirectEnv {
+    _vars: Vec<std::ffi::CString>,
+    ptrs: Vec<*const std::ffi::c_char>,
+    /// The ten digit places of `LISTEN_PID=`, inside one of `_vars`' buffers.
+    pid_digits: *mut u8,
+}
+
+// SAFETY: the raw pointers point into `_vars`, owned by the same value and never
+// reallocated after construction.
+#[allow(unsafe_code)]
+unsafe impl Send for DirectEnv {}
+#[allow(unsafe_code)]
+unsafe impl Sync for DirectEnv {}
+
+impl DirectEnv {
+    fn new(vars: BTreeMap<OsString, OsString>) -> Result<Self, std::ffi::NulError> {
+        use std::os::unix::ffi::OsStrExt;
+        let mut owned = Vec::with_capacity(vars.len() + 1);
+        for (k, v) in vars.iter().filter(|(k, _)| k.as_bytes() != b"LISTEN_PID") {
+            let mut kv = k.as_bytes().to_vec();
+            kv.push(b'=');
+            kv.extend_from_slice(v.as_bytes());
+            owned.push(std::ffi::CString::new(kv)?);
+        }
+        // Ten places hold any pid (at most 2^22 on Linux); unused ones stay NUL.
+        let pid = std::ffi::CString::new("LISTEN_PID=0000000000")?;
+        let pid_digits = {
+            let bytes = pid.as_bytes().as_ptr().cast_mut();
+            // SAFETY: 11 is the length of `LISTEN_PID=`, within the 21-byte buffer.
+            #[allow(unsafe_code)]
+            unsafe {
+                bytes.add(11)
+            }
+        };
+        // Moving a CString moves its heap pointer, not its buffer.
+        owned.push(pid);
+        let mut ptrs: Vec<_> = owned.iter().map(|c| c.as_ptr()).collect();
+        ptrs.push(std::ptr::null());
+        Ok(DirectEnv {
+            _vars: owned,
+            ptrs,
+            pid_digits,
+        })
+    }
+
+    /// Writes `pid` in decimal into the `LISTEN_PID` buffer; async-signal-safe.
+    fn set_pid(&self, pid: u32) {
+        let mut digits = [0u8; 10];
+        let mut n = pid;
+        let mut len = 0;
+        loop {
+            digits[len] = b'0' + (n % 10) as u8;
+            len += 1;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        for i in 0..10 {
+            let b = if i < len { digits[len - 1 - i] } else { 0 };
+            // SAFETY: `pid_digits` points at ten writable bytes of a buffer this value owns.
+            #[allow(unsafe_code)]
+            unsafe {
+                *self.pid_digits.add(i) = b;
+            }
+        }
+    }
+}
+
+#[allow(unsafe_code)]
+unsafe extern "C" {
+    static mut environ: *const *const std::ffi::c_char;
+}
+
+/// Socket activation (systemd's convention): the child gets `sock` on fd 3 and the
+/// environment of `env` with `LISTEN_PID` set to its own pid; plus [`die_with_parent`].
+/// The Command's own environment stays untouched, so std execs with `environ`, which the
+/// child points at `env` (its copy of the parent's memory) right before exec.
+fn socket_activation(cmd: &mut tokio::process::Command, sock: std::os::fd::RawFd, env: DirectEnv) {
+    let parent = rustix::process::getpid();
+    // SAFETY: as in `die_with_parent`: only system calls (prctl, getppid, getpid, dup2,
+    // fcntl) and writes into memory allocated before fork; no allocation, no lock.
+    #[allow(unsafe_code)]
+    unsafe {
+        cmd.pre_exec(move || {
+            after_fork(parent)?;
+            direct_after_fork(sock, &env)
+        });
+    }
+}
+
+/// The child's side of [`socket_activation`]; async-signal-safe.
+fn direct_after_fork(sock: std::os::fd::RawFd, env: &DirectEnv) -> std::io::Result<()> {
+    use std::os::fd::BorrowedFd;
+    // SAFETY: `sock` is the listener the parent keeps open for the app's lifetime.
+    #[allow(unsafe_code)]
+    let fd = unsafe { BorrowedFd::borrow_raw(sock) };
+    if sock == 3 {
+        // dup2 onto itself keeps close-on-exec: clear it instead.
+        rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?;
+    } else {
+        // SAFETY: fd 3 in the child is at most a close-on-exec descriptor of the parent's
+        // runtime (epoll, eventfd), opened long before any worker; dup2 replaces it.
+        #[allow(unsafe_code)]
+        let mut three = unsafe { std::os::fd::OwnedFd::from_raw_fd(3) };
+        let r = rustix::io::dup2(fd, &mut three);
+        std::mem::forget(three);
+        r?;
+    }
+    env.set_pid(rustix::process::getpid().as_raw_nonzero().get() as u32);
+    // SAFETY: the child is single-threaded here; `env.ptrs` is a NULL-terminated array of
+    // NUL-terminated strings that lives until exec (the closure owns it).
+    #[allow(unsafe_code)]
+    unsafe {
+        environ = env.ptrs.as_ptr();
+    }
+    Ok(())
+}
+
 /// The child's side of [`die_with_parent`]; async-signal-safe.
 fn after_fork(parent: rustix::process::Pid) -> std::io::Result<()> {
     rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
@@ -1212,6 +1361,29 @@ mod tests {
         let out = f();
         WATCHING.with(|w| w.set(false));
         (out, WATCHED_ALLOCS.load(Ordering::Relaxed) - before)
+    }
+
+    /// Issue 14 — the child writes its pid into the prepared environment without
+    /// allocating, and the entry reads as `LISTEN_PID=<pid>` (no leftover digits).
+    #[test]
+    fn listen_pid_is_written_in_place_without_allocating() {
+        let vars = BTreeMap::from([(OsString::from("LISTEN_PID"), OsString::from("stale"))]);
+        let env = DirectEnv::new(vars).unwrap();
+        for pid in [4_194_303u32, 7, 123_456] {
+            let ((), n) = allocations_of(|| env.set_pid(pid));
+            assert_eq!(n, 0);
+            let entries: Vec<String> = env.ptrs[..env.ptrs.len() - 1]
+                .iter()
+                // SAFETY: each pointer is a NUL-terminated string owned by `env`.
+                .map(|&p| {
+                    #[allow(unsafe_code)]
+                    unsafe { std::ffi::CStr::from_ptr(p) }
+                        .to_string_lossy()
+                        .into_owned()
+                })
+                .collect();
+            assert_eq!(entries, vec![format!("LISTEN_PID={pid}")]);
+        }
     }
 
     /// Between fork and exec only async-signal-safe work is allowed: no allocation (the

@@ -574,6 +574,7 @@ mod tests {
             body,
             upgrade: None,
             trusted: false,
+            https: false,
         }
     }
 

@@ -1016,3 +1016,206 @@ async fn a_stalled_worker_is_passed_over_before_health_checks_decide() {
     assert_eq!(seen.len(), 2, "both workers serve again: {seen:?}");
     h.server.shutdown().await;
 }
+
+/// A `mode = "direct"` app on the shared socket of its own `listen` address.
+fn direct_app(workers: u16, listen: std::net::SocketAddr) -> String {
+    let base = free_base(workers * 2);
+    format!(
+        "\n[[app]]\nname = \"web\"\ncommand = [\"node\", \"{js}\"]\nworkers = {workers}\nport_base = {base}\nmode = \"direct\"\nlisten = \"{listen}\"\nstart_timeout_ms = 60000\n",
+        js = app_js().display()
+    )
+}
+
+/// One request on a fresh connection (`Connection: close`) to a direct app; the pid that
+/// answered, or what went wrong.
+async fn direct_get(addr: std::net::SocketAddr, path: &str) -> Result<u64, String> {
+    let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let got = raw_exchange(addr, req.as_bytes(), Duration::from_secs(20)).await;
+    if !got.starts_with("HTTP/1.1 200") {
+        return Err(format!("answer: {got:?}"));
+    }
+    // The body is chunked: the digits after `"pid":`.
+    got.split("\"pid\":")
+        .nth(1)
+        .and_then(|rest| {
+            rest.split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse()
+                .ok()
+        })
+        .ok_or_else(|| format!("no pid in {got:?}"))
+}
+
+/// Issue 14 — direct mode: both workers take connections from the socket serve owns and
+/// hands them on fd 3 (LISTEN_FDS / LISTEN_PID), with no balancer in between.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_mode_serves_from_both_workers_on_the_shared_socket() {
+    let listen = std::net::SocketAddr::from(([127, 0, 0, 1], free_base(1)));
+    let h = start(&format!("{SERVER}{}", direct_app(2, listen))).await;
+    let pids: Vec<u64> = h
+        .pids(0)
+        .into_iter()
+        .map(|p| u64::from(p.expect("a ready worker has a pid")))
+        .collect();
+    let mut seen = HashMap::new();
+    for _ in 0..20 {
+        let batch: Vec<_> = (0..8)
+            .map(|_| tokio::spawn(direct_get(listen, "/slow?ms=30")))
+            .collect();
+        for t in batch {
+            let pid = t.await.unwrap().expect("a direct request succeeds");
+            *seen.entry(pid).or_insert(0usize) += 1;
+        }
+    }
+    for pid in &pids {
+        assert!(
+            seen.contains_key(pid),
+            "worker {pid} took no connection: {seen:?}"
+        );
+    }
+    assert_eq!(seen.len(), 2, "answers from outside the workers: {seen:?}");
+    // The balancer's own address has no proxy app behind it.
+    let r = h.get("/").await.unwrap();
+    assert_eq!(r.status, 404, "{}", r.body);
+    h.server.shutdown().await;
+}
+
+/// Issue 14 — direct mode keeps stuck-worker replacement: a worker frozen under load takes
+/// no new connection (it does not accept; the other does), is replaced, and no request
+/// on a new connection fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_mode_frozen_worker_under_load_fails_no_request() {
+    let listen = std::net::SocketAddr::from(([127, 0, 0, 1], free_base(1)));
+    let h = start(&format!("{SERVER}{}", direct_app(2, listen))).await;
+    let status = h.server.status();
+    let victim = status.apps[0].workers[0].pid.unwrap();
+    let port = status.apps[0].workers[0].port.unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut load = Vec::new();
+    for _ in 0..4 {
+        let stop = stop.clone();
+        load.push(tokio::spawn(async move {
+            let (mut ok, mut failed) = (0u64, Vec::new());
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let began = Instant::now();
+                match direct_get(listen, "/").await {
+                    Ok(_) => ok += 1,
+                    Err(e) => failed.push((began, e)),
+                }
+            }
+            (ok, failed)
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Freeze the victim through its health port: its event loop stops, so it stops
+    // calling accept on the shared socket too.
+    let c = client();
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let _block = tokio::spawn(async move { get_at(&c, addr, "/block?ms=30000").await });
+    // Connections the victim accepted in the event-loop turn that read /block are its
+    // own (they die with it); every connection begun after that is the other's.
+    let frozen = Instant::now() + Duration::from_secs(1);
+    let replaced = eventually(Duration::from_secs(20), || {
+        let s = h.server.status();
+        s.apps[0].workers[0].pid != Some(victim) && s.apps[0].workers[0].state == "ready"
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (mut ok, mut failed) = (0, Vec::new());
+    for t in load {
+        let (o, f) = t.await.unwrap();
+        ok += o;
+        failed.extend(f);
+    }
+    assert!(
+        replaced,
+        "frozen worker not replaced: {:?}",
+        h.server.status()
+    );
+    let after: Vec<_> = failed.iter().filter(|(t, _)| *t > frozen).collect();
+    assert!(
+        after.is_empty(),
+        "failed requests begun after the freeze: {after:?}"
+    );
+    assert!(failed.len() <= 8, "failed requests: {failed:?}");
+    assert!(ok > 0);
+    assert!(
+        h.server
+            .metrics_text()
+            .contains("scalpel_serve_restarts_total{app=\"web\",reason=\"unhealthy\"} 1")
+    );
+    // The successor serves the shared socket too.
+    let new_pid = u64::from(h.server.status().apps[0].workers[0].pid.unwrap());
+    let mut seen_new = false;
+    for _ in 0..20 {
+        let batch: Vec<_> = (0..8)
+            .map(|_| tokio::spawn(direct_get(listen, "/slow?ms=30")))
+            .collect();
+        for t in batch {
+            seen_new |= t.await.unwrap().expect("a direct request succeeds") == new_pid;
+        }
+        if seen_new {
+            break;
+        }
+    }
+    assert!(seen_new, "the successor {new_pid} took no connection");
+    h.server.shutdown().await;
+}
+
+/// Issue 14 — `max_memory_mb`: a worker whose memory grows past the limit is replaced
+/// successor-first (it starts and joins, then the old one drains): under steady
+/// requests none fails; the replacement is counted in /metrics and named in /status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_over_max_memory_is_replaced_without_a_failed_request() {
+    capture_traces();
+    let h = start(&format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\nsample_interval_ms = 200\n{}",
+        node_app("web", 2, "least_conn", "max_memory_mb = 120")
+    ))
+    .await;
+    let before: Vec<_> = h.pids(0);
+    let load = Load::start(h.server.listen_addr(), "/", 2);
+    // Grow one worker at a time until the balancer replaces one: each answer keeps 16 MiB.
+    let mut replaced = false;
+    for _ in 0..40 {
+        let _ = h.get("/grow?mb=16").await;
+        if metric(
+            &h.server.metrics_text(),
+            "scalpel_serve_memory_replacements_total{app=\"web\"}",
+        ) >= 1.0
+        {
+            replaced = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(replaced, "no replacement: {}", h.server.metrics_text());
+    let swapped = eventually(Duration::from_secs(30), || {
+        let s = h.server.status();
+        s.apps[0].workers.iter().any(|w| {
+            w.replaced_because
+                .as_deref()
+                .is_some_and(|r| r.contains("max_memory_mb"))
+                && w.state == "ready"
+                && !before.contains(&w.pid)
+        })
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (ok, failed, failures) = load.finish().await;
+    assert!(
+        swapped,
+        "no successor with a reason: {:?}",
+        h.server.status()
+    );
+    assert_eq!(failed, 0, "failed requests: {failures:?}");
+    assert!(ok > 0);
+    let log = trace_text();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("worker over max_memory_mb") && l.contains("pss_bytes=")),
+        "no log line with the figure:\n{log}"
+    );
+    h.server.shutdown().await;
+}

@@ -1,66 +1,104 @@
-//! Upstream addresses and the buffered HTTP exchange used for mirrors and replay.
+//! Upstreams and how the shadow tools talk to them: through `scalpel-http`, the toolkit's
+//! one connector (TCP or TLS, HTTP/1.1 or HTTP/2, settings per upstream).
+//!
+//! Two ways of sending:
+//! - [`Client::exchange`], buffered: the whole answer within a size limit (and the
+//!   mirror byte budget) — mirrors and replay;
+//! - [`Client::forward`], streamed: the client's body is sent on as it arrives and the
+//!   answer comes back as an [`UpstreamBody`] that a hyper server streams to the client —
+//!   the proxy's primary.
+//!
+//! HTTP/1.1 connections are kept in a pool; an HTTP/2 upstream gets one connection, shared
+//! by every request in flight, replaced when it ends. A request that failed on a pooled
+//! HTTP/1.1 connection before one byte left (the upstream had closed it) is sent again on
+//! a new one, whatever its method.
 
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use std::sync::Arc;
-
 use bytes::{Bytes, BytesMut};
-use http::header::{HOST, PROXY_AUTHORIZATION, TE, TRAILER};
-use http::{HeaderMap, Request, Uri};
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use http::header::{CONTENT_LENGTH, HOST, PROXY_AUTHORIZATION, TE, TRAILER};
+use http::{HeaderMap, Method, Request, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use scalpel_http::h1::{self, Expect, H1Conn, H1Pool, RequestWriter, sends_length};
+use scalpel_http::{Conn, Connector, H2Conn, H2Response, HttpVersion, Peer, PeerOptions, Scheme};
 
 use crate::ShadowError;
-use crate::budget::Budget;
+use crate::budget::{Budget, Charge};
 use crate::model::{Failure, ShadowRequest, ShadowResponse};
 
-/// A service to send requests to: `http://host:port[/prefix]`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A service to send requests to: `http[s]://host[:port][/prefix]`, with the settings that
+/// travel with it (TLS trust, `--resolve`, HTTP version; see [`scalpel_http::PeerOptions`]).
+/// Time-outs are the run's (mirror, primary, replay time-outs), set when it starts.
+#[derive(Debug, Clone)]
 pub struct Upstream {
-    origin: String,
-    prefix: String,
+    peer: Peer,
 }
 
 impl Upstream {
-    /// Parses `http://host:port` with an optional path prefix. Only plain HTTP:
-    /// shadowing runs next to the services, behind any TLS termination.
+    /// Parses `http://` or `https://host[:port][/prefix]` with default settings (HTTP/1.1,
+    /// the system's trust store).
     pub fn parse(url: &str) -> Result<Self, ShadowError> {
-        let bad = |reason: &str| ShadowError::Url {
+        let peer = Peer::parse(url).map_err(|e| ShadowError::Url {
             url: url.to_string(),
-            reason: reason.to_string(),
-        };
-        let uri: Uri = url.parse().map_err(|_| bad("not a URL"))?;
-        match uri.scheme_str() {
-            Some("http") => {}
-            Some("https") => return Err(bad("https upstreams are not supported; use http")),
-            _ => return Err(bad("expected http://host:port")),
-        }
-        let authority = uri.authority().ok_or_else(|| bad("no host"))?;
-        if authority.as_str().contains('@') {
-            return Err(bad("credentials in the URL are not supported"));
-        }
-        if uri.query().is_some() {
-            return Err(bad("a query string is not allowed here"));
-        }
-        Ok(Self {
-            origin: format!("http://{authority}"),
-            prefix: uri.path().trim_end_matches('/').to_string(),
-        })
+            reason: e
+                .to_string()
+                .rsplit_once("`: ")
+                .map_or_else(|| e.to_string(), |(_, why)| why.to_string()),
+        })?;
+        Ok(Self { peer })
     }
 
-    /// The URI of `path_and_query` on this upstream.
-    pub(crate) fn uri(&self, path_and_query: &str) -> Result<Uri, Failure> {
-        format!("{}{}{}", self.origin, self.prefix, path_and_query)
-            .parse()
-            .map_err(|_| Failure::Connect)
+    /// The same upstream with these settings.
+    pub fn with_options(mut self, options: PeerOptions) -> Self {
+        self.peer = self.peer.with_options(options);
+        self
+    }
+
+    /// The settings.
+    pub fn options(&self) -> &PeerOptions {
+        self.peer.options()
+    }
+
+    /// The URL and what a reader of a report must know about how it was reached: the
+    /// protocol asked for, and `certificate NOT verified` under `--insecure`.
+    pub fn describe(&self) -> String {
+        let o = self.peer.options();
+        let mut notes = Vec::new();
+        match (o.version, self.peer.scheme()) {
+            (HttpVersion::Http2, Scheme::Https) => notes.push("h2"),
+            (HttpVersion::Http2, Scheme::Http) => notes.push("h2c"),
+            (HttpVersion::Auto, Scheme::Https) => notes.push("h2 or http/1.1 by ALPN"),
+            _ => {}
+        }
+        if o.insecure && self.peer.is_tls() {
+            notes.push("certificate NOT verified (--insecure)");
+        }
+        if notes.is_empty() {
+            self.to_string()
+        } else {
+            format!("{self} ({})", notes.join(", "))
+        }
+    }
+
+    /// The peer, with `connect` as its connect and TLS handshake time-out and `read` as
+    /// its wait for each piece of an answer (`None`: the caller's own deadline).
+    fn peer_with(&self, connect: Duration, read: Option<Duration>) -> Peer {
+        let mut peer = self.peer.clone();
+        let o = peer.options_mut();
+        o.connect_timeout = connect;
+        o.read_timeout = read;
+        peer
     }
 }
 
 impl std::fmt::Display for Upstream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}{}", self.origin, self.prefix)
+        f.write_str(&self.peer.base_url())
     }
 }
 
@@ -99,43 +137,38 @@ pub(crate) fn accepts_trailers(headers: &HeaderMap) -> bool {
         })
 }
 
-/// The kind of failure behind a client error that came before any response head.
-pub(crate) fn head_failure(e: &hyper_util::client::legacy::Error) -> Failure {
-    if e.is_connect() {
-        return Failure::Connect;
-    }
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        if let Some(h) = s.downcast_ref::<hyper::Error>() {
-            return if h.is_parse() || h.is_parse_status() {
-                Failure::Protocol
-            } else {
-                Failure::Connect
-            };
-        }
-        source = s.source();
-    }
-    Failure::Connect
+/// What a check of an upstream found before any traffic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reach {
+    /// A connection was opened; the protocol it speaks (`h2`, `http/1.1`).
+    Ok(&'static str),
+    /// No connection could be opened (refused, time-out): the run goes on and counts
+    /// the failures by kind, as it would if the upstream went away later.
+    Unreachable(String),
 }
 
-/// A pooled client for whole-body exchanges.
-pub(crate) type BufferedClient = Client<HttpConnector, Full<Bytes>>;
-
-pub(crate) fn connector(connect_timeout: Duration) -> HttpConnector {
-    let mut c = HttpConnector::new();
-    c.set_nodelay(true);
-    c.set_connect_timeout(Some(connect_timeout));
-    c
+/// Connections to one upstream: the connector (address resolved, TLS configured once),
+/// an HTTP/1.1 pool and the shared HTTP/2 connection.
+#[derive(Debug)]
+pub(crate) struct Client {
+    connector: Connector,
+    pool: H1Pool<()>,
+    /// The upstream speaks HTTP/2 (asked for, or chosen by ALPN on the first connection).
+    h2_mode: AtomicBool,
+    h2: Mutex<Option<H2Conn>>,
+    /// One connection attempt at a time for HTTP/2, so a burst of requests opens one
+    /// connection, not one each.
+    connecting: tokio::sync::Mutex<()>,
 }
 
-pub(crate) fn buffered_client(connect_timeout: Duration, max_idle: usize) -> BufferedClient {
-    Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(30))
-        .pool_max_idle_per_host(max_idle)
-        .build(connector(connect_timeout))
+/// A connection to send one request on.
+enum Session {
+    /// HTTP/1.1, and whether it came from the pool (it may have been closed meanwhile).
+    H1(H1Conn, bool),
+    H2(H2Conn),
 }
 
-/// Why an exchange gave no response.
+/// Why a buffered exchange gave no response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ExchangeError {
     /// The side failed.
@@ -144,63 +177,691 @@ pub(crate) enum ExchangeError {
     OverBudget,
 }
 
-/// Sends `req` to `upstream` and reads the whole response, all within `timeout`. With a
-/// `budget`, every body byte read is charged to it first (the charge travels with the
-/// response).
-pub(crate) async fn exchange(
-    client: &BufferedClient,
-    upstream: &Upstream,
-    req: &ShadowRequest,
-    timeout: Duration,
-    max_body: usize,
-    budget: Option<&Arc<Budget>>,
-) -> Result<ShadowResponse, ExchangeError> {
-    let failed = ExchangeError::Failed;
-    let start = Instant::now();
-    let mut builder = Request::builder()
-        .method(req.method.clone())
-        .uri(upstream.uri(&req.path_and_query).map_err(failed)?);
-    if let Some(h) = builder.headers_mut() {
-        *h = forwardable(&req.headers);
+/// Why a forwarded request got no response head.
+#[derive(Debug)]
+pub(crate) enum ForwardError {
+    /// The upstream failed.
+    Upstream(scalpel_http::Error),
+    /// The client's body could not be read (it went away, or sent a broken body).
+    ClientBody(hyper::Error),
+    /// The request cannot be expressed for this upstream (a target HTTP/2 refuses).
+    BadRequest(String),
+}
+
+/// The body sent with a forwarded request.
+pub(crate) enum OutBody {
+    /// Read whole already (buffered for mirroring or capture).
+    Full(Bytes),
+    /// Still arriving from the client: `prefix` (read already), then the rest.
+    Stream {
+        prefix: Option<Bytes>,
+        rest: Incoming,
+    },
+}
+
+/// The head of a forwarded request's answer and its body, still on the connection.
+pub(crate) struct Forwarded {
+    pub(crate) status: StatusCode,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: UpstreamBody,
+    /// Interim (1xx) answers skipped before the head (hyper's server cannot pass them on).
+    pub(crate) interim: u32,
+}
+
+impl Client {
+    /// A client for `up`: resolves its address and builds its TLS configuration (an
+    /// unusable CA file or an unknown host fails here). `connect` bounds the TCP connect
+    /// and the TLS handshake; `read` each wait for the answer (`None`: the caller's own
+    /// deadline).
+    pub(crate) async fn new(
+        up: &Upstream,
+        connect: Duration,
+        read: Option<Duration>,
+        max_idle: usize,
+    ) -> Result<Arc<Client>, scalpel_http::Error> {
+        let peer = up.peer_with(connect, read);
+        let idle = peer.options().idle_timeout;
+        let h2 = peer.options().version == HttpVersion::Http2;
+        let connector = Connector::new(peer).await?;
+        Ok(Arc::new(Client {
+            connector,
+            pool: H1Pool::new(idle, max_idle.max(1)),
+            h2_mode: AtomicBool::new(h2),
+            h2: Mutex::new(None),
+            connecting: tokio::sync::Mutex::new(()),
+        }))
     }
-    let request = builder
-        .body(Full::new(req.body.clone()))
-        .map_err(|_| failed(Failure::Connect))?;
-    let work = async {
-        let resp = client
-            .request(request)
-            .await
-            .map_err(|e| failed(head_failure(&e)))?;
-        let (parts, mut body) = resp.into_parts();
-        let mut buf = BytesMut::new();
-        let mut charge = budget.map(|b| b.charge());
-        while let Some(frame) = body.frame().await {
-            // A body cut short, or a broken chunk: the head came, the body did not.
-            let frame = frame.map_err(|_| failed(Failure::Body))?;
-            let Ok(data) = frame.into_data() else {
-                continue; // trailers end the body
-            };
-            if buf.len() + data.len() > max_body {
-                return Err(failed(Failure::TooLarge));
-            }
-            if let Some(c) = charge.as_mut()
-                && !c.grow(data.len())
-            {
-                return Err(ExchangeError::OverBudget);
-            }
-            buf.extend_from_slice(&data);
+
+    /// Opens one connection, to find before any traffic what would otherwise fail every
+    /// request: a certificate that does not verify or is for another name, a server that
+    /// refuses h2 when it is required. Over `http://` with HTTP/2 (prior knowledge, no
+    /// ALPN to ask) one `HEAD /` is sent, since only an answer shows the server speaks
+    /// h2c. The connection is closed again (it may have been opened on another runtime
+    /// than the one that will use the client).
+    pub(crate) async fn check(&self, role: &'static str) -> Result<Reach, ShadowError> {
+        let url = self.peer().base_url();
+        let setting = |error| ShadowError::Upstream {
+            role,
+            url: url.clone(),
+            error,
+        };
+        match self.connector.connect().await {
+            Ok(c) => match c.conn {
+                Conn::H1(_) => Ok(Reach::Ok("http/1.1")),
+                Conn::H2(conn) if self.peer().is_tls() => {
+                    drop(conn);
+                    Ok(Reach::Ok("h2"))
+                }
+                Conn::H2(mut conn) => {
+                    let probe = Request::head(
+                        self.peer()
+                            .uri("/")
+                            .map_err(|e| setting(scalpel_http::Error::Request(e.to_string())))?,
+                    )
+                    .body(())
+                    .map_err(|e| setting(scalpel_http::Error::Request(e.to_string())))?;
+                    let limit = self.peer().options().connect_timeout;
+                    match tokio::time::timeout(limit, conn.send(probe, Bytes::new())).await {
+                        Ok(Ok(_)) => Ok(Reach::Ok("h2c")),
+                        Ok(Err(e)) => Err(ShadowError::NoH2c {
+                            role,
+                            url,
+                            detail: e.to_string(),
+                        }),
+                        Err(_) => Ok(Reach::Unreachable(format!(
+                            "no answer to an h2c HEAD / within {limit:?}"
+                        ))),
+                    }
+                }
+            },
+            Err(e) if bad_setting(&e) => Err(setting(e)),
+            Err(e) => Ok(Reach::Unreachable(e.to_string())),
         }
-        Ok(ShadowResponse {
-            status: parts.status,
-            headers: parts.headers,
-            body: buf.freeze(),
-            latency: start.elapsed(),
-            charge,
+    }
+
+    fn peer(&self) -> &Peer {
+        self.connector.peer()
+    }
+
+    fn live_h2(&self) -> Option<H2Conn> {
+        let mut slot = self.h2.lock().unwrap_or_else(PoisonError::into_inner);
+        if slot.as_ref().is_some_and(H2Conn::is_closed) {
+            *slot = None;
+        }
+        slot.clone()
+    }
+
+    async fn connect(&self) -> Result<Session, scalpel_http::Error> {
+        let connected = self.connector.connect().await?;
+        Ok(match connected.conn {
+            Conn::H1(c) => {
+                self.h2_mode.store(false, Ordering::Relaxed);
+                Session::H1(c, false)
+            }
+            Conn::H2(c) => {
+                *self.h2.lock().unwrap_or_else(PoisonError::into_inner) = Some(c.clone());
+                self.h2_mode.store(true, Ordering::Relaxed);
+                Session::H2(c)
+            }
         })
-    };
-    tokio::time::timeout(timeout, work)
-        .await
-        .unwrap_or(Err(failed(Failure::Timeout)))
+    }
+
+    /// A connection for the next request: the shared HTTP/2 one, a pooled HTTP/1.1 one,
+    /// or a new one.
+    async fn session(&self) -> Result<Session, scalpel_http::Error> {
+        if self.h2_mode.load(Ordering::Relaxed) {
+            if let Some(c) = self.live_h2() {
+                return Ok(Session::H2(c));
+            }
+            let _one = self.connecting.lock().await;
+            if let Some(c) = self.live_h2() {
+                return Ok(Session::H2(c));
+            }
+            return self.connect().await;
+        }
+        if let Some(c) = self.pool.checkout(&()) {
+            return Ok(Session::H1(c, true));
+        }
+        self.connect().await
+    }
+
+    fn release(&self, conn: H1Conn) {
+        self.pool.checkin((), conn);
+    }
+
+    /// The request head for HTTP/1.1: request line, `Host` of this upstream, the
+    /// client's end-to-end headers, and the body's framing.
+    fn h1_head(
+        &self,
+        method: &Method,
+        pq: &str,
+        headers: &HeaderMap,
+        framing: Framing,
+        te_trailers: bool,
+    ) -> Vec<u8> {
+        let peer = self.peer();
+        let mut head = Vec::with_capacity(512);
+        let mut w = RequestWriter::new(&mut head, method.as_str(), peer.prefix(), pq);
+        w.header(b"Host", peer.authority().as_bytes());
+        w.forward(headers);
+        if te_trailers {
+            w.header(b"TE", b"trailers");
+        }
+        match framing {
+            Framing::Length(n) if n > 0 || sends_length(method.as_str().as_bytes(), 0) => {
+                w.content_length(n);
+            }
+            Framing::Length(_) => {}
+            Framing::Chunked => {
+                w.header(b"Transfer-Encoding", b"chunked");
+            }
+        }
+        w.finish();
+        head
+    }
+
+    /// The request for HTTP/2: absolute URI (its `:authority` is this upstream), the
+    /// client's end-to-end headers. `Content-Length` is left to the frames.
+    fn h2_request(
+        &self,
+        method: &Method,
+        pq: &str,
+        headers: &HeaderMap,
+    ) -> Result<Request<()>, String> {
+        let uri = self
+            .peer()
+            .uri(pq)
+            .map_err(|e| format!("bad request target {pq:?}: {e}"))?;
+        let mut req = Request::new(());
+        *req.method_mut() = method.clone();
+        *req.uri_mut() = uri;
+        *req.headers_mut() = headers.clone();
+        req.headers_mut().remove(CONTENT_LENGTH);
+        Ok(req)
+    }
+
+    /// Sends `req` and reads the whole response, all within `timeout`. With a `budget`,
+    /// every body byte read is charged to it first (the charge travels with the response).
+    pub(crate) async fn exchange(
+        &self,
+        req: &ShadowRequest,
+        timeout: Duration,
+        max_body: usize,
+        budget: Option<&Arc<Budget>>,
+    ) -> Result<ShadowResponse, ExchangeError> {
+        let start = Instant::now();
+        let headers = forwardable(&req.headers);
+        let work = async {
+            let mut retried = false;
+            loop {
+                let session = self
+                    .session()
+                    .await
+                    .map_err(|e| ExchangeError::Failed(Failure::of(&e, false)))?;
+                let result = match session {
+                    Session::H1(conn, reused) => {
+                        match self
+                            .exchange_h1(conn, req, &headers, max_body, budget)
+                            .await
+                        {
+                            Err(Attempt::NotSent(_)) if reused && !retried => {
+                                retried = true;
+                                continue; // the pooled connection had been closed
+                            }
+                            r => r,
+                        }
+                    }
+                    Session::H2(conn) => {
+                        self.exchange_h2(conn, req, &headers, max_body, budget)
+                            .await
+                    }
+                };
+                return result
+                    .map(|(status, headers, body, charge)| ShadowResponse {
+                        status,
+                        headers,
+                        body,
+                        latency: start.elapsed(),
+                        charge,
+                    })
+                    .map_err(Attempt::into_exchange);
+            }
+        };
+        tokio::time::timeout(timeout, work)
+            .await
+            .unwrap_or(Err(ExchangeError::Failed(Failure::Timeout)))
+    }
+
+    async fn exchange_h1(
+        &self,
+        mut conn: H1Conn,
+        req: &ShadowRequest,
+        headers: &HeaderMap,
+        max_body: usize,
+        budget: Option<&Arc<Budget>>,
+    ) -> Result<Buffered, Attempt> {
+        let head = self.h1_head(
+            &req.method,
+            &req.path_and_query,
+            headers,
+            Framing::Length(req.body.len() as u64),
+            false,
+        );
+        conn.write_request(&head, &req.body)
+            .await
+            .map_err(Attempt::sending)?;
+        let resp = conn
+            .read_response(Expect {
+                head: req.method == Method::HEAD,
+                ..Expect::default()
+            })
+            .await
+            .map_err(|e| Attempt::Failed(Failure::of(&e, false)))?;
+        let mut buf = Collect::new(max_body, budget);
+        while let Some(piece) = conn.data().await {
+            buf.push(&piece.map_err(|e| Attempt::Failed(Failure::of(&e, true)))?)?;
+        }
+        let (body, charge) = buf.finish();
+        self.release(conn);
+        Ok((resp.status, resp.headers, body, charge))
+    }
+
+    async fn exchange_h2(
+        &self,
+        mut conn: H2Conn,
+        req: &ShadowRequest,
+        headers: &HeaderMap,
+        max_body: usize,
+        budget: Option<&Arc<Budget>>,
+    ) -> Result<Buffered, Attempt> {
+        let request = self
+            .h2_request(&req.method, &req.path_and_query, headers)
+            .map_err(|_| Attempt::Failed(Failure::Protocol))?;
+        let mut resp = conn
+            .send(request, req.body.clone())
+            .await
+            .map_err(|e| Attempt::Failed(Failure::of(&e, false)))?;
+        let mut buf = Collect::new(max_body, budget);
+        while let Some(piece) = resp.data().await {
+            buf.push(&piece.map_err(|e| Attempt::Failed(Failure::of(&e, true)))?)?;
+        }
+        let (body, charge) = buf.finish();
+        Ok((resp.status(), resp.headers().clone(), body, charge))
+    }
+
+    /// Sends a client's request on and returns the answer's head with its body still to
+    /// come. `te_trailers`: the client accepts trailers, so the upstream is told this
+    /// hop does too. The caller bounds the whole call with its time-out.
+    pub(crate) async fn forward(
+        self: &Arc<Self>,
+        method: &Method,
+        pq: &str,
+        headers: &HeaderMap,
+        te_trailers: bool,
+        mut body: OutBody,
+    ) -> Result<Forwarded, ForwardError> {
+        let mut retried = false;
+        loop {
+            let session = self.session().await.map_err(ForwardError::Upstream)?;
+            match session {
+                Session::H1(conn, reused) => {
+                    match self
+                        .forward_h1(conn, method, pq, headers, te_trailers, &mut body)
+                        .await
+                    {
+                        Err(ForwardError::Upstream(e))
+                            if matches!(e, scalpel_http::Error::NotSent(_))
+                                && reused
+                                && !retried =>
+                        {
+                            retried = true; // the pooled connection had been closed
+                        }
+                        r => return r,
+                    }
+                }
+                Session::H2(conn) => return self.forward_h2(conn, method, pq, headers, body).await,
+            }
+        }
+    }
+
+    async fn forward_h1(
+        self: &Arc<Self>,
+        mut conn: H1Conn,
+        method: &Method,
+        pq: &str,
+        headers: &HeaderMap,
+        te_trailers: bool,
+        body: &mut OutBody,
+    ) -> Result<Forwarded, ForwardError> {
+        let up = ForwardError::Upstream;
+        let framing = match body {
+            OutBody::Full(b) => Framing::Length(b.len() as u64),
+            OutBody::Stream { prefix, rest } => {
+                let before = prefix.as_ref().map_or(0, |p| p.len() as u64);
+                match rest.size_hint().exact() {
+                    Some(n) => Framing::Length(before + n),
+                    None => Framing::Chunked,
+                }
+            }
+        };
+        let head = self.h1_head(method, pq, headers, framing, te_trailers);
+        match body {
+            OutBody::Full(b) => conn.write_request(&head, b).await.map_err(up)?,
+            OutBody::Stream { prefix, rest } => {
+                conn.write_request(&head, &[]).await.map_err(up)?;
+                let chunked = framing == Framing::Chunked;
+                // From here the body is being consumed: no retry after this point.
+                if let Some(p) = prefix.take() {
+                    conn.write_body(&p, chunked).await.map_err(up)?;
+                }
+                while let Some(frame) = rest.frame().await {
+                    let frame = frame.map_err(ForwardError::ClientBody)?;
+                    if let Some(data) = frame.data_ref() {
+                        conn.write_body(data, chunked).await.map_err(up)?;
+                    }
+                }
+                conn.finish_body(chunked).await.map_err(up)?;
+            }
+        }
+        let resp = conn
+            .read_response(Expect {
+                head: method == Method::HEAD,
+                ..Expect::default()
+            })
+            .await
+            .map_err(up)?;
+        let mut headers = resp.headers;
+        for v in conn.declared_trailers() {
+            headers.append(TRAILER, v.clone());
+        }
+        let interim = conn.interim_responses();
+        Ok(Forwarded {
+            status: resp.status,
+            headers,
+            interim,
+            body: UpstreamBody::H1 {
+                conn: Some(conn),
+                client: Arc::clone(self),
+                chunked: resp.framing == h1::Framing::Chunked,
+                ended: false,
+            },
+        })
+    }
+
+    async fn forward_h2(
+        &self,
+        mut conn: H2Conn,
+        method: &Method,
+        pq: &str,
+        headers: &HeaderMap,
+        body: OutBody,
+    ) -> Result<Forwarded, ForwardError> {
+        let up = ForwardError::Upstream;
+        let request = self
+            .h2_request(method, pq, headers)
+            .map_err(ForwardError::BadRequest)?;
+        let resp = match body {
+            OutBody::Full(b) => conn.send(request, b).await.map_err(up)?,
+            OutBody::Stream { prefix, mut rest } => {
+                let (pending, mut sender) = conn.send_streaming(request).await.map_err(up)?;
+                if let Some(p) = prefix {
+                    sender.send(p, false).await.map_err(up)?;
+                }
+                while let Some(frame) = rest.frame().await {
+                    let frame = frame.map_err(ForwardError::ClientBody)?;
+                    if let Ok(data) = frame.into_data() {
+                        sender.send(data, false).await.map_err(up)?;
+                    }
+                }
+                sender.send(Bytes::new(), true).await.map_err(up)?;
+                pending.response().await.map_err(up)?
+            }
+        };
+        let headers = resp.headers().clone();
+        let remaining = headers
+            .get(CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
+        Ok(Forwarded {
+            status: resp.status(),
+            headers,
+            interim: 0,
+            body: UpstreamBody::H2 {
+                resp: Box::new(resp),
+                remaining,
+                data_done: false,
+                finished: false,
+            },
+        })
+    }
+}
+
+/// A connection error that no amount of waiting fixes: a setting is wrong (trust, name,
+/// protocol), so the run should not start.
+fn bad_setting(e: &scalpel_http::Error) -> bool {
+    match e {
+        scalpel_http::Error::Tls(_) | scalpel_http::Error::Resolve { .. } => true,
+        // h2 over `http://` (prior knowledge) to a server that does not speak it.
+        scalpel_http::Error::H2 { phase, .. } => *phase == scalpel_http::Phase::Handshake,
+        _ => false,
+    }
+}
+
+/// How a request body is framed on HTTP/1.1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Framing {
+    Length(u64),
+    Chunked,
+}
+
+type Buffered = (StatusCode, HeaderMap, Bytes, Option<Charge>);
+
+/// One try at a buffered exchange.
+enum Attempt {
+    /// Not one byte left: safe to send again on a new connection.
+    NotSent(Failure),
+    Failed(Failure),
+    OverBudget,
+}
+
+impl Attempt {
+    fn sending(e: scalpel_http::Error) -> Attempt {
+        let f = Failure::of(&e, false);
+        match e {
+            scalpel_http::Error::NotSent(_) => Attempt::NotSent(f),
+            _ => Attempt::Failed(f),
+        }
+    }
+
+    fn into_exchange(self) -> ExchangeError {
+        match self {
+            Attempt::NotSent(f) | Attempt::Failed(f) => ExchangeError::Failed(f),
+            Attempt::OverBudget => ExchangeError::OverBudget,
+        }
+    }
+}
+
+/// A body read whole, within a size limit and (for mirrors) the byte budget.
+struct Collect {
+    buf: BytesMut,
+    max: usize,
+    charge: Option<Charge>,
+}
+
+impl Collect {
+    fn new(max: usize, budget: Option<&Arc<Budget>>) -> Self {
+        Self {
+            buf: BytesMut::new(),
+            max,
+            charge: budget.map(|b| b.charge()),
+        }
+    }
+
+    fn push(&mut self, data: &[u8]) -> Result<(), Attempt> {
+        if self.buf.len() + data.len() > self.max {
+            return Err(Attempt::Failed(Failure::TooLarge));
+        }
+        if let Some(c) = self.charge.as_mut()
+            && !c.grow(data.len())
+        {
+            return Err(Attempt::OverBudget);
+        }
+        self.buf.extend_from_slice(data);
+        Ok(())
+    }
+
+    fn finish(self) -> (Bytes, Option<Charge>) {
+        (self.buf.freeze(), self.charge)
+    }
+}
+
+/// The body of a forwarded answer, read from the upstream as the client's connection
+/// takes it. An HTTP/1.1 connection goes back to the pool once its body has ended.
+pub(crate) enum UpstreamBody {
+    H1 {
+        conn: Option<H1Conn>,
+        client: Arc<Client>,
+        /// A chunked body may end with trailers: it is polled to its end.
+        chunked: bool,
+        /// `poll_frame` returned its end.
+        ended: bool,
+    },
+    H2 {
+        resp: Box<H2Response>,
+        /// Bytes still to come by the answer's `Content-Length`. A server that has
+        /// written that many (hyper's HTTP/1 one) stops reading before h2's end of
+        /// stream may have arrived: the declared length ends the body.
+        remaining: Option<u64>,
+        data_done: bool,
+        finished: bool,
+    },
+}
+
+impl UpstreamBody {
+    /// Gives a connection whose body has ended back to the pool.
+    fn release(conn: &mut Option<H1Conn>, client: &Client) {
+        if let Some(c) = conn.take()
+            && c.is_body_done()
+        {
+            client.release(c);
+        }
+    }
+}
+
+impl Body for UpstreamBody {
+    type Data = Bytes;
+    type Error = scalpel_http::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, scalpel_http::Error>>> {
+        match self.get_mut() {
+            UpstreamBody::H1 {
+                conn,
+                client,
+                ended,
+                ..
+            } => {
+                let Some(c) = conn.as_mut() else {
+                    *ended = true;
+                    return Poll::Ready(None);
+                };
+                if !c.is_body_done() {
+                    match c.poll_data(cx) {
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(Some(Ok(d))) => return Poll::Ready(Some(Ok(Frame::data(d)))),
+                        Poll::Ready(Some(Err(e))) => {
+                            *conn = None; // broken: never reused
+                            return Poll::Ready(Some(Err(e)));
+                        }
+                        Poll::Ready(None) => {}
+                    }
+                }
+                let trailers = conn.as_mut().and_then(H1Conn::take_trailers);
+                UpstreamBody::release(conn, client);
+                if trailers.is_none() {
+                    *ended = true;
+                }
+                Poll::Ready(trailers.map(|t| Ok(Frame::trailers(t))))
+            }
+            UpstreamBody::H2 {
+                resp,
+                remaining,
+                data_done,
+                finished,
+            } => {
+                if *finished {
+                    return Poll::Ready(None);
+                }
+                if !*data_done {
+                    match resp.poll_data(cx) {
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(Some(r)) => {
+                            match &r {
+                                Ok(d) => {
+                                    if let Some(n) = remaining.as_mut() {
+                                        *n = n.saturating_sub(d.len() as u64);
+                                    }
+                                }
+                                Err(_) => *finished = true,
+                            }
+                            return Poll::Ready(Some(r.map(Frame::data)));
+                        }
+                        Poll::Ready(None) => *data_done = true,
+                    }
+                }
+                match resp.poll_trailers(cx) {
+                    Poll::Pending => Poll::Pending,
+                    Poll::Ready(r) => {
+                        *finished = true;
+                        Poll::Ready(r.transpose().map(|r| r.map(Frame::trailers)))
+                    }
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            // Trailers are known only once the body has been read: a chunked body is
+            // polled to its end.
+            UpstreamBody::H1 {
+                conn,
+                chunked,
+                ended,
+                ..
+            } => *ended || (!*chunked && conn.as_ref().is_none_or(H1Conn::is_body_done)),
+            UpstreamBody::H2 {
+                resp,
+                finished,
+                remaining,
+                ..
+            } => *finished || resp.is_body_done() || *remaining == Some(0),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            UpstreamBody::H1 { conn: Some(c), .. } => match c.remaining() {
+                Some(n) => SizeHint::with_exact(n),
+                None => SizeHint::default(),
+            },
+            UpstreamBody::H1 { conn: None, .. } => SizeHint::with_exact(0),
+            UpstreamBody::H2 {
+                remaining: Some(n), ..
+            } => SizeHint::with_exact(*n),
+            UpstreamBody::H2 { .. } => SizeHint::default(),
+        }
+    }
+}
+
+impl Drop for UpstreamBody {
+    fn drop(&mut self) {
+        // An empty body may never be polled: its connection is still reusable.
+        if let UpstreamBody::H1 { conn, client, .. } = self {
+            UpstreamBody::release(conn, client);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -231,22 +892,22 @@ mod tests {
     }
 
     #[test]
-    fn upstreams_parse_with_prefix_and_reject_what_cannot_work() {
+    fn upstreams_parse_http_and_https_with_prefix_and_reject_what_cannot_work() {
         let u = Upstream::parse("http://127.0.0.1:8080/base/").unwrap();
-        assert_eq!(
-            u.uri("/x?y=1").unwrap().to_string(),
-            "http://127.0.0.1:8080/base/x?y=1"
-        );
         assert_eq!(u.to_string(), "http://127.0.0.1:8080/base");
-        for bad in [
-            "https://a:1",
-            "ftp://a",
-            "a:1",
-            "http://u:p@a:1",
-            "http://a:1/?q=1",
-            "::",
-        ] {
-            assert!(Upstream::parse(bad).is_err(), "{bad}");
+        let u = Upstream::parse("https://api.example.test").unwrap();
+        assert_eq!(u.to_string(), "https://api.example.test");
+        let mut o = PeerOptions::default();
+        o.insecure = true;
+        o.version = HttpVersion::Http2;
+        assert_eq!(
+            u.with_options(o).describe(),
+            "https://api.example.test (h2, certificate NOT verified (--insecure))"
+        );
+        for bad in ["ftp://a", "a:1", "http://u:p@a:1", "http://a:1/?q=1", "::"] {
+            let e = Upstream::parse(bad).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("bad upstream URL `{bad}`: ")), "{e}");
+            assert!(!e.contains("bad URL"), "said once: {e}");
         }
     }
 }

@@ -3,16 +3,23 @@
 //!
 //! Two ways to get pairs: [`Proxy`] sits in front of the primary (the service that
 //! answers clients) and mirrors a sample of live requests to a candidate, never letting
-//! the candidate delay or fail a client; [`replay`] sends every request of a data set
-//! (a [`scalpel_requests::RequestSet`]) to both before any live traffic. Both hand each
+//! the candidate delay or fail a client (it may listen with TLS, HTTP/2 or HTTP/1.1 by
+//! ALPN, and capture what it receives for later replays); [`replay`] sends every request
+//! of a data set (a [`scalpel_requests::RequestSet`]) or of recorded traffic (a
+//! [`scalpel_requests::RecordedSource`]: access log, HAR, capture — on its recorded
+//! schedule or as a pool, see [`ReplaySource`]) to both before any live traffic. Every
+//! [`Upstream`] is reached through `scalpel-http` with its own settings (https, h2, trust,
+//! `--resolve`), checked with one connection before any traffic. Both hand each
 //! exchange to a [`Recorder`] — the engine that `scalpel serve`'s A/B mode reuses — which
 //! compares with [`scalpel_diff`], counts per endpoint and field, separates noise when a
 //! secondary copy of the old service takes part, redacts secrets ([`Redactor`]), and
 //! writes samples and counters to a SQLite [`Store`] on its own thread.
 //!
 //! This crate must NOT hold comparison rules of its own (they live in `scalpel-diff`),
-//! print to the terminal, or parse command lines (that is the `scalpel` binary's job).
-//! SQLite is never written on a request path.
+//! an HTTP client or TLS code of its own (`scalpel-http`), parsers of recorded traffic
+//! (`scalpel-requests`), print to the terminal, or parse command lines (that is the
+//! `scalpel` binary's job). SQLite and the capture file are never written on a request
+//! path.
 //!
 //! # Example
 //!
@@ -37,7 +44,7 @@
 //!     timeout: std::time::Duration::from_secs(10),
 //!     max_body: 8 << 20,
 //! };
-//! replay(set, cfg, recorder.clone(), Arc::default()).await;
+//! replay(set, cfg, recorder.clone(), Arc::default()).await?;
 //! let summary = recorder.summary();
 //! println!("{}% consistent", summary.consistency_percent);
 //! # Ok(()) }
@@ -72,14 +79,16 @@ mod replay;
 mod store;
 mod tally;
 
-pub use client::Upstream;
+pub use client::{Reach, Upstream};
 pub use html::render_html;
 pub use model::{Failure, ShadowRequest, ShadowResponse, SkipReason};
 pub use proxy::{Proxy, ProxyConfig, ProxyStats};
 pub use recent::{EndpointLatency, LatencyFigures, RecentDifference};
 pub use recorder::{CompareSettings, DEFAULT_MAX_DECODED_BODY, Observation, Recorder};
 pub use redact::{REDACTED, Redactor};
-pub use replay::{ReplayConfig, ReplayProgress, ReplayStats, replay};
+pub use replay::{
+    Replay, ReplayConfig, ReplayProgress, ReplaySource, ReplayStats, Schedule, replay,
+};
 pub use store::{Store, StoredRun};
 pub use tally::{
     EndpointSummary, FieldSummary, NoiseField, Sample, SampleResponse, Summary, consistency_text,
@@ -103,16 +112,44 @@ pub enum ShadowError {
         reason: String,
     },
     /// A listen or admin address could not be bound.
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}: {error}")]
     Bind {
         /// The address.
         addr: SocketAddr,
-        /// The OS error.
-        source: std::io::Error,
+        /// The OS error (in the message already, so not a `source`).
+        error: std::io::Error,
     },
     /// The proxy's mirror thread or its runtime could not be started.
     #[error("cannot start the mirror thread: {0}")]
     MirrorThread(std::io::Error),
+    /// An upstream whose settings cannot work: a certificate that does not verify or is
+    /// for another name, a server that refuses a required h2, an unusable CA file, a host
+    /// that does not resolve. Found before any traffic.
+    #[error("{role} {url}: {error}")]
+    Upstream {
+        /// `primary`, `candidate` or `secondary`.
+        role: &'static str,
+        /// The upstream's URL.
+        url: String,
+        /// What the connector found (in the message already: not a `source`, so that
+        /// a report of the error chain says it once).
+        error: scalpel_http::Error,
+    },
+    /// `--http2` over `http://` (prior knowledge) to a server that does not speak it.
+    #[error(
+        "{role} {url}: the server does not speak h2c (HTTP/2 over http:// by prior knowledge): {detail}; drop --http2 to use HTTP/1.1"
+    )]
+    NoH2c {
+        /// `primary`, `candidate` or `secondary`.
+        role: &'static str,
+        /// The upstream's URL.
+        url: String,
+        /// How the HTTP/2 exchange failed.
+        detail: String,
+    },
+    /// A recorded-traffic file or the capture file cannot be used.
+    #[error(transparent)]
+    Requests(#[from] scalpel_requests::RequestsError),
     /// The store could not be opened, read or written.
     #[error("store {}: {reason}", path.display())]
     Store {

@@ -103,24 +103,36 @@ impl ShadowResponse {
     }
 }
 
-/// Why a side gave no comparable response.
+/// Why a side gave no comparable response. The kinds follow `scalpel-http`'s
+/// [`scalpel_http::ErrorKind`] (one set of names for every tool), with `body` for a body
+/// that was cut short or malformed after its head arrived.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Failure {
     /// No complete answer within the time-out.
     Timeout,
-    /// Could not connect, or the connection closed before a response head came.
+    /// Could not connect (refused, unreachable, no address, the connect time-out).
     Connect,
-    /// The answer was not valid HTTP/1.1 (a malformed status line or head).
+    /// The TLS handshake failed: a certificate not trusted, for another name or expired,
+    /// or ALPN refused `h2` when it was required.
+    Tls,
+    /// The connection was reset or closed before a response head came, or the HTTP/2
+    /// stream was reset (RST_STREAM, GOAWAY).
+    Reset,
+    /// The answer was not valid HTTP (a malformed status line or head, an HTTP/2
+    /// protocol error).
     Protocol,
     /// The response head came, but the body was cut short or malformed (a connection
     /// closed mid-body, a broken chunk).
     Body,
-    /// The body was over the size limit.
+    /// The body (or the head) was over the size limit.
     TooLarge,
     /// The exchange was abandoned (the client went away mid-body).
     Aborted,
+    /// This machine ran out of something (file descriptors, ephemeral ports, memory):
+    /// not the upstream's fault.
+    Local,
 }
 
 impl Failure {
@@ -129,22 +141,46 @@ impl Failure {
         match self {
             Self::Timeout => "timeout",
             Self::Connect => "connect",
+            Self::Tls => "tls",
+            Self::Reset => "reset",
             Self::Protocol => "protocol",
             Self::Body => "body",
             Self::TooLarge => "too_large",
             Self::Aborted => "aborted",
+            Self::Local => "local",
         }
     }
 
     /// Every kind, for zero-valued metrics and documentation.
-    pub const ALL: [Failure; 6] = [
+    pub const ALL: [Failure; 9] = [
         Self::Timeout,
         Self::Connect,
+        Self::Tls,
+        Self::Reset,
         Self::Protocol,
         Self::Body,
         Self::TooLarge,
         Self::Aborted,
+        Self::Local,
     ];
+
+    /// The failure of an exchange that ended in `error`; `in_body` when the response
+    /// head had arrived (a protocol error or reset there is a broken body).
+    pub fn of(error: &scalpel_http::Error, in_body: bool) -> Failure {
+        use scalpel_http::ErrorKind as K;
+        match error.kind() {
+            K::Connect => Self::Connect,
+            K::Tls => Self::Tls,
+            K::Timeout => Self::Timeout,
+            K::Reset | K::Protocol | K::BodyCut if in_body => Self::Body,
+            K::Reset => Self::Reset,
+            K::Protocol => Self::Protocol,
+            K::BodyCut => Self::Body,
+            K::TooLarge => Self::TooLarge,
+            K::Local => Self::Local,
+            _ => Self::Protocol,
+        }
+    }
 }
 
 /// Why a request chosen for comparison was not compared.

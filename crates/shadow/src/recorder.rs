@@ -39,6 +39,7 @@ pub struct CompareSettings {
     max_samples: usize,
     secondary: bool,
     max_decoded_body: usize,
+    method_routes: bool,
 }
 
 impl CompareSettings {
@@ -60,7 +61,15 @@ impl CompareSettings {
             max_samples,
             secondary,
             max_decoded_body: DEFAULT_MAX_DECODED_BODY,
+            method_routes: false,
         }
+    }
+
+    /// Names routes with their method when it is not GET (`POST /v1/orders` apart from
+    /// `/v1/orders`): for recorded traffic, where one path takes several methods.
+    pub fn with_method_routes(mut self, on: bool) -> Self {
+        self.method_routes = on;
+        self
     }
 
     /// Caps a body once its `Content-Encoding` (gzip, deflate, br, zstd) is undone; a pair
@@ -74,6 +83,11 @@ impl CompareSettings {
     /// The noise rule.
     pub fn noise(&self) -> &NoiseRule {
         &self.noise
+    }
+
+    /// The redaction rules (samples, the store, the proxy's capture file).
+    pub fn redactor(&self) -> &Redactor {
+        &self.redactor
     }
 }
 
@@ -184,6 +198,17 @@ impl Recorder {
         self.settings.routes.normalize(path_and_query)
     }
 
+    /// The route of a request: its pattern, with the method when the settings ask for
+    /// it and it is not GET.
+    fn endpoint_of(&self, req: &ShadowRequest) -> String {
+        let route = self.endpoint(&req.path_and_query);
+        if self.settings.method_routes && req.method != http::Method::GET {
+            format!("{} {route}", req.method)
+        } else {
+            route
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         // A panic elsewhere must not stop the counting.
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
@@ -224,7 +249,7 @@ impl Recorder {
         candidate: Result<&ShadowResponse, Failure>,
         secondary: Option<Result<&ShadowResponse, Failure>>,
     ) -> Option<Observation> {
-        let endpoint = self.endpoint(&req.path_and_query);
+        let endpoint = self.endpoint_of(req);
         let (primary, candidate) = match (primary, candidate) {
             (Ok(p), Ok(c)) => (p, c),
             (p, c) => {

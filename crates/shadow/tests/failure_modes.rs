@@ -47,6 +47,7 @@ fn proxy_cfg(primary: &str, candidate: &str) -> ProxyConfig {
         mirror_max_age: Duration::from_secs(60),
         client_timeout: Duration::from_secs(30),
         flush_interval: Duration::from_millis(200),
+        tls: None,
     }
 }
 
@@ -470,7 +471,8 @@ async fn the_encoding_alone_is_a_header_difference() {
         recorder.clone(),
         Arc::default(),
     )
-    .await;
+    .await
+    .unwrap();
     let s = recorder.summary();
     assert_eq!(s.mismatched, 1);
     let f = &s.endpoints[0].fields;
@@ -516,7 +518,8 @@ async fn a_body_cut_short_is_a_body_error_and_both_failed_sides_are_counted() {
         recorder.clone(),
         Arc::default(),
     )
-    .await;
+    .await
+    .unwrap();
     let s = recorder.summary();
     assert_eq!(s.errors, 3, "each request once: {s:?}");
     assert_eq!(s.errors_by_kind.get("primary:body"), Some(&3), "{s:?}");
@@ -532,7 +535,8 @@ async fn a_body_cut_short_is_a_body_error_and_both_failed_sides_are_counted() {
         recorder.clone(),
         Arc::default(),
     )
-    .await;
+    .await
+    .unwrap();
     let s = recorder.summary();
     assert_eq!(s.errors, 2);
     assert_eq!(s.errors_by_kind.get("primary:connect"), Some(&2), "{s:?}");

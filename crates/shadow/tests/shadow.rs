@@ -102,7 +102,8 @@ async fn replay_finds_every_planted_difference_and_nothing_else() {
         recorder.clone(),
         Arc::default(),
     )
-    .await;
+    .await
+    .unwrap();
     assert_eq!(stats.requests, 30);
     let s = recorder.summary();
     let want: BTreeSet<(String, DiffKind, u64)> = [
@@ -155,7 +156,8 @@ async fn with_a_secondary_timestamps_are_noise_and_a_real_change_is_not() {
         recorder.clone(),
         Arc::default(),
     )
-    .await;
+    .await
+    .unwrap();
     let s = recorder.summary();
     assert_eq!(
         fields(&s),
@@ -193,6 +195,7 @@ fn proxy_cfg(primary: &str, candidate: &str) -> ProxyConfig {
         mirror_max_age: Duration::from_secs(60),
         client_timeout: Duration::from_secs(30),
         flush_interval: Duration::from_millis(200),
+        tls: None,
     }
 }
 

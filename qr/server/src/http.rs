@@ -11,9 +11,13 @@ use hyper::{Method, Request, Response, StatusCode};
 type Reply = Response<Full<Bytes>>;
 
 /// Serves one request. Never fails: every problem is a JSON error response.
-pub(crate) async fn handle(req: Request<Incoming>) -> Result<Reply, Infallible> {
+///
+/// Texts of at most `inline_max` UTF-8 bytes are rendered right here, on the connection's
+/// thread; longer ones on the blocking pool (see `main.rs` for why, and docs/qr.md for the
+/// measurement).
+pub(crate) async fn handle(req: Request<Incoming>, inline_max: usize) -> Result<Reply, Infallible> {
     Ok(match req.uri().path() {
-        "/qrcode" if req.method() == Method::GET => qrcode(req.uri().query()).await,
+        "/qrcode" if req.method() == Method::GET => qrcode(req.uri().query(), inline_max).await,
         "/healthz" if req.method() == Method::GET => {
             json(StatusCode::OK, r#"{"status":"ok"}"#.into())
         }
@@ -25,7 +29,7 @@ pub(crate) async fn handle(req: Request<Incoming>) -> Result<Reply, Infallible> 
     })
 }
 
-async fn qrcode(query: Option<&str>) -> Reply {
+async fn qrcode(query: Option<&str>, inline_max: usize) -> Reply {
     let text = match text_param(query.unwrap_or("")) {
         Err(()) => return error(StatusCode::BAD_REQUEST, "text is not valid UTF-8"),
         Ok(None) => return error(StatusCode::BAD_REQUEST, "text is missing or empty"),
@@ -42,8 +46,14 @@ async fn qrcode(query: Option<&str>) -> Reply {
         );
         return error(StatusCode::PAYLOAD_TOO_LARGE, &msg);
     }
-    // CPU work off the async workers (the published tier 4 rendered on them).
-    let rendered = tokio::task::spawn_blocking(move || qr_core::png(&text)).await;
+    let rendered = if text.len() <= inline_max {
+        // A short render costs less than handing it to another thread and back: on one
+        // core the hand-off was most of the request's cost (docs/qr.md, "Tier 4").
+        Ok(qr_core::png(&text))
+    } else {
+        // A long render would hold up every other connection of this thread.
+        tokio::task::spawn_blocking(move || qr_core::png(&text)).await
+    };
     match rendered {
         Ok(Ok(png)) => {
             let mut resp = Response::new(Full::new(Bytes::from(png)));

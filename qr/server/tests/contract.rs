@@ -14,8 +14,13 @@ struct Server {
 
 impl Server {
     fn start() -> Server {
+        Server::start_with(&[])
+    }
+
+    fn start_with(extra: &[&str]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_qr-server"))
             .args(["--port", "0"])
+            .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -139,6 +144,43 @@ fn qrcode_returns_the_qr_core_png() {
     assert_eq!(decode_qr(&reply.body), text);
 }
 
+/// Texts on both sides of the inline limit (rendered on the connection's thread up to 128
+/// bytes, on the blocking pool above), many clients at once, on two connection threads and
+/// with every render forced to one side: each answer is qr_core's PNG and decodes (rqrr, an
+/// independent decoder) to the text asked for.
+#[test]
+fn short_and_long_texts_render_correctly_inline_and_on_the_pool() {
+    let lengths = [1usize, 64, 127, 128, 129, 200, 300, 511, 512];
+    for extra in [
+        &["--threads", "2"][..],
+        &["--threads", "1", "--inline-max", "0"][..],
+        &["--threads", "1", "--inline-max", "512"][..],
+    ] {
+        let server = Server::start_with(extra);
+        std::thread::scope(|scope| {
+            for client in 0..6 {
+                let addr = &server.addr;
+                scope.spawn(move || {
+                    for (i, len) in lengths.iter().enumerate() {
+                        // Distinct texts per client, mixed case and digits: byte mode either way.
+                        let text: String = (0..*len)
+                            .map(|k| char::from(b"aZ9-x"[(k + client + i) % 5]))
+                            .collect();
+                        let reply = request(addr, "GET", &format!("/qrcode?text={text}"));
+                        assert_eq!(reply.status, 200, "{extra:?} len {len}");
+                        assert_eq!(
+                            reply.body,
+                            qr_core::png(&text).unwrap(),
+                            "{extra:?} len {len}"
+                        );
+                        assert_eq!(decode_qr(&reply.body), text, "{extra:?} len {len}");
+                    }
+                });
+            }
+        });
+    }
+}
+
 #[test]
 fn bad_requests_get_json_errors() {
     let server = Server::start();
@@ -194,6 +236,25 @@ fn sigterm_exits_zero_even_with_an_idle_keepalive_connection() {
     server.signal(libc::SIGTERM);
     assert_eq!(server.wait_exit(), Some(0));
     // Nothing listens any more.
+    assert!(TcpStream::connect(&server.addr).is_err());
+}
+
+/// Every connection thread stops: idle keep-alive connections held on several threads do
+/// not hold the exit up, and nothing listens afterwards.
+#[test]
+fn sigterm_with_several_connection_threads_exits_zero() {
+    let mut server = Server::start_with(&["--threads", "3"]);
+    let mut idle = Vec::new();
+    for _ in 0..6 {
+        let mut conn = TcpStream::connect(&server.addr).unwrap();
+        write!(conn, "GET /qrcode?text=hi HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut first = [0u8; 12];
+        conn.read_exact(&mut first).unwrap();
+        assert_eq!(&first, b"HTTP/1.1 200");
+        idle.push(conn);
+    }
+    server.signal(libc::SIGTERM);
+    assert_eq!(server.wait_exit(), Some(0));
     assert!(TcpStream::connect(&server.addr).is_err());
 }
 

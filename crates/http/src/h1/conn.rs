@@ -10,6 +10,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
+use http::HeaderMap;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::wire::{self, ChunkedDecoder, Expect, Framing, HeadInfo, ResponseHead};
@@ -18,6 +19,18 @@ use crate::stream::Stream;
 
 /// Free space kept in the read buffer before each read.
 const READ_RESERVE: usize = 16 * 1024;
+
+/// Writes `len` as a chunk-size line (`1a2b\r\n`) into `out`; returns its length.
+fn chunk_size_line(len: usize, out: &mut [u8; 18]) -> usize {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let digits = (usize::BITS - len.leading_zeros()).div_ceil(4).max(1) as usize;
+    for i in 0..digits {
+        out[digits - 1 - i] = HEX[(len >> (4 * i)) & 0xf];
+    }
+    out[digits] = b'\r';
+    out[digits + 1] = b'\n';
+    digits + 2
+}
 
 /// Where the current response body stands.
 #[derive(Debug)]
@@ -41,6 +54,13 @@ pub struct H1Conn {
     read_timeout: Option<Duration>,
     /// Responses read to their end on this connection.
     completed: u64,
+    /// The trailer fields of the last chunked body read with `data`, once it ended
+    /// (boxed: rare, and the connection stays small).
+    trailers: Option<Box<HeaderMap>>,
+    /// Interim (1xx) responses skipped before the last head `read_response` read.
+    interim: u32,
+    /// The `Trailer` values of the last head `read_response` read.
+    declared_trailers: Box<[http::HeaderValue]>,
 }
 
 impl H1Conn {
@@ -57,6 +77,9 @@ impl H1Conn {
             max_head_bytes,
             read_timeout,
             completed: 0,
+            trailers: None,
+            interim: 0,
+            declared_trailers: Box::default(),
         }
     }
 
@@ -112,14 +135,67 @@ impl H1Conn {
         rest.await.map_err(|e| Error::io(Phase::Write, e))
     }
 
+    /// Writes a piece of a request body whose head (without body) went out with
+    /// [`H1Conn::write_request`]: as it is (`chunked: false`, the head declared a
+    /// `Content-Length`) or as one chunk (`chunked: true`, the head declared
+    /// `Transfer-Encoding: chunked`). For a proxy that streams its client's body on.
+    /// An empty piece writes nothing (an empty chunk would end the body).
+    pub async fn write_body(&mut self, data: &[u8], chunked: bool) -> Result<(), Error> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let io = |e| Error::io(Phase::Write, e);
+        if chunked {
+            let mut size = [0u8; 18];
+            let n = chunk_size_line(data.len(), &mut size);
+            self.stream.write_all(&size[..n]).await.map_err(io)?;
+            self.stream.write_all(data).await.map_err(io)?;
+            self.stream.write_all(b"\r\n").await.map_err(io)
+        } else {
+            self.stream.write_all(data).await.map_err(io)
+        }
+    }
+
+    /// Ends a body written with [`H1Conn::write_body`] (the last chunk for a chunked one)
+    /// and flushes the request out.
+    pub async fn finish_body(&mut self, chunked: bool) -> Result<(), Error> {
+        let io = |e| Error::io(Phase::Write, e);
+        if chunked {
+            self.stream.write_all(b"0\r\n\r\n").await.map_err(io)?;
+        }
+        self.stream.flush().await.map_err(io)
+    }
+
+    /// Interim (1xx) responses (103 Early Hints…) skipped before the last head that
+    /// [`H1Conn::read_response`] read: a proxy that cannot pass them on counts them.
+    pub fn interim_responses(&self) -> u32 {
+        self.interim
+    }
+
+    /// The values of the `Trailer` header of the last head [`H1Conn::read_response`]
+    /// read (left out of its header map, being on the hop-by-hop list): a proxy that
+    /// passes trailers on declares them to its own client with these.
+    pub fn declared_trailers(&self) -> &[http::HeaderValue] {
+        &self.declared_trailers
+    }
+
+    /// The trailer fields of the last chunked body read through [`H1Conn::data`] (or
+    /// `poll_data`, `read_body`), once it has ended; `None` when it had none.
+    pub fn take_trailers(&mut self) -> Option<HeaderMap> {
+        self.trailers.take().map(|t| *t)
+    }
+
     /// Reads the response head with its header map (hop-by-hop headers left out), for a
     /// proxy; the body is then read with [`H1Conn::data`] or [`H1Conn::read_body`].
     pub async fn read_response(&mut self, expect: Expect) -> Result<ResponseHead, Error> {
         let expect = self.expect(expect);
         loop {
             if !self.rbuf.is_empty()
-                && let Some(head) = wire::parse_response(&mut self.rbuf, &expect)?
+                && let Some((head, interim, declared)) =
+                    wire::parse_response_counted(&mut self.rbuf, &expect)?
             {
+                self.interim = interim;
+                self.declared_trailers = declared.into_boxed_slice();
                 self.start_body(head.framing, head.keep_alive);
                 return Ok(head);
             }
@@ -306,6 +382,7 @@ impl H1Conn {
                     .decode(&mut self.rbuf)
                     .inspect_err(|_| self.keep_alive = false)?;
                 if dec.is_done() {
+                    self.trailers = dec.take_trailers().map(Box::new);
                     self.end_body();
                 }
                 d
@@ -322,6 +399,7 @@ impl H1Conn {
 
     fn start_body(&mut self, framing: Framing, keep_alive: bool) {
         self.keep_alive = keep_alive;
+        self.trailers = None;
         self.body = match framing {
             Framing::Empty | Framing::Length(0) => Body::Done,
             Framing::Length(n) => Body::Length(n),
@@ -370,6 +448,26 @@ impl H1Conn {
                 self.keep_alive = false;
                 Err(Error::io(phase, e))
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::chunk_size_line;
+
+    #[test]
+    fn chunk_size_lines_are_lower_hex_without_leading_zeros() {
+        let mut out = [0u8; 18];
+        for (len, line) in [
+            (1usize, "1\r\n"),
+            (15, "f\r\n"),
+            (16, "10\r\n"),
+            (0x1a2b, "1a2b\r\n"),
+            (usize::MAX, "ffffffffffffffff\r\n"),
+        ] {
+            let n = chunk_size_line(len, &mut out);
+            assert_eq!(std::str::from_utf8(&out[..n]).unwrap(), line);
         }
     }
 }

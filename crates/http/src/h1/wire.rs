@@ -227,6 +227,8 @@ type Span = (usize, usize, usize, usize);
 struct Scan {
     /// Offset of the final head (after skipped 1xx) and its end.
     start: usize,
+    /// Interim (1xx) responses skipped before it.
+    interim: u32,
     end: usize,
     code: u16,
     http11: bool,
@@ -246,6 +248,7 @@ fn scan(
         limit: expect.max_head_bytes,
     };
     let mut start = 0;
+    let mut interim = 0u32;
     loop {
         let rest = &buf[start..];
         let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
@@ -283,6 +286,7 @@ fn scan(
         }
         if (100..200).contains(&code) && !switched {
             start += len;
+            interim = interim.saturating_add(1);
             continue;
         }
         if StatusCode::from_u16(code).is_err() {
@@ -344,6 +348,7 @@ fn scan(
             && if http11 { !close } else { keep && !close };
         return Ok(Some(Scan {
             start,
+            interim,
             end: start + len,
             code,
             http11,
@@ -392,6 +397,17 @@ pub fn parse_response(
     buf: &mut BytesMut,
     expect: &Expect,
 ) -> Result<Option<ResponseHead>, WireError> {
+    Ok(parse_response_counted(buf, expect)?.map(|(head, _, _)| head))
+}
+
+/// [`parse_response`], also saying how many interim (1xx) responses were skipped before
+/// the final head (a proxy that cannot pass them on counts them), and the values of its
+/// `Trailer` header (hop-by-hop on the list, but a proxy that passes trailers on must
+/// declare them to its own client).
+pub(crate) fn parse_response_counted(
+    buf: &mut BytesMut,
+    expect: &Expect,
+) -> Result<Option<(ResponseHead, u32, Vec<HeaderValue>)>, WireError> {
     let mut spans = Vec::new();
     let Some(s) = scan(buf, expect, Some(&mut spans))? else {
         return Ok(None);
@@ -408,8 +424,14 @@ pub fn parse_response(
     );
     let switched = s.code == 101;
     let mut headers = HeaderMap::with_capacity(s.count);
+    let mut trailer = Vec::new();
     for (n, nl, v, vl) in spans.clone() {
         let name = &bytes[n..n + nl];
+        if name.eq_ignore_ascii_case(b"trailer")
+            && let Ok(value) = HeaderValue::from_maybe_shared(bytes.slice(v..v + vl))
+        {
+            trailer.push(value);
+        }
         // With Transfer-Encoding, a Content-Length is wrong and must go (RFC 9112 §6.3).
         let stale_length = s.chunked.is_some() && name.eq_ignore_ascii_case(b"content-length");
         let protocol = switched && name.eq_ignore_ascii_case(b"upgrade");
@@ -421,7 +443,7 @@ pub fn parse_response(
             .map_err(|e| WireError::Head(e.to_string()))?;
         headers.append(name, value);
     }
-    Ok(Some(ResponseHead {
+    let head = ResponseHead {
         status: StatusCode::from_u16(s.code)
             .map_err(|_| WireError::Head(format!("status {}", s.code)))?,
         version: if s.http11 {
@@ -433,7 +455,8 @@ pub fn parse_response(
         framing: s.framing,
         keep_alive: s.keep_alive,
         reframed: s.reframed,
-    }))
+    };
+    Ok(Some((head, s.interim, trailer)))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -460,9 +483,15 @@ enum Step {
     Wait,
 }
 
-/// Decodes a chunked body as its bytes arrive; trailers are read and dropped.
+/// Decodes a chunked body as its bytes arrive. [`ChunkedDecoder::decode`] keeps the
+/// trailer section's lines (at most 16 KiB) for [`ChunkedDecoder::take_trailers`];
+/// [`ChunkedDecoder::skip`] drops them.
 #[derive(Debug, Clone)]
-pub struct ChunkedDecoder(ChunkState);
+pub struct ChunkedDecoder {
+    state: ChunkState,
+    /// The raw trailer lines `decode` read, CRLF included.
+    trailers: Vec<u8>,
+}
 
 impl Default for ChunkedDecoder {
     fn default() -> Self {
@@ -473,20 +502,63 @@ impl Default for ChunkedDecoder {
 impl ChunkedDecoder {
     /// A decoder at the start of a body.
     pub fn new() -> Self {
-        Self(ChunkState::Size)
+        Self {
+            state: ChunkState::Size,
+            trailers: Vec::new(),
+        }
     }
 
     /// The last chunk and the trailers have been read.
     pub fn is_done(&self) -> bool {
-        self.0 == ChunkState::Done
+        self.state == ChunkState::Done
+    }
+
+    /// The trailer fields [`ChunkedDecoder::decode`] read, once the body is done; `None`
+    /// when there were none (or a line does not parse as a field, which is then dropped
+    /// as before). Hop-by-hop names are left out, as in a head.
+    pub fn take_trailers(&mut self) -> Option<HeaderMap> {
+        if !self.is_done() || self.trailers.is_empty() {
+            return None;
+        }
+        let mut raw = std::mem::take(&mut self.trailers);
+        raw.extend_from_slice(b"\r\n");
+        // A slot per line: trailers are bounded by MAX_TRAILERS bytes, never by a count.
+        let lines = raw.iter().filter(|&&b| b == b'\n').count();
+        let mut slots = vec![httparse::EMPTY_HEADER; lines];
+        let httparse::Status::Complete((_, fields)) =
+            httparse::parse_headers(&raw, &mut slots).ok()?
+        else {
+            return None;
+        };
+        let mut map = HeaderMap::with_capacity(fields.len());
+        for f in fields {
+            if is_hop_by_hop(f.name.as_bytes()) {
+                continue;
+            }
+            if let (Ok(name), Ok(value)) = (
+                HeaderName::from_bytes(f.name.as_bytes()),
+                HeaderValue::from_bytes(f.value),
+            ) {
+                map.append(name, value);
+            }
+        }
+        (!map.is_empty()).then_some(map)
     }
 
     /// The next piece of body data in `buf`, consumed; `Ok(None)` when `buf` holds no
     /// more (read more, unless [`ChunkedDecoder::is_done`]).
     pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Bytes>, WireError> {
         loop {
+            let trailer = matches!(self.state, ChunkState::Trailers(_));
             match self.step(buf)? {
-                Step::Framing(n) => buf.advance(n),
+                Step::Framing(n) => {
+                    // A trailer line (the empty line that ends them is 2 bytes); their
+                    // total is bounded by MAX_TRAILERS in `step`.
+                    if trailer && n > 2 {
+                        self.trailers.extend_from_slice(&buf[..n]);
+                    }
+                    buf.advance(n)
+                }
                 Step::Data(n) => return Ok(Some(buf.split_to(n).freeze())),
                 Step::Wait => return Ok(None),
             }
@@ -512,7 +584,7 @@ impl ChunkedDecoder {
     /// Decides what the front of `buf` is; the state moves on as if the caller consumes
     /// what the step names.
     fn step(&mut self, buf: &[u8]) -> Result<Step, WireError> {
-        match self.0 {
+        match self.state {
             ChunkState::Size => {
                 let Some(end) = line_end(buf) else {
                     return if buf.len() > MAX_CHUNK_LINE {
@@ -534,7 +606,7 @@ impl ChunkedDecoder {
                     .filter(|d| d.bytes().all(|b| b.is_ascii_hexdigit()))
                     .and_then(|d| u64::from_str_radix(d, 16).ok())
                     .ok_or(WireError::Chunked("bad chunk size"))?;
-                self.0 = if size == 0 {
+                self.state = if size == 0 {
                     ChunkState::Trailers(0)
                 } else {
                     ChunkState::Data(size)
@@ -546,7 +618,7 @@ impl ChunkedDecoder {
                     return Ok(Step::Wait);
                 }
                 let n = (buf.len() as u64).min(left) as usize;
-                self.0 = match left - n as u64 {
+                self.state = match left - n as u64 {
                     0 => ChunkState::DataEnd,
                     rest => ChunkState::Data(rest),
                 };
@@ -559,7 +631,7 @@ impl ChunkedDecoder {
                 if &buf[..2] != b"\r\n" {
                     return Err(WireError::Chunked("no CRLF after chunk data"));
                 }
-                self.0 = ChunkState::Size;
+                self.state = ChunkState::Size;
                 Ok(Step::Framing(2))
             }
             ChunkState::Trailers(seen) => {
@@ -573,7 +645,7 @@ impl ChunkedDecoder {
                 if seen + end > MAX_TRAILERS {
                     return Err(WireError::Chunked("trailers too large"));
                 }
-                self.0 = if end == 0 {
+                self.state = if end == 0 {
                     ChunkState::Done
                 } else {
                     ChunkState::Trailers(seen + end + 2)

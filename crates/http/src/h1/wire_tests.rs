@@ -302,6 +302,63 @@ fn chunked_bodies_decode_across_every_split_point() {
 }
 
 #[test]
+fn trailers_are_kept_by_decode_at_every_split_point_and_dropped_by_skip() {
+    let wire = b"2\r\nhi\r\n0\r\nX-Sum: abc\r\nconnection: x\r\nX-Two: 2\r\n\r\nNEXT";
+    for cut in 0..=wire.len() {
+        let mut dec = ChunkedDecoder::new();
+        let mut buf = BytesMut::new();
+        for piece in [&wire[..cut], &wire[cut..]] {
+            buf.extend_from_slice(piece);
+            while dec.decode(&mut buf).unwrap().is_some() {}
+        }
+        let t = dec.take_trailers().expect("trailers kept");
+        assert_eq!(t["x-sum"], "abc", "cut at {cut}");
+        assert_eq!(t["x-two"], "2", "cut at {cut}");
+        assert!(t.get("connection").is_none(), "hop-by-hop dropped");
+        assert_eq!(&buf[..], b"NEXT");
+        assert!(dec.take_trailers().is_none(), "taken once");
+    }
+    let mut dec = ChunkedDecoder::new();
+    let mut buf = BytesMut::from(&wire[..]);
+    dec.skip(&mut buf).unwrap();
+    assert!(dec.is_done() && dec.take_trailers().is_none());
+    let mut dec = ChunkedDecoder::new();
+    let mut buf = BytesMut::from(&b"0\r\n\r\n"[..]);
+    assert!(dec.decode(&mut buf).unwrap().is_none());
+    assert!(
+        dec.is_done() && dec.take_trailers().is_none(),
+        "no trailers"
+    );
+}
+
+#[test]
+fn declared_trailers_are_reported_apart_from_the_forwarded_headers() {
+    let mut buf = BytesMut::from(
+        &b"HTTP/1.1 200 OK\r\ntrailer: x-sum\r\nTrailer: x-two\r\ntransfer-encoding: chunked\r\n\r\n"[..],
+    );
+    let (head, _, trailer) = super::parse_response_counted(&mut buf, &Expect::default())
+        .unwrap()
+        .unwrap();
+    assert!(
+        head.headers.get("trailer").is_none(),
+        "hop-by-hop in the map"
+    );
+    assert_eq!(trailer, ["x-sum", "x-two"]);
+}
+
+#[test]
+fn interim_answers_are_counted_for_a_proxy() {
+    let mut buf = BytesMut::from(
+        &b"HTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\nHTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"[..],
+    );
+    let (head, interim, _) = super::parse_response_counted(&mut buf, &Expect::default())
+        .unwrap()
+        .unwrap();
+    assert_eq!((head.status.as_u16(), interim), (200, 2));
+    assert!(buf.is_empty());
+}
+
+#[test]
 fn chunked_skip_drops_the_same_bytes_at_every_split_point() {
     for cut in 0..=CHUNKED.len() {
         let mut dec = ChunkedDecoder::new();

@@ -74,6 +74,7 @@ pub fn step_with_values(
         handshake_ms: None,
         handshake_histogram: None,
         h2: None,
+        endpoints: Vec::new(),
         start_late_s: None,
     }
 }
@@ -96,6 +97,7 @@ pub fn config(model: &str, slo: Option<&str>) -> RunConfig {
         requests_per_step: None,
         slo: slo.map(str::to_owned),
         request: "GET /balance/{user_id}".to_owned(),
+        recorded: None,
     }
 }
 
@@ -211,6 +213,7 @@ pub fn simulated_step(
         handshake_ms: None,
         handshake_histogram: None,
         h2: None,
+        endpoints: Vec::new(),
         start_late_s: None,
     }
 }

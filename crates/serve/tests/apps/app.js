@@ -11,6 +11,7 @@
 //   GET /stream         "first\n", then "second\n" 300 ms later (chunked)
 //   GET /half?die=I     worker I sends a head (Content-Length 100) and 10 bytes, then
 //                       exits; the others answer 100 bytes
+//   GET /grow?mb=N      keeps N more MiB (touched, so they count in PSS), then answers
 //   GET /conns          {"connections"}: how many connections this worker has accepted
 //   GET /sse?ms=N&every=E  a stream of events ("data: I" every E ms, default 100)
 //                       for N ms (chunked)
@@ -21,9 +22,12 @@
 //   Upgrade: shout      101, then every byte received comes back upper-cased, prefixed
 //                       once by "worker I:" (a stand-in for a WebSocket)
 // $FLOOD=N: prints N lines to stdout at start, before listening.
+// Socket activation (serve's mode = "direct"): when LISTEN_FDS=1 and LISTEN_PID is this
+// process, it also serves the socket on fd 3; $PORT stays for serve's health checks.
 const http = require('node:http');
 
 let connections = 0;
+const kept = [];
 
 const port = Number(process.env.PORT);
 const index = process.env.WORKER_INDEX;
@@ -50,6 +54,12 @@ const server = http.createServer((req, res) => {
     case '/':
       json(200, { pid: process.pid, index, tag: process.env.APP_TAG || null });
       return;
+    case '/grow': {
+      const b = Buffer.alloc(Number(url.searchParams.get('mb') || 1) * 1024 * 1024, 1);
+      kept.push(b);
+      json(200, { pid: process.pid, kept_mb: kept.length });
+      return;
+    }
     case '/conns':
       json(200, { connections });
       return;
@@ -152,8 +162,19 @@ for (let i = 0; i < Number(process.env.FLOOD || 0); i++) {
   console.log(`flood line ${i} of worker ${index}`);
 }
 server.listen(port, '127.0.0.1', () => console.log(`worker ${index} listening on ${port}`));
+let direct = null;
+if (process.env.LISTEN_FDS === '1' && process.env.LISTEN_PID === String(process.pid)) {
+  direct = http.createServer(server.listeners('request')[0]);
+  direct.on('connection', () => connections++);
+  direct.keepAliveTimeout = server.keepAliveTimeout;
+  direct.listen({ fd: 3 }, () => console.log(`worker ${index} serving fd 3 (${process.env.LISTEN_FDNAMES})`));
+}
 process.on('SIGTERM', () => {
   console.log(`worker ${index} stopping`);
+  if (direct) {
+    direct.close();
+    direct.closeIdleConnections();
+  }
   server.close(() => process.exit(0));
   // Idle keep-alive sockets would hold close() open.
   server.closeIdleConnections();

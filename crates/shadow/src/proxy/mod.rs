@@ -10,43 +10,57 @@
 //!
 //! Everything right of the queue runs on one thread of its own (`scalpel-mirror`, its own
 //! single-threaded runtime, nice 19), so mirror work never competes with forwarding as an
-//! equal: on a busy machine the mirrors fall behind and are skipped, not the clients.
+//! equal: on a busy machine the mirrors fall behind and are skipped, not the clients. The
+//! capture (`--capture`) takes the same road: a bounded queue to that thread, which
+//! redacts the request and hands it to the capture file's writer thread.
+//!
+//! Clients may connect over TLS ([`ProxyConfig::tls`]; ALPN `h2` or `http/1.1`); every
+//! upstream is reached through `scalpel-http` with its own settings (https, h2, trust).
+
+mod admin;
+mod capture;
 
 use std::convert::Infallible;
-use std::fmt::Write as _;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::{Bytes, BytesMut};
-use http::header::{CONTENT_TYPE, TE};
-use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
+use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::rt::{Read, Write};
 use hyper::service::service_fn;
-use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use scalpel_diff::{SampleKey, Sampler};
+use scalpel_http::ServerTls;
+use scalpel_requests::{CaptureSink, CaptureStats};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
+use tokio_rustls::TlsAcceptor;
 
 use crate::ShadowError;
 use crate::budget::{Budget, Charge};
 use crate::client::{
-    BufferedClient, ExchangeError, Upstream, accepts_trailers, buffered_client, connector,
-    exchange, forwardable, head_failure, strip_hop_by_hop,
+    Client, ExchangeError, ForwardError, OutBody, Reach, Upstream, UpstreamBody, accepts_trailers,
+    forwardable, strip_hop_by_hop,
 };
 use crate::model::{Failure, ShadowRequest, ShadowResponse, SkipReason};
 use crate::recorder::Recorder;
+use capture::CaptureJob;
 
 mod live;
 
-type ProxyBody = BoxBody<Bytes, hyper::Error>;
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+type ProxyBody = BoxBody<Bytes, BoxError>;
+
+/// The most idle connections kept to the primary.
+const PRIMARY_MAX_IDLE: usize = 256;
 
 /// How the proxy runs.
 #[derive(Debug, Clone)]
@@ -95,6 +109,9 @@ pub struct ProxyConfig {
     pub client_timeout: Duration,
     /// How often counters are written to the store.
     pub flush_interval: Duration,
+    /// Listen with TLS (certificate and key, ALPN `h2` and `http/1.1`); plain HTTP/1.1
+    /// when `None`.
+    pub tls: Option<ServerTls>,
 }
 
 /// Counters of the request path, exported as metrics.
@@ -110,6 +127,15 @@ struct PathCounters {
     client_timeouts: AtomicU64,
     in_flight: AtomicU64,
     connections: AtomicU64,
+    /// TLS handshakes with clients that failed or timed out.
+    tls_handshake_failures: AtomicU64,
+    /// Client connections by protocol: HTTP/1.1, HTTP/2 (over TLS by ALPN).
+    connections_h1: AtomicU64,
+    connections_h2: AtomicU64,
+    /// Sampled requests not captured: the queue to the capture thread was full, or the
+    /// body was over `max_request_body`.
+    capture_queue_full: AtomicU64,
+    capture_body_too_large: AtomicU64,
 }
 
 /// What the proxy did, returned by [`Proxy::run`] when it has stopped.
@@ -125,6 +151,8 @@ pub struct ProxyStats {
     pub mirrored: u64,
     /// From the shutdown signal to the counters committed.
     pub shutdown: Duration,
+    /// What the capture file got, when there was one (after its writer finished).
+    pub capture: Option<CaptureStats>,
 }
 
 /// What became of the primary's answer, for the mirror that waits for it.
@@ -183,12 +211,18 @@ struct MirrorJob {
 
 struct Ctx {
     cfg: ProxyConfig,
-    primary: Client<hyper_util::client::legacy::connect::HttpConnector, ProxyBody>,
+    primary: Arc<Client>,
+    candidate: Arc<Client>,
+    secondary: Option<Arc<Client>>,
     queue: mpsc::Sender<MirrorJob>,
     recorder: Arc<Recorder>,
     counters: Arc<PathCounters>,
     budget: Arc<Budget>,
     seq: AtomicU64,
+    /// Where sampled requests go to be captured (`None`: no capture).
+    capture: Option<mpsc::Sender<CaptureJob>>,
+    /// The capture file's writer, shared with the capture task and `/metrics`.
+    capture_sink: Arc<Mutex<Option<CaptureSink>>>,
 }
 
 /// A bound proxy, ready to run.
@@ -198,6 +232,9 @@ pub struct Proxy {
     admin: Option<TcpListener>,
     cfg: ProxyConfig,
     recorder: Arc<Recorder>,
+    clients: [Option<Arc<Client>>; 3],
+    reach: Vec<(&'static str, String, Reach)>,
+    capture: Option<CaptureSink>,
 }
 
 impl std::fmt::Debug for Ctx {
@@ -209,9 +246,39 @@ impl std::fmt::Debug for Ctx {
 }
 
 impl Proxy {
-    /// Binds the listen and admin addresses.
+    /// Checks every upstream (one connection each: a certificate that does not verify, a
+    /// wrong name, a server that refuses a required h2, an unusable CA file fail here,
+    /// before any client is served; an upstream that does not answer yet is only noted,
+    /// see [`Proxy::upstreams`]), then binds the listen and admin addresses.
     pub async fn bind(cfg: ProxyConfig, recorder: Arc<Recorder>) -> Result<Self, ShadowError> {
-        let bind_err = |addr: SocketAddr| move |source| ShadowError::Bind { addr, source };
+        let primary = connect_client(
+            "primary",
+            &cfg.primary,
+            cfg.primary_timeout,
+            PRIMARY_MAX_IDLE,
+        )
+        .await?;
+        let candidate = connect_client(
+            "candidate",
+            &cfg.candidate,
+            cfg.mirror_timeout,
+            cfg.mirror_concurrency,
+        )
+        .await?;
+        let secondary = match &cfg.secondary {
+            Some(s) => Some(
+                connect_client("secondary", s, cfg.mirror_timeout, cfg.mirror_concurrency).await?,
+            ),
+            None => None,
+        };
+        let mut reach = vec![
+            ("primary", cfg.primary.describe(), primary.1),
+            ("candidate", cfg.candidate.describe(), candidate.1),
+        ];
+        if let (Some(s), Some(c)) = (&cfg.secondary, &secondary) {
+            reach.push(("secondary", s.describe(), c.1.clone()));
+        }
+        let bind_err = |addr: SocketAddr| move |error| ShadowError::Bind { addr, error };
         let listener = TcpListener::bind(cfg.listen)
             .await
             .map_err(bind_err(cfg.listen))?;
@@ -224,7 +291,23 @@ impl Proxy {
             admin,
             cfg,
             recorder,
+            clients: [Some(primary.0), Some(candidate.0), secondary.map(|s| s.0)],
+            reach,
+            capture: None,
         })
+    }
+
+    /// Captures every sampled request (the proxy's sampling; redacted with the
+    /// recorder's redaction rules) through `sink`, off the request path.
+    pub fn with_capture(mut self, sink: CaptureSink) -> Self {
+        self.capture = Some(sink);
+        self
+    }
+
+    /// Each upstream (`primary`, `candidate`, `secondary`), how it is reached, and what
+    /// the check at bind time found.
+    pub fn upstreams(&self) -> &[(&'static str, String, Reach)] {
+        &self.reach
     }
 
     /// The address clients connect to.
@@ -244,23 +327,35 @@ impl Proxy {
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<ProxyStats, ShadowError> {
         let cfg = self.cfg.clone();
         let (tx, rx) = mpsc::channel(cfg.queue.max(1));
-        let primary = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(30))
-            .build(connector(cfg.primary_timeout));
+        let [Some(primary), Some(candidate), secondary] = self.clients else {
+            unreachable!("bind made the primary and candidate clients");
+        };
+        let (capture_tx, capture_rx) = match &self.capture {
+            Some(_) => {
+                let (t, r) = mpsc::channel(cfg.queue.max(1));
+                (Some(t), Some(r))
+            }
+            None => (None, None),
+        };
         let counters = Arc::new(PathCounters::default());
         let ctx = Arc::new(Ctx {
             cfg: cfg.clone(),
             primary,
+            candidate,
+            secondary,
             queue: tx,
             recorder: self.recorder.clone(),
             counters: counters.clone(),
             budget: Budget::new(cfg.mirror_budget),
             seq: AtomicU64::new(0),
+            capture: capture_tx,
+            capture_sink: Arc::new(Mutex::new(self.capture)),
         });
+        let tls = cfg.tls.as_ref().map(ServerTls::acceptor);
         let (closing_tx, closing) = watch::channel(false);
         let slots = Arc::new(Semaphore::new(cfg.mirror_concurrency.max(1)));
         let (stop_mirrors, mirror_thread) =
-            start_mirror_thread(rx, ctx.clone(), slots, closing.clone())?;
+            start_mirror_thread(rx, capture_rx, ctx.clone(), slots, closing.clone())?;
         let flusher = {
             let recorder = self.recorder.clone();
             let every = cfg.flush_interval;
@@ -275,7 +370,7 @@ impl Proxy {
         let admin = self.admin.map(|l| {
             let live = Arc::new(live::Live::new(&cfg));
             (
-                tokio::spawn(serve_admin(l, ctx.clone(), live.clone())),
+                tokio::spawn(admin::serve_admin(l, ctx.clone(), live.clone())),
                 tokio::spawn(live::run(live, ctx.clone())),
             )
         });
@@ -294,7 +389,7 @@ impl Proxy {
                         }
                     };
                     let _ = stream.set_nodelay(true);
-                    tokio::spawn(serve_client(stream, ctx.clone(), closing.clone()));
+                    tokio::spawn(serve_client(stream, ctx.clone(), closing.clone(), tls.clone()));
                 }
             }
         }
@@ -314,6 +409,14 @@ impl Proxy {
         {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        // Requests queued for the capture reach its writer before the mirror thread
+        // (which redacts them) stops: a capture keeps every request it accepted. The
+        // capture task offers each one in the same poll that takes it off the queue.
+        if let Some(tx) = &ctx.capture {
+            while Instant::now() < deadline && tx.capacity() < tx.max_capacity() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
         flusher.abort();
         let _ = stop_mirrors.send(());
         // Joining drops the mirror runtime's tasks: what is still in flight is counted
@@ -325,11 +428,22 @@ impl Proxy {
         }
         let recorder = self.recorder.clone();
         let _ = tokio::task::spawn_blocking(move || recorder.flush_and_sync()).await;
+        // The capture thread writes what is queued, then the file is complete.
+        let sink = ctx
+            .capture_sink
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        let capture = match sink {
+            Some(s) => tokio::task::spawn_blocking(move || s.close()).await.ok(),
+            None => None,
+        };
         Ok(ProxyStats {
             requests: counters.requests.load(Ordering::Relaxed),
             chosen: counters.chosen.load(Ordering::Relaxed),
             mirrored: counters.mirrored.load(Ordering::Relaxed),
             shutdown: stop_started.elapsed(),
+            capture,
         })
     }
 }
@@ -340,11 +454,73 @@ async fn until_closing(closing: &mut watch::Receiver<bool>) {
     let _ = closing.wait_for(|c| *c).await;
 }
 
-/// One client connection. At shutdown it finishes the request in progress and closes.
-async fn serve_client(stream: TcpStream, ctx: Arc<Ctx>, mut closing: watch::Receiver<bool>) {
+/// Makes an upstream's client and checks it (see [`Proxy::bind`]).
+async fn connect_client(
+    role: &'static str,
+    up: &Upstream,
+    timeout: Duration,
+    max_idle: usize,
+) -> Result<(Arc<Client>, Reach), ShadowError> {
+    let err = |error| ShadowError::Upstream {
+        role,
+        url: up.to_string(),
+        error,
+    };
+    let client = Client::new(up, timeout, None, max_idle)
+        .await
+        .map_err(err)?;
+    let reach = client.check(role).await?;
+    Ok((client, reach))
+}
+
+/// One client connection (TLS first when configured; HTTP/2 when ALPN chose it). At
+/// shutdown it finishes the request in progress and closes.
+async fn serve_client(
+    stream: TcpStream,
+    ctx: Arc<Ctx>,
+    closing: watch::Receiver<bool>,
+    tls: Option<TlsAcceptor>,
+) {
     let counters = ctx.counters.clone();
-    let client_timeout = ctx.cfg.client_timeout;
     counters.connections.fetch_add(1, Ordering::Relaxed);
+    match tls {
+        None => serve_h1(TokioIo::new(stream), ctx, closing).await,
+        Some(acceptor) => {
+            // A client that never finishes its handshake holds a connection for the
+            // client time-out at most, as one that never sends a head.
+            let limit = ctx.cfg.client_timeout;
+            match tokio::time::timeout(limit, acceptor.accept(stream)).await {
+                Ok(Ok(tls)) => {
+                    let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+                    if h2 {
+                        serve_h2(TokioIo::new(tls), ctx, closing).await;
+                    } else {
+                        serve_h1(TokioIo::new(tls), ctx, closing).await;
+                    }
+                }
+                Ok(Err(e)) => {
+                    counters
+                        .tls_handshake_failures
+                        .fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(error = %e, "client TLS handshake failed");
+                }
+                Err(_) => {
+                    counters
+                        .tls_handshake_failures
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+    counters.connections.fetch_sub(1, Ordering::Relaxed);
+}
+
+async fn serve_h1<I>(io: I, ctx: Arc<Ctx>, mut closing: watch::Receiver<bool>)
+where
+    I: Read + Write + Unpin + Send + 'static,
+{
+    ctx.counters.connections_h1.fetch_add(1, Ordering::Relaxed);
+    let client_timeout = ctx.cfg.client_timeout;
     let svc = service_fn(move |req| handle(req, ctx.clone()));
     let mut builder = hyper::server::conn::http1::Builder::new();
     // The client must see the primary's headers, not ours: no `date` the primary did
@@ -353,7 +529,7 @@ async fn serve_client(stream: TcpStream, ctx: Arc<Ctx>, mut closing: watch::Rece
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(client_timeout);
-    let conn = builder.serve_connection(TokioIo::new(stream), svc);
+    let conn = builder.serve_connection(io, svc);
     tokio::pin!(conn);
     let result = tokio::select! {
         r = conn.as_mut() => r,
@@ -365,7 +541,34 @@ async fn serve_client(stream: TcpStream, ctx: Arc<Ctx>, mut closing: watch::Rece
     if let Err(e) = result {
         tracing::debug!(error = %e, "client connection ended");
     }
-    counters.connections.fetch_sub(1, Ordering::Relaxed);
+}
+
+async fn serve_h2<I>(io: I, ctx: Arc<Ctx>, mut closing: watch::Receiver<bool>)
+where
+    I: Read + Write + Unpin + Send + 'static,
+{
+    ctx.counters.connections_h2.fetch_add(1, Ordering::Relaxed);
+    let client_timeout = ctx.cfg.client_timeout;
+    let svc = service_fn(move |req| handle(req, ctx.clone()));
+    let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    builder.auto_date_header(false);
+    // An idle HTTP/2 client is pinged, and dropped when it stops answering.
+    builder
+        .timer(TokioTimer::new())
+        .keep_alive_interval(client_timeout)
+        .keep_alive_timeout(client_timeout);
+    let conn = builder.serve_connection(io, svc);
+    tokio::pin!(conn);
+    let result = tokio::select! {
+        r = conn.as_mut() => r,
+        () = until_closing(&mut closing) => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!(error = %e, "client h2 connection ended");
+    }
 }
 
 /// Starts the thread that runs every mirror exchange and comparison, apart from the
@@ -374,6 +577,7 @@ async fn serve_client(stream: TcpStream, ctx: Arc<Ctx>, mut closing: watch::Rece
 /// instead of the clients' requests. Measured: docs/shadow.md, "Performance".
 fn start_mirror_thread(
     rx: mpsc::Receiver<MirrorJob>,
+    capture: Option<mpsc::Receiver<CaptureJob>>,
     ctx: Arc<Ctx>,
     slots: Arc<Semaphore>,
     closing: watch::Receiver<bool>,
@@ -388,6 +592,13 @@ fn start_mirror_thread(
         .spawn(move || {
             lower_this_thread_priority();
             rt.block_on(async move {
+                if let Some(jobs) = capture {
+                    tokio::spawn(capture::run(
+                        jobs,
+                        ctx.capture_sink.clone(),
+                        ctx.recorder.settings().redactor().clone(),
+                    ));
+                }
                 tokio::pin!(stopped);
                 tokio::select! {
                     () = dispatch(rx, ctx, slots, closing) => {
@@ -433,7 +644,6 @@ async fn dispatch(
     slots: Arc<Semaphore>,
     mut closing: watch::Receiver<bool>,
 ) {
-    let client = buffered_client(ctx.cfg.mirror_timeout, ctx.cfg.mirror_concurrency);
     loop {
         let job = tokio::select! {
             biased;
@@ -458,10 +668,9 @@ async fn dispatch(
         }
         ctx.counters.in_flight.fetch_add(1, Ordering::Relaxed);
         let ctx = ctx.clone();
-        let client = client.clone();
         // Spawned on the mirror thread's own runtime (the current one here).
         tokio::spawn(async move {
-            run_mirror(job, &ctx, &client).await;
+            run_mirror(job, &ctx).await;
             ctx.counters.in_flight.fetch_sub(1, Ordering::Relaxed);
             drop(permit);
         });
@@ -474,23 +683,19 @@ async fn dispatch(
     }
 }
 
-async fn run_mirror(job: MirrorJob, ctx: &Ctx, client: &BufferedClient) {
+async fn run_mirror(job: MirrorJob, ctx: &Ctx) {
     let cfg = &ctx.cfg;
     let limit = cfg.max_response_body;
     let budget = Some(&ctx.budget);
-    let cand = exchange(
-        client,
-        &cfg.candidate,
-        &job.request,
-        cfg.mirror_timeout,
-        limit,
-        budget,
-    );
+    let cand = ctx
+        .candidate
+        .exchange(&job.request, cfg.mirror_timeout, limit, budget);
     let sec = async {
-        match &cfg.secondary {
-            Some(s) => {
-                Some(exchange(client, s, &job.request, cfg.mirror_timeout, limit, budget).await)
-            }
+        match &ctx.secondary {
+            Some(s) => Some(
+                s.exchange(&job.request, cfg.mirror_timeout, limit, budget)
+                    .await,
+            ),
             None => None,
         }
     };
@@ -533,18 +738,34 @@ fn json_error(status: StatusCode, kind: &str, detail: &str) -> Response<ProxyBod
         .map(|b| Full::new(b).map_err(|n| match n {}).boxed())
 }
 
-fn wants_mirror(ctx: &Ctx, method: &Method, pq: &str, headers: &HeaderMap) -> bool {
-    if !(ctx.cfg.mirror_unsafe || method == Method::GET || method == Method::HEAD) {
+/// What a request is chosen for: a mirror (method allowed and sampled in) and/or the
+/// capture (sampled in, any method: replay filters unsafe methods itself).
+fn choose(ctx: &Ctx, method: &Method, pq: &str, headers: &HeaderMap) -> (bool, bool) {
+    let method_ok = ctx.cfg.mirror_unsafe || method == Method::GET || method == Method::HEAD;
+    if !method_ok {
         ctx.counters
             .not_mirrored_method
             .fetch_add(1, Ordering::Relaxed);
-        return false;
+        if ctx.capture.is_none() {
+            return (false, false);
+        }
     }
+    let sampled = sampled(ctx, pq, headers);
+    if method_ok && !sampled {
+        ctx.counters
+            .not_mirrored_sampled_out
+            .fetch_add(1, Ordering::Relaxed);
+    }
+    (method_ok && sampled, sampled && ctx.capture.is_some())
+}
+
+/// The proxy's sampling decision for one request.
+fn sampled(ctx: &Ctx, pq: &str, headers: &HeaderMap) -> bool {
     let sampler = &ctx.cfg.sampler;
     if sampler.keeps_all() {
         return true;
     }
-    let keep = match ctx
+    match ctx
         .cfg
         .sample_key
         .as_ref()
@@ -552,13 +773,7 @@ fn wants_mirror(ctx: &Ctx, method: &Method, pq: &str, headers: &HeaderMap) -> bo
     {
         Some(key) => sampler.keep(key),
         None => sampler.keep_nth(ctx.seq.fetch_add(1, Ordering::Relaxed)),
-    };
-    if !keep {
-        ctx.counters
-            .not_mirrored_sampled_out
-            .fetch_add(1, Ordering::Relaxed);
     }
-    keep
 }
 
 /// Reads up to `limit` bytes of body. `Ok(full)` when it all fit; `Err(prefix)` when it
@@ -581,14 +796,17 @@ async fn buffer_body(
 
 async fn handle(req: Request<Incoming>, ctx: Arc<Ctx>) -> Result<Response<ProxyBody>, Infallible> {
     ctx.counters.requests.fetch_add(1, Ordering::Relaxed);
+    let received = SystemTime::now();
     let (parts, mut body) = req.into_parts();
     let pq = parts
         .uri
         .path_and_query()
         .map_or("/", |p| p.as_str())
         .to_string();
+    let headers = forwardable(&parts.headers);
+    let (mirror, capture) = choose(&ctx, &parts.method, &pq, &parts.headers);
     let mut mirror_tx = None;
-    let forward_body: ProxyBody = if wants_mirror(&ctx, &parts.method, &pq, &parts.headers) {
+    let out = if mirror || capture {
         let read = buffer_body(&mut body, ctx.cfg.max_request_body);
         let Ok(read) = tokio::time::timeout(ctx.cfg.client_timeout, read).await else {
             ctx.counters.client_timeouts.fetch_add(1, Ordering::Relaxed);
@@ -600,79 +818,45 @@ async fn handle(req: Request<Incoming>, ctx: Arc<Ctx>) -> Result<Response<ProxyB
         };
         match read {
             Ok(Ok(full)) => {
-                ctx.counters.chosen.fetch_add(1, Ordering::Relaxed);
-                mirror_tx = queue_mirror(&ctx, &parts.method, &pq, &parts.headers, &full);
-                Full::new(full).map_err(|n| match n {}).boxed()
+                if mirror {
+                    ctx.counters.chosen.fetch_add(1, Ordering::Relaxed);
+                    mirror_tx = queue_mirror(&ctx, &parts.method, &pq, &parts.headers, &full);
+                }
+                if capture {
+                    capture::queue(&ctx, received, &parts.method, &pq, &headers, &full);
+                }
+                OutBody::Full(full)
             }
             Ok(Err(prefix)) => {
-                ctx.counters.chosen.fetch_add(1, Ordering::Relaxed);
-                ctx.recorder.skip(SkipReason::RequestBodyTooLarge);
-                PrefixedBody {
+                if mirror {
+                    ctx.counters.chosen.fetch_add(1, Ordering::Relaxed);
+                    ctx.recorder.skip(SkipReason::RequestBodyTooLarge);
+                }
+                if capture {
+                    ctx.counters
+                        .capture_body_too_large
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                OutBody::Stream {
                     prefix: Some(prefix),
                     rest: body,
                 }
-                .boxed()
             }
-            Err(e) => {
-                tracing::debug!(error = %e, "client body failed");
-                return Ok(json_error(
-                    StatusCode::BAD_REQUEST,
-                    "bad_request",
-                    "could not read the request body",
-                ));
-            }
+            Err(e) => return Ok(client_body_error(&e)),
         }
     } else {
-        body.boxed()
-    };
-
-    let uri = match ctx.cfg.primary.uri(&pq) {
-        Ok(u) => u,
-        Err(_) => {
-            if let Some(tx) = mirror_tx {
-                let _ = tx.send(PrimaryOutcome::Skipped(SkipReason::PrimaryIncomplete));
-            }
-            return Ok(json_error(
-                StatusCode::BAD_REQUEST,
-                "bad_request",
-                "bad request target",
-            ));
+        OutBody::Stream {
+            prefix: None,
+            rest: body,
         }
     };
-    let mut out = Request::new(forward_body);
-    *out.method_mut() = parts.method;
-    *out.uri_mut() = uri;
-    *out.headers_mut() = forwardable(&parts.headers);
     // `TE` is hop-by-hop, but a client that accepts trailers can only get them if the
     // primary is told this hop accepts them too (the proxy passes them on).
-    if accepts_trailers(&parts.headers) {
-        out.headers_mut()
-            .insert(TE, HeaderValue::from_static("trailers"));
-    }
-    // hyper's server has no way to send an interim response, so a 103 Early Hints (or
-    // any 1xx) from the primary cannot be passed on; it is counted, not lost silently.
-    let counters = ctx.counters.clone();
-    hyper::ext::on_informational(&mut out, move |_| {
-        counters
-            .informational_dropped
-            .fetch_add(1, Ordering::Relaxed);
-    });
-    let start = Instant::now();
-    let resp = match tokio::time::timeout(ctx.cfg.primary_timeout, ctx.primary.request(out)).await {
-        Ok(Ok(r)) => r,
-        Ok(Err(e)) => {
-            ctx.counters.primary_errors.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(error = %e, "primary failed");
-            if let Some(tx) = mirror_tx {
-                let _ = tx.send(PrimaryOutcome::Failed(head_failure(&e)));
-            }
-            let kind = head_failure(&e);
-            return Ok(json_error(
-                StatusCode::BAD_GATEWAY,
-                &format!("primary_{}", kind.as_str()),
-                "the primary did not answer",
-            ));
-        }
+    let te = accepts_trailers(&parts.headers);
+    let forward = ctx.primary.forward(&parts.method, &pq, &headers, te, out);
+    let answer = match tokio::time::timeout(ctx.cfg.primary_timeout, forward).await {
+        Ok(Ok(a)) => a,
+        Ok(Err(e)) => return Ok(forward_failed(&ctx, e, mirror_tx)),
         Err(_) => {
             ctx.counters.primary_errors.fetch_add(1, Ordering::Relaxed);
             if let Some(tx) = mirror_tx {
@@ -685,22 +869,79 @@ async fn handle(req: Request<Incoming>, ctx: Arc<Ctx>) -> Result<Response<ProxyB
             ));
         }
     };
-    let (mut head, body) = resp.into_parts();
+    // hyper's server has no way to send an interim response, so a 103 Early Hints (or
+    // any 1xx) from the primary cannot be passed on; it is counted, not lost silently.
+    if answer.interim > 0 {
+        ctx.counters
+            .informational_dropped
+            .fetch_add(u64::from(answer.interim), Ordering::Relaxed);
+    }
+    let start = Instant::now();
+    let mut head_headers = answer.headers;
     // hyper frames the body itself; `Trailer` stays (it is end to end).
-    strip_hop_by_hop(&mut head.headers);
+    strip_hop_by_hop(&mut head_headers);
     let body = match mirror_tx {
         Some(tx) => TeeBody {
-            inner: body,
+            inner: answer.body,
             buf: BytesMut::new(),
             limit: ctx.cfg.max_response_body,
             charge: ctx.budget.charge(),
-            head: Some((head.status, head.headers.clone(), start)),
+            head: Some((answer.status, head_headers.clone(), start)),
             tx: Some(tx),
         }
+        .map_err(BoxError::from)
         .boxed(),
-        None => body.boxed(),
+        None => answer.body.map_err(BoxError::from).boxed(),
     };
-    Ok(Response::from_parts(head, body))
+    let mut response = Response::new(body);
+    *response.status_mut() = answer.status;
+    *response.headers_mut() = head_headers;
+    Ok(response)
+}
+
+/// The answer when the client's body could not be read.
+fn client_body_error(e: &hyper::Error) -> Response<ProxyBody> {
+    tracing::debug!(error = %e, "client body failed");
+    json_error(
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+        "could not read the request body",
+    )
+}
+
+/// The answer when the primary gave none: counted, the mirror told, and a JSON error.
+fn forward_failed(
+    ctx: &Ctx,
+    e: ForwardError,
+    mirror_tx: Option<oneshot::Sender<PrimaryOutcome>>,
+) -> Response<ProxyBody> {
+    match e {
+        ForwardError::Upstream(e) => {
+            ctx.counters.primary_errors.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(error = %e, "primary failed");
+            let failure = Failure::of(&e, false);
+            if let Some(tx) = mirror_tx {
+                let _ = tx.send(PrimaryOutcome::Failed(failure));
+            }
+            json_error(
+                e.kind().gateway_status(),
+                &format!("primary_{}", failure.as_str()),
+                &format!("the primary did not answer: {e}"),
+            )
+        }
+        ForwardError::ClientBody(e) => {
+            if let Some(tx) = mirror_tx {
+                let _ = tx.send(PrimaryOutcome::Skipped(SkipReason::PrimaryIncomplete));
+            }
+            client_body_error(&e)
+        }
+        ForwardError::BadRequest(why) => {
+            if let Some(tx) = mirror_tx {
+                let _ = tx.send(PrimaryOutcome::Skipped(SkipReason::PrimaryIncomplete));
+            }
+            json_error(StatusCode::BAD_REQUEST, "bad_request", &why)
+        }
+    }
 }
 
 /// Queues the mirror of a chosen request whose body was read whole, or counts why not;
@@ -748,32 +989,11 @@ fn queue_mirror(
     }
 }
 
-/// A body that yields an already-read prefix, then the rest of the client's stream.
-struct PrefixedBody {
-    prefix: Option<Bytes>,
-    rest: Incoming,
-}
-
-impl Body for PrefixedBody {
-    type Data = Bytes;
-    type Error = hyper::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        if let Some(p) = self.prefix.take() {
-            return Poll::Ready(Some(Ok(Frame::data(p))));
-        }
-        Pin::new(&mut self.rest).poll_frame(cx)
-    }
-}
-
 /// The primary's body on its way to the client, copied (up to a limit, within the
 /// mirror byte budget) for comparison. The client never waits for the copy: each frame
 /// is passed on as it arrives.
 struct TeeBody {
-    inner: Incoming,
+    inner: UpstreamBody,
     buf: BytesMut,
     limit: usize,
     charge: Charge,
@@ -806,12 +1026,12 @@ impl TeeBody {
 
 impl Body for TeeBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = scalpel_http::Error;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, scalpel_http::Error>>> {
         let this = &mut *self;
         let polled = Pin::new(&mut this.inner).poll_frame(cx);
         match &polled {
@@ -855,268 +1075,4 @@ impl Drop for TeeBody {
             self.finish(Err(PrimaryOutcome::Skipped(SkipReason::PrimaryIncomplete)));
         }
     }
-}
-
-/// A scraper has this long to send its request head.
-const ADMIN_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
-
-async fn serve_admin(listener: TcpListener, ctx: Arc<Ctx>, live: Arc<live::Live>) {
-    loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            continue;
-        };
-        let ctx = ctx.clone();
-        let live = live.clone();
-        tokio::spawn(async move {
-            let svc = service_fn(move |req: Request<Incoming>| {
-                let ctx = ctx.clone();
-                let live = live.clone();
-                async move {
-                    Ok::<_, Infallible>(admin_response(req.method(), req.uri().path(), &ctx, &live))
-                }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(ADMIN_HEADER_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), svc)
-                .await;
-        });
-    }
-}
-
-/// A reply of the live page as a response.
-fn live_response(reply: scalpel_live::Reply) -> Response<Full<Bytes>> {
-    let headers = reply.headers();
-    let mut resp = Response::new(Full::new(Bytes::from(reply.body.into_owned())));
-    *resp.status_mut() = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::OK);
-    for (name, value) in headers {
-        resp.headers_mut()
-            .insert(name, HeaderValue::from_static(value));
-    }
-    resp
-}
-
-fn admin_response(
-    method: &Method,
-    path: &str,
-    ctx: &Ctx,
-    live: &live::Live,
-) -> Response<Full<Bytes>> {
-    if let Some(reply) = live.page().asset(method.as_str(), path) {
-        return live_response(reply);
-    }
-    if path == scalpel_live::SNAPSHOT_PATH {
-        return live_response(live.page().snapshot(&live.snapshot(ctx)));
-    }
-    let (status, ct, body) = match path {
-        "/metrics" => (
-            StatusCode::OK,
-            "text/plain; version=0.0.4",
-            metrics_text(ctx),
-        ),
-        "/summary.json" => (
-            StatusCode::OK,
-            "application/json",
-            serde_json::to_string_pretty(&ctx.recorder.summary()).unwrap_or_default(),
-        ),
-        _ => (
-            StatusCode::NOT_FOUND,
-            "application/json",
-            r#"{"error":"not found: try / (the live page), /metrics or /summary.json"}"#
-                .to_string(),
-        ),
-    };
-    let mut resp = Response::new(Full::new(Bytes::from(body)));
-    *resp.status_mut() = status;
-    resp.headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static(ct));
-    resp
-}
-
-fn label(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-/// Prometheus text exposition of the proxy's counters.
-fn metrics_text(ctx: &Ctx) -> String {
-    let c = &ctx.counters;
-    let s = ctx.recorder.summary();
-    let mut out = String::with_capacity(4096);
-    let mut counter = |name: &str, help: &str, rows: Vec<(String, u64)>| {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-        for (labels, v) in rows {
-            let _ = writeln!(out, "{name}{labels} {v}");
-        }
-    };
-    let one = |v: &AtomicU64| vec![(String::new(), v.load(Ordering::Relaxed))];
-    counter(
-        "scalpel_shadow_requests_total",
-        "Client requests proxied to the primary.",
-        one(&c.requests),
-    );
-    counter(
-        "scalpel_shadow_primary_errors_total",
-        "Requests the primary did not answer (502/504 to the client).",
-        one(&c.primary_errors),
-    );
-    counter(
-        "scalpel_shadow_chosen_total",
-        "Requests chosen for comparison; each ends in compared, failed or skipped.",
-        one(&c.chosen),
-    );
-    counter(
-        "scalpel_shadow_mirrored_total",
-        "Chosen requests queued for the candidate.",
-        one(&c.mirrored),
-    );
-    counter(
-        "scalpel_shadow_client_timeouts_total",
-        "Requests whose body did not arrive within the client time-out (408).",
-        one(&c.client_timeouts),
-    );
-    counter(
-        "scalpel_shadow_informational_dropped_total",
-        "1xx interim responses (103 Early Hints…) of the primary not passed on.",
-        one(&c.informational_dropped),
-    );
-    counter(
-        "scalpel_shadow_not_mirrored_total",
-        "Requests not mirrored by policy.",
-        vec![
-            (
-                "{reason=\"method\"}".into(),
-                c.not_mirrored_method.load(Ordering::Relaxed),
-            ),
-            (
-                "{reason=\"sampled_out\"}".into(),
-                c.not_mirrored_sampled_out.load(Ordering::Relaxed),
-            ),
-        ],
-    );
-    counter(
-        "scalpel_shadow_skipped_total",
-        "Requests chosen for mirroring but not compared.",
-        SkipReason::ALL
-            .iter()
-            .map(|r| {
-                (
-                    format!("{{reason=\"{}\"}}", r.as_str()),
-                    s.skipped_by_reason.get(r.as_str()).copied().unwrap_or(0),
-                )
-            })
-            .collect(),
-    );
-    counter(
-        "scalpel_shadow_compared_total",
-        "Response pairs compared.",
-        vec![(String::new(), s.compared)],
-    );
-    counter(
-        "scalpel_shadow_matched_total",
-        "Pairs without a real difference.",
-        vec![(String::new(), s.matched)],
-    );
-    counter(
-        "scalpel_shadow_mismatched_total",
-        "Pairs with a real difference.",
-        vec![(String::new(), s.mismatched)],
-    );
-    counter(
-        "scalpel_shadow_failed_total",
-        "Chosen requests not compared because the primary or the candidate failed.",
-        vec![(String::new(), s.errors)],
-    );
-    counter(
-        "scalpel_shadow_mirror_errors_total",
-        "Failed sides of chosen requests, by side and kind (both sides when both failed).",
-        s.errors_by_kind
-            .iter()
-            .map(|(k, v)| {
-                let (side, kind) = k.split_once(':').unwrap_or((k, ""));
-                (
-                    format!("{{side=\"{}\",kind=\"{}\"}}", label(side), label(kind)),
-                    *v,
-                )
-            })
-            .collect(),
-    );
-    let mut fields = Vec::new();
-    for ep in &s.endpoints {
-        for (verdict, list) in [("real", &ep.fields), ("noise", &ep.noise)] {
-            for f in list {
-                fields.push((
-                    format!(
-                        "{{endpoint=\"{}\",path=\"{}\",kind=\"{}\",verdict=\"{verdict}\"}}",
-                        label(&ep.endpoint),
-                        label(&f.path),
-                        f.kind
-                    ),
-                    f.count,
-                ));
-            }
-        }
-    }
-    counter(
-        "scalpel_shadow_field_differences_total",
-        "Requests where primary and candidate differ at a field.",
-        fields,
-    );
-    counter(
-        "scalpel_shadow_store_dropped_total",
-        "Store writes dropped because the writer was behind.",
-        vec![(String::new(), ctx.recorder.store_dropped())],
-    );
-    counter(
-        "scalpel_shadow_store_failed_total",
-        "Store transactions SQLite refused (disk full, file locked).",
-        vec![(String::new(), ctx.recorder.store_failed())],
-    );
-    let _ = writeln!(
-        out,
-        "# HELP scalpel_shadow_mirror_in_flight Mirror exchanges running now.\n# TYPE scalpel_shadow_mirror_in_flight gauge\nscalpel_shadow_mirror_in_flight {}",
-        c.in_flight.load(Ordering::Relaxed)
-    );
-    let _ = writeln!(
-        out,
-        "# HELP scalpel_shadow_mirror_queue_depth Mirror jobs waiting for a slot.\n# TYPE scalpel_shadow_mirror_queue_depth gauge\nscalpel_shadow_mirror_queue_depth {}",
-        ctx.queue.max_capacity() - ctx.queue.capacity()
-    );
-    let mut gauge = |name: &str, help: &str, v: String| {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
-    };
-    let b = &ctx.budget;
-    gauge(
-        "scalpel_shadow_mirror_bytes",
-        "Bytes of bodies held now for queued and in-flight mirrors.",
-        b.used().to_string(),
-    );
-    gauge(
-        "scalpel_shadow_mirror_bytes_peak",
-        "The most bytes ever held at once for mirrors.",
-        b.peak().to_string(),
-    );
-    gauge(
-        "scalpel_shadow_mirror_budget_bytes",
-        "The mirror byte budget (--mirror-budget).",
-        b.limit().to_string(),
-    );
-    gauge(
-        "scalpel_shadow_client_connections",
-        "Client connections open now.",
-        c.connections.load(Ordering::Relaxed).to_string(),
-    );
-    gauge(
-        "scalpel_shadow_consistency_percent",
-        "Matched pairs out of compared pairs.",
-        s.consistency_percent.to_string(),
-    );
-    gauge(
-        "scalpel_shadow_coverage_percent",
-        "Compared requests out of chosen ones (the rest failed or were skipped).",
-        s.coverage_percent.to_string(),
-    );
-    out
 }

@@ -1,0 +1,126 @@
+"""`./run demo`: the three stories end to end, on this machine, with one report.
+
+    python3 scripts/demo [--full] [--only ladder,payments,runtime] [--report-only] [--skip-build]
+
+Run by scripts/demo.sh after the build; writes target/demo/index.html and report.json.
+Quick by default (a few minutes on 2 cores); --full for the recorded figures."""
+
+import argparse
+import datetime
+import json
+import os
+import sys
+import time
+import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import common as c  # noqa: E402
+import ladder  # noqa: E402
+import payments  # noqa: E402
+import report  # noqa: E402
+import runtime  # noqa: E402
+
+# Durations as `scalpel load` takes them; ramp factors are fractions of a tier's closed rate.
+QUICK = {
+    "mode": "quick",
+    "ladder_closed": "4s", "ladder_rounds": 2, "ladder_ramp": (0.2, 0.15, 1.4), "ladder_step": "2s",
+    "ladder_ramp_rounds": 1,
+    "pay_ramp": (1000, 2000, 120000), "pay_step": "2s", "pay_fixed": "5s", "pay_endpoints": ["stats"],
+    "pay_repeats": 1,
+    "rt_probe": "2s", "rt_ramp": (0.2, 0.15, 1.55), "rt_step": "2s", "rt_fixed": "5s", "rt_repeats": 1,
+    "ab_duration": "8s",
+}
+FULL = {
+    "mode": "full",
+    "ladder_closed": "10s", "ladder_rounds": 4, "ladder_ramp": (0.3, 0.1, 1.5), "ladder_step": "5s",
+    "ladder_ramp_rounds": 2,
+    "pay_ramp": (1000, 1000, 160000), "pay_step": "5s", "pay_fixed": "30s",
+    "pay_endpoints": ["stats", "balance"], "pay_repeats": 3,
+    "rt_probe": "5s", "rt_ramp": (0.3, 0.1, 1.6), "rt_step": "5s", "rt_fixed": "15s", "rt_repeats": 3,
+    "ab_duration": "30s",
+}
+STAGES = ["ladder", "payments", "runtime"]
+
+
+def main():
+    parser = argparse.ArgumentParser(prog="./run demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--full", action="store_true", help="the recorded figures: longer steps, repeats")
+    parser.add_argument("--only", default=",".join(STAGES),
+                        help="comma-separated stages to run (ladder, payments, runtime); the report "
+                             "keeps the last results of the others")
+    parser.add_argument("--skip-build", action="store_true", help="(read by scripts/demo.sh) measure what is built")
+    parser.add_argument("--report-only", action="store_true",
+                        help="rebuild index.html from the last report.json without measuring")
+    args = parser.parse_args()
+    cfg = FULL if args.full else QUICK
+    only = [s.strip() for s in args.only.split(",") if s.strip()]
+    bad = [s for s in only if s not in STAGES]
+    if bad:
+        print(f"demo: unknown stage {bad[0]!r}; stages are {', '.join(STAGES)}", file=sys.stderr)
+        return 2
+    os.makedirs(c.OUT, exist_ok=True)
+    path = os.path.join(c.OUT, "report.json")
+    previous = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            previous = json.load(f)
+    if args.report_only:
+        if not previous:
+            print(f"demo: no {path} yet; run ./run demo first", file=sys.stderr)
+            return 2
+        report.write(previous)
+        print(f"demo: wrote {os.path.join(c.OUT, 'index.html')}")
+        return 0
+
+    started = time.monotonic()
+    data = {k: v for k, v in previous.items() if k in ("ladder", "payments", "runtime", "ab")}
+    data.pop("failures", None)
+    data.update({
+        "format": 1,
+        "mode": cfg["mode"],
+        "started_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": c.machine(),
+        "pinning": c.PINNING_NOTE,
+        "loadavg_start": c.loadavg(),
+        "stages_run": only,
+    })
+    c.log(f"{cfg['mode']} run on {data['machine']['cpus']} CPUs ({data['machine']['cpu_model']}), "
+          f"load average {data['loadavg_start']}; {c.PINNING_NOTE}")
+    failures = []
+    for stage, module in (("ladder", ladder), ("payments", payments), ("runtime", runtime)):
+        if stage not in only:
+            continue
+        t0 = time.monotonic()
+        # A stage's old figures never stand in for a run that failed.
+        for key in (["runtime", "ab"] if stage == "runtime" else [stage]):
+            data.pop(key, None)
+        c.log(f"stage {stage}: start")
+        try:
+            module.run(cfg, data)
+        except Exception as e:  # noqa: BLE001 - one stage's fault must not lose the others' figures
+            if not isinstance(e, c.DemoError):
+                traceback.print_exc()
+            failures.append(f"{stage}: {e}")
+            data.setdefault("failures", []).append(f"{stage}: {e}")
+            c.log(f"stage {stage}: FAILED: {e}")
+        else:
+            c.log(f"stage {stage}: done in {time.monotonic() - t0:.0f} s")
+    data["duration_s"] = round(time.monotonic() - started, 1)
+    data["loadavg_end"] = c.loadavg()
+    c.write_json(path, data)
+    report.write(data)
+    c.log(f"report: {os.path.join(c.OUT, 'index.html')} and {path} "
+          f"({data['duration_s']:.0f} s, load average {data['loadavg_end']})")
+    if failures:
+        for f in failures:
+            print(f"demo: {f}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        sys.exit(130)

@@ -1,0 +1,370 @@
+"""What every stage of the demo shares: processes started pinned and stopped by pid, the
+`scalpel` binary, small HTTP helpers, statistics and plain-text tables.
+
+Standard library only (the demo must run wherever ./run build ran)."""
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+TARGET = os.path.abspath(os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target"))
+OUT = os.path.join(TARGET, "demo")
+SCALPEL = os.path.join(TARGET, "release", "scalpel")
+
+# The CPU the servers run on and the one the load generator runs on (2-core layout).
+SERVER_CPU = "1"
+LOAD_CPU = "0"
+
+
+class DemoError(Exception):
+    """A stage cannot go on (a server did not start, a tool failed)."""
+
+
+def log(message):
+    """A progress line, with the time since the demo started."""
+    elapsed = time.monotonic() - log.start
+    print(f"[demo {int(elapsed) // 60:2d}:{int(elapsed) % 60:02d}] {message}", flush=True)
+
+
+log.start = time.monotonic()
+
+
+def section(title):
+    print(f"\n{'=' * 100}\n{title}\n{'=' * 100}", flush=True)
+
+
+def machine():
+    """What the figures were measured on."""
+    model = "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    mem_kib = 0
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    mem_kib = int(line.split()[1])
+    except OSError:
+        pass
+    return {
+        "cpus": os.cpu_count(),
+        "cpu_model": model,
+        "memory_gib": round(mem_kib / 1024 / 1024, 1),
+        "kernel": os.uname().release,
+        "host": os.uname().nodename,
+        "node": tool_version(["node", "--version"]),
+        "go": tool_version(["go", "version"]),
+        "rustc": tool_version(["rustc", "--version"]),
+    }
+
+
+def tool_version(cmd):
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=20).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return "?"
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def pinning():
+    """Whether taskset may pin to CPUs 0 and 1 here; the reason when not."""
+    if (os.cpu_count() or 1) < 2:
+        return False, "one CPU only: server and load generator share it"
+    if not shutil.which("taskset"):
+        return False, "taskset is not installed: the scheduler places server and generator"
+    for cpu in (SERVER_CPU, LOAD_CPU):
+        r = subprocess.run(["taskset", "-c", cpu, "true"], capture_output=True, text=True)
+        if r.returncode != 0:
+            return False, f"taskset -c {cpu} is not allowed here ({r.stderr.strip()})"
+    return True, f"servers pinned to CPU {SERVER_CPU}, load generator to CPU {LOAD_CPU} (taskset)"
+
+
+PINNED, PINNING_NOTE = pinning()
+
+
+def on_cpu(cpu, argv):
+    """argv run on one CPU when pinning is allowed."""
+    if PINNED and cpu is not None:
+        return ["taskset", "-c", cpu] + list(argv)
+    return list(argv)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def free_ports(n):
+    """n distinct free ports (held open together so they differ)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def port_block(count, lo=20000, hi=40000):
+    """A base port with `count` consecutive free ports (scalpel serve's port_base)."""
+    for base in range(lo, hi, count + 7):
+        if all(not port_in_use(p) for p in range(base, base + count)):
+            return base
+    raise DemoError(f"no {count} consecutive free ports")
+
+
+def port_in_use(port):
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+class Procs:
+    """The processes a stage started: every one is stopped by its pid, never by name."""
+
+    def __init__(self):
+        self.started = []
+
+    def start(self, name, argv, cpu=SERVER_CPU, env=None, cwd=None, ready=None, timeout=60):
+        """Starts argv (pinned to `cpu`), waits for `ready` (a regex on stdout, or a URL
+        answering 2xx), returns (Popen, url-or-match)."""
+        os.makedirs(os.path.join(OUT, "logs"), exist_ok=True)
+        out_path = os.path.join(OUT, "logs", f"{name}.out")
+        err_path = os.path.join(OUT, "logs", f"{name}.err")
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        with open(out_path, "w") as out, open(err_path, "w") as err:
+            p = subprocess.Popen(on_cpu(cpu, argv), stdout=out, stderr=err, env=full_env,
+                                 cwd=cwd, start_new_session=True)
+        self.started.append((name, p))
+        deadline = time.monotonic() + timeout
+        found = None
+        while time.monotonic() < deadline:
+            if p.poll() is not None:
+                raise DemoError(f"{name} exited with {p.returncode} while starting: "
+                                f"{tail(err_path) or tail(out_path)}")
+            if isinstance(ready, str) and ready.startswith("http://"):
+                if http_status(ready) == 200:
+                    found = ready
+                    break
+            elif ready is not None:
+                m = re.search(ready, read(out_path))
+                if m:
+                    found = m.group(1) if m.groups() else m.group(0)
+                    break
+            else:
+                found = ""
+                break
+            time.sleep(0.1)
+        else:
+            raise DemoError(f"{name} did not start within {timeout} s: {tail(err_path)}")
+        return p, found
+
+    def stop(self, p, grace=10):
+        """SIGTERM to the process (its session, so a wrapper's children go too), then SIGKILL."""
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                p.wait(grace)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait()
+        self.started = [(n, q) for n, q in self.started if q is not p]
+
+    def stop_all(self):
+        for _, p in reversed(list(self.started)):
+            self.stop(p)
+
+
+def read(path):
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def tail(path, lines=3):
+    return " | ".join(read(path).strip().splitlines()[-lines:])
+
+
+def http_get(url, headers=None, timeout=30):
+    """(status, headers, body) of a GET; (0, {}, b"") when nothing answered."""
+    req = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+    except (urllib.error.URLError, OSError):
+        return 0, {}, b""
+
+
+def http_status(url):
+    return http_get(url, timeout=2)[0]
+
+
+def scalpel_load(args, json_path, cpu=LOAD_CPU, while_running=None):
+    """Runs `scalpel load` (pinned to the generator's CPU, one thread) and returns the result
+    file's content; `while_running` is called about once a second meanwhile. Exit 1 (an SLO
+    broke) is a result, not a failure."""
+    argv = [SCALPEL, "load", "--no-progress", "--threads", "1", "--json", json_path] + args
+    if os.path.exists(json_path):
+        os.remove(json_path)  # never read a previous run's file as this one's
+    with open(json_path + ".txt", "w") as log_file:
+        p = subprocess.Popen(on_cpu(cpu, argv), stdout=log_file, stderr=subprocess.STDOUT)
+        while True:
+            try:
+                p.wait(1.0)
+                break
+            except subprocess.TimeoutExpired:
+                if while_running:
+                    while_running()
+    if p.returncode not in (0, 1) or not os.path.exists(json_path):
+        raise DemoError(f"scalpel load failed ({p.returncode}): {tail(json_path + '.txt')[:400]}")
+    with open(json_path) as f:
+        return json.load(f)
+
+
+def scalpel(args, check=True):
+    r = subprocess.run([SCALPEL] + args, capture_output=True, text=True)
+    if check and r.returncode != 0:
+        raise DemoError(f"scalpel {' '.join(args[:2])} failed ({r.returncode}): {r.stderr.strip()[:400]}")
+    return r
+
+
+def target_of(result, name):
+    for t in result["targets"]:
+        if t["name"] == name:
+            return t
+    raise DemoError(f"no target {name} in the result")
+
+
+def latency(step, key):
+    """A latency figure of a step in ms; None when nothing was sent (the file says null)."""
+    summary = step.get("latency_ms")
+    return None if summary is None else summary.get(key)
+
+
+def cpu_us_per_request(step):
+    """CPU time of the watched tree per completed request, µs."""
+    if step.get("cpu_percent") is None or not step.get("achieved_rps"):
+        return None
+    return step["cpu_percent"] / 100.0 / step["achieved_rps"] * 1e6
+
+
+def breaking_rps(target):
+    """The rate that held the SLO (the ramp's top when it never broke), and whether the
+    ramp's top was reached without breaking (a lower bound)."""
+    bp = target.get("breaking_point")
+    if bp is None:
+        held = [s["offered_rps"] for s in target["steps"] if s.get("slo_held")]
+        return (max(held) if held else 0.0), True
+    return bp["rps"], False
+
+
+def median(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def spread(xs):
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return None
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
+
+
+# ---------------------------------------------------------------------------------------
+# Plain-text tables, printed as each stage finishes.
+
+def fmt_num(v, digits=1):
+    if v is None:
+        return "-"
+    if isinstance(v, str):
+        return v
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
+    return f"{v:.{digits}f}"
+
+
+def fmt_ms(v):
+    if v is None:
+        return "-"
+    if v >= 100:
+        return f"{v:,.1f}"
+    if v >= 1:
+        return f"{v:.2f}"
+    return f"{v:.3f}"
+
+
+def fmt_ratio(v):
+    if v is None:
+        return "-"
+    if v >= 100:
+        return f"{v:.0f}x"
+    if v >= 10:
+        return f"{v:.1f}x"
+    return f"{v:.2f}x"
+
+
+def ratio(a, b):
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def table(headers, rows, left=1):
+    """Rows of strings, right-aligned except the first `left` columns."""
+    cells = [list(map(str, headers))] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = []
+    for n, r in enumerate(cells):
+        parts = [c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))]
+        lines.append("  ".join(parts).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def write_json(path, value):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(value, f, indent=2)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def die(message):
+    print(f"demo: {message}", file=sys.stderr)
+    sys.exit(1)

@@ -1,0 +1,255 @@
+"""target/demo/index.html: one self-contained page for the three stories. The look, the
+plots and the per-run tables are `scalpel report html`'s own: its CSS is reused and the
+bodies of its pages for the main result files are folded in under each story."""
+
+import html
+import os
+import re
+import subprocess
+
+import common as c
+
+EXTRA_CSS = """
+.story{margin-top:34px}
+.embedded{border-top:1px dashed var(--line);margin-top:8px;padding-top:4px;overflow-x:auto}
+.embedded header h1{font-size:16px}
+.target-met{color:var(--good);font-weight:600}.target-not{color:var(--bad);font-weight:600}
+pre{background:var(--soft);border:1px solid var(--line);border-radius:6px;padding:8px 12px;overflow-x:auto;font-size:12.5px}
+td.left,th.left{text-align:left}
+"""
+
+
+def esc(v):
+    return html.escape(str(v), quote=True)
+
+
+def embed(result_file, title):
+    """The body of `scalpel report html RESULT`, folded; ('', css) when the file is gone."""
+    if not result_file or not os.path.exists(result_file):
+        return "", None
+    page = result_file[:-5] + ".html"
+    r = subprocess.run([c.SCALPEL, "report", "html", result_file, "-o", page], capture_output=True, text=True)
+    if r.returncode != 0:
+        return f"<p class=\"note\">scalpel report html {esc(result_file)} failed: {esc(r.stderr.strip())}</p>", None
+    text = c.read(page)
+    css = re.search(r"<style>(.*?)</style>", text, re.S)
+    body = re.search(r"<main>(.*?)</main>", text, re.S)
+    inner = body.group(1) if body else ""
+    inner = re.sub(r"<footer>.*?</footer>", "", inner, flags=re.S)
+    return (f'<details><summary>{esc(title)}</summary><div class="embedded">{inner}</div></details>',
+            css.group(1) if css else None)
+
+
+def html_table(headers, rows, left=1):
+    out = ['<table class="figures"><thead><tr>']
+    out += [f'<th class="left">{esc(h)}</th>' if i < left else f"<th>{esc(h)}</th>" for i, h in enumerate(headers)]
+    out.append("</tr></thead><tbody>")
+    for r in rows:
+        out.append("<tr>")
+        out += [f'<th class="left">{esc(v)}</th>' if i < left else f"<td>{esc(v)}</td>" for i, v in enumerate(r)]
+        out.append("</tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def card(name, figure, label, note, color="#2563eb"):
+    return (f'<div class="card" style="border-top-color:{color}"><div class="card-name" style="color:{color}">'
+            f'{esc(name)}</div><div class="card-figure">{esc(figure)}</div><div class="card-label">{esc(label)}'
+            f'</div><div class="card-note">{esc(note)}</div></div>')
+
+
+def ladder_section(d, css_sink):
+    if not d:
+        return '<section class="story"><h2>1. The tier ladder, served</h2><p class="note">not run</p></section>'
+    rows = []
+    for t in d["tiers"]:
+        slo = c.fmt_num(t["slo_rps"]) if t["slo_rps"] is not None else "-"
+        rows.append([t["tier"], t["how"], c.fmt_num(t["rps"]), c.fmt_ms(t["mean_ms"]), c.fmt_ms(t["p99_ms"]),
+                     c.fmt_num(t["bytes"], 0), c.fmt_num(t["pss_mb"]), c.fmt_num(t["cpu_us_per_request"]),
+                     c.fmt_num(t["rps_per_core"]), (">= " if t["slo_rps_lower_bound"] else "") + slo])
+    main = html_table(["tier", "how", "req/s", "mean ms", "p99 ms", "bytes", "PSS MiB", "CPU µs/request",
+                       "req/s per core", f"req/s at {d['slo']}"], rows, left=2)
+    rows = []
+    for t in d["tiers"]:
+        v, a, z = t["vs_0_article"], t["article_vs_0"] or {}, t["vs_0"]
+        pair = lambda k, ak: f"{c.fmt_ratio(v[k])} | {c.fmt_ratio(a.get(ak)) if a else '-'}"
+        rows.append([t["tier"], pair("rps", "rps"), pair("mean_ms", "mean_ms"), pair("p99_ms", "p99_ms"),
+                     pair("bytes", "bytes"), pair("pss_mb", "memory"), c.fmt_ratio(z["rps"]),
+                     c.fmt_ratio(z["rps_per_core"]), c.fmt_ratio(z["slo_rps"])])
+    ratios = html_table(["tier", "req/s (ours | article)", "mean", "p99", "bytes", "memory", "req/s vs 0",
+                         "per core vs 0", "at SLO vs 0"], rows)
+    targets = "".join(
+        f'<li>{esc(t["target"])}: {esc(c.fmt_ratio(t["req_s_ratio"]))} (per CPU-second '
+        f'{esc(c.fmt_ratio(t["per_core_ratio"]))}) — <span class="{"target-met" if t["met"] else "target-not"}">'
+        f'{esc(t["verdict"])}</span></li>' for t in d["targets"])
+    closed, css = embed(d.get("closed_file"), "the closed-model run, every tier (scalpel report html)")
+    css_sink.append(css)
+    ramps = ""
+    for t in d["tiers"]:
+        files = t.get("ramp_files") or []
+        if files:
+            block, css = embed(files[0], f"tier {t['tier']}: the open-model ramp")
+            css_sink.append(css)
+            ramps += block
+    return f"""<section class="story"><h2>1. The tier ladder, served — GET /qrcode at every tier of Rust adoption</h2>
+<p class="note">{esc(d['pinning'])}. Closed model at the article's 100 connections (all tiers in one
+<code>scalpel load</code> run, alternating segments), then an open-model ramp per tier to {esc(d['slo'])}.
+{esc(d['outputs']['note'])}.</p>
+{main}
+<h3>Ratios to tier 0-article (ours | the article's published figure) and to tier 0 with matched settings</h3>
+{ratios}
+<p class="note">Each tier's ramp has the same shape, scaled to its own closed-model rate. PSS is the whole
+process tree's, tier 1's <code>qr-cli</code> children included. Mean latency in a closed loop is 100
+connections ÷ throughput, as in the article. On a shared
+machine req/s follows the CPU share each server gets; CPU µs per request (and req/s per fully used core) does
+not.</p>
+<ul>{targets}</ul>
+{closed}{ramps}</section>"""
+
+
+def payments_section(d, css_sink):
+    if not d:
+        return '<section class="story"><h2>2. Payments</h2><p class="note">not run</p></section>'
+    sh = d["shadow"]
+    parts = [f"""<section class="story"><h2>2. Payments — the hot endpoints moved from Go to Rust</h2>
+<p class="note">{esc(d['pinning'])}. {d['users']:,} users; every user on every hot endpoint and window replayed to
+both services and compared field by field: {sh['compared']:,} pairs, {sh['matched']:,} matched,
+{sh['mismatched']} differ, {sh['errors']} errors.</p><pre>{esc(sh['table'].strip())}</pre>"""]
+    for ep, e in d["endpoints"].items():
+        f = e["fixed"]
+        lb = e["max_rps_lower_bound"]
+        mark = lambda n: (">= " if lb[n] else "") + c.fmt_num(e["max_rps"][n])
+        rows = [
+            ["max req/s at the SLO", mark("go"), mark("rust"), c.fmt_ratio(e["max_ratio"]), "85k vs >150k (1.8x)"],
+            ["fixed load: achieved req/s", c.fmt_num(f["rps"]["go"]), c.fmt_num(f["rps"]["rust"]), "", "80k"],
+            ["CPU % of one core", c.fmt_num(f["cpu_percent"]["go"]), c.fmt_num(f["cpu_percent"]["rust"]),
+             c.fmt_ratio(c.ratio(f["cpu_percent"]["rust"], f["cpu_percent"]["go"])), "78.3% vs 52.0%"],
+            ["memory, PSS MiB", c.fmt_num(f["pss_mb"]["go"]), c.fmt_num(f["pss_mb"]["rust"]),
+             c.fmt_ratio(c.ratio(f["pss_mb"]["rust"], f["pss_mb"]["go"])), "7.4% vs 2.07% of the pod"],
+            ["p99 ms", c.fmt_ms(f["p99_ms"]["go"]), c.fmt_ms(f["p99_ms"]["rust"]),
+             c.fmt_ratio(c.ratio(f["p99_ms"]["rust"], f["p99_ms"]["go"])), "19.87 vs 4.79 ms"],
+            ["CPU µs per request", c.fmt_num(f["cpu_us_per_request"]["go"]), c.fmt_num(f["cpu_us_per_request"]["rust"]),
+             c.fmt_ratio(c.ratio(f["cpu_us_per_request"]["rust"], f["cpu_us_per_request"]["go"])), ""],
+        ]
+        parts.append(f"<h3>/v1/users/{{id}}/{esc(ep)}: ramped under {esc(d['slo'])}, then fixed at "
+                     f"{f['offered_rps']:,} req/s (half of Go's max)</h3>")
+        parts.append(html_table(["figure", "Go", "Rust", "Rust/Go", "the story"], rows))
+        cpu = e.get("cpu_percent_at_max") or {}
+        parts.append(f'<p class="note">CPU at the last step that held: Go {esc(c.fmt_num(cpu.get("go")))}%, Rust '
+                     f'{esc(c.fmt_num(cpu.get("rust")))}% of a core. A maximum marked "&gt;=" held at the ramp\'s '
+                     "top: a lower bound.</p>")
+        block, css = embed(e["ramp_files"][0], f"{ep}: the ramp (scalpel report html)")
+        css_sink.append(css)
+        parts.append(block)
+        block, css = embed(e["fixed_files"][0], f"{ep}: the fixed load (scalpel report html)")
+        css_sink.append(css)
+        parts.append(block)
+    cost = d["cost"]
+    parts.append(f"<h3>Cost projection</h3><pre>$ {esc(cost['command'])}\n{esc(cost['table'].strip())}</pre>")
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def runtime_section(d, ab, css_sink):
+    if not d:
+        return '<section class="story"><h2>3. The runtime</h2><p class="note">not run</p></section>'
+    parts = [f"""<section class="story"><h2>3. The runtime — the same Node service under pm2 and under scalpel serve</h2>
+<p class="note">{esc(d['note'])}.</p>"""]
+    parts.append("<ul>" + "".join(f"<li><b>{esc(w['name'])}</b>: {esc(w['what'])}; SLO {esc(w['slo'])}</li>"
+                                  for w in d["workloads"]) + "</ul>")
+    rows = []
+    for w in d["workloads"]:
+        lb = w["rps_lower_bound"]
+        mx = lambda t: (">= " if lb[t] else "") + c.fmt_num(w["rps"][t])
+        rows.append([w["name"], mx("pm2"), mx("serve"),
+                     c.fmt_ratio(c.ratio(w["rps"]["serve"], w["rps"]["pm2"])),
+                     f"{w['fixed_rps']:,}", c.fmt_ms(w["p99_ms"]["pm2"]), c.fmt_ms(w["p99_ms"]["serve"]),
+                     c.fmt_ratio(c.ratio(w["p99_ms"]["serve"], w["p99_ms"]["pm2"])),
+                     f"{c.fmt_num(w['cpu_percent']['pm2'])} / {c.fmt_num(w['cpu_percent']['serve'])}",
+                     f"{c.fmt_num(w['pss_mb']['pm2'])} / {c.fmt_num(w['pss_mb']['serve'])}"])
+    parts.append(html_table(["workload", "pm2 max req/s", "serve max req/s", "serve/pm2",
+                             "at req/s (80% of pm2)", "pm2 p99 ms", "serve p99 ms", "serve/pm2",
+                             "CPU % pm2 / serve", "PSS MiB pm2 / serve"], rows))
+    for w in d["workloads"]:
+        block, css = embed(w["ramp_files"][0], f"{w['name']}: the ramp, pm2 and serve alternating (scalpel report html)")
+        css_sink.append(css)
+        parts.append(block)
+    if ab:
+        rows = [[a["app"], c.fmt_num(a["requests"], 0), c.fmt_num(a["errors"], 0), c.fmt_ms(a["p50_ms"]),
+                 c.fmt_ms(a["p99_ms"]), c.fmt_num(a["cpu_percent"]), c.fmt_num(a["pss_mb"])] for a in ab["arms"]]
+        cons = ab["consistency_percent"]
+        parts.append("<h3>A/B through scalpel serve: tier 0 host vs tier 3 host, 50/50 sticky by user, "
+                     "tier 4 mirrored</h3>")
+        parts.append(html_table(["arm", "requests", "5xx", "p50 ms", "p99 ms", "CPU %", "PSS MiB"], rows))
+        parts.append(f"<p class=\"note\">{ab['client']['rps']:.1f} req/s served (asked {ab['rate']}), client p99 "
+                     f"{esc(c.fmt_ms(ab['client']['p99_ms']))} ms, {ab['client']['errors']} errors. Mirror: "
+                     f"{ab['compared']} compared, {ab['matched']} matched, {ab['mismatched']} differ, "
+                     f"{ab['skipped']} skipped: consistency {esc(c.fmt_num(cons, 2) if cons is not None else '-')}% "
+                     f"(tier-3 arm's share {esc(c.fmt_num(ab['tier3_share_percent']))}%). {esc(ab['note'])}.</p>")
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def cards(data):
+    out = ['<section class="cards">']
+    lad = data.get("ladder")
+    if lad:
+        t = lad["targets"][0]
+        out.append(card("ladder", c.fmt_ratio(t["req_s_ratio"]), "tier 4 / tier 3, served req/s",
+                        f"per CPU-second {c.fmt_ratio(t['per_core_ratio'])}; target 1.3x"))
+    pay = data.get("payments")
+    if pay:
+        out.append(card("payments", f"{c.fmt_num(pay['consistency_percent'], 2)}%", "same answers (shadow replay)",
+                        f"{pay['shadow']['compared']:,} pairs", "#1e7b34"))
+        e = pay["endpoints"][pay["endpoint"]]
+        out.append(card("payments", c.fmt_ratio(e["max_ratio"]), f"Rust / Go max req/s ({pay['endpoint']})",
+                        f"Go {c.fmt_num(e['max_rps']['go'])}, Rust "
+                        f"{'>= ' if e['max_rps_lower_bound']['rust'] else ''}{c.fmt_num(e['max_rps']['rust'])}",
+                        "#1e7b34"))
+        cost = pay["cost"]
+        saving = cost.get("yearly_saving")
+        out.append(card("cost", f"${saving:,.2f}" if saving is not None else "-", "a year",
+                        f"{cost.get('vcpu_saved')} vCPU freed at {cost['fleet_qps']:,.0f} req/s", "#1e7b34"))
+    rt = data.get("runtime")
+    if rt:
+        out.append(card("runtime", c.fmt_ratio(c.ratio(rt["rps"]["serve"], rt["rps"]["pm2"])),
+                        "serve / pm2 max req/s, uneven mix",
+                        f"p99 at 80% of pm2's max: {c.fmt_ratio(c.ratio(rt['p99_ms']['serve'], rt['p99_ms']['pm2']))}",
+                        "#7c3aed"))
+    out.append("</section>")
+    return "".join(out)
+
+
+def write(data):
+    css_sink = []
+    body = [cards(data), ladder_section(data.get("ladder"), css_sink),
+            payments_section(data.get("payments"), css_sink),
+            runtime_section(data.get("runtime"), data.get("ab"), css_sink)]
+    css = next((x for x in css_sink if x), "")
+    m = data.get("machine", {})
+    meta = [
+        ("run", f"{data.get('mode', '?')} ({data.get('started_at', '?')}, {data.get('duration_s', 0):.0f} s)"),
+        ("machine", f"{m.get('cpus')} CPUs, {m.get('cpu_model')}, {m.get('memory_gib')} GiB, kernel {m.get('kernel')}"),
+        ("tools", f"{m.get('rustc')}; {m.get('go')}; node {m.get('node')}"),
+        ("load average", f"{data.get('loadavg_start')} at the start, {data.get('loadavg_end')} at the end"),
+        ("layout", data.get("pinning", "")),
+    ]
+    meta_html = "".join(f"<div><dt>{esc(k)}</dt><dd>{esc(v)}</dd></div>" for k, v in meta)
+    failures = "".join(f"<li>{esc(f)}</li>" for f in data.get("failures", []))
+    if failures:
+        failures = f'<section><h2>Stages that failed</h2><ul class="target-not">{failures}</ul></section>'
+    page = f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"/><meta name="viewport" content="width=device-width, initial-scale=1"/>
+<title>Scalpel demo: the three stories</title><style>{css}{EXTRA_CSS}</style></head>
+<body><main>
+<header><h1>Scalpel demo: the three stories, measured on this machine</h1><dl class="meta">{meta_html}</dl></header>
+{failures}{''.join(body)}
+<footer>Written by ./run demo (scripts/demo). Every figure comes from the result files under target/demo/;
+report.json holds them all. Percentiles come from HdrHistograms. A shared machine moves absolute rates and tail
+latencies; CPU per request and ratios measured in one alternating run hold up better.</footer>
+</main></body></html>
+"""
+    path = os.path.join(c.OUT, "index.html")
+    with open(path + ".tmp", "w") as f:
+        f.write(page)
+    os.replace(path + ".tmp", path)
