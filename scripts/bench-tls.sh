@@ -9,7 +9,7 @@
 # 2. HTTP/2 over TLS, H2_CONNS connections x H2_STREAMS streams, one thread each:
 #    scalpel load --http2 --streams vs h2load -m;
 # 3. TLS handshakes per second, a new connection per request, one thread each:
-#    scalpel load --no-reuse vs h2load --h1 -H 'Connection: close' (h2load reconnects
+#    scalpel load --no-reuse vs h2load --h1 -n -H 'Connection: close' (h2load reconnects
 #    after each answer; both resume TLS 1.3 sessions, which the script checks in nginx's
 #    log: the fairest peer found — wrk -H 'Connection: close' resumes too but opens its
 #    connections in the same loop as its requests).
@@ -122,9 +122,12 @@ scalpel_h2() {
   echo "$r" >>"$WORK/scalpel-h2.txt"; echo "    scalpel --http2  $r req/s  errors $(json "s['errors']")  stalls $(json "s['h2']['stalled_on_streams']")  (load $la)"
 }
 h2load_hs() {
+  # A request count, not -D: h2load 1.52's duration mode spins without end once the server
+  # closes its connections. The count is the last scalpel run's, so both run about DUR.
   local la; la=$(load1)
-  local r; r=$("${PIN[@]}" h2load --h1 -t1 -c "$HS_CONNS" -D "$SECS" -H "Connection: close" "$URL" 2>/dev/null | awk '/^finished in/ {print $4}')
-  echo "$r" >>"$WORK/h2load-hs.txt"; echo "    h2load --h1      $r handshakes/s  (load $la)"
+  local n; n=$(awk -v r="$(tail -1 "$WORK/scalpel-hs.txt")" -v s="$SECS" 'BEGIN {n = int(r * s); print (n < 1000 ? 1000 : n)}')
+  local r; r=$("${PIN[@]}" timeout $((SECS * 10 + 30)) h2load --h1 -t1 -c "$HS_CONNS" -n "$n" -H "Connection: close" "$URL" 2>/dev/null | awk '/^finished in/ {print $4}')
+  echo "$r" >>"$WORK/h2load-hs.txt"; echo "    h2load --h1      $r handshakes/s  ($n requests)  (load $la)"
 }
 scalpel_hs() {
   local la; la=$(load1)
