@@ -772,3 +772,66 @@ fn the_page_never_compares_at_a_partial_step() {
     assert!(!page.contains("Latency by percentile (step 3,"));
     assert!(page.contains("INTERRUPTED"));
 }
+
+/// Issue #12: the TLS handshake histograms, connections and HTTP/2 events of two machines
+/// merge exactly (the union of the handshakes, the sums of the counts), and a part measured
+/// with `--insecure` makes the merged run say so.
+#[test]
+fn handshakes_h2_events_and_insecure_merge_across_machines() {
+    use scalpel_load::result::{ConnectionInfo, H2Events, encode_histogram};
+    let part = |host: &str, handshakes_us: &[u64], goaway: u64, insecure: bool| {
+        let mut step = step_with_values(0, Some(1000.0), 10.0, &latencies(7, 1000, 800.0));
+        let mut h = new_histogram();
+        for v in handshakes_us {
+            h.record(*v).unwrap();
+        }
+        step.connections_opened = handshakes_us.len() as u64;
+        step.handshake_ms = LatencySummary::from_histogram(&h);
+        step.handshake_histogram = Some(encode_histogram(&h));
+        step.h2 = Some(H2Events {
+            goaway,
+            rst_stream: 2,
+            rst_by_reason: BTreeMap::from([("cancel".to_string(), 2)]),
+            stalled_on_streams: 1,
+            stalled_on_window: 0,
+        });
+        let mut t = target("svc", vec![step]);
+        t.connection = Some(ConnectionInfo {
+            protocol: "h2".into(),
+            tls: true,
+            insecure,
+            server_name: Some("svc.test".into()),
+            address: "127.0.0.1:443".into(),
+            streams: Some(16),
+            reuse: true,
+            ..ConnectionInfo::default()
+        });
+        run(host, "open", None, vec![t])
+    };
+    let a = part("host-a", &[900, 1_100, 1_300], 1, false);
+    let b = part("host-b", &[5_000, 7_000], 4, true);
+    let merged = merge(&[a, b]).unwrap();
+    let t = &merged.targets[0];
+    let s = &t.steps[0];
+    assert_eq!(s.connections_opened, 5);
+    let h = decode_histogram(s.handshake_histogram.as_ref().unwrap()).unwrap();
+    assert_eq!(h.len(), 5);
+    assert_eq!(s.handshake_ms, LatencySummary::from_histogram(&h));
+    assert!(s.handshake_ms.unwrap().max >= 6.99, "{:?}", s.handshake_ms);
+    let e = s.h2.as_ref().unwrap();
+    assert_eq!((e.goaway, e.rst_stream, e.stalled_on_streams), (5, 4, 2));
+    assert_eq!(e.rst_by_reason["cancel"], 4);
+    assert!(
+        t.connection.as_ref().unwrap().insecure,
+        "one part was not verified"
+    );
+    let table = summary_table(&merged);
+    assert!(
+        table.contains("certificate NOT verified (--insecure)"),
+        "{table}"
+    );
+    assert!(table.contains("TLS handshake p99 ms"), "{table}");
+    assert!(table.contains("h2 GOAWAY"), "{table}");
+    let page = html(&merged);
+    assert!(page.contains("NOT verified"), "the page says it too");
+}
