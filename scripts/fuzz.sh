@@ -23,6 +23,6 @@ run -p scalpel-units --lib
 run -p scalpel-http --lib fuzz_
 run -p scalpel-load --lib -- slo:: http1::
 run -p scalpel-diff --test props
-run -p scalpel-shadow --test props
-run -p scalpel-requests --test props
+run -p scalpel-shadow --test shadow props::
+run -p scalpel-requests --test requests props::
 echo "fuzz: all properties held at $PROPTEST_CASES cases each in $((SECONDS - start))s"

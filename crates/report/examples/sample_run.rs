@@ -7,7 +7,7 @@
 //! cargo run -p scalpel-report --example sample_run -- /tmp/b.json - bench-2 8
 //! ```
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/report/common/mod.rs"]
 mod common;
 
 use std::path::PathBuf;

@@ -7,7 +7,7 @@
 //! scalpel report merge /tmp/set/shard-*.json -o /tmp/merged.json
 //! ```
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/report/common/mod.rs"]
 mod common;
 
 use std::path::PathBuf;

@@ -9,7 +9,7 @@ use super::{Checked, HeadCheck, MAX_HEAD, Reject, sift};
 
 // The table both services are tested against, read by the same code as the
 // cross-service test.
-#[path = "../../tests/util/heads.rs"]
+#[path = "../../tests/service/util/heads.rs"]
 mod heads;
 
 use heads::HeadCase as Case;

@@ -1,0 +1,13 @@
+//! The integration tests of the scalpel binary, driven as a real process, one test binary: each file here was its own
+//! binary, and each linked tokio, hyper and rustls again (docs/CI.md). Filter by
+//! file with its module name: `cargo test --test cli FILE::`.
+
+mod cost_cli;
+mod dashboard_cli;
+mod load_cli;
+mod load_tls;
+mod report_cli;
+mod serve_cli;
+mod shadow_cli;
+mod shards;
+mod traffic;

@@ -1,0 +1,8 @@
+//! The integration tests of scalpel-report, one test binary: each file here was its own
+//! binary, and each linked tokio, hyper and rustls again (docs/CI.md). Filter by
+//! file with its module name: `cargo test --test report FILE::`.
+
+mod common;
+mod endpoints;
+mod report;
+mod shard_sets;

@@ -1,0 +1,192 @@
+//! The live page of the admin address against real Node workers: the page is served
+//! without the admin token (it holds no data), its snapshot and the reload only with it,
+//! and the snapshot's figures come from the traffic that really went through.
+
+use crate::util;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use util::*;
+
+async fn admin_get(h: &Harness, path: &str, token: Option<&str>) -> Reply {
+    let mut req = http::Request::get(format!("http://{}{path}", h.server.admin_addr().unwrap()));
+    if let Some(t) = token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    send(&h.client, req.body(Full::new(Bytes::new())).unwrap())
+        .await
+        .expect("admin answers")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_live_page_is_public_but_its_data_and_reload_need_the_token() {
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\nadmin_token = \"s3cret\"\n{}",
+        node_app("web", 1, "round_robin", "")
+    );
+    let h = start(&toml).await;
+    let page = admin_get(&h, "/", None).await;
+    assert_eq!(page.status, 200);
+    assert!(
+        page.headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
+    assert!(page.body.contains("live/live.js"), "{}", page.body);
+    assert!(!page.body.contains("s3cret"));
+    for asset in ["/live/live.js", "/live/live.css"] {
+        assert_eq!(admin_get(&h, asset, None).await.status, 200, "{asset}");
+    }
+    let denied = admin_get(&h, "/live/snapshot", None).await;
+    assert_eq!(denied.status, 401, "{}", denied.body);
+    assert!(denied.json()["error"].is_string());
+    let wrong = admin_get(&h, "/live/snapshot", Some("nope")).await;
+    assert_eq!(wrong.status, 401);
+    let reload = send(
+        &h.client,
+        http::Request::post(format!("http://{}/reload", h.server.admin_addr().unwrap()))
+            .body(Full::new(Bytes::new()))
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        reload.status, 401,
+        "the page's reload button needs the token too"
+    );
+    let ok = admin_get(&h, "/live/snapshot", Some("s3cret")).await;
+    assert_eq!(ok.status, 200, "{}", ok.body);
+    assert_eq!(ok.json()["kind"], "serve");
+    h.server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_snapshot_shows_workers_routes_and_rates_of_real_traffic() {
+    let toml = format!(
+        "{SERVER}{}{}\n[[route]]\nprefix = \"/\"\nsplit = [{{ app = \"a\", weight = 1 }}, {{ app = \"b\", weight = 1 }}]\n",
+        node_app("a", 2, "round_robin", ""),
+        node_app("b", 1, "round_robin", "")
+    );
+    let h = start(&toml).await;
+    for _ in 0..60 {
+        assert_eq!(h.get("/").await.unwrap().status, 200);
+    }
+    // The ticker samples once a second: wait for a tick that saw the traffic.
+    let mut snap = serde_json::Value::Null;
+    for _ in 0..100 {
+        snap = admin_get(&h, "/live/snapshot", None).await.json();
+        let arms = &snap["data"]["routes"][0]["arms"];
+        let total: u64 = (0..2).map(|i| arms[i]["requests"].as_u64().unwrap()).sum();
+        if total == 60 && snap["data"]["apps"][0]["p99_ms"].is_number() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let data = &snap["data"];
+    let apps = data["apps"].as_array().unwrap();
+    assert_eq!(apps.len(), 2);
+    assert_eq!(apps[0]["name"], "a");
+    assert_eq!(apps[0]["workers"].as_array().unwrap().len(), 2);
+    let pids = h.pids(0);
+    for (i, w) in apps[0]["workers"].as_array().unwrap().iter().enumerate() {
+        assert_eq!(w["pid"].as_u64().map(|p| p as u32), pids[i]);
+        assert_eq!(w["state"], "ready");
+        assert!(w["last_restart"].is_null());
+    }
+    let arms = data["routes"][0]["arms"].as_array().unwrap();
+    let (a, b) = (
+        arms[0]["requests"].as_u64().unwrap(),
+        arms[1]["requests"].as_u64().unwrap(),
+    );
+    assert_eq!(a + b, 60, "{data}");
+    assert!(a > 0 && b > 0, "both arms served: {a} / {b}");
+    let p99 = apps[0]["p99_ms"]
+        .as_f64()
+        .expect("a p99 over the last seconds");
+    assert!(p99 > 0.0 && p99 < 10_000.0, "{p99}");
+    let charts: Vec<&str> = snap["charts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(charts, ["route-rate", "route-latency", "route-errors"]);
+    assert!(
+        snap["charts"][0]["svg"]
+            .as_str()
+            .unwrap()
+            .starts_with("<svg")
+    );
+    h.server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_worker_shows_its_last_restart_reason() {
+    let toml = format!("{SERVER}{}", node_app("web", 1, "round_robin", ""));
+    let h = start(&toml).await;
+    let old = h.pids(0)[0].unwrap();
+    // A crash: the worker exits at once (a POST, so the balancer does not resend it to
+    // the successor, which would crash too).
+    let _ = send(
+        &h.client,
+        http::Request::post(h.url("/exit?code=3"))
+            .body(Full::new(Bytes::from_static(b"x")))
+            .unwrap(),
+    )
+    .await;
+    assert!(
+        eventually(Duration::from_secs(60), || {
+            let s = h.server.status();
+            let w = &s.apps[0].workers[0];
+            w.pid.is_some_and(|p| p != old) && w.state == "ready"
+        })
+        .await
+    );
+    let snap = admin_get(&h, "/live/snapshot", None).await.json();
+    let w = &snap["data"]["apps"][0]["workers"][0];
+    assert_eq!(w["restarts"], 1, "{w}");
+    assert_eq!(w["last_restart"]["reason"], "exited", "{w}");
+    assert!(w["last_restart"]["ago_s"].as_f64().unwrap() >= 0.0);
+    h.server.shutdown().await;
+}
+
+/// A mirrored route: the page's snapshot has the consistency and the newest differences
+/// with their field paths and both values, ignored fields left out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_snapshot_shows_the_mirror_newest_differences_by_field_path() {
+    let toml = format!(
+        "{SERVER}{a}{c}\n[[route]]\nprefix = \"/\"\napp = \"a\"\nmirror = \"c\"\nmirror_ignore = [\"$.pid\"]\n",
+        a = node_app("a", 1, "round_robin", "env = { APP_TAG = \"A\" }"),
+        c = node_app("c", 1, "round_robin", "env = { APP_TAG = \"C\" }"),
+    );
+    let h = start(&toml).await;
+    for _ in 0..5 {
+        assert_eq!(h.get("/").await.unwrap().json()["tag"], "A");
+    }
+    let mut mirror = serde_json::Value::Null;
+    for _ in 0..300 {
+        let snap = admin_get(&h, "/live/snapshot", None).await.json();
+        mirror = snap["data"]["mirrors"][0].clone();
+        if mirror["compared"] == 5 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(mirror["compared"], 5, "{mirror}");
+    assert_eq!(mirror["mismatched"], 5);
+    assert_eq!(mirror["consistency_percent"], 0.0);
+    assert_eq!(mirror["mirror"], "c");
+    let newest = mirror["newest_differences"].as_array().unwrap();
+    assert_eq!(newest.len(), 5);
+    let fields = newest[0]["fields"].as_array().unwrap();
+    let paths: Vec<&str> = fields.iter().map(|f| f["path"].as_str().unwrap()).collect();
+    assert_eq!(paths, ["$.tag"], "{mirror}");
+    assert_eq!(fields[0]["primary"], "\"A\"");
+    assert_eq!(fields[0]["candidate"], "\"C\"");
+    assert_eq!(newest[0]["method"], "GET");
+    assert_eq!(newest[0]["target"], "/");
+    h.server.shutdown().await;
+}
