@@ -7,7 +7,28 @@ cd "$ROOT"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 start=$SECONDS
-step() { printf '\n==> [%4ss] %s\n' "$((SECONDS - start))" "$*"; }
+# Each step's wall time, printed as a table at the end (also when a step fails), so a CI
+# log shows where the time went (docs/CI.md keeps the figures).
+steps=()
+step_name=""
+step_start=$SECONDS
+end_step() {
+    [ -n "$step_name" ] && steps+=("$(printf '%5ss  %s' "$((SECONDS - step_start))" "$step_name")")
+    step_name=""
+}
+step() {
+    end_step
+    printf '\n==> [%4ss] %s\n' "$((SECONDS - start))" "$*"
+    step_name="$*"
+    step_start=$SECONDS
+}
+summary() {
+    end_step
+    printf '\n==> step times (load average at the end: %s)\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
+    printf '    %s\n' "${steps[@]}"
+    printf '%5ss  total\n' "$((SECONDS - start))" | sed 's/^/    /'
+}
+trap summary EXIT
 
 step "setup"
 bash scripts/setup.sh
@@ -44,4 +65,5 @@ kubernetes-validate --strict --quiet -k 1.31.0 deploy/kubernetes/*.yaml
 step "end to end: scalpel against the payments services"
 bash scripts/e2e.sh
 
-step "all tests passed in $((SECONDS - start))s"
+end_step
+printf '\n==> all tests passed in %ss\n' "$((SECONDS - start))"
