@@ -49,9 +49,13 @@ if [[ ! -x "$WASM_OPT" ]] || ! grep -qs "\"version\": \"$BINARYEN_VERSION\"" "$T
     "binaryen@$BINARYEN_VERSION" >&2 || echo "build-qr: WARNING: npm binaryen unavailable" >&2
 fi
 
-cargo build --release -p qr-cli -p qr-server -p qr-napi
-# The bare function, timed in the same run as the Node tiers (qr/node/bench/percall.js).
-cargo build --release -p qr-core --example percall
+# build.sh builds these in its one workspace-wide invocation (features unified with the
+# rest of the workspace, so nothing is compiled twice) and says so with SCALPEL_HOST_BUILT
+if [[ "${SCALPEL_HOST_BUILT:-}" != 1 ]]; then
+  cargo build --release -p qr-cli -p qr-server -p qr-napi
+  # The bare function, timed in the same run as the Node tiers (qr/node/bench/percall.js).
+  cargo build --release -p qr-core --example percall
+fi
 
 # Same flags for both wasm artifacts (see the header).
 export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="-C target-feature=+simd128 -C strip=debuginfo"

@@ -8,7 +8,12 @@ cd "$ROOT"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 
 bash scripts/setup.sh
-echo "==> cargo build --release (workspace)"
-cargo build --release --workspace --bins
-bash scripts/build-qr.sh
+# One cargo invocation for every host artifact (binaries, the napi addon's cdylib, the
+# examples such as qr-core's percall): cargo unifies features over what one invocation
+# builds, so per-package builds (-p qr-server, -p qr-core --example) compiled tokio, hyper,
+# clap, serde and criterion again with other features. `cargo test --release` then reuses
+# all of it (docs/CI.md).
+echo "==> cargo build --release (workspace: binaries, libraries, examples)"
+cargo build --release --workspace --bins --lib --examples
+SCALPEL_HOST_BUILT=1 bash scripts/build-qr.sh
 bash scripts/build-go.sh
