@@ -6,7 +6,7 @@
 #   RATE=3000 DURATION=30s ENDPOINTS="stats balance" scripts/profile-payments.sh
 #
 # What it does, in order:
-#   1. builds `payments` and `scalpel` (release, line tables) and the Go binary;
+#   1. builds `payments` and `scalpel` (profile `profiling`: release plus line tables) and Go;
 #   2. reuses (or generates) the 16,000-user ledger of scripts/bench-payments.sh under
 #      ${CARGO_TARGET_DIR:-target}/bench/payments/;
 #   3. starts both services pinned to CPU $SERVER_CPU (default 1), Go with
@@ -58,6 +58,8 @@ perf stat -e task-clock true >/dev/null 2>&1 || {
   echo "perf cannot count here (kernel.perf_event_paranoid = $(cat /proc/sys/kernel/perf_event_paranoid))" >&2; exit 2; }
 
 LEDGER_DIR="$BENCH"
+# perf needs line tables: the release code built with them (Cargo.toml [profile.profiling])
+RUST_PROFILE=profiling
 # shellcheck source=scripts/lib/payments-services.sh
 source "$ROOT/scripts/lib/payments-services.sh"
 if [[ "${SKIP_BUILD:-0}" != 1 ]]; then

@@ -5,16 +5,19 @@
 # Expects: ROOT, TGT, USERS, SEED, SERVER_CPU, LEDGER_DIR (ledger and ids), OUT (process
 # output). Sets: PAY GO SCALPEL DB IDS, and per started service NAME_URL and NAME_PID.
 
+# RUST_PROFILE=profiling (scripts/profile-payments.sh): release code plus line tables.
+RUST_PROFILE="${RUST_PROFILE:-release}"
+
 payments_build() {
   echo "== build"
-  cargo build --release -p payments-service -p scalpel
+  cargo build --profile "$RUST_PROFILE" -p payments-service -p scalpel
   bash "$ROOT/scripts/build-go.sh"
 }
 
 payments_binaries() {
-  PAY="$TGT/release/payments"
+  PAY="$TGT/$RUST_PROFILE/payments"
   GO="$TGT/payments-go"
-  SCALPEL="$TGT/release/scalpel"
+  SCALPEL="$TGT/$RUST_PROFILE/scalpel"
 }
 
 # The ledger is kept between runs: the same seed gives the same rows.
