@@ -106,6 +106,7 @@ mod mirror;
 mod pool;
 mod proxy;
 mod server;
+mod sticky;
 mod supervisor;
 mod tls;
 mod tunnel;
