@@ -133,6 +133,12 @@ class Setup:
                 s.close()
 
 
+def set_migrate(value):
+    if value.isdigit():
+        with open(MIGRATE_SYSCTL, "w") as f:
+            f.write(value)
+
+
 def ticks(pid):
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -221,21 +227,29 @@ def main():
     loss = {}
     runs = list(designs)
     if os.environ.get("MIGRATE") == "1":
-        try:
-            with open(MIGRATE_SYSCTL, "w") as f:
-                f.write("1")
+        if os.access(MIGRATE_SYSCTL, os.W_OK):
             runs.append("reuseport+migrate")
-        except OSError as e:
-            print(f"MIGRATE=1: cannot set {MIGRATE_SYSCTL}: {e}")
-    for d in runs:
-        s = Setup(d.replace("+migrate", ""), port, hport)
-        try:
-            loss[d] = queued_loss(s)
-        finally:
-            s.stop()
-    if "reuseport+migrate" in runs:
-        with open(MIGRATE_SYSCTL, "w") as f:
-            f.write(migrate)
+        else:
+            print(f"MIGRATE=1: {MIGRATE_SYSCTL} is not writable here; skipped")
+    try:
+        for d in runs:
+            s = Setup(d.replace("+migrate", ""), port, hport)
+            try:
+                if d == "reuseport+migrate":
+                    try:
+                        set_migrate("1")
+                    except OSError as e:
+                        print(f"MIGRATE=1: cannot set {MIGRATE_SYSCTL}: {e}")
+                        continue
+                loss[d] = queued_loss(s)
+            finally:
+                s.stop()
+    finally:
+        if "reuseport+migrate" in runs:
+            try:
+                set_migrate(migrate)
+            except OSError:
+                pass
 
     print(f"# direct mode: shared socket vs SO_REUSEPORT per worker ({WORKERS} Node workers, "
           f"{os.uname().release}, {os.cpu_count()} CPUs)")
