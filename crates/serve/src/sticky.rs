@@ -24,6 +24,18 @@ pub(crate) enum StickyKey {
     Ip,
 }
 
+impl std::fmt::Display for StickyKey {
+    /// As written in the config.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StickyKey::Header(name) => write!(f, "header:{name}"),
+            StickyKey::Cookie(name) => write!(f, "cookie:{name}"),
+            StickyKey::PathSegment(n) => write!(f, "path:{n}"),
+            StickyKey::Ip => f.write_str("ip"),
+        }
+    }
+}
+
 /// What the config accepts, for error messages.
 pub(crate) const GRAMMAR: &str = "header:NAME, cookie:NAME, path:N (N ≥ 1) or ip";
 
@@ -190,6 +202,13 @@ mod tests {
     #[test]
     fn the_grammar_and_its_mistakes() {
         assert_eq!(parse("ip"), Some(StickyKey::Ip));
+        for text in ["ip", "cookie:sid", "path:3", "header:x-user"] {
+            assert_eq!(
+                parse(text).unwrap().to_string(),
+                text,
+                "as /status shows it"
+            );
+        }
         assert_eq!(parse("cookie:sid"), Some(StickyKey::Cookie("sid".into())));
         assert_eq!(parse("path:2"), Some(StickyKey::PathSegment(2)));
         assert!(matches!(parse("header:X-User"), Some(StickyKey::Header(_))));

@@ -1269,6 +1269,9 @@ app = "i"
         ip = node_app("i", 2, "round_robin", "sticky_worker = \"ip\""),
     );
     let h = start(&toml).await;
+    let status = h.status_json();
+    assert_eq!(status["apps"][0]["sticky_worker"], "cookie:sid", "{status}");
+    assert_eq!(status["apps"][2]["sticky_worker"], "ip", "{status}");
     for (app, header, value) in [
         ("c", "cookie", "theme=dark; sid=s-{k}"),
         ("h", "x-user", "user-{k}"),
