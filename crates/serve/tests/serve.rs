@@ -1391,3 +1391,74 @@ async fn a_sticky_workers_keys_move_only_when_it_leaves_or_fails() {
     let _ = kill(Pid::from_raw(frozen as i32), Signal::SIGCONT);
     h.server.shutdown().await;
 }
+
+/// Issue 14, sticky to a worker: a key's worker that is stuck on a request (stalled,
+/// long before health checks decide) is skipped for new requests of that key, which go to
+/// one other worker while it stays stuck; other keys keep their workers; once it answers,
+/// the key comes back to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_sticky_worker_is_skipped_until_it_answers() {
+    let app = node_app(
+        "web",
+        3,
+        "least_conn",
+        "sticky_worker = \"header:x-user\"\navoid_stalled_ms = 200\n[app.health]\nfailures = 100000\n",
+    );
+    let h = start(&format!("{SERVER}{app}")).await;
+    let keys: Vec<String> = (0..24).map(|k| format!("user-{k}")).collect();
+    let before = keys_map(&h, &keys).await;
+    let (victim, owner) = (&keys[0], before[0]);
+    let others: Vec<usize> = (0..keys.len())
+        .filter(|&i| before[i].1 != owner.1)
+        .collect();
+    assert!(!others.is_empty(), "every key on one worker: {before:?}");
+    // The key's own request freezes its worker's event loop for a while.
+    let (c, url) = (h.client.clone(), h.url("/block?ms=10000"));
+    let hdr = victim.clone();
+    let blocked = tokio::spawn(async move {
+        let req = http::Request::get(url)
+            .header("x-user", hdr)
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        send(&c, req).await
+    });
+    // Once the worker holds it past `avoid_stalled` (a wall-clock rule: no margin on a
+    // loaded machine), the key's requests leave the stuck worker ...
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            h.server.status().apps[0].workers[owner.1].in_flight == 1
+        })
+        .await,
+        "the blocking request never reached its worker"
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let moved_to = worker_for(&h, &[("x-user", victim.clone())]).await;
+    // (Sent to the stuck worker, it waits out the 10 s block and comes from its pid.)
+    assert_ne!(moved_to.0, owner.0, "{victim} was sent to its stuck worker");
+    // ... all to one other worker while it stays stuck, and no other key moves.
+    let still_stuck = !blocked.is_finished();
+    let again = worker_for(&h, &[("x-user", victim.clone())]).await;
+    for &i in &others {
+        let now = worker_for(&h, &[("x-user", keys[i].clone())]).await;
+        assert_eq!(
+            now, before[i],
+            "{} moved while another worker was stuck",
+            keys[i]
+        );
+    }
+    if still_stuck && !blocked.is_finished() {
+        assert_eq!(
+            again, moved_to,
+            "{victim} wandered while its worker was stuck"
+        );
+    }
+    let done = blocked
+        .await
+        .unwrap()
+        .expect("the blocking request is answered");
+    assert_eq!(done.status, 200);
+    assert_eq!(pid_of(&done), owner.0);
+    // It answered: the key is back on its own worker.
+    assert_eq!(worker_for(&h, &[("x-user", victim.clone())]).await, owner);
+    h.server.shutdown().await;
+}
