@@ -369,6 +369,18 @@ impl Error {
         }
     }
 
+    /// The upstream's kernel reset the connection while the request was written or its
+    /// answer awaited (ECONNRESET, EPIPE). A process that exits or closes a socket with
+    /// bytes it has not read resets it; one that read everything and closed sends FIN
+    /// ([`Error::Closed`]) instead. A proxy that never resends a request its upstream took
+    /// tells the two apart with this.
+    pub fn is_connection_reset(&self) -> bool {
+        matches!(self, Error::Io { source, .. } if matches!(
+            source.kind(),
+            io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe
+        ))
+    }
+
     /// An HTTP/2 stream the peer reset (RST_STREAM): the reason's stable name
     /// (`cancel`, `refused_stream`, …, as in [`crate::H2Counts::rst_by_reason`]).
     pub fn reset_by_peer(&self) -> Option<&'static str> {
