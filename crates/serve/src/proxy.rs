@@ -705,7 +705,13 @@ impl Shared {
                 ),
             ),
         };
-        json_error(status, why.name(), &msg)
+        // A broken answer is named by the codec's kind (`body_cut`, `protocol`, …, as load
+        // and shadow name it); a stall or an exit by serve's own reason.
+        let kind = match (why, error) {
+            (NotResent::Answered, Some(e)) => e.kind().name(),
+            _ => why.name(),
+        };
+        json_error(status, kind, &msg)
     }
 }
 
