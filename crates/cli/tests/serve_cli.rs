@@ -653,6 +653,9 @@ fn two_serves_with_the_same_ports_never_serve_each_others_workers() {
         body.contains("\"reloaded\": false") && body.contains("already in use"),
         "{body}"
     );
+    // The toolkit's one error body, with the per-slot errors beside it.
+    let (kind, _) = scalpel_http::parse_error_body(body.as_bytes()).expect("the one error body");
+    assert_eq!(kind, "reload_failed", "{body}");
     assert_eq!(
         http(l1, "GET", "/pid").unwrap().1.trim(),
         p1.to_string(),
