@@ -10,7 +10,9 @@
 //! it exits or fails N probes in a row (a blocked event loop). The balancer routes by
 //! path prefix, method and header to apps, splits a route between apps by weight
 //! (sticky by a key) for A/B tests, and picks a worker with round robin, least
-//! connections or power of two choices. An admin address serves a live page at `/`
+//! connections or power of two choices — or, with `sticky_worker`, the same worker for
+//! the same cookie, header or client address (rendezvous hashing over the ready workers'
+//! slots: a worker that leaves or fails moves only its own keys). An admin address serves a live page at `/`
 //! (crate `scalpel-live`, docs/live.md), `/status`, `/metrics` (Prometheus) and
 //! `POST /reload` (rolling, zero-downtime). With `[server.tls]` the client listener
 //! terminates TLS (rustls, ALPN `h2` and `http/1.1`; hyper serves both) and the
@@ -89,9 +91,10 @@
 //! workers (`upstream`), so a request and everything it wakes stay on one thread; the
 //! control plane (supervisor, health checks, admin, sampler) runs on the caller's runtime.
 //! Clients are served by hyper; the exchange with a worker runs in the request's own
-//! task over a small HTTP/1.1 client (`h1`: request head, response head, framing), which
-//! halved the balancer's user-space CPU per request against hyper's client connection
-//! (docs/serve.md). A request that switches protocols (WebSocket) ends as a `tunnel`
+//! task over the toolkit's one HTTP/1.1 codec (`scalpel_http::h1`, pooled per thread in
+//! `upstream`; `h1` here writes only the proxy's request head), which halved the
+//! balancer's user-space CPU per request against hyper's client connection
+//! (docs/serve.md). Every error serve answers is `scalpel_http::error_body`. A request that switches protocols (WebSocket) ends as a `tunnel`
 //! between the two connections. Mirror copies and their comparison run on a thread of
 //! their own (low priority, bounded queue and byte budget, counted skips), never on the
 //! data plane; worker output goes to scalpel's stdout through a bounded, lossy writer
@@ -106,6 +109,7 @@ mod mirror;
 mod pool;
 mod proxy;
 mod server;
+mod sticky;
 mod supervisor;
 mod tls;
 mod tunnel;

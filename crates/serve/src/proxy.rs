@@ -24,11 +24,12 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 
-use crate::config::{RouteConfig, ServerConfig, StickyKey};
+use crate::config::{RouteConfig, ServerConfig};
 use crate::h1::Outgoing;
 use crate::metrics::{AppMetrics, NotResent};
 use crate::mirror::{Mirror, MirrorQueue, Tee};
 use crate::pool::{Backend, Eject, InFlight, fast_random};
+use crate::sticky;
 use crate::supervisor::App;
 use crate::tunnel;
 use crate::upstream::{Answer, Attempt, UpstreamBody, UpstreamError, Upstreams};
@@ -77,19 +78,12 @@ impl Route {
 
     /// Index into `cfg.arms`: by the sticky key's hash when present, else at random,
     /// in proportion to the weights.
-    fn pick_arm(&self, path: &str, headers: &HeaderMap) -> usize {
+    fn pick_arm(&self, src: &sticky::Source<'_>) -> usize {
         if self.cfg.arms.len() == 1 {
             return 0;
         }
-        let key = self
-            .cfg
-            .sticky
-            .as_ref()
-            .and_then(|k| sticky_value(k, path, headers));
-        let roll = match key {
-            Some(k) => mix(fnv1a(k.as_bytes())),
-            None => fast_random(),
-        } % self.total_weight;
+        let key = self.cfg.sticky.as_ref().and_then(|k| sticky::hash(k, src));
+        let roll = key.unwrap_or_else(fast_random) % self.total_weight;
         let mut acc = 0;
         for (i, &(_, w)) in self.cfg.arms.iter().enumerate() {
             acc += w;
@@ -99,39 +93,6 @@ impl Route {
         }
         self.cfg.arms.len() - 1
     }
-}
-
-fn sticky_value<'a>(key: &StickyKey, path: &'a str, headers: &'a HeaderMap) -> Option<&'a str> {
-    match key {
-        StickyKey::Header(name) => headers.get(name).and_then(|v| v.to_str().ok()),
-        StickyKey::Cookie(name) => headers
-            .get_all(header::COOKIE)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(';'))
-            .filter_map(|kv| kv.trim().split_once('='))
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v),
-        StickyKey::PathSegment(n) => path.split('/').filter(|s| !s.is_empty()).nth(n - 1),
-    }
-    .filter(|v| !v.is_empty())
-}
-
-/// FNV-1a: stable across versions and platforms, so a key keeps its arm across restarts.
-fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
-}
-
-/// splitmix64's finalizer: spreads FNV's low bits before the modulo.
-fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 /// Everything the request path reads; built once, shared by every connection.
@@ -280,21 +241,17 @@ impl Drop for Finish {
     }
 }
 
-pub(crate) fn json_error(status: StatusCode, msg: &str) -> Response<ProxyBody> {
-    let body = serde_json::json!({ "error": msg, "status": status.as_u16() }).to_string();
-    let mut res = Response::new(ProxyBody::Full(Some(Bytes::from(body))));
-    *res.status_mut() = status;
-    res.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    res
+/// The toolkit's one JSON error body (`scalpel_http::error_body`, the one shadow answers
+/// with): `{"error":"<kind>","detail":"<text>"}`, a stable short kind for scripts and a
+/// detail for people. The kinds serve answers with are listed in docs/serve.md.
+pub(crate) fn json_error(status: StatusCode, kind: &str, detail: &str) -> Response<ProxyBody> {
+    scalpel_http::error_response(status, kind, detail).map(|b| ProxyBody::Full(Some(b)))
 }
 
 /// A JSON error after which the client connection closes (its request was not read
 /// whole, so the connection is out of step).
-fn json_error_closing(status: StatusCode, msg: &str) -> Response<ProxyBody> {
-    let mut res = json_error(status, msg);
+fn json_error_closing(status: StatusCode, kind: &str, detail: &str) -> Response<ProxyBody> {
+    let mut res = json_error(status, kind, detail);
     res.headers_mut()
         .insert(header::CONNECTION, HeaderValue::from_static("close"));
     res
@@ -319,6 +276,21 @@ enum Outcome {
 }
 
 impl Shared {
+    /// What a sticky key of `req` is read from.
+    fn sticky_source<'a>(
+        &'a self,
+        client: &'a Client,
+        req: &'a Request<Incoming>,
+    ) -> sticky::Source<'a> {
+        sticky::Source {
+            path: req.uri().path(),
+            headers: req.headers(),
+            peer: &client.ip,
+            trusted: client.trusted,
+            trusted_proxies: &self.cfg.trusted_proxies,
+        }
+    }
+
     /// Phase `route`: the route's index (or `None` when no route matches; with no routes
     /// configured, everything goes to the first app).
     fn route(&self, req: &Request<Incoming>) -> Result<Option<usize>, ()> {
@@ -349,20 +321,21 @@ impl Shared {
                     self.rejected.no_route.fetch_add(1, Ordering::Relaxed);
                     return json_error(
                         StatusCode::NOT_FOUND,
+                        "no_route",
                         "no proxy app here: every app is mode = \"direct\" and listens on its own address",
                     );
                 }
             },
             Ok(Some(r)) => {
                 let route = &self.routes[r];
-                let arm = route.pick_arm(req.uri().path(), req.headers());
+                let arm = route.pick_arm(&self.sticky_source(client, &req));
                 route.arm_requests[arm].fetch_add(1, Ordering::Relaxed);
                 (route.cfg.arms[arm].0, route.mirror.as_ref().map(|m| (r, m)))
             }
             Err(()) => {
                 self.rejected.no_route.fetch_add(1, Ordering::Relaxed);
                 let msg = format!("no route for {} {}", req.method(), req.uri().path());
-                return json_error(StatusCode::NOT_FOUND, &msg);
+                return json_error(StatusCode::NOT_FOUND, "no_route", &msg);
             }
         };
         let app = &self.apps[app_index];
@@ -397,6 +370,7 @@ impl Shared {
             self.rejected.too_large.fetch_add(1, Ordering::Relaxed);
             return json_error_closing(
                 StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
                 &format!("request body over the {max}-byte limit"),
             );
         }
@@ -413,11 +387,13 @@ impl Shared {
                         self.rejected.too_large.fetch_add(1, Ordering::Relaxed);
                         json_error_closing(
                             StatusCode::PAYLOAD_TOO_LARGE,
+                            "too_large",
                             &format!("request body over the {max}-byte limit"),
                         )
                     } else {
                         json_error_closing(
                             StatusCode::BAD_REQUEST,
+                            "bad_request",
                             &format!("reading request body: {e}"),
                         )
                     };
@@ -426,6 +402,7 @@ impl Shared {
                     self.rejected.body_timeout.fetch_add(1, Ordering::Relaxed);
                     return json_error_closing(
                         StatusCode::REQUEST_TIMEOUT,
+                        "client_timeout",
                         &format!(
                             "request body not received within {}",
                             scalpel_units::format_duration(self.cfg.body_read_timeout)
@@ -464,13 +441,23 @@ impl Shared {
         };
 
         // Phase `upstream`.
+        let worker_key = app.cfg.sticky_worker.as_ref().and_then(|k| {
+            let src = sticky::Source {
+                path: parts.uri.path(),
+                headers: &parts.headers,
+                peer: &client.ip,
+                trusted: client.trusted,
+                trusted_proxies: &self.cfg.trusted_proxies,
+            };
+            sticky::hash(k, &src)
+        });
         let mut avoid: Option<Arc<Backend>> = None;
         let mut attempt = 0;
         loop {
             attempt += 1;
             let backend = match app
                 .pool
-                .select_wait(avoid.as_deref(), self.cfg.wait_for_worker)
+                .select_wait(avoid.as_deref(), worker_key, self.cfg.wait_for_worker)
                 .await
             {
                 Some(b) => b,
@@ -478,6 +465,7 @@ impl Shared {
                     app.metrics.no_worker.fetch_add(1, Ordering::Relaxed);
                     return json_error(
                         StatusCode::SERVICE_UNAVAILABLE,
+                        "no_worker",
                         &format!("no ready worker for app `{}`", app.cfg.name),
                     );
                 }
@@ -576,15 +564,16 @@ impl Shared {
                     // unread. End of file before any byte: a worker that has begun to
                     // exit took it with it; one that lives closed a kept-alive connection
                     // as the request arrived (its keep-alive time-out), unread.
-                    let verdict = if e.never_sent() || (!track.received() && e.reset()) {
-                        Ok(())
-                    } else if track.received() {
-                        Err(NotResent::Answered)
-                    } else if scalpel_procstat::process_ended(backend.pid()) {
-                        Err(NotResent::Exited)
-                    } else {
-                        Ok(())
-                    };
+                    let verdict =
+                        if e.never_sent() || (!track.received() && e.is_connection_reset()) {
+                            Ok(())
+                        } else if track.received() {
+                            Err(NotResent::Answered)
+                        } else if scalpel_procstat::process_ended(backend.pid()) {
+                            Err(NotResent::Exited)
+                        } else {
+                            Ok(())
+                        };
                     match verdict {
                         Ok(()) if attempt == 1 && (e.never_sent() || retry_ok) => {
                             app.metrics.retries.fetch_add(1, Ordering::Relaxed);
@@ -593,8 +582,12 @@ impl Shared {
                             continue;
                         }
                         Ok(()) => {
+                            // The kind is the codec's (`connect`, `reset`, `protocol`, …),
+                            // named as load and shadow name it.
+                            let kind = e.kind();
                             return json_error(
-                                StatusCode::BAD_GATEWAY,
+                                kind.gateway_status(),
+                                kind.name(),
                                 &format!("worker {} failed: {e}", name()),
                             );
                         }
@@ -609,7 +602,7 @@ impl Shared {
                         name(),
                         scalpel_units::format_duration(self.cfg.upstream_timeout)
                     );
-                    return json_error(StatusCode::GATEWAY_TIMEOUT, &msg);
+                    return json_error(StatusCode::GATEWAY_TIMEOUT, "timeout", &msg);
                 }
                 Outcome::Ejected { taken } => {
                     if taken {
@@ -631,6 +624,7 @@ impl Shared {
                     }
                     return json_error(
                         StatusCode::BAD_GATEWAY,
+                        "worker_stopped",
                         &format!(
                             "worker {} stopped answering before reading this request, \
                              which is not resent ({})",
@@ -697,7 +691,13 @@ impl Shared {
                 ),
             ),
         };
-        json_error(status, &msg)
+        // A broken answer is named by the codec's kind (`body_cut`, `protocol`, …, as load
+        // and shadow name it); a stall or an exit by serve's own reason.
+        let kind = match (why, error) {
+            (NotResent::Answered, Some(e)) => e.kind().name(),
+            _ => why.name(),
+        };
+        json_error(status, kind, &msg)
     }
 }
 
@@ -716,7 +716,11 @@ impl Shared {
     ) -> Response<ProxyBody> {
         let (Some(switched), Some(on_upgrade)) = (answer.switched, on_upgrade) else {
             // parse_response accepts a 101 only when the request asked for it.
-            return json_error(StatusCode::BAD_GATEWAY, "unexpected protocol switch");
+            return json_error(
+                StatusCode::BAD_GATEWAY,
+                "protocol",
+                "unexpected protocol switch",
+            );
         };
         let metrics = app.metrics.clone();
         metrics.upgrades.fetch_add(1, Ordering::Relaxed);
@@ -772,35 +776,4 @@ fn upgrade_asked(req: &Request<Incoming>) -> Option<HeaderValue> {
         .flat_map(|v| v.as_bytes().split(|&b| b == b','))
         .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"upgrade"));
     asked.then(|| protocol.clone())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use http::header::HeaderName;
-
-    #[test]
-    fn sticky_values_from_header_cookie_and_path() {
-        let mut h = HeaderMap::new();
-        h.insert("x-user", HeaderValue::from_static("u7"));
-        h.insert(header::COOKIE, HeaderValue::from_static("a=1; uid=42; b=2"));
-        let hv = sticky_value(
-            &StickyKey::Header(HeaderName::from_static("x-user")),
-            "/",
-            &h,
-        );
-        assert_eq!(hv, Some("u7"));
-        assert_eq!(
-            sticky_value(&StickyKey::Cookie("uid".into()), "/", &h),
-            Some("42")
-        );
-        assert_eq!(
-            sticky_value(&StickyKey::PathSegment(2), "/users/99/stats", &h),
-            Some("99")
-        );
-        assert_eq!(
-            sticky_value(&StickyKey::PathSegment(5), "/users/99", &h),
-            None
-        );
-    }
 }
