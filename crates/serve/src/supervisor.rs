@@ -281,6 +281,9 @@ struct SlotCtx {
     /// A direct app's listening socket, handed to each worker on fd 3.
     direct: Option<Arc<std::net::TcpListener>>,
     stopping: Arc<Mutex<BTreeMap<u16, watch::Receiver<bool>>>>,
+    /// The slot was added by a live reload: other slots' processes may hold a port of
+    /// its pair (see [`SlotCtx::pick_port`]).
+    added_live: bool,
 }
 
 /// Starts the slots of `cfg`; each begins spawning its worker at once.
@@ -288,7 +291,7 @@ pub(crate) fn start_app(cfg: Arc<AppConfig>, env: AppEnv) -> App {
     let pool = Arc::new(Pool::new(cfg.balance));
     let metrics = Arc::new(AppMetrics::new());
     let slots = (0..cfg.workers)
-        .map(|index| start_slot(&cfg, &pool, &metrics, &env, index))
+        .map(|index| start_slot(&cfg, &pool, &metrics, &env, index, false))
         .collect();
     App {
         cfg,
@@ -305,6 +308,7 @@ fn start_slot(
     metrics: &Arc<AppMetrics>,
     env: &AppEnv,
     index: usize,
+    added_live: bool,
 ) -> Arc<Slot> {
     let (tx, rx) = mpsc::channel(8);
     let slot = Arc::new(Slot {
@@ -334,6 +338,7 @@ fn start_slot(
         hurry: env.hurry.clone(),
         direct: env.direct.clone(),
         stopping: env.stopping.clone(),
+        added_live,
     };
     tokio::spawn(run_slot(ctx, rx));
     slot
@@ -348,7 +353,14 @@ impl App {
         let mut slots: Vec<Arc<Slot>> = self.slots[..keep].to_vec();
         let extra = self.slots[keep..].to_vec();
         for index in keep..cfg.workers {
-            slots.push(start_slot(&cfg, &self.pool, &self.metrics, &self.env, index));
+            slots.push(start_slot(
+                &cfg,
+                &self.pool,
+                &self.metrics,
+                &self.env,
+                index,
+                true,
+            ));
         }
         (
             App {
@@ -437,20 +449,26 @@ impl SlotCtx {
     }
 
     /// The port for the slot's next process: of its pair (under the current config), not
-    /// `avoid` (the port of the process it follows, which may still hold it), and free if
-    /// one is — after a live reload that changed `workers` or `port_base`, another
-    /// slot's process may still hold one port of the new pair. A port held by a process
-    /// of this app being stopped counts as free: [`Self::start`] waits for it.
+    /// `avoid` (the port of the process it follows, which may still hold it). When both
+    /// ports qualify — the pair moved under a live reload (`workers` or `port_base`
+    /// changed), or the slot was added by one — another slot's process may still hold one
+    /// of them, so a free one is taken; otherwise the first, and a stranger on it is
+    /// named by the start (`port_free`). A port held by a process of this app being
+    /// stopped counts as free: [`Self::start`] waits for it.
     fn pick_port(&self, avoid: Option<u16>) -> u16 {
         let pair = self.cfg.ports(self.slot.index);
         let candidates: Vec<u16> = pair.iter().copied().filter(|&p| Some(p) != avoid).collect();
-        let stopping = self.stopping.lock().unwrap_or_else(|e| e.into_inner());
-        candidates
-            .iter()
-            .copied()
-            .find(|&p| stopping.contains_key(&p) || port_free(p).is_ok())
-            .or_else(|| candidates.first().copied())
-            .unwrap_or(pair[0])
+        if candidates.len() == 2 && (avoid.is_some() || self.added_live) {
+            let stopping = self.stopping.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(p) = candidates
+                .iter()
+                .copied()
+                .find(|&p| stopping.contains_key(&p) || port_free(p).is_ok())
+            {
+                return p;
+            }
+        }
+        candidates.first().copied().unwrap_or(pair[0])
     }
 
     /// Waits until a process of this app that is being stopped in the background (an
