@@ -269,7 +269,11 @@ fn sighup_with_a_typo_is_refused_with_file_and_line_and_the_old_config_serves() 
     let before = pids(&wait_both_ready_n(admin, 2));
     let path = dir.path().join("serve.toml");
     let typo = good.replace("workers = 2", "workers = 3\nport_bass = 1");
-    let line = typo.lines().position(|l| l.starts_with("port_bass")).unwrap() + 1;
+    let line = typo
+        .lines()
+        .position(|l| l.starts_with("port_bass"))
+        .unwrap()
+        + 1;
     let at = format!("{}:{line}", path.display());
     std::fs::write(&path, &typo).unwrap();
     signal(&child, "HUP");
@@ -295,8 +299,14 @@ fn sighup_with_a_typo_is_refused_with_file_and_line_and_the_old_config_serves() 
     let mut status = String::new();
     assert!(
         poll(Duration::from_secs(60), || {
-            status = http(admin, "GET", "/status").map(|r| r.1).unwrap_or_default();
-            let now = if status.is_empty() { Vec::new() } else { pids(&status) };
+            status = http(admin, "GET", "/status")
+                .map(|r| r.1)
+                .unwrap_or_default();
+            let now = if status.is_empty() {
+                Vec::new()
+            } else {
+                pids(&status)
+            };
             status.matches("\"state\": \"ready\"").count() == 3
                 && now.len() == 3
                 && now.iter().all(|p| !before.contains(p))

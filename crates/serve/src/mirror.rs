@@ -116,11 +116,7 @@ impl Mirror {
     /// Queues the copy of `req` for the mirror thread, when its method may be copied, it
     /// is sampled and the queue and budget have room; returns where to send the served
     /// response once its body has ended. Never waits.
-    pub(crate) fn begin(
-        self: &Arc<Self>,
-        queue: &MirrorQueue,
-        req: &Outgoing<'_>,
-    ) -> Option<Tee> {
+    pub(crate) fn begin(self: &Arc<Self>, queue: &MirrorQueue, req: &Outgoing<'_>) -> Option<Tee> {
         let safe = matches!(*req.method, Method::GET | Method::HEAD | Method::OPTIONS);
         if !safe && !self.unsafe_methods {
             self.skipped_method.fetch_add(1, Ordering::Relaxed);

@@ -497,8 +497,7 @@ async fn reload(shared: &Shared, lock: &tokio::sync::Mutex<()>) -> Result<(), Se
         tracing::error!(error = %e, "reload refused; the running config stays");
         Err(e)
     };
-    let next = match Config::from_file(old.path()).and_then(|c| c.check_programs().map(|()| c))
-    {
+    let next = match Config::from_file(old.path()).and_then(|c| c.check_programs().map(|()| c)) {
         Ok(c) => c,
         Err(e) => return refuse(ServeError::Config(e)),
     };
@@ -630,7 +629,14 @@ async fn reload(shared: &Shared, lock: &tokio::sync::Mutex<()>) -> Result<(), Se
     let removed: Vec<Arc<App>> = table
         .apps
         .iter()
-        .filter(|a| !shared.table.load().apps.iter().any(|n| n.cfg.name == a.cfg.name))
+        .filter(|a| {
+            !shared
+                .table
+                .load()
+                .apps
+                .iter()
+                .any(|n| n.cfg.name == a.cfg.name)
+        })
         .cloned()
         .collect();
     stop_slots(removed.iter().flat_map(|a| a.slots.iter())).await;
@@ -1601,11 +1607,7 @@ fn metrics_text(shared: &Shared) -> String {
             let ri = i.to_string();
             p.sample(
                 "scalpel_serve_mirror_not_mirrored_total",
-                &[
-                    ("route", &ri),
-                    ("mirror", &m.app),
-                    ("reason", "method"),
-                ],
+                &[("route", &ri), ("mirror", &m.app), ("reason", "method")],
                 load(&m.skipped_method),
             );
         }

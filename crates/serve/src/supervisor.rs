@@ -1224,7 +1224,9 @@ async fn run_slot(mut ctx: SlotCtx, mut cmds: mpsc::Receiver<SlotCmd>) {
                     Ok(new) => {
                         last_port = Some(port);
                         ctx.admit(&new);
-                        let grace = previous.as_ref().map_or(ctx.cfg.stop_grace, |c| c.stop_grace);
+                        let grace = previous
+                            .as_ref()
+                            .map_or(ctx.cfg.stop_grace, |c| c.stop_grace);
                         ctx.drain_and_stop_with(&p, grace).await;
                         ctx.metrics.reloads.fetch_add(1, Ordering::Relaxed);
                         info!(

@@ -69,7 +69,10 @@ async fn a_reload_under_load_doubles_the_workers_and_moves_the_weights_with_no_f
     let s = h.server.status();
     assert_eq!(s.apps[0].name, "a");
     assert_eq!(s.apps[0].workers.len(), 4, "{s:?}");
-    assert!(s.apps[0].workers.iter().all(|w| w.state == "ready"), "{s:?}");
+    assert!(
+        s.apps[0].workers.iter().all(|w| w.state == "ready"),
+        "{s:?}"
+    );
     for pid in &before {
         assert!(
             s.apps[0].workers.iter().all(|w| w.pid != Some(*pid)),
@@ -93,7 +96,11 @@ async fn a_reload_under_load_doubles_the_workers_and_moves_the_weights_with_no_f
     assert!(tags.get("b-v2").copied().unwrap_or(0) > 0, "{tags:?}");
     let m = h.server.metrics_text();
     assert_eq!(metric(&m, "scalpel_serve_workers_ready{app=\"a\"}"), 4.0);
-    assert_eq!(metric(&m, "scalpel_serve_reloads_total{app=\"a\"}"), 2.0, "{m}");
+    assert_eq!(
+        metric(&m, "scalpel_serve_reloads_total{app=\"a\"}"),
+        2.0,
+        "{m}"
+    );
     h.server.shutdown().await;
 }
 
@@ -133,7 +140,9 @@ async fn a_config_with_a_typo_is_refused_with_its_line_and_the_old_one_keeps_ser
     );
     assert_eq!(body["line"], line);
     assert!(
-        trace_text().lines().any(|l| l.contains("reload refused") && l.contains(&where_)),
+        trace_text()
+            .lines()
+            .any(|l| l.contains("reload refused") && l.contains(&where_)),
         "no log line names {where_}"
     );
     // Nothing changed: same workers, old config serving.
@@ -170,10 +179,18 @@ async fn a_config_with_a_typo_is_refused_with_its_line_and_the_old_one_keeps_ser
 /// "address in use"; it now waits for the stuck process to let go of it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_soon_after_an_unhealthy_replacement_waits_for_the_port() {
-    let extra = "stop_grace_ms = 8000\n[app.health]\ninterval_ms = 100\ntimeout_ms = 200\nfailures = 2\n";
-    let h = start(&format!("{SERVER}{}", node_app("web", 1, "round_robin", extra))).await;
+    let extra =
+        "stop_grace_ms = 8000\n[app.health]\ninterval_ms = 100\ntimeout_ms = 200\nfailures = 2\n";
+    let h = start(&format!(
+        "{SERVER}{}",
+        node_app("web", 1, "round_robin", extra)
+    ))
+    .await;
     let s = h.server.status();
-    let (victim, port) = (s.apps[0].workers[0].pid.unwrap(), s.apps[0].workers[0].port.unwrap());
+    let (victim, port) = (
+        s.apps[0].workers[0].pid.unwrap(),
+        s.apps[0].workers[0].port.unwrap(),
+    );
     // Freeze it through its own port: its event loop blocks, SIGTERM cannot run.
     let c = client();
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
