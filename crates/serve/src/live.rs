@@ -163,7 +163,7 @@ impl Live {
         let table = shared.table.load_full();
         Live {
             page: Page::new(Kind::Serve, &title)
-                .with_action(Action::post("Reload workers", "reload")),
+                .with_action(Action::post("Reload config", "reload")),
             ticks: Mutex::new(Ticks {
                 started: Instant::now(),
                 generation: table.generation,
