@@ -180,7 +180,7 @@ async fn a_config_with_a_typo_is_refused_with_its_line_and_the_old_one_keeps_ser
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_soon_after_an_unhealthy_replacement_waits_for_the_port() {
     let extra =
-        "stop_grace_ms = 8000\n[app.health]\ninterval_ms = 100\ntimeout_ms = 200\nfailures = 2\n";
+        "stop_grace_ms = 15000\n[app.health]\ninterval_ms = 100\ntimeout_ms = 200\nfailures = 2\n";
     let h = start(&format!(
         "{SERVER}{}",
         node_app("web", 1, "round_robin", extra)
