@@ -286,3 +286,57 @@ async fn direct_tag(addr: std::net::SocketAddr) -> Result<String, String> {
         .map(str::to_string)
         .ok_or_else(|| format!("no tag in {got:?}"))
 }
+
+/// Apps added by a reload start (and are ready) before any route reaches them; apps
+/// removed leave the routes first, then drain and stop — under load throughout, no
+/// request fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apps_added_and_removed_by_a_reload_start_first_and_drain_last() {
+    let base = free_base(8);
+    let js = app_js();
+    let app = |name: &str, port_base: u16| {
+        format!(
+            "\n[[app]]\nname = \"{name}\"\ncommand = [\"node\", \"{}\"]\nworkers = 1\nport_base = {port_base}\nstart_timeout_ms = 60000\nenv = {{ APP_TAG = \"{name}\" }}\n",
+            js.display()
+        )
+    };
+    let (a, b) = (app("a", base), app("b", base + 4));
+    let h = start(&format!("{SERVER}{a}")).await;
+    let a_pid = h.pids(0)[0].unwrap();
+    let load = Load::start(h.server.listen_addr(), "/", 6);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // Added: `b`, and a split that sends it half of `/`.
+    h.write_config(&format!(
+        "{SERVER}{a}{b}\n[[route]]\nprefix = \"/\"\nsplit = [{{ app = \"a\", weight = 1 }}, {{ app = \"b\", weight = 1 }}]\n"
+    ));
+    h.server.reload().await.expect("b is added");
+    let mut tags: HashMap<String, usize> = HashMap::new();
+    for _ in 0..60 {
+        *tags.entry(tag_of(&h.get("/").await.unwrap())).or_default() += 1;
+    }
+    assert!(
+        tags.contains_key("a") && tags.contains_key("b"),
+        "both apps should answer: {tags:?}"
+    );
+
+    // Removed: `a`; with no routes, everything goes to the first app, now `b`.
+    h.write_config(&format!("{SERVER}{b}"));
+    h.server.reload().await.expect("a is removed");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (ok, failed, failures) = load.finish().await;
+    assert_eq!(failed, 0, "failed requests: {failures:?}");
+    assert!(ok > 20, "{ok}");
+    let s = h.server.status();
+    assert_eq!(s.apps.len(), 1);
+    assert_eq!(s.apps[0].name, "b");
+    for _ in 0..20 {
+        assert_eq!(tag_of(&h.get("/").await.unwrap()), "b");
+    }
+    assert!(
+        eventually(Duration::from_secs(30), || !process_alive(a_pid)).await,
+        "the removed app's worker {a_pid} still runs"
+    );
+    assert!(!h.server.metrics_text().contains("app=\"a\""));
+    h.server.shutdown().await;
+}
