@@ -4,10 +4,9 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-
-use arc_swap::ArcSwap;
 use std::time::{Duration, Instant};
 
+use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use hyper::body::Incoming;
@@ -440,10 +439,10 @@ impl Server {
         }
         // Not in the middle of a reload's swap of apps (bounded: a reload waits for new
         // workers); the lock is then held, so no reload starts after this point.
-        let _no_more_reloads =
-            tokio::time::timeout(self.shared.cfg.drain_timeout, self.reload_lock.lock())
-                .await
-                .ok();
+        let _no_more_reloads = tokio::select! {
+            r = tokio::time::timeout(self.shared.cfg.drain_timeout, self.reload_lock.lock()) => r.ok(),
+            () = self.hurry.wait() => None,
+        };
         let table = self.shared.table.load_full();
         let mut waits = Vec::new();
         for app in &table.apps {
