@@ -289,7 +289,13 @@ fn sighup_with_a_typo_is_refused_with_file_and_line_and_the_old_config_serves() 
     );
     let (code, body) = http(admin, "POST", "/reload").unwrap();
     assert_eq!(code, 422, "{body}");
-    assert!(body.contains(&at) && body.contains("port_bass"), "{body}");
+    let (kind, detail) = scalpel_http::parse_error_body(body.as_bytes())
+        .unwrap_or_else(|| panic!("not the toolkit's error body: {body}"));
+    assert_eq!(kind, "config_invalid");
+    assert!(
+        detail.contains(&at) && detail.contains("port_bass"),
+        "{body}"
+    );
     let status = http(admin, "GET", "/status").unwrap().1;
     assert_eq!(pids(&status), before, "workers changed: {status}");
     assert_eq!(http(listen, "GET", "/").unwrap().0, 200);
@@ -711,6 +717,9 @@ fn two_serves_with_the_same_ports_never_serve_each_others_workers() {
         body.contains("\"reloaded\": false") && body.contains("already in use"),
         "{body}"
     );
+    // The toolkit's one error body, with the per-slot errors beside it.
+    let (kind, _) = scalpel_http::parse_error_body(body.as_bytes()).expect("the one error body");
+    assert_eq!(kind, "reload_failed", "{body}");
     assert_eq!(
         http(l1, "GET", "/pid").unwrap().1.trim(),
         p1.to_string(),

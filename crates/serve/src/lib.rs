@@ -93,9 +93,10 @@
 //! workers (`upstream`), so a request and everything it wakes stay on one thread; the
 //! control plane (supervisor, health checks, admin, sampler) runs on the caller's runtime.
 //! Clients are served by hyper; the exchange with a worker runs in the request's own
-//! task over a small HTTP/1.1 client (`h1`: request head, response head, framing), which
-//! halved the balancer's user-space CPU per request against hyper's client connection
-//! (docs/serve.md). A request that switches protocols (WebSocket) ends as a `tunnel`
+//! task over the toolkit's one HTTP/1.1 codec (`scalpel_http::h1`, pooled per thread in
+//! `upstream`; `h1` here writes only the proxy's request head), which halved the
+//! balancer's user-space CPU per request against hyper's client connection
+//! (docs/serve.md). Every error serve answers is `scalpel_http::error_body`. A request that switches protocols (WebSocket) ends as a `tunnel`
 //! between the two connections. Mirror copies and their comparison run on a thread of
 //! their own (low priority, bounded queue and byte budget, counted skips), never on the
 //! data plane; worker output goes to scalpel's stdout through a bounded, lossy writer

@@ -298,21 +298,17 @@ impl Drop for Finish {
     }
 }
 
-pub(crate) fn json_error(status: StatusCode, msg: &str) -> Response<ProxyBody> {
-    let body = serde_json::json!({ "error": msg, "status": status.as_u16() }).to_string();
-    let mut res = Response::new(ProxyBody::Full(Some(Bytes::from(body))));
-    *res.status_mut() = status;
-    res.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    res
+/// The toolkit's one JSON error body (`scalpel_http::error_body`, the one shadow answers
+/// with): `{"error":"<kind>","detail":"<text>"}`, a stable short kind for scripts and a
+/// detail for people. The kinds serve answers with are listed in docs/serve.md.
+pub(crate) fn json_error(status: StatusCode, kind: &str, detail: &str) -> Response<ProxyBody> {
+    scalpel_http::error_response(status, kind, detail).map(|b| ProxyBody::Full(Some(b)))
 }
 
 /// A JSON error after which the client connection closes (its request was not read
 /// whole, so the connection is out of step).
-fn json_error_closing(status: StatusCode, msg: &str) -> Response<ProxyBody> {
-    let mut res = json_error(status, msg);
+fn json_error_closing(status: StatusCode, kind: &str, detail: &str) -> Response<ProxyBody> {
+    let mut res = json_error(status, kind, detail);
     res.headers_mut()
         .insert(header::CONNECTION, HeaderValue::from_static("close"));
     res
@@ -371,6 +367,7 @@ impl Shared {
                     self.rejected.no_route.fetch_add(1, Ordering::Relaxed);
                     return json_error(
                         StatusCode::NOT_FOUND,
+                        "no_route",
                         "no proxy app here: every app is mode = \"direct\" and listens on its own address",
                     );
                 }
@@ -384,7 +381,7 @@ impl Shared {
             Err(()) => {
                 self.rejected.no_route.fetch_add(1, Ordering::Relaxed);
                 let msg = format!("no route for {} {}", req.method(), req.uri().path());
-                return json_error(StatusCode::NOT_FOUND, &msg);
+                return json_error(StatusCode::NOT_FOUND, "no_route", &msg);
             }
         };
         let app = table.apps[app_index].clone();
@@ -422,6 +419,7 @@ impl Shared {
             self.rejected.too_large.fetch_add(1, Ordering::Relaxed);
             return json_error_closing(
                 StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
                 &format!("request body over the {max}-byte limit"),
             );
         }
@@ -438,11 +436,13 @@ impl Shared {
                         self.rejected.too_large.fetch_add(1, Ordering::Relaxed);
                         json_error_closing(
                             StatusCode::PAYLOAD_TOO_LARGE,
+                            "too_large",
                             &format!("request body over the {max}-byte limit"),
                         )
                     } else {
                         json_error_closing(
                             StatusCode::BAD_REQUEST,
+                            "bad_request",
                             &format!("reading request body: {e}"),
                         )
                     };
@@ -451,6 +451,7 @@ impl Shared {
                     self.rejected.body_timeout.fetch_add(1, Ordering::Relaxed);
                     return json_error_closing(
                         StatusCode::REQUEST_TIMEOUT,
+                        "client_timeout",
                         &format!(
                             "request body not received within {}",
                             scalpel_units::format_duration(self.cfg.body_read_timeout)
@@ -503,6 +504,7 @@ impl Shared {
                     app.metrics.no_worker.fetch_add(1, Ordering::Relaxed);
                     return json_error(
                         StatusCode::SERVICE_UNAVAILABLE,
+                        "no_worker",
                         &format!("no ready worker for app `{}`", app.cfg.name),
                     );
                 }
@@ -601,15 +603,16 @@ impl Shared {
                     // unread. End of file before any byte: a worker that has begun to
                     // exit took it with it; one that lives closed a kept-alive connection
                     // as the request arrived (its keep-alive time-out), unread.
-                    let verdict = if e.never_sent() || (!track.received() && e.reset()) {
-                        Ok(())
-                    } else if track.received() {
-                        Err(NotResent::Answered)
-                    } else if scalpel_procstat::process_ended(backend.pid()) {
-                        Err(NotResent::Exited)
-                    } else {
-                        Ok(())
-                    };
+                    let verdict =
+                        if e.never_sent() || (!track.received() && e.is_connection_reset()) {
+                            Ok(())
+                        } else if track.received() {
+                            Err(NotResent::Answered)
+                        } else if scalpel_procstat::process_ended(backend.pid()) {
+                            Err(NotResent::Exited)
+                        } else {
+                            Ok(())
+                        };
                     match verdict {
                         Ok(()) if attempt == 1 && (e.never_sent() || retry_ok) => {
                             app.metrics.retries.fetch_add(1, Ordering::Relaxed);
@@ -618,8 +621,12 @@ impl Shared {
                             continue;
                         }
                         Ok(()) => {
+                            // The kind is the codec's (`connect`, `reset`, `protocol`, …),
+                            // named as load and shadow name it.
+                            let kind = e.kind();
                             return json_error(
-                                StatusCode::BAD_GATEWAY,
+                                kind.gateway_status(),
+                                kind.name(),
                                 &format!("worker {} failed: {e}", name()),
                             );
                         }
@@ -634,7 +641,7 @@ impl Shared {
                         name(),
                         scalpel_units::format_duration(self.cfg.upstream_timeout)
                     );
-                    return json_error(StatusCode::GATEWAY_TIMEOUT, &msg);
+                    return json_error(StatusCode::GATEWAY_TIMEOUT, "timeout", &msg);
                 }
                 Outcome::Ejected { taken } => {
                     if taken {
@@ -656,6 +663,7 @@ impl Shared {
                     }
                     return json_error(
                         StatusCode::BAD_GATEWAY,
+                        "worker_stopped",
                         &format!(
                             "worker {} stopped answering before reading this request, \
                              which is not resent ({})",
@@ -722,7 +730,13 @@ impl Shared {
                 ),
             ),
         };
-        json_error(status, &msg)
+        // A broken answer is named by the codec's kind (`body_cut`, `protocol`, …, as load
+        // and shadow name it); a stall or an exit by serve's own reason.
+        let kind = match (why, error) {
+            (NotResent::Answered, Some(e)) => e.kind().name(),
+            _ => why.name(),
+        };
+        json_error(status, kind, &msg)
     }
 }
 
@@ -741,7 +755,11 @@ impl Shared {
     ) -> Response<ProxyBody> {
         let (Some(switched), Some(on_upgrade)) = (answer.switched, on_upgrade) else {
             // parse_response accepts a 101 only when the request asked for it.
-            return json_error(StatusCode::BAD_GATEWAY, "unexpected protocol switch");
+            return json_error(
+                StatusCode::BAD_GATEWAY,
+                "protocol",
+                "unexpected protocol switch",
+            );
         };
         let metrics = app.metrics.clone();
         metrics.upgrades.fetch_add(1, Ordering::Relaxed);

@@ -923,8 +923,10 @@ fn max_request_headers(bytes: usize) -> usize {
     (bytes / 8).clamp(100, 8192)
 }
 
-const TOO_MANY_CONNECTIONS: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: 60\r\nconnection: close\r\nretry-after: 1\r\n\r\n{\"error\":\"too many client connections; retry\",\"status\":503}\n";
-const HEAD_TIMEOUT: &[u8] = b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\ncontent-length: 59\r\nconnection: close\r\n\r\n{\"error\":\"request head not received in time\",\"status\":408}\n";
+/// Written raw, before (or instead of) hyper: the toolkit's one error body
+/// (`scalpel_http::error_body`; a test checks the two agree, length included).
+const TOO_MANY_CONNECTIONS: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: 78\r\nconnection: close\r\nretry-after: 1\r\n\r\n{\"error\":\"too_many_connections\",\"detail\":\"too many client connections; retry\"}";
+const HEAD_TIMEOUT: &[u8] = b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\ncontent-length: 71\r\nconnection: close\r\n\r\n{\"error\":\"client_timeout\",\"detail\":\"request head not received in time\"}";
 
 /// Connections over `max_connections` get a 503 and are closed. The answer is written
 /// without waiting (it fits any fresh socket buffer); the connection then lingers a
@@ -1160,7 +1162,11 @@ async fn admin(
     if let Some(t) = &shared.cfg.admin_token
         && !token_ok(t, &req)
     {
-        let mut res = json_error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");
+        let mut res = json_error(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "missing or wrong bearer token",
+        );
         res.headers_mut().insert(
             header::WWW_AUTHENTICATE,
             header::HeaderValue::from_static("Bearer"),
@@ -1193,33 +1199,52 @@ async fn admin(
         ),
         (&Method::POST, "/reload") => match reload(shared, lock).await {
             Ok(()) => json_response(StatusCode::OK, &serde_json::json!({ "reloaded": true })),
+            // The error body's grammar, with what each worker slot said beside it.
             Err(ServeError::Reload(errors)) => json_response(
                 StatusCode::INTERNAL_SERVER_ERROR,
-                &serde_json::json!({ "reloaded": false, "errors": errors }),
+                &serde_json::json!({
+                    "error": "reload_failed",
+                    "detail": format!("{} worker(s) did not come up; the old ones keep serving", errors.len()),
+                    "reloaded": false,
+                    "errors": errors,
+                }),
             ),
             // The running config stays in these: the new one did not parse or check
             // (422, with its file and line), or asks for what cannot change live (409).
             Err(ServeError::Config(e)) => json_response(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 &serde_json::json!({
+                    "error": "config_invalid",
+                    "detail": format!("reload refused: {e}"),
                     "reloaded": false,
-                    "error": format!("reload refused: {e}"),
                     "file": e.path(),
                     "line": e.line(),
-                    "status": 422,
                 }),
             ),
             Err(e @ ServeError::Refused(_)) => json_response(
                 StatusCode::CONFLICT,
-                &serde_json::json!({ "reloaded": false, "error": e.to_string(), "status": 409 }),
+                &serde_json::json!({
+                    "error": "reload_refused",
+                    "detail": e.to_string(),
+                    "reloaded": false,
+                }),
             ),
-            Err(e) => json_error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+            Err(e) => json_error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "reload_failed",
+                &e.to_string(),
+            ),
         },
         (_, "/metrics" | "/status" | "/reload" | "/mirror" | scalpel_live::SNAPSHOT_PATH) => {
-            json_error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
+            json_error(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "method not allowed",
+            )
         }
         (_, path) => json_error(
             StatusCode::NOT_FOUND,
+            "not_found",
             &format!(
                 "no admin endpoint {path} (try / for the live page, /status, /metrics, /mirror, POST /reload)"
             ),
@@ -1740,6 +1765,40 @@ fn warn_about_ephemeral_ports(config: &Config) {
                 "worker ports overlap the kernel's ephemeral range: an outgoing connection \
                  can hold a port a replacement needs; choose port_base below {lo}"
             );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The answers written raw, past hyper, are the toolkit's one error body, framed by
+    /// their own exact length (a stale `content-length` after an edit of the text would
+    /// cut the body or hang the client).
+    #[test]
+    fn raw_error_answers_carry_the_one_error_body() {
+        for (raw, status, kind) in [
+            (TOO_MANY_CONNECTIONS, 503, "too_many_connections"),
+            (HEAD_TIMEOUT, 408, "client_timeout"),
+        ] {
+            let mut slots = [httparse::EMPTY_HEADER; 8];
+            let mut res = httparse::Response::new(&mut slots);
+            let httparse::Status::Complete(n) = res.parse(raw).unwrap() else {
+                panic!("incomplete head");
+            };
+            assert_eq!(res.code, Some(status));
+            let length: usize = res
+                .headers
+                .iter()
+                .find(|h| h.name == "content-length")
+                .map(|h| std::str::from_utf8(h.value).unwrap().parse().unwrap())
+                .unwrap();
+            let body = &raw[n..];
+            assert_eq!(length, body.len(), "content-length of the {status}");
+            let v: serde_json::Value = serde_json::from_slice(body).unwrap();
+            let detail = v["detail"].as_str().unwrap();
+            assert_eq!(body, &scalpel_http::error_body(kind, detail)[..]);
         }
     }
 }

@@ -381,16 +381,15 @@ async fn proxy_headers_limits_and_json_errors() {
         .unwrap();
     let r = send(&h.client, big).await.unwrap();
     assert_eq!(r.status, 413);
-    assert!(r.json()["error"].as_str().unwrap().contains("1024"));
+    let (kind, detail) = r.error();
+    assert_eq!(kind, "too_large");
+    assert!(detail.contains("1024"), "{detail}");
 
     let r = h.get("/slow?ms=3000").await.unwrap();
     assert_eq!(r.status, 504);
-    assert!(
-        r.json()["error"]
-            .as_str()
-            .unwrap()
-            .contains("did not answer")
-    );
+    let (kind, detail) = r.error();
+    assert_eq!(kind, "timeout");
+    assert!(detail.contains("did not answer"), "{detail}");
 
     let huge = http::Request::get(h.url("/"))
         .header("x-big", "y".repeat(64 * 1024))
@@ -413,6 +412,46 @@ async fn proxy_headers_limits_and_json_errors() {
     h.server.shutdown().await;
 }
 
+/// Issue 11, item 10 — one error grammar for the three tools. A worker that answers
+/// garbage: serve's 502 parses as scalpel-http's error body, and its kind is the one
+/// scalpel-http's client — what load counts and shadow answers with — gives for the same
+/// worker's same answer. Before, serve answered `{"error": <text>, "status": 502}`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_serve_error_body_and_a_client_error_kind_are_one_grammar() {
+    use scalpel_http::h1::{Expect, RequestWriter};
+    let h = start(&format!(
+        "{SERVER}{}",
+        node_app("web", 1, "round_robin", "")
+    ))
+    .await;
+    let r = h.get("/garbage").await.unwrap();
+    assert_eq!(r.status, 502, "{}", r.body);
+    let (kind, detail) = r.error();
+    assert!(detail.contains("web#0"), "{detail}");
+
+    // The same worker asked directly, through the connector load and shadow use.
+    let port = h.server.status().apps[0].workers[0].port.unwrap();
+    let peer = scalpel_http::Peer::parse(&format!("http://127.0.0.1:{port}")).unwrap();
+    let connector = scalpel_http::Connector::new(peer).await.unwrap();
+    let scalpel_http::Conn::H1(mut conn) = connector.connect().await.unwrap().conn else {
+        panic!("plain http is HTTP/1.1");
+    };
+    let mut head = Vec::new();
+    let mut w = RequestWriter::new(&mut head, "GET", "", "/garbage");
+    w.header(b"Host", b"worker");
+    w.finish();
+    conn.write_request(&head, &[]).await.unwrap();
+    let e = conn.read_response(Expect::default()).await.unwrap_err();
+    assert_eq!(e.kind(), scalpel_http::ErrorKind::Protocol, "{e}");
+    assert_eq!(kind, e.kind().name(), "serve: {}", r.body);
+    // A gateway's answer for that error, as shadow gives it: same status, same grammar.
+    let gateway = e.to_response();
+    assert_eq!(gateway.status().as_u16(), r.status);
+    let (gateway_kind, _) = scalpel_http::parse_error_body(gateway.body()).unwrap();
+    assert_eq!(gateway_kind, kind);
+    h.server.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_status_metrics_reload_and_token() {
     let toml = format!(
@@ -423,7 +462,7 @@ async fn admin_status_metrics_reload_and_token() {
     let admin = h.server.admin_addr().unwrap();
     let r = get_at(&h.client, admin, "/status").await.unwrap();
     assert_eq!(r.status, 401);
-    assert!(r.json()["error"].is_string());
+    assert_eq!(r.error().0, "unauthorized");
     let authed = |method: http::Method, path: &str| {
         http::Request::builder()
             .method(method)
@@ -515,7 +554,9 @@ max_restarts = 3
     // No worker: 503 with a JSON body after wait_for_worker_ms.
     let r = r.unwrap();
     assert_eq!(r.status, 503);
-    assert!(r.json()["error"].as_str().unwrap().contains("broken"));
+    let (kind, detail) = r.error();
+    assert_eq!(kind, "no_worker");
+    assert!(detail.contains("broken"), "{detail}");
     server.shutdown().await;
 }
 

@@ -132,6 +132,10 @@ const server = http.createServer((req, res) => {
       req.socket.write('HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n' +
         '5\r\nhello\r\n0\r\n\r\n');
       return;
+    case '/garbage':
+      // Not HTTP at all: what a proxy and a client must both call a protocol error.
+      req.socket.write('NOT HTTP\r\n\r\n');
+      return;
     case '/print': {
       const kb = Number(url.searchParams.get('kb') || 64);
       process.stdout.write('p'.repeat(kb * 1024));

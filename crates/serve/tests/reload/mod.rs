@@ -133,9 +133,10 @@ async fn a_config_with_a_typo_is_refused_with_its_line_and_the_old_one_keeps_ser
     assert_eq!(r.status, 422, "{}", r.body);
     let body = r.json();
     assert_eq!(body["reloaded"], false);
-    let error = body["error"].as_str().unwrap_or_default();
+    let (kind, detail) = r.error();
+    assert_eq!(kind, "config_invalid");
     assert!(
-        error.contains(&where_) && error.contains("wokers"),
+        detail.contains(&where_) && detail.contains("wokers"),
         "the answer does not name {where_} and the key: {body}"
     );
     assert_eq!(body["line"], line);
@@ -158,10 +159,11 @@ async fn a_config_with_a_typo_is_refused_with_its_line_and_the_old_one_keeps_ser
     h.write_config(&moved);
     let r = send(&h.client, post("/reload")).await.unwrap();
     assert_eq!(r.status, 409, "{}", r.body);
-    let error = r.json()["error"].as_str().unwrap_or_default().to_string();
+    let (kind, detail) = r.error();
+    assert_eq!(kind, "reload_refused");
     assert!(
-        error.contains("[server] listen changed") && error.contains("restart"),
-        "{error}"
+        detail.contains("[server] listen changed") && detail.contains("restart"),
+        "{detail}"
     );
     assert_eq!(h.pids(0), before);
 

@@ -114,6 +114,13 @@ impl Reply {
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
     }
+
+    /// The body read as the toolkit's one error body (`scalpel_http::parse_error_body`):
+    /// its kind and its detail. Panics when the body does not follow that grammar.
+    pub fn error(&self) -> (String, String) {
+        scalpel_http::parse_error_body(self.body.as_bytes())
+            .unwrap_or_else(|| panic!("not the toolkit's error body: {}", self.body))
+    }
 }
 
 pub async fn send(
