@@ -941,3 +941,50 @@ fn check_refuses_routes_and_per_request_settings_on_a_direct_app() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Issue 14 (sticky to a worker) — `--check` refuses `sticky_worker` on a direct app (its
+/// requests never pass the balancer) and a malformed key, in one line with the file, line
+/// and reason; a well-formed key on a proxy app passes.
+#[test]
+fn check_refuses_sticky_worker_on_a_direct_app_and_a_malformed_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("serve.toml");
+    let base = "[server]\nlisten = \"127.0.0.1:18080\"\nadmin = \"127.0.0.1:18090\"\n\n[[app]]\nname = \"web\"\ncommand = [\"node\", \"app.js\"]\nport_base = 3001\n";
+    let check = |text: String| {
+        std::fs::write(&path, text).unwrap();
+        Command::new(BIN)
+            .args(["serve", "--check", "--config"])
+            .arg(&path)
+            .output()
+            .unwrap()
+    };
+    for (rest, want) in [
+        (
+            "mode = \"direct\"\nlisten = \"127.0.0.1:18081\"\nsticky_worker = \"ip\"\n",
+            ":11: app `web`: sticky_worker is a per-request setting, and a direct app's requests never pass through the balancer",
+        ),
+        (
+            "sticky_worker = \"cookie:\"\n",
+            ":9: app `web`: bad sticky_worker `cookie:`: expected header:NAME, cookie:NAME, path:N (N ≥ 1) or ip",
+        ),
+        (
+            "sticky_worker = \"session\"\n",
+            ":9: app `web`: bad sticky_worker `session`",
+        ),
+    ] {
+        let out = check(format!("{base}{rest}"));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        let want = format!("{}{want}", path.display());
+        assert!(err.contains(&want), "expected {want:?}\n     got {err:?}");
+    }
+    for key in ["cookie:sid", "header:x-user", "ip", "path:2"] {
+        let out = check(format!("{base}sticky_worker = \"{key}\"\n"));
+        assert!(
+            out.status.success(),
+            "{key}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

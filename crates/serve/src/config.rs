@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
+pub(crate) use crate::sticky::StickyKey;
 use crate::tls::TlsFiles;
 
 /// The environment variable that can hold the admin bearer token.
@@ -217,6 +218,7 @@ struct RawApp {
     health: Option<Spanned<RawHealth>>,
     restart: Option<Spanned<RawRestart>>,
     max_memory_mb: Option<Spanned<u64>>,
+    sticky_worker: Option<Spanned<String>>,
 }
 
 fn d_workers() -> Spanned<i64> {
@@ -439,6 +441,8 @@ pub(crate) struct AppConfig {
     pub(crate) mode: Mode,
     /// A worker whose process tree's PSS passes this is replaced (successor first).
     pub(crate) max_memory_bytes: Option<u64>,
+    /// Requests with this key go to the same worker while it is ready (`sticky_worker`).
+    pub(crate) sticky_worker: Option<StickyKey>,
     /// The address of a direct app's own listening socket.
     pub(crate) listen: Option<SocketAddr>,
     /// A worker with requests waiting for their response head and no response head for
@@ -492,15 +496,6 @@ pub(crate) struct MirrorConfig {
     pub(crate) comparer: scalpel_diff::Comparer,
     /// The SQLite store of counters and samples (`scalpel shadow report --store`), if any.
     pub(crate) store: Option<PathBuf>,
-}
-
-/// What a sticky split hashes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum StickyKey {
-    Header(http::HeaderName),
-    Cookie(String),
-    /// 1-based path segment.
-    PathSegment(usize),
 }
 
 impl Config {
@@ -935,6 +930,7 @@ impl Config {
                         (a.balance.span() != (0..0)).then(|| a.balance.span()),
                     ),
                     ("avoid_stalled", a.avoid_stalled.as_ref().map(|s| s.span())),
+                    ("sticky_worker", a.sticky_worker.as_ref().map(|s| s.span())),
                     (
                         "avoid_stalled_ms",
                         a.avoid_stalled_ms.as_ref().map(|s| s.span()),
@@ -961,6 +957,19 @@ impl Config {
                 Some(m) => Some(m.get_ref().saturating_mul(1024 * 1024)),
                 None => None,
             };
+            let sticky_worker = match &a.sticky_worker {
+                Some(s) => Some(crate::sticky::parse(s.get_ref()).ok_or_else(|| {
+                    fail(
+                        Some(s.span()),
+                        format!(
+                            "app `{name}`: bad sticky_worker `{}`: expected {}",
+                            s.get_ref(),
+                            crate::sticky::GRAMMAR
+                        ),
+                    )
+                })?),
+                None => None,
+            };
             ranges.push((base as u32, last as u32, apps.len()));
             names.insert(name.to_string(), apps.len());
             apps.push(Arc::new(AppConfig {
@@ -976,6 +985,7 @@ impl Config {
                 cwd_line: a.cwd.as_ref().map(|c| line_of(text, c.span().start)),
                 balance: *a.balance.get_ref(),
                 mode: a.mode,
+                sticky_worker,
                 max_memory_bytes,
                 listen,
                 avoid_stalled: dur(&a.avoid_stalled, &a.avoid_stalled_ms, "avoid_stalled", 500)?,
@@ -1083,12 +1093,13 @@ impl Config {
                 }
             };
             let sticky = match &r.sticky {
-                Some(s) => Some(parse_sticky(s.get_ref()).ok_or_else(|| {
+                Some(s) => Some(crate::sticky::parse(s.get_ref()).ok_or_else(|| {
                     fail(
                         Some(s.span()),
                         format!(
-                            "bad sticky key `{}`: expected header:NAME, cookie:NAME or path:N (N ≥ 1)",
-                            s.get_ref()
+                            "bad sticky key `{}`: expected {}",
+                            s.get_ref(),
+                            crate::sticky::GRAMMAR
                         ),
                     )
                 })?),
@@ -1423,23 +1434,6 @@ pub(crate) fn resolve_program(
         })
         .map(|d| d.join(program))
         .find(|p| executable(p))
-}
-
-fn parse_sticky(s: &str) -> Option<StickyKey> {
-    let (kind, arg) = s.split_once(':')?;
-    match kind.trim() {
-        "header" => http::HeaderName::from_bytes(arg.trim().as_bytes())
-            .ok()
-            .map(StickyKey::Header),
-        "cookie" if !arg.trim().is_empty() => Some(StickyKey::Cookie(arg.trim().to_string())),
-        "path" => arg
-            .trim()
-            .parse::<usize>()
-            .ok()
-            .filter(|&n| n >= 1)
-            .map(StickyKey::PathSegment),
-        _ => None,
-    }
 }
 
 /// A duration key given as `key = "30s"` or `key_ms = 30000` (one of them), else `default`.

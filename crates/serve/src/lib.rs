@@ -10,7 +10,9 @@
 //! it exits or fails N probes in a row (a blocked event loop). The balancer routes by
 //! path prefix, method and header to apps, splits a route between apps by weight
 //! (sticky by a key) for A/B tests, and picks a worker with round robin, least
-//! connections or power of two choices. An admin address serves a live page at `/`
+//! connections or power of two choices — or, with `sticky_worker`, the same worker for
+//! the same cookie, header or client address (rendezvous hashing over the ready workers'
+//! slots: a worker that leaves or fails moves only its own keys). An admin address serves a live page at `/`
 //! (crate `scalpel-live`, docs/live.md), `/status`, `/metrics` (Prometheus) and
 //! `POST /reload`: the config file is read again and applied by rolling replacement with
 //! no failed request, or refused with its file and line while the running one stays
@@ -111,6 +113,7 @@ mod mirror;
 mod pool;
 mod proxy;
 mod server;
+mod sticky;
 mod supervisor;
 mod tls;
 mod tunnel;

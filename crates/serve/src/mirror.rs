@@ -329,7 +329,7 @@ async fn send_copy(
         .iter()
         .find(|a| &*a.cfg.name == app)
         .ok_or(Failure::Connect)?;
-    let backend = app.pool.select(None).ok_or(Failure::Connect)?;
+    let backend = app.pool.select(None, None).ok_or(Failure::Connect)?;
     let in_flight = backend.begin();
     app.metrics.mirrored.fetch_add(1, Ordering::Relaxed);
     let req = Outgoing {

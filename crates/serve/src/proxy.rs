@@ -25,11 +25,12 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 
-use crate::config::{RouteConfig, ServerConfig, StickyKey};
+use crate::config::{RouteConfig, ServerConfig};
 use crate::h1::Outgoing;
 use crate::metrics::{AppMetrics, NotResent};
 use crate::mirror::{Mirror, MirrorQueue, Tee};
 use crate::pool::{Backend, Eject, InFlight, fast_random};
+use crate::sticky;
 use crate::supervisor::App;
 use crate::tunnel;
 use crate::upstream::{Answer, Attempt, UpstreamBody, UpstreamError, Upstreams};
@@ -83,19 +84,12 @@ impl Route {
 
     /// Index into `cfg.arms`: by the sticky key's hash when present, else at random,
     /// in proportion to the weights.
-    fn pick_arm(&self, path: &str, headers: &HeaderMap) -> usize {
+    fn pick_arm(&self, src: &sticky::Source<'_>) -> usize {
         if self.cfg.arms.len() == 1 {
             return 0;
         }
-        let key = self
-            .cfg
-            .sticky
-            .as_ref()
-            .and_then(|k| sticky_value(k, path, headers));
-        let roll = match key {
-            Some(k) => mix(fnv1a(k.as_bytes())),
-            None => fast_random(),
-        } % self.total_weight;
+        let key = self.cfg.sticky.as_ref().and_then(|k| sticky::hash(k, src));
+        let roll = key.unwrap_or_else(fast_random) % self.total_weight;
         let mut acc = 0;
         for (i, &(_, w)) in self.cfg.arms.iter().enumerate() {
             acc += w;
@@ -105,39 +99,6 @@ impl Route {
         }
         self.cfg.arms.len() - 1
     }
-}
-
-fn sticky_value<'a>(key: &StickyKey, path: &'a str, headers: &'a HeaderMap) -> Option<&'a str> {
-    match key {
-        StickyKey::Header(name) => headers.get(name).and_then(|v| v.to_str().ok()),
-        StickyKey::Cookie(name) => headers
-            .get_all(header::COOKIE)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(';'))
-            .filter_map(|kv| kv.trim().split_once('='))
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v),
-        StickyKey::PathSegment(n) => path.split('/').filter(|s| !s.is_empty()).nth(n - 1),
-    }
-    .filter(|v| !v.is_empty())
-}
-
-/// FNV-1a: stable across versions and platforms, so a key keeps its arm across restarts.
-fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
-}
-
-/// splitmix64's finalizer: spreads FNV's low bits before the modulo.
-fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 /// Everything the request path reads; built once, shared by every connection.
@@ -333,6 +294,21 @@ enum Outcome {
 }
 
 impl Shared {
+    /// What a sticky key of `req` is read from.
+    fn sticky_source<'a>(
+        &'a self,
+        client: &'a Client,
+        req: &'a Request<Incoming>,
+    ) -> sticky::Source<'a> {
+        sticky::Source {
+            path: req.uri().path(),
+            headers: req.headers(),
+            peer: &client.ip,
+            trusted: client.trusted,
+            trusted_proxies: &self.cfg.trusted_proxies,
+        }
+    }
+
     /// Phase `route`: the route's index (or `None` when no route matches; with no routes
     /// configured, everything goes to the first app).
     fn route(table: &Table, req: &Request<Incoming>) -> Result<Option<usize>, ()> {
@@ -374,7 +350,7 @@ impl Shared {
             },
             Ok(Some(r)) => {
                 let route = &table.routes[r];
-                let arm = route.pick_arm(req.uri().path(), req.headers());
+                let arm = route.pick_arm(&self.sticky_source(client, &req));
                 route.arm_requests[arm].fetch_add(1, Ordering::Relaxed);
                 (route.cfg.arms[arm].0, route.mirror.clone())
             }
@@ -490,13 +466,23 @@ impl Shared {
         };
 
         // Phase `upstream`.
+        let worker_key = app.cfg.sticky_worker.as_ref().and_then(|k| {
+            let src = sticky::Source {
+                path: parts.uri.path(),
+                headers: &parts.headers,
+                peer: &client.ip,
+                trusted: client.trusted,
+                trusted_proxies: &self.cfg.trusted_proxies,
+            };
+            sticky::hash(k, &src)
+        });
         let mut avoid: Option<Arc<Backend>> = None;
         let mut attempt = 0;
         loop {
             attempt += 1;
             let backend = match app
                 .pool
-                .select_wait(avoid.as_deref(), self.cfg.wait_for_worker)
+                .select_wait(avoid.as_deref(), worker_key, self.cfg.wait_for_worker)
                 .await
             {
                 Some(b) => b,
@@ -815,35 +801,4 @@ fn upgrade_asked(req: &Request<Incoming>) -> Option<HeaderValue> {
         .flat_map(|v| v.as_bytes().split(|&b| b == b','))
         .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"upgrade"));
     asked.then(|| protocol.clone())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use http::header::HeaderName;
-
-    #[test]
-    fn sticky_values_from_header_cookie_and_path() {
-        let mut h = HeaderMap::new();
-        h.insert("x-user", HeaderValue::from_static("u7"));
-        h.insert(header::COOKIE, HeaderValue::from_static("a=1; uid=42; b=2"));
-        let hv = sticky_value(
-            &StickyKey::Header(HeaderName::from_static("x-user")),
-            "/",
-            &h,
-        );
-        assert_eq!(hv, Some("u7"));
-        assert_eq!(
-            sticky_value(&StickyKey::Cookie("uid".into()), "/", &h),
-            Some("42")
-        );
-        assert_eq!(
-            sticky_value(&StickyKey::PathSegment(2), "/users/99/stats", &h),
-            Some("99")
-        );
-        assert_eq!(
-            sticky_value(&StickyKey::PathSegment(5), "/users/99", &h),
-            None
-        );
-    }
 }

@@ -92,6 +92,9 @@ pub struct AppStatus {
     pub name: String,
     /// Selection algorithm.
     pub balance: &'static str,
+    /// What keeps a client on one worker (`sticky_worker`), if anything.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sticky_worker: Option<String>,
     /// Workers in rotation.
     pub ready: usize,
     /// One entry per worker slot.
@@ -1277,6 +1280,7 @@ fn status(shared: &Shared) -> Status {
         .map(|app| AppStatus {
             name: app.cfg.name.to_string(),
             balance: app.cfg.balance.name(),
+            sticky_worker: app.cfg.sticky_worker.as_ref().map(|k| k.to_string()),
             ready: app.pool.len(),
             workers: app
                 .slots
