@@ -1,5 +1,6 @@
 //! `scalpel serve` as a process: bad configs exit 2 with one line naming file and line;
-//! SIGHUP reloads; SIGTERM drains an in-flight request, stops the workers, exits 0.
+//! SIGHUP reloads (re-reading the config; a typo is refused with its line); SIGTERM
+//! drains an in-flight request, stops the workers, exits 0.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -254,6 +255,69 @@ fn sighup_reloads_and_sigterm_drains_then_exits_0() {
     assert!(
         err.iter().any(|l| l.contains("all workers stopped")),
         "{err:?}"
+    );
+}
+
+/// Issue 14 — a config with a typo sent by SIGHUP is refused: the log names the file and
+/// line, `POST /reload` answers 422 with the same, and the running config keeps serving
+/// with the same workers. Fixed, the next SIGHUP applies it (two workers become three).
+#[test]
+fn sighup_with_a_typo_is_refused_with_file_and_line_and_the_old_config_serves() {
+    let (listen, admin, base) = (free_port(), free_port(), free_base(6));
+    let good = app_toml(listen, admin, base, 2, "");
+    let (dir, child, err) = spawn_serve(&good, &[]);
+    let before = pids(&wait_both_ready_n(admin, 2));
+    let path = dir.path().join("serve.toml");
+    let typo = good.replace("workers = 2", "workers = 3\nport_bass = 1");
+    let line = typo
+        .lines()
+        .position(|l| l.starts_with("port_bass"))
+        .unwrap()
+        + 1;
+    let at = format!("{}:{line}", path.display());
+    std::fs::write(&path, &typo).unwrap();
+    signal(&child, "HUP");
+    assert!(
+        poll(Duration::from_secs(30), || {
+            err.lock()
+                .unwrap()
+                .iter()
+                .any(|l| l.contains("reload refused") && l.contains(&at) && l.contains("port_bass"))
+        }),
+        "no log line names {at}: {:?}",
+        err.lock().unwrap()
+    );
+    let (code, body) = http(admin, "POST", "/reload").unwrap();
+    assert_eq!(code, 422, "{body}");
+    let (kind, detail) = scalpel_http::parse_error_body(body.as_bytes())
+        .unwrap_or_else(|| panic!("not the toolkit's error body: {body}"));
+    assert_eq!(kind, "config_invalid");
+    assert!(
+        detail.contains(&at) && detail.contains("port_bass"),
+        "{body}"
+    );
+    let status = http(admin, "GET", "/status").unwrap().1;
+    assert_eq!(pids(&status), before, "workers changed: {status}");
+    assert_eq!(http(listen, "GET", "/").unwrap().0, 200);
+
+    std::fs::write(&path, good.replace("workers = 2", "workers = 3")).unwrap();
+    signal(&child, "HUP");
+    let mut status = String::new();
+    assert!(
+        poll(Duration::from_secs(60), || {
+            status = http(admin, "GET", "/status")
+                .map(|r| r.1)
+                .unwrap_or_default();
+            let now = if status.is_empty() {
+                Vec::new()
+            } else {
+                pids(&status)
+            };
+            status.matches("\"state\": \"ready\"").count() == 3
+                && now.len() == 3
+                && now.iter().all(|p| !before.contains(p))
+        }),
+        "the fixed config was not applied: {status}"
     );
 }
 

@@ -338,7 +338,7 @@ pub struct Config {
     pub(crate) routes: Vec<RouteConfig>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct ServerConfig {
     pub(crate) listen: SocketAddr,
     pub(crate) admin: Option<SocketAddr>,
@@ -486,7 +486,10 @@ pub(crate) struct RouteConfig {
 /// the served ones (the `scalpel shadow` engine).
 #[derive(Debug, Clone)]
 pub(crate) struct MirrorConfig {
-    pub(crate) app: usize,
+    pub(crate) app_name: Arc<str>,
+    /// Everything that makes this mirror what it is, as text: a live reload keeps a
+    /// mirror (its comparisons and store) only when this is unchanged.
+    pub(crate) key: String,
     pub(crate) percent: f64,
     /// Mirror methods other than GET, HEAD and OPTIONS (they may change state twice).
     pub(crate) unsafe_methods: bool,
@@ -1127,12 +1130,20 @@ impl Config {
                             fail(Some(r.mirror_ignore.span()), format!("mirror_ignore: {e}"))
                         })?;
                     }
+                    let store = r.mirror_store.as_ref().map(|p| base_dir.join(p.get_ref()));
                     Some(MirrorConfig {
-                        app: idx,
+                        app_name: m.get_ref().as_str().into(),
+                        key: format!(
+                            "{} -> {} {pct}% unsafe={} store={store:?} ignore={:?}",
+                            r.prefix.get_ref(),
+                            m.get_ref(),
+                            r.mirror_unsafe,
+                            r.mirror_ignore.get_ref()
+                        ),
                         percent: pct,
                         unsafe_methods: r.mirror_unsafe,
                         comparer,
-                        store: r.mirror_store.as_ref().map(|p| base_dir.join(p.get_ref())),
+                        store,
                     })
                 }
                 None => {
@@ -1171,6 +1182,117 @@ impl Config {
             apps,
             routes,
         })
+    }
+
+    /// Why `next` cannot take this configuration's place in a running server, if it
+    /// cannot: a change a live reload does not make (listeners, the `[server]` section,
+    /// an app's mode, direct address or selection algorithm, mirrors, ports moving
+    /// between apps). `None` when everything that differs can be applied live.
+    pub(crate) fn not_live(&self, next: &Config) -> Option<String> {
+        let (a, b) = (&self.server, &next.server);
+        let mut changed = Vec::new();
+        macro_rules! compare {
+            ($($f:ident),*) => { $( if a.$f != b.$f { changed.push(stringify!($f)); } )* };
+        }
+        compare!(
+            listen,
+            admin,
+            admin_token,
+            max_header_bytes,
+            header_read_timeout,
+            body_read_timeout,
+            max_body_bytes,
+            max_connections,
+            trusted_proxies,
+            connect_timeout,
+            upstream_timeout,
+            wait_for_worker,
+            retry_idempotent,
+            pool_idle_timeout,
+            pool_max_idle_per_worker,
+            drain_timeout,
+            sample_interval,
+            tunnel_idle_timeout,
+            threads,
+            log_line_max_bytes,
+            log_buffer_bytes,
+            mirror_buffer_bytes,
+            tls,
+            admin_tls
+        );
+        if a != b && changed.is_empty() {
+            changed.push("settings");
+        }
+        if !changed.is_empty() {
+            return Some(format!(
+                "[server] {} changed: the [server] section (listeners, threads, the balancer's \
+                 limits and time-outs) is read at start only; restart serve to change it",
+                changed.join(", ")
+            ));
+        }
+        for app in &next.apps {
+            let Some(old) = self.apps.iter().find(|o| o.name == app.name) else {
+                continue;
+            };
+            let name = &app.name;
+            if old.mode != app.mode {
+                return Some(format!(
+                    "app `{name}`: mode changed ({} → {}), which cannot be done live; give the \
+                     app a new name (the new one starts, then the old one drains) or restart serve",
+                    old.mode.name(),
+                    app.mode.name()
+                ));
+            }
+            if old.listen != app.listen {
+                return Some(format!(
+                    "app `{name}`: listen changed ({} → {}): its running workers hold the old \
+                     socket, which cannot move live; give the app a new name with the new \
+                     address (the new one starts, then the old one drains) or restart serve",
+                    old.listen.map_or_else(|| "none".into(), |l| l.to_string()),
+                    app.listen.map_or_else(|| "none".into(), |l| l.to_string())
+                ));
+            }
+            if old.balance != app.balance {
+                return Some(format!(
+                    "app `{name}`: balance changed ({} → {}), which cannot be done live \
+                     (the rotation keeps its algorithm); restart serve to change it",
+                    old.balance.name(),
+                    app.balance.name()
+                ));
+            }
+        }
+        let range = |a: &AppConfig| {
+            let lo = u32::from(a.port_base);
+            (lo, lo + 2 * a.workers as u32 - 1)
+        };
+        for app in &next.apps {
+            let (lo, hi) = range(app);
+            for old in self.apps.iter().filter(|o| o.name != app.name) {
+                let (olo, ohi) = range(old);
+                if lo <= ohi && hi >= olo {
+                    return Some(format!(
+                        "app `{}`: ports {lo}..={hi} overlap the ports {olo}..={ohi} of the \
+                         running app `{}`, which still holds them while the reload runs; use \
+                         other ports, or move them in two reloads",
+                        app.name, old.name
+                    ));
+                }
+            }
+        }
+        let mirrors = |c: &Config| {
+            c.routes
+                .iter()
+                .filter_map(|r| r.mirror.as_ref().map(|m| m.key.clone()))
+                .collect::<Vec<_>>()
+        };
+        if mirrors(self) != mirrors(next) {
+            return Some(
+                "mirrored routes changed: a mirror's comparisons, store and thread live as \
+                 long as serve; restart serve to change them (other route changes are live)"
+                    .into(),
+            );
+        }
+        None
     }
 
     /// The file the configuration came from.

@@ -14,7 +14,9 @@
 //! the same cookie, header or client address (rendezvous hashing over the ready workers'
 //! slots: a worker that leaves or fails moves only its own keys). An admin address serves a live page at `/`
 //! (crate `scalpel-live`, docs/live.md), `/status`, `/metrics` (Prometheus) and
-//! `POST /reload` (rolling, zero-downtime). With `[server.tls]` the client listener
+//! `POST /reload`: the config file is read again and applied by rolling replacement with
+//! no failed request, or refused with its file and line while the running one stays
+//! ([`Server::reload`], what SIGHUP does). With `[server.tls]` the client listener
 //! terminates TLS (rustls, ALPN `h2` and `http/1.1`; hyper serves both) and the
 //! certificate can be swapped while connections stay open ([`Server::reload_tls`]);
 //! workers stay plain HTTP/1.1 on loopback. An app in direct mode
@@ -69,7 +71,9 @@
 //! reach it as commands), *are they healthy* is a [`HealthCheck`] whose verdicts move a
 //! worker in or out of the pool, and *which one next* is a [`Selection`]. The pool's
 //! ready set is an immutable `Vec` swapped whole with `ArcSwap`, so the request path
-//! reads it without a lock; in-flight counts are atomics on each [`Backend`]. A new
+//! reads it without a lock; in-flight counts are atomics on each [`Backend`]. The apps and
+//! routes of one config form a table, also swapped whole by a live reload: a request
+//! loads it once, so it sees one config from route to worker. A new
 //! incarnation of worker *i* takes the other of its two ports (`port_base + i` and
 //! `port_base + i + workers`), so a replacement can start and become ready while the
 //! process it replaces still holds its port; a worker counts as ready only when the

@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
+use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
@@ -42,7 +43,7 @@ const BUFFER_BODY_BYTES: u64 = 64 * 1024;
 #[derive(Debug)]
 pub(crate) struct Route {
     pub(crate) cfg: RouteConfig,
-    pub(crate) mirror: Option<Mirror>,
+    pub(crate) mirror: Option<Arc<Mirror>>,
     total_weight: u64,
     pub(crate) arm_requests: Vec<AtomicU64>,
 }
@@ -50,15 +51,20 @@ pub(crate) struct Route {
 impl Route {
     pub(crate) fn new(cfg: RouteConfig) -> Result<Self, scalpel_shadow::ShadowError> {
         let mirror = match &cfg.mirror {
-            Some(m) => Some(Mirror::new(m, &cfg.prefix)?),
+            Some(m) => Some(Arc::new(Mirror::new(m, &cfg.prefix)?)),
             None => None,
         };
-        Ok(Self {
+        Ok(Self::with_mirror(cfg, mirror))
+    }
+
+    /// A route whose mirror, if any, is `mirror` (kept from before a live reload).
+    pub(crate) fn with_mirror(cfg: RouteConfig, mirror: Option<Arc<Mirror>>) -> Self {
+        Self {
             mirror,
             total_weight: cfg.arms.iter().map(|a| a.1).sum(),
             arm_requests: cfg.arms.iter().map(|_| AtomicU64::new(0)).collect(),
             cfg,
-        })
+        }
     }
 
     fn matches(&self, method: &Method, path: &str, headers: &HeaderMap) -> bool {
@@ -99,8 +105,9 @@ impl Route {
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) cfg: ServerConfig,
-    pub(crate) apps: Vec<Arc<App>>,
-    pub(crate) routes: Vec<Route>,
+    /// The apps and routes in use; a live reload swaps the whole table, so a request
+    /// sees one config from its route to its worker.
+    pub(crate) table: ArcSwap<Table>,
     /// The mirror thread's queue, when a route mirrors.
     pub(crate) mirror_queue: Option<MirrorQueue>,
     pub(crate) rejected: Rejected,
@@ -109,6 +116,17 @@ pub(crate) struct Shared {
     pub(crate) tls: Option<Arc<crate::tls::Certs>>,
     /// The admin address's certificates (`[server.admin_tls]`).
     pub(crate) admin_tls: Option<Arc<crate::tls::Certs>>,
+    /// The config in use and what a live reload starts new apps with.
+    pub(crate) running: crate::server::Running,
+}
+
+/// The apps and routes of one config generation (routes name apps by index).
+#[derive(Debug)]
+pub(crate) struct Table {
+    /// Counts the live reloads applied (0: the config read at start).
+    pub(crate) generation: u64,
+    pub(crate) apps: Vec<Arc<App>>,
+    pub(crate) routes: Vec<Route>,
 }
 
 /// Requests and connections refused before reaching an app, by reason.
@@ -293,12 +311,13 @@ impl Shared {
 
     /// Phase `route`: the route's index (or `None` when no route matches; with no routes
     /// configured, everything goes to the first app).
-    fn route(&self, req: &Request<Incoming>) -> Result<Option<usize>, ()> {
-        if self.routes.is_empty() {
+    fn route(table: &Table, req: &Request<Incoming>) -> Result<Option<usize>, ()> {
+        if table.routes.is_empty() {
             return Ok(None);
         }
         let path = req.uri().path();
-        self.routes
+        table
+            .routes
             .iter()
             .position(|r| r.matches(req.method(), path, req.headers()))
             .map(Some)
@@ -313,9 +332,12 @@ impl Shared {
         client: &Client,
         req: Request<Incoming>,
     ) -> Response<ProxyBody> {
-        let (app_index, mirror) = match self.route(&req) {
+        // One load of the table: the route and its app come from the same config, and
+        // the request keeps its app (and mirror) even if a reload swaps the table.
+        let table = self.table.load();
+        let (app_index, mirror) = match Self::route(&table, &req) {
             // No routes: the first proxy app (a direct app has its own address).
-            Ok(None) => match self.apps.iter().position(|a| a.cfg.listen.is_none()) {
+            Ok(None) => match table.apps.iter().position(|a| a.cfg.listen.is_none()) {
                 Some(i) => (i, None),
                 None => {
                     self.rejected.no_route.fetch_add(1, Ordering::Relaxed);
@@ -327,10 +349,10 @@ impl Shared {
                 }
             },
             Ok(Some(r)) => {
-                let route = &self.routes[r];
+                let route = &table.routes[r];
                 let arm = route.pick_arm(&self.sticky_source(client, &req));
                 route.arm_requests[arm].fetch_add(1, Ordering::Relaxed);
-                (route.cfg.arms[arm].0, route.mirror.as_ref().map(|m| (r, m)))
+                (route.cfg.arms[arm].0, route.mirror.clone())
             }
             Err(()) => {
                 self.rejected.no_route.fetch_add(1, Ordering::Relaxed);
@@ -338,10 +360,13 @@ impl Shared {
                 return json_error(StatusCode::NOT_FOUND, "no_route", &msg);
             }
         };
-        let app = &self.apps[app_index];
+        let app = table.apps[app_index].clone();
+        drop(table);
         let start = Instant::now();
         app.metrics.requests.fetch_add(1, Ordering::Relaxed);
-        let res = self.forward(up, app, mirror, client, req, start).await;
+        let res = self
+            .forward(up, &app, mirror.as_ref(), client, req, start)
+            .await;
         if res.status().is_server_error() {
             app.metrics.errors.fetch_add(1, Ordering::Relaxed);
         }
@@ -352,7 +377,7 @@ impl Shared {
         self: &Arc<Self>,
         up: &Arc<Upstreams>,
         app: &App,
-        mirror: Option<(usize, &Mirror)>,
+        mirror: Option<&Arc<Mirror>>,
         client: &Client,
         req: Request<Incoming>,
         start: Instant,
@@ -436,7 +461,7 @@ impl Shared {
         };
         // A switched connection is not a response a mirror could compare.
         let mut tee = match (mirror, &self.mirror_queue) {
-            (Some((route, m)), Some(queue)) if upgrade.is_none() => m.begin(route, queue, &out),
+            (Some(m), Some(queue)) if upgrade.is_none() => m.begin(queue, &out),
             _ => None,
         };
 

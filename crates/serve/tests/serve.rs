@@ -2,6 +2,7 @@
 //! (tests/apps/app.js) and a Go app (tests/apps/hello.go).
 
 mod failure;
+mod reload;
 mod util;
 
 use std::collections::HashMap;

@@ -175,11 +175,15 @@ if (process.env.LISTEN_FDS === '1' && process.env.LISTEN_PID === String(process.
 }
 process.on('SIGTERM', () => {
   console.log(`worker ${index} stopping`);
+  // Exit once both servers have finished their requests in flight: a direct worker's
+  // clients are on the shared socket, not on the health port.
+  let open = direct ? 2 : 1;
+  const closed = () => { if (--open === 0) process.exit(0); };
   if (direct) {
-    direct.close();
+    direct.close(closed);
     direct.closeIdleConnections();
   }
-  server.close(() => process.exit(0));
+  server.close(closed);
   // Idle keep-alive sockets would hold close() open.
   server.closeIdleConnections();
 });

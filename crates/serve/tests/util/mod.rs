@@ -59,10 +59,16 @@ pub struct Harness {
     pub server: Server,
     pub logs: LogBuffer,
     pub client: Client<HttpConnector, Full<Bytes>>,
+    /// The config file the server was started from (a reload reads it again).
+    pub config_path: PathBuf,
+    _dir: tempfile::TempDir,
 }
 
 pub async fn start(toml: &str) -> Harness {
-    let config = Config::parse(toml, Path::new("test.toml")).expect("test config is valid");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config_path = dir.path().join("test.toml");
+    std::fs::write(&config_path, toml).expect("config written");
+    let config = Config::from_file(&config_path).expect("test config is valid");
     let logs = LogBuffer::default();
     let server = Server::start(
         config,
@@ -82,6 +88,15 @@ pub async fn start(toml: &str) -> Harness {
         server,
         logs,
         client: client(),
+        config_path,
+        _dir: dir,
+    }
+}
+
+impl Harness {
+    /// Replaces the config file (the next reload reads it).
+    pub fn write_config(&self, toml: &str) {
+        std::fs::write(&self.config_path, toml).expect("config written");
     }
 }
 
