@@ -21,6 +21,9 @@
 #      socket on fd 3) vs pm2 cluster mode vs serve proxy mode; req/s, CPU per request of
 #      the whole process tree, and each direct worker's share of the CPU (the spread).
 #      SCENARIOS="direct" runs it alone.
+#      The socket design behind it (one shared socket vs one SO_REUSEPORT socket per
+#      worker: req/s, spread, connections lost with a dying worker) is measured by
+#      scripts/bench-direct-socket.py (./run bench direct-socket).
 #
 # Needs node, wrk, nginx (apt-get install -y nginx wrk), pm2 (installed locally under
 # bench-out/, gitignored), python3. Writes bench-out/serve/: raw outputs + results.md.
