@@ -4,6 +4,7 @@
 #   ./run bench quiet                 # ~25 min of measuring after the build (the build is not counted)
 #   SMOKE=1 ./run bench quiet         # every part with tiny durations: proves it runs, figures meaningless
 #   PARTS="direct shards" ./run bench quiet   # some parts, in the order given
+#   PREPARE_ONLY=1 ./run bench quiet  # only the build and the payments ledger (do it before the quiet window)
 #
 # Parts, in order of priority (each one the project's own bench script, old and new
 # alternating in one run where the issue asks for it):
@@ -82,6 +83,10 @@ if [ ! -s "$LEDGER/ledger-16000-1.db" ] || [ ! -s "$LEDGER/ids-16000-1.txt" ]; t
         --ids-out "$LEDGER/ids-16000-1.txt" --force >"$LOGS/ledger.log" 2>&1 ||
         { echo "bench-quiet: payments generate failed (log: $LOGS/ledger.log)" >&2; exit 1; }
 fi
+if [ "${PREPARE_ONLY:-0}" = 1 ]; then
+    echo "==> prepared (build, pm2, payments ledger); the measuring run: ./run bench quiet"
+    exit 0
+fi
 
 CPU_MODEL="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 load3() { cut -d' ' -f1-3 /proc/loadavg; }
@@ -98,17 +103,18 @@ start_all=$(date +%s)
 # part NAME ISSUE COMMAND...: runs one part, its output in logs/NAME.log, and appends its section.
 part() {
     local name=$1 issue=$2; shift 2
-    local before after t0 secs rc
+    local before after t0 secs rc cmd
+    cmd=$(printf '%q ' "$@")
     before=$(load3)
     t0=$(date +%s)
-    echo "==> [$(date -u +%H:%M:%S)] $name (#$issue): $*   (load $before)"
+    echo "==> [$(date -u +%H:%M:%S)] $name (#$issue): $cmd  (load $before)"
     "$@" >"$LOGS/$name.log" 2>&1
     rc=$?
     secs=$(( $(date +%s) - t0 ))
     after=$(load3)
     echo "    $name: exit $rc in ${secs} s (load after $after); log $LOGS/$name.log"
     python3 "$ROOT/scripts/bench-quiet-summary.py" "$name" "$issue" "$LOGS/$name.log" "$rc" "$secs" \
-        "$before" "$after" "$(nproc)" "$CPU_MODEL" "$*" "$OUT" >>"$RESULTS" 2>>"$LOGS/summary-errors.log" ||
+        "$before" "$after" "$(nproc)" "$CPU_MODEL" "${cmd% }" "$OUT" >>"$RESULTS" 2>>"$LOGS/summary-errors.log" ||
         printf '## %s (#%s): the summary could not be written (see %s)\n\n' "$name" "$issue" "$LOGS/summary-errors.log" >>"$RESULTS"
 }
 
