@@ -65,8 +65,6 @@ if [ "${SKIP_BUILD:-0}" != 1 ]; then
     b0=$(date +%s)
     echo "==> build (scripts/build.sh; not counted in the bench time)"
     bash scripts/build.sh >"$LOGS/build.log" 2>&1 || { tail -30 "$LOGS/build.log" >&2; echo "bench-quiet: the build failed (log: $LOGS/build.log)" >&2; exit 1; }
-    # bench-shards.sh builds this example too; built here so no part compiles on the clock.
-    cargo build --release -q -p scalpel-report --example shard_files >>"$LOGS/build.log" 2>&1 || { echo "bench-quiet: building shard_files failed" >&2; exit 1; }
     echo "==> built in $(( $(date +%s) - b0 )) s"
 fi
 for f in "$TGT/release/scalpel" "$TGT/release/qr-server" "$TGT/release/payments" "$TGT/payments-go" \
@@ -124,8 +122,8 @@ for p in $PARTS; do
                     REPEATS="$DIRECT_REPEATS" bash scripts/bench-serve.sh ;;
         frozen) part frozen 14 env SKIP_BUILD=1 OUT="$OUT/serve-frozen" SCENARIOS=frozen-direct \
                     FROZEN_DUR="$FROZEN_DUR" REPEATS="$FROZEN_REPEATS" bash scripts/bench-serve.sh ;;
-        shards) part shards 16 env DUR="$SHARDS_DUR" REPEATS="$SHARDS_REPEATS" bash scripts/bench-shards.sh rate ;;
-        tls) part tls 12 env DUR="$TLS_DUR" REPEATS="$TLS_REPEATS" bash scripts/bench-tls.sh ;;
+        shards) part shards 16 env SKIP_BUILD=1 DUR="$SHARDS_DUR" REPEATS="$SHARDS_REPEATS" bash scripts/bench-shards.sh rate ;;
+        tls) part tls 12 env SKIP_BUILD=1 DUR="$TLS_DUR" REPEATS="$TLS_REPEATS" bash scripts/bench-tls.sh ;;
         serve-tls) part serve-tls 12 env SKIP_BUILD=1 OUT="$OUT/serve-tls" SCENARIOS=tls DUR="$SERVE_TLS_DUR" \
                        REPEATS="$SERVE_TLS_REPEATS" H2_CONNS=8 H2_STREAMS=10 bash scripts/bench-serve.sh ;;
         ladder) part ladder 13 env DEMO_OUT="$OUT/demo-ladder" python3 scripts/demo --only ladder "${DEMO_LADDER[@]}" ;;
