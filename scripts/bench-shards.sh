@@ -141,12 +141,15 @@ bench_rate() {
             else
                 local at
                 at=$(python3 -c 'import time; print(f"{time.time() + 3:.3f}")')
+                local shard_pids=()
                 for s in 1 2; do
                     "$SCALPEL" load --shard "$s/2" --start-at "$at" --rate "$RATE" -d "$DUR" \
                         --threads 1 --no-progress --json "$WORK/shard-$s.json" "$url" \
                         >/dev/null 2>&1 &
+                    shard_pids+=($!)
                 done
-                wait
+                # The shards only: a bare `wait` would wait for nginx too, forever.
+                wait "${shard_pids[@]}" || true
                 "$SCALPEL" report merge "$WORK/shard-1.json" "$WORK/shard-2.json" \
                     -o "$WORK/sharded.json" 2>/dev/null
                 f=$(figures "$WORK/sharded.json")
