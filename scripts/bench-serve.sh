@@ -21,6 +21,9 @@
 #      socket on fd 3) vs pm2 cluster mode vs serve proxy mode; req/s, CPU per request of
 #      the whole process tree, and each direct worker's share of the CPU (the spread).
 #      SCENARIOS="direct" runs it alone.
+#      The socket design behind it (one shared socket vs one SO_REUSEPORT socket per
+#      worker: req/s, spread, connections lost with a dying worker) is measured by
+#      scripts/bench-direct-socket.py (./run bench direct-socket).
 #   frozen-direct: two Node hello workers in direct mode, clients opening a new connection per
 #      request; worker 0 frozen (SIGSTOP) 3 s in: failed requests, the frozen worker's share
 #      of new connections after the freeze, detection time (FROZEN_DUR, FROZEN_THREADS).

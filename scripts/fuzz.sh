@@ -21,7 +21,7 @@ run() {
 }
 run -p scalpel-units --lib
 run -p scalpel-http --lib fuzz_
-run -p scalpel-load --lib -- slo:: http1::
+run -p scalpel-load --lib -- slo:: request::
 run -p scalpel-diff --test props
 run -p scalpel-shadow --test props
 run -p scalpel-requests --test props

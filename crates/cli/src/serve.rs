@@ -1,5 +1,6 @@
 //! `scalpel serve`: load and check the config, start the supervisor and balancer, and
-//! map signals — SIGHUP to a TLS certificate reload and a rolling reload, SIGTERM/SIGINT to drain-then-stop, and a
+//! map signals — SIGHUP to a TLS certificate reload and a live reload of the config file
+//! (refused, with its file and line, when it does not check), SIGTERM/SIGINT to drain-then-stop, and a
 //! second SIGTERM/SIGINT to stop at once.
 
 use std::path::PathBuf;
@@ -8,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use scalpel_serve::{Config, ServeOptions, Server};
+use scalpel_serve::{Config, ServeError, ServeOptions, Server};
 use tokio::signal::unix::{SignalKind, signal};
 
 /// Arguments of `scalpel serve`.
@@ -67,6 +68,7 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn serve(config: Config) -> anyhow::Result<ExitCode> {
+    let path = config.path().to_path_buf();
     // Signal handlers first, so a SIGTERM during start-up drains instead of killing.
     let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
@@ -96,7 +98,10 @@ async fn serve(config: Config) -> anyhow::Result<ExitCode> {
             _ = term.recv() => break "SIGTERM",
             _ = int.recv() => break "SIGINT",
             _ = hup.recv() => {
-                tracing::info!("SIGHUP: TLS certificates (if any), then a rolling reload");
+                tracing::info!(
+                    config = %path.display(),
+                    "SIGHUP: TLS certificates (if any), then the config file again (a rolling reload)"
+                );
                 // The certificates first, at once: the worker roll takes a while and
                 // does not depend on them. A bad file keeps the certificate in use.
                 if let Err(e) = server.reload_tls() {
@@ -104,7 +109,8 @@ async fn serve(config: Config) -> anyhow::Result<ExitCode> {
                 }
                 let server = server.clone();
                 tokio::spawn(async move {
-                    if let Err(e) = server.reload().await {
+                    // A refused config is logged by the server with its file and line.
+                    if let Err(e @ ServeError::Reload(_)) = server.reload().await {
                         tracing::error!(error = %e, "reload");
                     }
                 });

@@ -239,3 +239,31 @@ fn merge_names_differing_urls_and_versions_and_takes_them_when_allowed() {
     let merged: RunResult = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(merged.tool, "scalpel 0.1.0, scalpel 9.9.9");
 }
+
+/// #16: the merge decodes each histogram once (the files are no longer checked on reading),
+/// so a histogram that does not decode is found by the merge: it must still be exit 2 and
+/// one line, and the line must name the file (the check on reading named none).
+#[test]
+fn merge_names_the_file_whose_histogram_does_not_decode() {
+    let dir = scratch("histogram");
+    let (a, _) = host_run("host-a", 1, 1500.0);
+    let (b, _) = host_run("host-b", 2, 1500.0);
+    let (mut c, _) = host_run("host-c", 3, 1500.0);
+    c.targets[0].steps[0].histogram = "bm90IGEgaGlzdG9ncmFt".into();
+    let paths = [
+        write(&dir, "a.json", &a),
+        write(&dir, "b.json", &b),
+        write(&dir, "c.json", &c),
+    ];
+    let out = scalpel(&["report", "merge", &paths[0], &paths[1], &paths[2]]);
+    assert_eq!(out.status.code(), Some(2));
+    let line = stderr_line(&out);
+    assert!(
+        line.starts_with(&format!(
+            "scalpel: {}: run 3: target \"svc\" step 1: histogram",
+            paths[2]
+        )),
+        "{line}"
+    );
+    assert!(out.stdout.is_empty());
+}

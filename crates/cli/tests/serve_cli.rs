@@ -1,5 +1,6 @@
 //! `scalpel serve` as a process: bad configs exit 2 with one line naming file and line;
-//! SIGHUP reloads; SIGTERM drains an in-flight request, stops the workers, exits 0.
+//! SIGHUP reloads (re-reading the config; a typo is refused with its line); SIGTERM
+//! drains an in-flight request, stops the workers, exits 0.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -254,6 +255,69 @@ fn sighup_reloads_and_sigterm_drains_then_exits_0() {
     assert!(
         err.iter().any(|l| l.contains("all workers stopped")),
         "{err:?}"
+    );
+}
+
+/// Issue 14 — a config with a typo sent by SIGHUP is refused: the log names the file and
+/// line, `POST /reload` answers 422 with the same, and the running config keeps serving
+/// with the same workers. Fixed, the next SIGHUP applies it (two workers become three).
+#[test]
+fn sighup_with_a_typo_is_refused_with_file_and_line_and_the_old_config_serves() {
+    let (listen, admin, base) = (free_port(), free_port(), free_base(6));
+    let good = app_toml(listen, admin, base, 2, "");
+    let (dir, child, err) = spawn_serve(&good, &[]);
+    let before = pids(&wait_both_ready_n(admin, 2));
+    let path = dir.path().join("serve.toml");
+    let typo = good.replace("workers = 2", "workers = 3\nport_bass = 1");
+    let line = typo
+        .lines()
+        .position(|l| l.starts_with("port_bass"))
+        .unwrap()
+        + 1;
+    let at = format!("{}:{line}", path.display());
+    std::fs::write(&path, &typo).unwrap();
+    signal(&child, "HUP");
+    assert!(
+        poll(Duration::from_secs(30), || {
+            err.lock()
+                .unwrap()
+                .iter()
+                .any(|l| l.contains("reload refused") && l.contains(&at) && l.contains("port_bass"))
+        }),
+        "no log line names {at}: {:?}",
+        err.lock().unwrap()
+    );
+    let (code, body) = http(admin, "POST", "/reload").unwrap();
+    assert_eq!(code, 422, "{body}");
+    let (kind, detail) = scalpel_http::parse_error_body(body.as_bytes())
+        .unwrap_or_else(|| panic!("not the toolkit's error body: {body}"));
+    assert_eq!(kind, "config_invalid");
+    assert!(
+        detail.contains(&at) && detail.contains("port_bass"),
+        "{body}"
+    );
+    let status = http(admin, "GET", "/status").unwrap().1;
+    assert_eq!(pids(&status), before, "workers changed: {status}");
+    assert_eq!(http(listen, "GET", "/").unwrap().0, 200);
+
+    std::fs::write(&path, good.replace("workers = 2", "workers = 3")).unwrap();
+    signal(&child, "HUP");
+    let mut status = String::new();
+    assert!(
+        poll(Duration::from_secs(60), || {
+            status = http(admin, "GET", "/status")
+                .map(|r| r.1)
+                .unwrap_or_default();
+            let now = if status.is_empty() {
+                Vec::new()
+            } else {
+                pids(&status)
+            };
+            status.matches("\"state\": \"ready\"").count() == 3
+                && now.len() == 3
+                && now.iter().all(|p| !before.contains(p))
+        }),
+        "the fixed config was not applied: {status}"
     );
 }
 
@@ -653,6 +717,9 @@ fn two_serves_with_the_same_ports_never_serve_each_others_workers() {
         body.contains("\"reloaded\": false") && body.contains("already in use"),
         "{body}"
     );
+    // The toolkit's one error body, with the per-slot errors beside it.
+    let (kind, _) = scalpel_http::parse_error_body(body.as_bytes()).expect("the one error body");
+    assert_eq!(kind, "reload_failed", "{body}");
     assert_eq!(
         http(l1, "GET", "/pid").unwrap().1.trim(),
         p1.to_string(),
@@ -873,4 +940,51 @@ fn check_refuses_routes_and_per_request_settings_on_a_direct_app() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Issue 14 (sticky to a worker) — `--check` refuses `sticky_worker` on a direct app (its
+/// requests never pass the balancer) and a malformed key, in one line with the file, line
+/// and reason; a well-formed key on a proxy app passes.
+#[test]
+fn check_refuses_sticky_worker_on_a_direct_app_and_a_malformed_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("serve.toml");
+    let base = "[server]\nlisten = \"127.0.0.1:18080\"\nadmin = \"127.0.0.1:18090\"\n\n[[app]]\nname = \"web\"\ncommand = [\"node\", \"app.js\"]\nport_base = 3001\n";
+    let check = |text: String| {
+        std::fs::write(&path, text).unwrap();
+        Command::new(BIN)
+            .args(["serve", "--check", "--config"])
+            .arg(&path)
+            .output()
+            .unwrap()
+    };
+    for (rest, want) in [
+        (
+            "mode = \"direct\"\nlisten = \"127.0.0.1:18081\"\nsticky_worker = \"ip\"\n",
+            ":11: app `web`: sticky_worker is a per-request setting, and a direct app's requests never pass through the balancer",
+        ),
+        (
+            "sticky_worker = \"cookie:\"\n",
+            ":9: app `web`: bad sticky_worker `cookie:`: expected header:NAME, cookie:NAME, path:N (N ≥ 1) or ip",
+        ),
+        (
+            "sticky_worker = \"session\"\n",
+            ":9: app `web`: bad sticky_worker `session`",
+        ),
+    ] {
+        let out = check(format!("{base}{rest}"));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        let want = format!("{}{want}", path.display());
+        assert!(err.contains(&want), "expected {want:?}\n     got {err:?}");
+    }
+    for key in ["cookie:sid", "header:x-user", "ip", "path:2"] {
+        let out = check(format!("{base}sticky_worker = \"{key}\"\n"));
+        assert!(
+            out.status.success(),
+            "{key}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }

@@ -369,6 +369,18 @@ impl Error {
         }
     }
 
+    /// The upstream's kernel reset the connection while the request was written or its
+    /// answer awaited (ECONNRESET, EPIPE). A process that exits or closes a socket with
+    /// bytes it has not read resets it; one that read everything and closed sends FIN
+    /// ([`Error::Closed`]) instead. A proxy that never resends a request its upstream took
+    /// tells the two apart with this.
+    pub fn is_connection_reset(&self) -> bool {
+        matches!(self, Error::Io { source, .. } if matches!(
+            source.kind(),
+            io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe
+        ))
+    }
+
     /// An HTTP/2 stream the peer reset (RST_STREAM): the reason's stable name
     /// (`cancel`, `refused_stream`, …, as in [`crate::H2Counts::rst_by_reason`]).
     pub fn reset_by_peer(&self) -> Option<&'static str> {
@@ -444,6 +456,21 @@ pub fn error_body(kind: &str, detail: &str) -> Bytes {
         quote(kind),
         quote(detail)
     ))
+}
+
+/// Reads a body written by [`error_body`] (or one that follows its grammar, with more
+/// fields beside): `Some((kind, detail))` when it is a JSON object whose `error` is a
+/// kind — a short snake_case name, `[a-z][a-z0-9_]*` — and whose `detail` is a string.
+/// A client or a test that meets a Scalpel error answer parses it with this, so any
+/// tool's error body that drifts from the grammar fails to parse.
+pub fn parse_error_body(body: &[u8]) -> Option<(String, String)> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let kind = v.get("error")?.as_str()?;
+    let detail = v.get("detail")?.as_str()?;
+    let mut chars = kind.bytes();
+    let well_formed = chars.next().is_some_and(|c| c.is_ascii_lowercase())
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_');
+    well_formed.then(|| (kind.to_string(), detail.to_string()))
 }
 
 /// A response carrying [`error_body`] with `Content-Type: application/json`. Map the
@@ -528,6 +555,36 @@ mod tests {
         );
         assert!(!t.never_sent());
         assert!(Error::Connect(os(libc::ECONNREFUSED)).never_sent());
+    }
+
+    /// The grammar read back: every kind name round-trips, and a body of another shape
+    /// (serve's old `{"error": text, "status": N}`) does not parse.
+    #[test]
+    fn error_bodies_parse_back_and_other_shapes_do_not() {
+        for k in ErrorKind::ALL {
+            let body = error_body(k.name(), "why \"quoted\"");
+            assert_eq!(
+                parse_error_body(&body),
+                Some((k.name().to_string(), "why \"quoted\"".to_string()))
+            );
+        }
+        let extra = br#"{"error":"reload_failed","detail":"1 failed","errors":["w0"]}"#;
+        assert_eq!(parse_error_body(extra).unwrap().0, "reload_failed");
+        for bad in [
+            &br#"{"error":"worker web#0 failed: reset","status":502}"#[..],
+            br#"{"error":"Timeout","detail":"x"}"#,
+            br#"{"error":"","detail":"x"}"#,
+            br#"{"error":"timeout"}"#,
+            br#"{"error":"timeout","detail":5}"#,
+            b"not json",
+        ] {
+            assert_eq!(
+                parse_error_body(bad),
+                None,
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
     }
 
     #[test]

@@ -23,6 +23,14 @@ pub fn is_hop_by_hop(name: &[u8]) -> bool {
         .any(|n| n.as_bytes().eq_ignore_ascii_case(name))
 }
 
+/// Is `name` meant for the proxy that received it, never for the next hop:
+/// `Proxy-Authorization` (RFC 9110 §11.7.2, the client's credentials for this proxy)?
+/// A proxy drops it beside the hop-by-hop fields; a client passing headers through
+/// (load, replay) keeps it.
+pub fn is_proxy_only(name: &[u8]) -> bool {
+    name.eq_ignore_ascii_case(b"proxy-authorization")
+}
+
 /// The hop-by-hop rule of one message: the fixed list plus the names its `Connection`
 /// header lists (`Connection: close, X-Secret` makes `X-Secret` hop-by-hop too).
 #[derive(Debug, Default, Clone)]

@@ -82,8 +82,8 @@
 //!   drift of the machine hits every target alike.
 
 mod conn;
-mod http1;
 mod live_latency;
+mod request;
 pub mod result;
 mod run;
 pub mod shard;
@@ -92,8 +92,8 @@ mod start;
 mod timer;
 mod worker;
 
-pub use http1::{Endpoint, MAX_HEAD_BYTES, RequestParts, UrlError};
 pub use live_latency::LiveLatency;
+pub use request::{Endpoint, MAX_HEAD_BYTES, RequestParts, UrlError};
 pub use run::{
     FixedRequest, LoadError, Model, Plan, Progress, RecordedSchedule, RecordedTimes, Renderer,
     RequestSource, ResourceUsage, ResourceWatch, SourceError, StepLimit, Stop, Target, probe, run,

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use scalpel_http::{Connector, HttpVersion, PeerOptions};
 
 use crate::conn::Failure;
-use crate::http1::{Endpoint, RequestParts, UrlError};
 use crate::live_latency::{LiveLatency, Window};
+use crate::request::{Endpoint, RequestParts, UrlError};
 use crate::result::{
     ConnectionInfo, EndpointResult, FORMAT_VERSION, H2Events, LatencySummary, Machine, RunConfig,
     RunResult, StepResult, TargetResult, encode_histogram,

@@ -22,7 +22,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::conn::{Failure, H2Link, H2Slot, Link, h1_exchange, h1_ready};
-use crate::http1::{Endpoint, RequestParts};
+use crate::request::{Endpoint, RequestParts};
 use crate::result::new_histogram;
 use crate::shard::Shard;
 use crate::timer::PreciseTimer;

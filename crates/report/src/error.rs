@@ -56,6 +56,20 @@ pub enum ReportError {
         /// The decoding error (shown in the message, so not chained as a source).
         error: scalpel_load::result::HistogramError,
     },
+    /// A histogram of one of the runs being merged does not decode. `run` is the run's
+    /// position among those given, from 1, so a caller that read them from files can name
+    /// the file.
+    #[error("run {run}: target {target:?} step {}: {error}", .step + 1)]
+    RunHistogram {
+        /// Position of the run among those merged, from 1.
+        run: usize,
+        /// Target name.
+        target: String,
+        /// Step index (shown from 1).
+        step: u32,
+        /// The decoding error (shown in the message, so not chained as a source).
+        error: scalpel_load::result::HistogramError,
+    },
     /// Runs that do not describe the same schedule against the same targets.
     #[error("cannot merge: {0}")]
     Mismatch(String),

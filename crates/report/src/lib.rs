@@ -50,6 +50,9 @@ pub use cost::{
 };
 pub use error::ReportError;
 pub use html::html;
-pub use json::{check_writable, read_json, to_json_line, to_json_string, write_html, write_json};
+pub use json::{
+    check_writable, read_json, read_json_for_merge, to_json_line, to_json_string, write_html,
+    write_json,
+};
 pub use merge::{MergeOptions, merge, merge_with};
 pub use table::summary_table;

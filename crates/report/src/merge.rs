@@ -135,6 +135,7 @@ pub fn merge_with(runs: &[RunResult], options: MergeOptions) -> Result<RunResult
             merge_step(name, &pieces)
         });
         target.steps = merged_steps.into_iter().collect::<Result<_, _>>()?;
+        check_left_out(&parts, common)?;
         if let Some(slo) = &slo {
             target.breaking_point = slo.judge(&mut target.steps);
         }
@@ -143,6 +144,23 @@ pub fn merge_with(runs: &[RunResult], options: MergeOptions) -> Result<RunResult
         crate::shards::attach(&mut merged, runs, basis, slo.as_ref());
     }
     Ok(merged)
+}
+
+/// Decodes the histograms of the steps the merge leaves out (beyond `common`), only to
+/// check them: the files are read without decoding ([`crate::read_json_for_merge`]), and a
+/// file with a histogram that does not decode is refused wherever it is.
+fn check_left_out(parts: &[&TargetResult], common: usize) -> Result<(), ReportError> {
+    for (i, part) in parts.iter().enumerate() {
+        for step in part.steps.iter().skip(common) {
+            let texts = std::iter::once(&step.histogram)
+                .chain(&step.handshake_histogram)
+                .chain(step.endpoints.iter().map(|e| &e.histogram));
+            for text in texts {
+                decode(i + 1, &part.name, step.index, text)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `f` over `items` on up to as many threads as there are cores, results in order.
@@ -340,7 +358,23 @@ fn fmt_rate(rate: Option<f64>) -> String {
     rate.map_or_else(|| "closed".to_owned(), |r| format!("{r} rps"))
 }
 
-/// The sum of the pieces' histograms, exactly.
+/// Decodes the histogram of run `run` (from 1): the one place a merge decodes, once per
+/// histogram, naming the run of one that does not decode.
+fn decode(
+    run: usize,
+    target: &str,
+    step: u32,
+    text: &str,
+) -> Result<hdrhistogram::Histogram<u64>, ReportError> {
+    decode_histogram(text).map_err(|error| ReportError::RunHistogram {
+        run,
+        target: target.to_owned(),
+        step,
+        error,
+    })
+}
+
+/// The sum of the pieces' histograms, exactly. The pieces are in the order of the runs.
 fn add_histograms<'a>(
     target: &str,
     step: u32,
@@ -348,12 +382,8 @@ fn add_histograms<'a>(
 ) -> Result<hdrhistogram::Histogram<u64>, ReportError> {
     let mut histogram = new_histogram();
     histogram.auto(true);
-    for text in histograms {
-        let h = decode_histogram(text).map_err(|error| ReportError::Histogram {
-            target: target.to_owned(),
-            step,
-            error,
-        })?;
+    for (i, text) in histograms.enumerate() {
+        let h = decode(i + 1, target, step, text)?;
         histogram.add(&h).map_err(|_| {
             mismatch(format!(
                 "target \"{target}\" step {}: the histograms cannot be added (different \
@@ -445,15 +475,11 @@ fn merge_step(target: &str, pieces: &[&StepResult]) -> Result<StepResult, Report
     let (rss_mb, rss_mb_peak) = resource(pieces, |p| (p.rss_mb, p.rss_mb_peak));
     let (pss_mb, pss_mb_peak) = resource(pieces, |p| (p.pss_mb, p.pss_mb_peak));
     let mut handshakes: Option<hdrhistogram::Histogram<u64>> = None;
-    for piece in pieces {
+    for (i, piece) in pieces.iter().enumerate() {
         let Some(text) = &piece.handshake_histogram else {
             continue;
         };
-        let h = decode_histogram(text).map_err(|error| ReportError::Histogram {
-            target: target.to_owned(),
-            step: piece.index,
-            error,
-        })?;
+        let h = decode(i + 1, target, piece.index, text)?;
         match handshakes.as_mut() {
             None => handshakes = Some(h),
             Some(all) => all.add(&h).map_err(|_| {

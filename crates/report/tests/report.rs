@@ -9,8 +9,8 @@ use scalpel_load::result::{
     LatencySummary, RunResult, TargetResult, decode_histogram, new_histogram,
 };
 use scalpel_report::{
-    MergeOptions, ReportError, html, merge, merge_with, read_json, summary_table, to_json_string,
-    write_json,
+    MergeOptions, ReportError, html, merge, merge_with, read_json, read_json_for_merge,
+    summary_table, to_json_string, write_json,
 };
 
 fn target(name: &str, steps: Vec<scalpel_load::result::StepResult>) -> TargetResult {
@@ -721,6 +721,90 @@ fn merge_leaves_out_partial_steps() {
     let merged = merge(&[a, b]).unwrap();
     assert_eq!(merged.targets[0].steps.len(), 1);
     assert!(merged.interrupted);
+}
+
+/// #16: a merge read its files checking every histogram, then decoded each again to add
+/// it. Files are now read without the check (`read_json_for_merge`) and the merge decodes
+/// each histogram once, so a bad one must still be refused by the merge — naming its run,
+/// also in a step the merge leaves out — and a file read for a merge must merge exactly as
+/// one read with the check.
+#[test]
+fn a_merge_decodes_each_histogram_once_and_still_refuses_a_bad_one_naming_its_run() {
+    let step = |i, rps, seed| step_with_values(i, Some(rps), 1.0, &latencies(seed, 500, 2000.0));
+    let part = |host: &str, seed| {
+        run(
+            host,
+            "ramp",
+            None,
+            vec![target(
+                "svc",
+                vec![step(0, 100.0, seed), step(1, 200.0, seed + 1)],
+            )],
+        )
+    };
+    let garbage = "bm90IGEgaGlzdG9ncmFt".to_owned();
+
+    // Read for a merge (no check) and read with the check: the same runs, the same merge.
+    let dir = tempfile::tempdir().unwrap();
+    let paths: Vec<_> = (0..3)
+        .map(|i| {
+            let path = dir.path().join(format!("{i}.json"));
+            write_json(&part(&format!("h{i}"), 10 * i), &path).unwrap();
+            path
+        })
+        .collect();
+    let lazy: Vec<RunResult> = paths
+        .iter()
+        .map(|p| read_json_for_merge(p).unwrap())
+        .collect();
+    let checked: Vec<RunResult> = paths.iter().map(|p| read_json(p).unwrap()).collect();
+    assert_eq!(lazy, checked);
+    assert_eq!(merge(&lazy).unwrap(), merge(&checked).unwrap());
+
+    // A bad histogram in run 3, step 2: refused, naming run 3, the target and the step.
+    let mut bad = lazy.clone();
+    bad[2].targets[0].steps[1].histogram = garbage.clone();
+    let path = dir.path().join("bad.json");
+    write_json(&bad[2], &path).unwrap();
+    assert!(
+        read_json_for_merge(&path).is_ok(),
+        "the merge checks, not the read"
+    );
+    let err = merge(&bad).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ReportError::RunHistogram {
+                run: 3,
+                step: 1,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .starts_with("run 3: target \"svc\" step 2: histogram"),
+        "{err}"
+    );
+
+    // In a step the merge leaves out (run 1 was interrupted in step 2): still refused.
+    let mut left_out = lazy.clone();
+    left_out[0].targets[0].steps[1].partial = true;
+    assert_eq!(merge(&left_out).unwrap().targets[0].steps.len(), 1);
+    left_out[1].targets[0].steps[1].histogram = garbage;
+    let err = merge(&left_out).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ReportError::RunHistogram {
+                run: 2,
+                step: 1,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
 }
 
 /// Files from before `sent`/`answered`/`failed` were written read back with those counts

@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
+pub(crate) use crate::sticky::StickyKey;
 use crate::tls::TlsFiles;
 
 /// The environment variable that can hold the admin bearer token.
@@ -217,6 +218,7 @@ struct RawApp {
     health: Option<Spanned<RawHealth>>,
     restart: Option<Spanned<RawRestart>>,
     max_memory_mb: Option<Spanned<u64>>,
+    sticky_worker: Option<Spanned<String>>,
 }
 
 fn d_workers() -> Spanned<i64> {
@@ -336,7 +338,7 @@ pub struct Config {
     pub(crate) routes: Vec<RouteConfig>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct ServerConfig {
     pub(crate) listen: SocketAddr,
     pub(crate) admin: Option<SocketAddr>,
@@ -439,6 +441,8 @@ pub(crate) struct AppConfig {
     pub(crate) mode: Mode,
     /// A worker whose process tree's PSS passes this is replaced (successor first).
     pub(crate) max_memory_bytes: Option<u64>,
+    /// Requests with this key go to the same worker while it is ready (`sticky_worker`).
+    pub(crate) sticky_worker: Option<StickyKey>,
     /// The address of a direct app's own listening socket.
     pub(crate) listen: Option<SocketAddr>,
     /// A worker with requests waiting for their response head and no response head for
@@ -482,22 +486,16 @@ pub(crate) struct RouteConfig {
 /// the served ones (the `scalpel shadow` engine).
 #[derive(Debug, Clone)]
 pub(crate) struct MirrorConfig {
-    pub(crate) app: usize,
+    pub(crate) app_name: Arc<str>,
+    /// Everything that makes this mirror what it is, as text: a live reload keeps a
+    /// mirror (its comparisons and store) only when this is unchanged.
+    pub(crate) key: String,
     pub(crate) percent: f64,
     /// Mirror methods other than GET, HEAD and OPTIONS (they may change state twice).
     pub(crate) unsafe_methods: bool,
     pub(crate) comparer: scalpel_diff::Comparer,
     /// The SQLite store of counters and samples (`scalpel shadow report --store`), if any.
     pub(crate) store: Option<PathBuf>,
-}
-
-/// What a sticky split hashes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum StickyKey {
-    Header(http::HeaderName),
-    Cookie(String),
-    /// 1-based path segment.
-    PathSegment(usize),
 }
 
 impl Config {
@@ -932,6 +930,7 @@ impl Config {
                         (a.balance.span() != (0..0)).then(|| a.balance.span()),
                     ),
                     ("avoid_stalled", a.avoid_stalled.as_ref().map(|s| s.span())),
+                    ("sticky_worker", a.sticky_worker.as_ref().map(|s| s.span())),
                     (
                         "avoid_stalled_ms",
                         a.avoid_stalled_ms.as_ref().map(|s| s.span()),
@@ -958,6 +957,19 @@ impl Config {
                 Some(m) => Some(m.get_ref().saturating_mul(1024 * 1024)),
                 None => None,
             };
+            let sticky_worker = match &a.sticky_worker {
+                Some(s) => Some(crate::sticky::parse(s.get_ref()).ok_or_else(|| {
+                    fail(
+                        Some(s.span()),
+                        format!(
+                            "app `{name}`: bad sticky_worker `{}`: expected {}",
+                            s.get_ref(),
+                            crate::sticky::GRAMMAR
+                        ),
+                    )
+                })?),
+                None => None,
+            };
             ranges.push((base as u32, last as u32, apps.len()));
             names.insert(name.to_string(), apps.len());
             apps.push(Arc::new(AppConfig {
@@ -973,6 +985,7 @@ impl Config {
                 cwd_line: a.cwd.as_ref().map(|c| line_of(text, c.span().start)),
                 balance: *a.balance.get_ref(),
                 mode: a.mode,
+                sticky_worker,
                 max_memory_bytes,
                 listen,
                 avoid_stalled: dur(&a.avoid_stalled, &a.avoid_stalled_ms, "avoid_stalled", 500)?,
@@ -1080,12 +1093,13 @@ impl Config {
                 }
             };
             let sticky = match &r.sticky {
-                Some(s) => Some(parse_sticky(s.get_ref()).ok_or_else(|| {
+                Some(s) => Some(crate::sticky::parse(s.get_ref()).ok_or_else(|| {
                     fail(
                         Some(s.span()),
                         format!(
-                            "bad sticky key `{}`: expected header:NAME, cookie:NAME or path:N (N ≥ 1)",
-                            s.get_ref()
+                            "bad sticky key `{}`: expected {}",
+                            s.get_ref(),
+                            crate::sticky::GRAMMAR
                         ),
                     )
                 })?),
@@ -1116,12 +1130,20 @@ impl Config {
                             fail(Some(r.mirror_ignore.span()), format!("mirror_ignore: {e}"))
                         })?;
                     }
+                    let store = r.mirror_store.as_ref().map(|p| base_dir.join(p.get_ref()));
                     Some(MirrorConfig {
-                        app: idx,
+                        app_name: m.get_ref().as_str().into(),
+                        key: format!(
+                            "{} -> {} {pct}% unsafe={} store={store:?} ignore={:?}",
+                            r.prefix.get_ref(),
+                            m.get_ref(),
+                            r.mirror_unsafe,
+                            r.mirror_ignore.get_ref()
+                        ),
                         percent: pct,
                         unsafe_methods: r.mirror_unsafe,
                         comparer,
-                        store: r.mirror_store.as_ref().map(|p| base_dir.join(p.get_ref())),
+                        store,
                     })
                 }
                 None => {
@@ -1160,6 +1182,117 @@ impl Config {
             apps,
             routes,
         })
+    }
+
+    /// Why `next` cannot take this configuration's place in a running server, if it
+    /// cannot: a change a live reload does not make (listeners, the `[server]` section,
+    /// an app's mode, direct address or selection algorithm, mirrors, ports moving
+    /// between apps). `None` when everything that differs can be applied live.
+    pub(crate) fn not_live(&self, next: &Config) -> Option<String> {
+        let (a, b) = (&self.server, &next.server);
+        let mut changed = Vec::new();
+        macro_rules! compare {
+            ($($f:ident),*) => { $( if a.$f != b.$f { changed.push(stringify!($f)); } )* };
+        }
+        compare!(
+            listen,
+            admin,
+            admin_token,
+            max_header_bytes,
+            header_read_timeout,
+            body_read_timeout,
+            max_body_bytes,
+            max_connections,
+            trusted_proxies,
+            connect_timeout,
+            upstream_timeout,
+            wait_for_worker,
+            retry_idempotent,
+            pool_idle_timeout,
+            pool_max_idle_per_worker,
+            drain_timeout,
+            sample_interval,
+            tunnel_idle_timeout,
+            threads,
+            log_line_max_bytes,
+            log_buffer_bytes,
+            mirror_buffer_bytes,
+            tls,
+            admin_tls
+        );
+        if a != b && changed.is_empty() {
+            changed.push("settings");
+        }
+        if !changed.is_empty() {
+            return Some(format!(
+                "[server] {} changed: the [server] section (listeners, threads, the balancer's \
+                 limits and time-outs) is read at start only; restart serve to change it",
+                changed.join(", ")
+            ));
+        }
+        for app in &next.apps {
+            let Some(old) = self.apps.iter().find(|o| o.name == app.name) else {
+                continue;
+            };
+            let name = &app.name;
+            if old.mode != app.mode {
+                return Some(format!(
+                    "app `{name}`: mode changed ({} → {}), which cannot be done live; give the \
+                     app a new name (the new one starts, then the old one drains) or restart serve",
+                    old.mode.name(),
+                    app.mode.name()
+                ));
+            }
+            if old.listen != app.listen {
+                return Some(format!(
+                    "app `{name}`: listen changed ({} → {}): its running workers hold the old \
+                     socket, which cannot move live; give the app a new name with the new \
+                     address (the new one starts, then the old one drains) or restart serve",
+                    old.listen.map_or_else(|| "none".into(), |l| l.to_string()),
+                    app.listen.map_or_else(|| "none".into(), |l| l.to_string())
+                ));
+            }
+            if old.balance != app.balance {
+                return Some(format!(
+                    "app `{name}`: balance changed ({} → {}), which cannot be done live \
+                     (the rotation keeps its algorithm); restart serve to change it",
+                    old.balance.name(),
+                    app.balance.name()
+                ));
+            }
+        }
+        let range = |a: &AppConfig| {
+            let lo = u32::from(a.port_base);
+            (lo, lo + 2 * a.workers as u32 - 1)
+        };
+        for app in &next.apps {
+            let (lo, hi) = range(app);
+            for old in self.apps.iter().filter(|o| o.name != app.name) {
+                let (olo, ohi) = range(old);
+                if lo <= ohi && hi >= olo {
+                    return Some(format!(
+                        "app `{}`: ports {lo}..={hi} overlap the ports {olo}..={ohi} of the \
+                         running app `{}`, which still holds them while the reload runs; use \
+                         other ports, or move them in two reloads",
+                        app.name, old.name
+                    ));
+                }
+            }
+        }
+        let mirrors = |c: &Config| {
+            c.routes
+                .iter()
+                .filter_map(|r| r.mirror.as_ref().map(|m| m.key.clone()))
+                .collect::<Vec<_>>()
+        };
+        if mirrors(self) != mirrors(next) {
+            return Some(
+                "mirrored routes changed: a mirror's comparisons, store and thread live as \
+                 long as serve; restart serve to change them (other route changes are live)"
+                    .into(),
+            );
+        }
+        None
     }
 
     /// The file the configuration came from.
@@ -1301,23 +1434,6 @@ pub(crate) fn resolve_program(
         })
         .map(|d| d.join(program))
         .find(|p| executable(p))
-}
-
-fn parse_sticky(s: &str) -> Option<StickyKey> {
-    let (kind, arg) = s.split_once(':')?;
-    match kind.trim() {
-        "header" => http::HeaderName::from_bytes(arg.trim().as_bytes())
-            .ok()
-            .map(StickyKey::Header),
-        "cookie" if !arg.trim().is_empty() => Some(StickyKey::Cookie(arg.trim().to_string())),
-        "path" => arg
-            .trim()
-            .parse::<usize>()
-            .ok()
-            .filter(|&n| n >= 1)
-            .map(StickyKey::PathSegment),
-        _ => None,
-    }
 }
 
 /// A duration key given as `key = "30s"` or `key_ms = 30000` (one of them), else `default`.

@@ -6,9 +6,8 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Empty, Limited};
-use hyper_util::rt::TokioIo;
+use scalpel_http::Stream;
+use scalpel_http::h1::{DEFAULT_MAX_HEAD_BYTES, Expect, H1Conn, RequestWriter};
 
 /// The most of a health answer's body that is read.
 const MAX_PROBE_BODY: usize = 64 * 1024;
@@ -41,40 +40,32 @@ impl HttpHealthCheck {
         }
     }
 
+    /// One probe over the toolkit's HTTP/1.1 codec (`scalpel_http::h1`, as the proxied
+    /// requests): a fresh connection, the answer's head, and its body up to a bound — the
+    /// status decides, and an endless body must neither fill memory nor turn a passing
+    /// probe into a time-out; reading some of it lets the worker see its answer taken.
     async fn probe(&self, addr: SocketAddr) -> Result<(), String> {
         let stream = tokio::net::TcpStream::connect(addr)
             .await
             .map_err(|e| format!("connect: {e}"))?;
         let _ = stream.set_nodelay(true);
-        let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| format!("handshake: {e}"))?;
-        let conn = tokio::spawn(conn);
-        let req = http::Request::get(self.path.as_str())
-            .header(http::header::HOST, addr.to_string())
-            .header(http::header::USER_AGENT, "scalpel-serve-health")
-            .body(Empty::<Bytes>::new())
-            .map_err(|e| e.to_string())?;
-        let res = send.send_request(req).await;
-        let out = match res {
-            Ok(res) => {
-                let status = res.status();
-                // Read the body so the worker sees a complete exchange — up to a bound:
-                // the status decides, and an endless body must neither fill memory nor
-                // turn a passing probe into a time-out.
-                let _ = Limited::new(res.into_body(), MAX_PROBE_BODY)
-                    .collect()
-                    .await;
-                if status.is_success() {
-                    Ok(())
-                } else {
-                    Err(format!("status {}", status.as_u16()))
-                }
-            }
-            Err(e) => Err(format!("request: {e}")),
+        let mut conn = H1Conn::new(Stream::Tcp(stream), DEFAULT_MAX_HEAD_BYTES, None);
+        let mut head = Vec::new();
+        let mut w = RequestWriter::new(&mut head, "GET", "", &self.path);
+        w.header(b"Host", addr.to_string().as_bytes());
+        w.header(b"User-Agent", b"scalpel-serve-health");
+        w.finish();
+        let exchange = async {
+            conn.write_request(&head, &[]).await?;
+            let res = conn.read_response(Expect::default()).await?;
+            let _ = conn.read_body(MAX_PROBE_BODY).await;
+            Ok::<_, scalpel_http::Error>(res.status)
         };
-        conn.abort();
-        out
+        match exchange.await {
+            Ok(status) if status.is_success() => Ok(()),
+            Ok(status) => Err(format!("status {}", status.as_u16())),
+            Err(e) => Err(format!("request: {e}")),
+        }
     }
 }
 

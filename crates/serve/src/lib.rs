@@ -10,9 +10,13 @@
 //! it exits or fails N probes in a row (a blocked event loop). The balancer routes by
 //! path prefix, method and header to apps, splits a route between apps by weight
 //! (sticky by a key) for A/B tests, and picks a worker with round robin, least
-//! connections or power of two choices. An admin address serves a live page at `/`
+//! connections or power of two choices — or, with `sticky_worker`, the same worker for
+//! the same cookie, header or client address (rendezvous hashing over the ready workers'
+//! slots: a worker that leaves or fails moves only its own keys). An admin address serves a live page at `/`
 //! (crate `scalpel-live`, docs/live.md), `/status`, `/metrics` (Prometheus) and
-//! `POST /reload` (rolling, zero-downtime). With `[server.tls]` the client listener
+//! `POST /reload`: the config file is read again and applied by rolling replacement with
+//! no failed request, or refused with its file and line while the running one stays
+//! ([`Server::reload`], what SIGHUP does). With `[server.tls]` the client listener
 //! terminates TLS (rustls, ALPN `h2` and `http/1.1`; hyper serves both) and the
 //! certificate can be swapped while connections stay open ([`Server::reload_tls`]);
 //! workers stay plain HTTP/1.1 on loopback. An app in direct mode
@@ -67,7 +71,9 @@
 //! reach it as commands), *are they healthy* is a [`HealthCheck`] whose verdicts move a
 //! worker in or out of the pool, and *which one next* is a [`Selection`]. The pool's
 //! ready set is an immutable `Vec` swapped whole with `ArcSwap`, so the request path
-//! reads it without a lock; in-flight counts are atomics on each [`Backend`]. A new
+//! reads it without a lock; in-flight counts are atomics on each [`Backend`]. The apps and
+//! routes of one config form a table, also swapped whole by a live reload: a request
+//! loads it once, so it sees one config from route to worker. A new
 //! incarnation of worker *i* takes the other of its two ports (`port_base + i` and
 //! `port_base + i + workers`), so a replacement can start and become ready while the
 //! process it replaces still holds its port; a worker counts as ready only when the
@@ -89,9 +95,10 @@
 //! workers (`upstream`), so a request and everything it wakes stay on one thread; the
 //! control plane (supervisor, health checks, admin, sampler) runs on the caller's runtime.
 //! Clients are served by hyper; the exchange with a worker runs in the request's own
-//! task over a small HTTP/1.1 client (`h1`: request head, response head, framing), which
-//! halved the balancer's user-space CPU per request against hyper's client connection
-//! (docs/serve.md). A request that switches protocols (WebSocket) ends as a `tunnel`
+//! task over the toolkit's one HTTP/1.1 codec (`scalpel_http::h1`, pooled per thread in
+//! `upstream`; `h1` here writes only the proxy's request head), which halved the
+//! balancer's user-space CPU per request against hyper's client connection
+//! (docs/serve.md). Every error serve answers is `scalpel_http::error_body`. A request that switches protocols (WebSocket) ends as a `tunnel`
 //! between the two connections. Mirror copies and their comparison run on a thread of
 //! their own (low priority, bounded queue and byte budget, counted skips), never on the
 //! data plane; worker output goes to scalpel's stdout through a bounded, lossy writer
@@ -106,6 +113,7 @@ mod mirror;
 mod pool;
 mod proxy;
 mod server;
+mod sticky;
 mod supervisor;
 mod tls;
 mod tunnel;

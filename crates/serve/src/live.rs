@@ -16,7 +16,7 @@ use tokio::sync::watch;
 
 use crate::metrics::MAX_LATENCY_US;
 use crate::pool::WorkerState;
-use crate::proxy::Shared;
+use crate::proxy::{Shared, Table};
 use crate::server::{MirrorReport, Status};
 
 const TICK: Duration = Duration::from_secs(1);
@@ -39,6 +39,10 @@ pub(crate) struct Live {
 #[derive(Debug)]
 struct Ticks {
     started: Instant,
+    /// The config generation the series below were made for (a live reload changes
+    /// the apps and routes: the series follow, an app keeping its own by name).
+    generation: u64,
+    names: Vec<Arc<str>>,
     apps: Vec<AppSeries>,
     routes: Vec<RouteSeries>,
     /// Per worker pid: the last reading and the usage derived from it.
@@ -110,34 +114,62 @@ fn quantiles<'a>(parts: impl Iterator<Item = &'a Compact>, qs: &[f64]) -> Option
     )
 }
 
+fn app_series() -> AppSeries {
+    AppSeries {
+        prev: histogram(),
+        scratch: histogram(),
+        prev_requests: 0,
+        prev_errors: 0,
+        points: History::new(HISTORY),
+        recent: VecDeque::new(),
+    }
+}
+
+fn route_series(table: &Table) -> Vec<RouteSeries> {
+    table
+        .routes
+        .iter()
+        .map(|r| RouteSeries {
+            prev: vec![0; r.arm_requests.len()],
+            points: History::new(HISTORY),
+        })
+        .collect()
+}
+
+impl Ticks {
+    /// Makes the series match `table` after a live reload: an app that is still there
+    /// keeps its series, a new one starts empty; routes start anew (their counters do).
+    fn fit(&mut self, table: &Table) {
+        if self.generation == table.generation {
+            return;
+        }
+        let mut old: HashMap<Arc<str>, AppSeries> = std::mem::take(&mut self.names)
+            .into_iter()
+            .zip(std::mem::take(&mut self.apps))
+            .collect();
+        for app in &table.apps {
+            self.names.push(app.cfg.name.clone());
+            self.apps
+                .push(old.remove(&app.cfg.name).unwrap_or_else(app_series));
+        }
+        self.routes = route_series(table);
+        self.generation = table.generation;
+    }
+}
+
 impl Live {
     pub(crate) fn new(shared: &Shared) -> Live {
         let title = format!("scalpel serve on {}", shared.cfg.listen);
+        let table = shared.table.load_full();
         Live {
             page: Page::new(Kind::Serve, &title)
-                .with_action(Action::post("Reload workers", "reload")),
+                .with_action(Action::post("Reload config", "reload")),
             ticks: Mutex::new(Ticks {
                 started: Instant::now(),
-                apps: shared
-                    .apps
-                    .iter()
-                    .map(|_| AppSeries {
-                        prev: histogram(),
-                        scratch: histogram(),
-                        prev_requests: 0,
-                        prev_errors: 0,
-                        points: History::new(HISTORY),
-                        recent: VecDeque::new(),
-                    })
-                    .collect(),
-                routes: shared
-                    .routes
-                    .iter()
-                    .map(|r| RouteSeries {
-                        prev: vec![0; r.arm_requests.len()],
-                        points: History::new(HISTORY),
-                    })
-                    .collect(),
+                generation: table.generation,
+                names: table.apps.iter().map(|a| a.cfg.name.clone()).collect(),
+                apps: table.apps.iter().map(|_| app_series()).collect(),
+                routes: route_series(&table),
                 workers: HashMap::new(),
             }),
         }
@@ -157,9 +189,11 @@ impl Live {
         let now = Instant::now();
         let dt = now.duration_since(*last).as_secs_f64().max(1e-3);
         *last = now;
+        let table = shared.table.load_full();
         let mut ticks = self.lock();
+        ticks.fit(&table);
         let t = now.duration_since(ticks.started).as_secs_f64();
-        for (app, s) in shared.apps.iter().zip(ticks.apps.iter_mut()) {
+        for (app, s) in table.apps.iter().zip(ticks.apps.iter_mut()) {
             app.metrics.copy_latency(&mut s.scratch);
             let delta: Compact = s
                 .scratch
@@ -195,7 +229,7 @@ impl Live {
             }
             s.recent.push_back(delta);
         }
-        for (route, s) in shared.routes.iter().zip(ticks.routes.iter_mut()) {
+        for (route, s) in table.routes.iter().zip(ticks.routes.iter_mut()) {
             let now: Vec<u64> = route
                 .arm_requests
                 .iter()
@@ -236,7 +270,9 @@ impl Live {
         status: Status,
         mirrors: Vec<MirrorReport>,
     ) -> Snapshot {
-        let ticks = self.lock();
+        let table = shared.table.load_full();
+        let mut ticks = self.lock();
+        ticks.fit(&table);
         let now_t = ticks.started.elapsed().as_secs_f64();
         let window = |points: &History<AppPoint>| {
             let last: Vec<&AppPoint> = points.iter().rev().take(WINDOW).collect();
@@ -252,18 +288,20 @@ impl Live {
             .apps
             .into_iter()
             .enumerate()
-            .map(|(i, a)| {
-                let app = &shared.apps[i];
-                let series = &ticks.apps[i];
+            // `status` was read apart from `table`: a reload in between leaves out what
+            // no longer matches (the next poll has it).
+            .filter_map(|(i, a)| {
+                let app = table.apps.get(i).filter(|x| *x.cfg.name == a.name)?;
+                let series = ticks.apps.get(i)?;
                 let (rps, errors_per_s) = window(&series.points);
                 let q = quantiles(series.recent.iter(), &[0.5, 0.9, 0.99]);
                 let workers = a
                     .workers
                     .into_iter()
                     .map(|w| {
-                        let slot = &app.slots[w.index];
-                        let last_restart =
-                            *slot.last_restart.lock().unwrap_or_else(|e| e.into_inner());
+                        let last_restart = app.slots.get(w.index).and_then(|slot| {
+                            *slot.last_restart.lock().unwrap_or_else(|e| e.into_inner())
+                        });
                         let usage = w
                             .pid
                             .and_then(|pid| ticks.workers.get(&pid))
@@ -280,7 +318,7 @@ impl Live {
                         }
                     })
                     .collect();
-                AppOut {
+                Some(AppOut {
                     name: a.name,
                     balance: a.balance,
                     ready: a.ready,
@@ -293,10 +331,10 @@ impl Live {
                     rss_bytes: app.metrics.rss_bytes(),
                     pss_bytes: app.metrics.pss_bytes(),
                     workers,
-                }
+                })
             })
             .collect();
-        let mut routes: Vec<RouteOut> = shared
+        let mut routes: Vec<RouteOut> = table
             .routes
             .iter()
             .zip(&ticks.routes)
@@ -309,10 +347,11 @@ impl Live {
                     .arms
                     .iter()
                     .enumerate()
-                    .map(|(ai, &(app, weight))| {
+                    .filter_map(|(ai, &(app, weight))| {
                         let n: u64 = last.iter().map(|p| p.2[ai]).sum();
-                        let a = &apps[app];
-                        ArmOut {
+                        let name = &table.apps.get(app)?.cfg.name;
+                        let a = apps.iter().find(|a| *a.name == **name)?;
+                        Some(ArmOut {
                             app: a.name.clone(),
                             weight,
                             requests: route.arm_requests[ai]
@@ -322,7 +361,7 @@ impl Live {
                             p50_ms: a.p50_ms,
                             p90_ms: a.p90_ms,
                             p99_ms: a.p99_ms,
-                        }
+                        })
                     })
                     .collect();
                 RouteOut {
@@ -332,7 +371,7 @@ impl Live {
                 }
             })
             .collect();
-        if shared.routes.is_empty()
+        if table.routes.is_empty()
             && let Some(a) = apps.first()
         {
             // No [[route]]: every request goes to the first app, as one implicit route.
@@ -342,7 +381,7 @@ impl Live {
                 arms: vec![ArmOut {
                     app: a.name.clone(),
                     weight: 1,
-                    requests: shared.apps[0]
+                    requests: table.apps[0]
                         .metrics
                         .requests
                         .load(std::sync::atomic::Ordering::Relaxed),
@@ -357,9 +396,10 @@ impl Live {
         let mirrors = mirrors
             .into_iter()
             .map(|m| {
-                let recent = shared.routes[m.route]
-                    .mirror
-                    .as_ref()
+                let recent = table
+                    .routes
+                    .get(m.route)
+                    .and_then(|r| r.mirror.as_ref())
                     .map(|x| x.recorder.recent_differences())
                     .unwrap_or_default();
                 MirrorOut {
@@ -384,19 +424,19 @@ impl Live {
             routes,
             mirrors,
         });
-        charts(&mut snap, shared, &ticks, now_t);
+        charts(&mut snap, &table, &ticks, now_t);
         snap
     }
 }
 
-fn charts(snap: &mut Snapshot, shared: &Shared, ticks: &Ticks, now_t: f64) {
+fn charts(snap: &mut Snapshot, table: &Table, ticks: &Ticks, now_t: f64) {
     let x = |t: f64| (t - now_t).min(0.0);
     let x_label = "seconds (0 = now)".to_string();
     let mut rate = Vec::new();
-    for (route, series) in shared.routes.iter().zip(&ticks.routes) {
+    for (route, series) in table.routes.iter().zip(&ticks.routes) {
         for (ai, &(app, _)) in route.cfg.arms.iter().enumerate() {
             rate.push(Line {
-                name: format!("{} → {}", route.cfg.prefix, shared.apps[app].cfg.name),
+                name: format!("{} → {}", route.cfg.prefix, table.apps[app].cfg.name),
                 color_index: rate.len(),
                 dashed: false,
                 points: series
@@ -408,8 +448,8 @@ fn charts(snap: &mut Snapshot, shared: &Shared, ticks: &Ticks, now_t: f64) {
         }
     }
     if let (true, Some(app), Some(series)) = (
-        shared.routes.is_empty(),
-        shared.apps.first(),
+        table.routes.is_empty(),
+        table.apps.first(),
         ticks.apps.first(),
     ) {
         rate.push(Line {
@@ -435,7 +475,7 @@ fn charts(snap: &mut Snapshot, shared: &Shared, ticks: &Ticks, now_t: f64) {
     );
     let mut latency = Vec::new();
     let mut errors = Vec::new();
-    for (i, (app, series)) in shared.apps.iter().zip(&ticks.apps).enumerate() {
+    for (i, (app, series)) in table.apps.iter().zip(&ticks.apps).enumerate() {
         for (figure, dashed) in [("p99", false), ("p50", true)] {
             latency.push(Line {
                 name: format!("{} {figure}", app.cfg.name),
@@ -499,6 +539,8 @@ pub(crate) async fn run(shared: Arc<Shared>, live: Arc<Live>, mut stop: watch::R
         live.sample(&shared, &mut last);
         if n.is_multiple_of(WORKER_EVERY) {
             let pids: Vec<u32> = shared
+                .table
+                .load()
                 .apps
                 .iter()
                 .flat_map(|a| a.slots.iter())

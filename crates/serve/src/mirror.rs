@@ -66,7 +66,8 @@ struct Served {
 
 #[derive(Debug)]
 pub(crate) struct Mirror {
-    pub(crate) app: usize,
+    /// The app the copies go to, by name: a live reload may move it in the app list.
+    pub(crate) app: Arc<str>,
     percent: f64,
     unsafe_methods: bool,
     pub(crate) recorder: Arc<Recorder>,
@@ -100,7 +101,7 @@ impl Mirror {
             None => Recorder::new(settings, None),
         };
         Ok(Self {
-            app: cfg.app,
+            app: cfg.app_name.clone(),
             percent: cfg.percent,
             unsafe_methods: cfg.unsafe_methods,
             recorder: Arc::new(recorder),
@@ -115,12 +116,7 @@ impl Mirror {
     /// Queues the copy of `req` for the mirror thread, when its method may be copied, it
     /// is sampled and the queue and budget have room; returns where to send the served
     /// response once its body has ended. Never waits.
-    pub(crate) fn begin(
-        &self,
-        route: usize,
-        queue: &MirrorQueue,
-        req: &Outgoing<'_>,
-    ) -> Option<Tee> {
+    pub(crate) fn begin(self: &Arc<Self>, queue: &MirrorQueue, req: &Outgoing<'_>) -> Option<Tee> {
         let safe = matches!(*req.method, Method::GET | Method::HEAD | Method::OPTIONS);
         if !safe && !self.unsafe_methods {
             self.skipped_method.fetch_add(1, Ordering::Relaxed);
@@ -135,7 +131,7 @@ impl Mirror {
         };
         let (tx, rx) = oneshot::channel::<Captured>();
         let job = MirrorJob {
-            route,
+            mirror: self.clone(),
             copy: Copy {
                 method: req.method.clone(),
                 target: req.target.to_string(),
@@ -208,7 +204,8 @@ pub(crate) struct MirrorQueue {
 /// One copy to make and compare.
 #[derive(Debug)]
 struct MirrorJob {
-    route: usize,
+    /// The route's mirror (kept across live reloads that leave it unchanged).
+    mirror: Arc<Mirror>,
     copy: Copy,
     primary: oneshot::Receiver<Captured>,
     /// The request body's share of the budget.
@@ -297,10 +294,8 @@ fn lower_this_thread_priority() {
 
 /// Sends one copy, waits for the served answer, compares: all on the mirror thread.
 async fn run(shared: &Arc<Shared>, up: &Arc<Upstreams>, job: MirrorJob) {
-    let Some(mirror) = shared.routes[job.route].mirror.as_ref() else {
-        return;
-    };
-    let candidate = send_copy(shared, up, mirror.app, &job.copy).await;
+    let mirror = job.mirror.clone();
+    let candidate = send_copy(shared, up, &mirror.app, &job.copy).await;
     let MirrorJob { copy, primary, .. } = job;
     // The served body normally ended long ago; the wait is bounded in case its client
     // reads slowly.
@@ -325,11 +320,16 @@ async fn run(shared: &Arc<Shared>, up: &Arc<Upstreams>, job: MirrorJob) {
 async fn send_copy(
     shared: &Shared,
     up: &Arc<Upstreams>,
-    app: usize,
+    app: &str,
     copy: &Copy,
 ) -> Result<(ShadowResponse, Option<Held>), Failure> {
-    let app = &shared.apps[app];
-    let backend = app.pool.select(None).ok_or(Failure::Connect)?;
+    let table = shared.table.load_full();
+    let app = table
+        .apps
+        .iter()
+        .find(|a| &*a.cfg.name == app)
+        .ok_or(Failure::Connect)?;
+    let backend = app.pool.select(None, None).ok_or(Failure::Connect)?;
     let in_flight = backend.begin();
     app.metrics.mirrored.fetch_add(1, Ordering::Relaxed);
     let req = Outgoing {

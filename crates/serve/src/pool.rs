@@ -500,11 +500,19 @@ impl Pool {
         self.ready.load().len()
     }
 
-    /// A ready worker, or `None` when there is none right now.
-    pub(crate) fn select(&self, avoid: Option<&Backend>) -> Option<Arc<Backend>> {
+    /// A ready worker, or `None` when there is none right now. With a sticky `key` (the
+    /// hash of the app's `sticky_worker` key), the key's own worker by rendezvous hashing
+    /// unless it is passed over (stalled, or `avoid`): then the key's next one; a request
+    /// without a key, or when every worker is passed over, gets the app's selection.
+    pub(crate) fn select(&self, avoid: Option<&Backend>, key: Option<u64>) -> Option<Arc<Backend>> {
         let set = self.ready.load();
         if set.is_empty() {
             return None;
+        }
+        if let Some(key) = key
+            && let Some(b) = crate::sticky::rendezvous(&set, key, |b| !avoided(b, avoid))
+        {
+            return Some(b.clone());
         }
         Some(self.selection.select(&set, avoid).clone())
     }
@@ -514,12 +522,13 @@ impl Pool {
     pub(crate) async fn select_wait(
         &self,
         avoid: Option<&Backend>,
+        key: Option<u64>,
         wait: std::time::Duration,
     ) -> Option<Arc<Backend>> {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             let notified = self.changed.notified();
-            if let Some(b) = self.select(avoid) {
+            if let Some(b) = self.select(avoid, key) {
                 return Some(b);
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {

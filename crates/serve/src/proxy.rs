@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
+use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
@@ -24,11 +25,12 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 
-use crate::config::{RouteConfig, ServerConfig, StickyKey};
+use crate::config::{RouteConfig, ServerConfig};
 use crate::h1::Outgoing;
 use crate::metrics::{AppMetrics, NotResent};
 use crate::mirror::{Mirror, MirrorQueue, Tee};
 use crate::pool::{Backend, Eject, InFlight, fast_random};
+use crate::sticky;
 use crate::supervisor::App;
 use crate::tunnel;
 use crate::upstream::{Answer, Attempt, UpstreamBody, UpstreamError, Upstreams};
@@ -41,7 +43,7 @@ const BUFFER_BODY_BYTES: u64 = 64 * 1024;
 #[derive(Debug)]
 pub(crate) struct Route {
     pub(crate) cfg: RouteConfig,
-    pub(crate) mirror: Option<Mirror>,
+    pub(crate) mirror: Option<Arc<Mirror>>,
     total_weight: u64,
     pub(crate) arm_requests: Vec<AtomicU64>,
 }
@@ -49,15 +51,20 @@ pub(crate) struct Route {
 impl Route {
     pub(crate) fn new(cfg: RouteConfig) -> Result<Self, scalpel_shadow::ShadowError> {
         let mirror = match &cfg.mirror {
-            Some(m) => Some(Mirror::new(m, &cfg.prefix)?),
+            Some(m) => Some(Arc::new(Mirror::new(m, &cfg.prefix)?)),
             None => None,
         };
-        Ok(Self {
+        Ok(Self::with_mirror(cfg, mirror))
+    }
+
+    /// A route whose mirror, if any, is `mirror` (kept from before a live reload).
+    pub(crate) fn with_mirror(cfg: RouteConfig, mirror: Option<Arc<Mirror>>) -> Self {
+        Self {
             mirror,
             total_weight: cfg.arms.iter().map(|a| a.1).sum(),
             arm_requests: cfg.arms.iter().map(|_| AtomicU64::new(0)).collect(),
             cfg,
-        })
+        }
     }
 
     fn matches(&self, method: &Method, path: &str, headers: &HeaderMap) -> bool {
@@ -77,19 +84,12 @@ impl Route {
 
     /// Index into `cfg.arms`: by the sticky key's hash when present, else at random,
     /// in proportion to the weights.
-    fn pick_arm(&self, path: &str, headers: &HeaderMap) -> usize {
+    fn pick_arm(&self, src: &sticky::Source<'_>) -> usize {
         if self.cfg.arms.len() == 1 {
             return 0;
         }
-        let key = self
-            .cfg
-            .sticky
-            .as_ref()
-            .and_then(|k| sticky_value(k, path, headers));
-        let roll = match key {
-            Some(k) => mix(fnv1a(k.as_bytes())),
-            None => fast_random(),
-        } % self.total_weight;
+        let key = self.cfg.sticky.as_ref().and_then(|k| sticky::hash(k, src));
+        let roll = key.unwrap_or_else(fast_random) % self.total_weight;
         let mut acc = 0;
         for (i, &(_, w)) in self.cfg.arms.iter().enumerate() {
             acc += w;
@@ -101,45 +101,13 @@ impl Route {
     }
 }
 
-fn sticky_value<'a>(key: &StickyKey, path: &'a str, headers: &'a HeaderMap) -> Option<&'a str> {
-    match key {
-        StickyKey::Header(name) => headers.get(name).and_then(|v| v.to_str().ok()),
-        StickyKey::Cookie(name) => headers
-            .get_all(header::COOKIE)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(';'))
-            .filter_map(|kv| kv.trim().split_once('='))
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v),
-        StickyKey::PathSegment(n) => path.split('/').filter(|s| !s.is_empty()).nth(n - 1),
-    }
-    .filter(|v| !v.is_empty())
-}
-
-/// FNV-1a: stable across versions and platforms, so a key keeps its arm across restarts.
-fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
-}
-
-/// splitmix64's finalizer: spreads FNV's low bits before the modulo.
-fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
 /// Everything the request path reads; built once, shared by every connection.
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) cfg: ServerConfig,
-    pub(crate) apps: Vec<Arc<App>>,
-    pub(crate) routes: Vec<Route>,
+    /// The apps and routes in use; a live reload swaps the whole table, so a request
+    /// sees one config from its route to its worker.
+    pub(crate) table: ArcSwap<Table>,
     /// The mirror thread's queue, when a route mirrors.
     pub(crate) mirror_queue: Option<MirrorQueue>,
     pub(crate) rejected: Rejected,
@@ -148,6 +116,17 @@ pub(crate) struct Shared {
     pub(crate) tls: Option<Arc<crate::tls::Certs>>,
     /// The admin address's certificates (`[server.admin_tls]`).
     pub(crate) admin_tls: Option<Arc<crate::tls::Certs>>,
+    /// The config in use and what a live reload starts new apps with.
+    pub(crate) running: crate::server::Running,
+}
+
+/// The apps and routes of one config generation (routes name apps by index).
+#[derive(Debug)]
+pub(crate) struct Table {
+    /// Counts the live reloads applied (0: the config read at start).
+    pub(crate) generation: u64,
+    pub(crate) apps: Vec<Arc<App>>,
+    pub(crate) routes: Vec<Route>,
 }
 
 /// Requests and connections refused before reaching an app, by reason.
@@ -280,21 +259,17 @@ impl Drop for Finish {
     }
 }
 
-pub(crate) fn json_error(status: StatusCode, msg: &str) -> Response<ProxyBody> {
-    let body = serde_json::json!({ "error": msg, "status": status.as_u16() }).to_string();
-    let mut res = Response::new(ProxyBody::Full(Some(Bytes::from(body))));
-    *res.status_mut() = status;
-    res.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    res
+/// The toolkit's one JSON error body (`scalpel_http::error_body`, the one shadow answers
+/// with): `{"error":"<kind>","detail":"<text>"}`, a stable short kind for scripts and a
+/// detail for people. The kinds serve answers with are listed in docs/serve.md.
+pub(crate) fn json_error(status: StatusCode, kind: &str, detail: &str) -> Response<ProxyBody> {
+    scalpel_http::error_response(status, kind, detail).map(|b| ProxyBody::Full(Some(b)))
 }
 
 /// A JSON error after which the client connection closes (its request was not read
 /// whole, so the connection is out of step).
-fn json_error_closing(status: StatusCode, msg: &str) -> Response<ProxyBody> {
-    let mut res = json_error(status, msg);
+fn json_error_closing(status: StatusCode, kind: &str, detail: &str) -> Response<ProxyBody> {
+    let mut res = json_error(status, kind, detail);
     res.headers_mut()
         .insert(header::CONNECTION, HeaderValue::from_static("close"));
     res
@@ -319,14 +294,30 @@ enum Outcome {
 }
 
 impl Shared {
+    /// What a sticky key of `req` is read from.
+    fn sticky_source<'a>(
+        &'a self,
+        client: &'a Client,
+        req: &'a Request<Incoming>,
+    ) -> sticky::Source<'a> {
+        sticky::Source {
+            path: req.uri().path(),
+            headers: req.headers(),
+            peer: &client.ip,
+            trusted: client.trusted,
+            trusted_proxies: &self.cfg.trusted_proxies,
+        }
+    }
+
     /// Phase `route`: the route's index (or `None` when no route matches; with no routes
     /// configured, everything goes to the first app).
-    fn route(&self, req: &Request<Incoming>) -> Result<Option<usize>, ()> {
-        if self.routes.is_empty() {
+    fn route(table: &Table, req: &Request<Incoming>) -> Result<Option<usize>, ()> {
+        if table.routes.is_empty() {
             return Ok(None);
         }
         let path = req.uri().path();
-        self.routes
+        table
+            .routes
             .iter()
             .position(|r| r.matches(req.method(), path, req.headers()))
             .map(Some)
@@ -341,34 +332,41 @@ impl Shared {
         client: &Client,
         req: Request<Incoming>,
     ) -> Response<ProxyBody> {
-        let (app_index, mirror) = match self.route(&req) {
+        // One load of the table: the route and its app come from the same config, and
+        // the request keeps its app (and mirror) even if a reload swaps the table.
+        let table = self.table.load();
+        let (app_index, mirror) = match Self::route(&table, &req) {
             // No routes: the first proxy app (a direct app has its own address).
-            Ok(None) => match self.apps.iter().position(|a| a.cfg.listen.is_none()) {
+            Ok(None) => match table.apps.iter().position(|a| a.cfg.listen.is_none()) {
                 Some(i) => (i, None),
                 None => {
                     self.rejected.no_route.fetch_add(1, Ordering::Relaxed);
                     return json_error(
                         StatusCode::NOT_FOUND,
+                        "no_route",
                         "no proxy app here: every app is mode = \"direct\" and listens on its own address",
                     );
                 }
             },
             Ok(Some(r)) => {
-                let route = &self.routes[r];
-                let arm = route.pick_arm(req.uri().path(), req.headers());
+                let route = &table.routes[r];
+                let arm = route.pick_arm(&self.sticky_source(client, &req));
                 route.arm_requests[arm].fetch_add(1, Ordering::Relaxed);
-                (route.cfg.arms[arm].0, route.mirror.as_ref().map(|m| (r, m)))
+                (route.cfg.arms[arm].0, route.mirror.clone())
             }
             Err(()) => {
                 self.rejected.no_route.fetch_add(1, Ordering::Relaxed);
                 let msg = format!("no route for {} {}", req.method(), req.uri().path());
-                return json_error(StatusCode::NOT_FOUND, &msg);
+                return json_error(StatusCode::NOT_FOUND, "no_route", &msg);
             }
         };
-        let app = &self.apps[app_index];
+        let app = table.apps[app_index].clone();
+        drop(table);
         let start = Instant::now();
         app.metrics.requests.fetch_add(1, Ordering::Relaxed);
-        let res = self.forward(up, app, mirror, client, req, start).await;
+        let res = self
+            .forward(up, &app, mirror.as_ref(), client, req, start)
+            .await;
         if res.status().is_server_error() {
             app.metrics.errors.fetch_add(1, Ordering::Relaxed);
         }
@@ -379,7 +377,7 @@ impl Shared {
         self: &Arc<Self>,
         up: &Arc<Upstreams>,
         app: &App,
-        mirror: Option<(usize, &Mirror)>,
+        mirror: Option<&Arc<Mirror>>,
         client: &Client,
         req: Request<Incoming>,
         start: Instant,
@@ -397,6 +395,7 @@ impl Shared {
             self.rejected.too_large.fetch_add(1, Ordering::Relaxed);
             return json_error_closing(
                 StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
                 &format!("request body over the {max}-byte limit"),
             );
         }
@@ -413,11 +412,13 @@ impl Shared {
                         self.rejected.too_large.fetch_add(1, Ordering::Relaxed);
                         json_error_closing(
                             StatusCode::PAYLOAD_TOO_LARGE,
+                            "too_large",
                             &format!("request body over the {max}-byte limit"),
                         )
                     } else {
                         json_error_closing(
                             StatusCode::BAD_REQUEST,
+                            "bad_request",
                             &format!("reading request body: {e}"),
                         )
                     };
@@ -426,6 +427,7 @@ impl Shared {
                     self.rejected.body_timeout.fetch_add(1, Ordering::Relaxed);
                     return json_error_closing(
                         StatusCode::REQUEST_TIMEOUT,
+                        "client_timeout",
                         &format!(
                             "request body not received within {}",
                             scalpel_units::format_duration(self.cfg.body_read_timeout)
@@ -459,18 +461,28 @@ impl Shared {
         };
         // A switched connection is not a response a mirror could compare.
         let mut tee = match (mirror, &self.mirror_queue) {
-            (Some((route, m)), Some(queue)) if upgrade.is_none() => m.begin(route, queue, &out),
+            (Some(m), Some(queue)) if upgrade.is_none() => m.begin(queue, &out),
             _ => None,
         };
 
         // Phase `upstream`.
+        let worker_key = app.cfg.sticky_worker.as_ref().and_then(|k| {
+            let src = sticky::Source {
+                path: parts.uri.path(),
+                headers: &parts.headers,
+                peer: &client.ip,
+                trusted: client.trusted,
+                trusted_proxies: &self.cfg.trusted_proxies,
+            };
+            sticky::hash(k, &src)
+        });
         let mut avoid: Option<Arc<Backend>> = None;
         let mut attempt = 0;
         loop {
             attempt += 1;
             let backend = match app
                 .pool
-                .select_wait(avoid.as_deref(), self.cfg.wait_for_worker)
+                .select_wait(avoid.as_deref(), worker_key, self.cfg.wait_for_worker)
                 .await
             {
                 Some(b) => b,
@@ -478,6 +490,7 @@ impl Shared {
                     app.metrics.no_worker.fetch_add(1, Ordering::Relaxed);
                     return json_error(
                         StatusCode::SERVICE_UNAVAILABLE,
+                        "no_worker",
                         &format!("no ready worker for app `{}`", app.cfg.name),
                     );
                 }
@@ -576,15 +589,16 @@ impl Shared {
                     // unread. End of file before any byte: a worker that has begun to
                     // exit took it with it; one that lives closed a kept-alive connection
                     // as the request arrived (its keep-alive time-out), unread.
-                    let verdict = if e.never_sent() || (!track.received() && e.reset()) {
-                        Ok(())
-                    } else if track.received() {
-                        Err(NotResent::Answered)
-                    } else if scalpel_procstat::process_ended(backend.pid()) {
-                        Err(NotResent::Exited)
-                    } else {
-                        Ok(())
-                    };
+                    let verdict =
+                        if e.never_sent() || (!track.received() && e.is_connection_reset()) {
+                            Ok(())
+                        } else if track.received() {
+                            Err(NotResent::Answered)
+                        } else if scalpel_procstat::process_ended(backend.pid()) {
+                            Err(NotResent::Exited)
+                        } else {
+                            Ok(())
+                        };
                     match verdict {
                         Ok(()) if attempt == 1 && (e.never_sent() || retry_ok) => {
                             app.metrics.retries.fetch_add(1, Ordering::Relaxed);
@@ -593,8 +607,12 @@ impl Shared {
                             continue;
                         }
                         Ok(()) => {
+                            // The kind is the codec's (`connect`, `reset`, `protocol`, …),
+                            // named as load and shadow name it.
+                            let kind = e.kind();
                             return json_error(
-                                StatusCode::BAD_GATEWAY,
+                                kind.gateway_status(),
+                                kind.name(),
                                 &format!("worker {} failed: {e}", name()),
                             );
                         }
@@ -609,7 +627,7 @@ impl Shared {
                         name(),
                         scalpel_units::format_duration(self.cfg.upstream_timeout)
                     );
-                    return json_error(StatusCode::GATEWAY_TIMEOUT, &msg);
+                    return json_error(StatusCode::GATEWAY_TIMEOUT, "timeout", &msg);
                 }
                 Outcome::Ejected { taken } => {
                     if taken {
@@ -631,6 +649,7 @@ impl Shared {
                     }
                     return json_error(
                         StatusCode::BAD_GATEWAY,
+                        "worker_stopped",
                         &format!(
                             "worker {} stopped answering before reading this request, \
                              which is not resent ({})",
@@ -697,7 +716,13 @@ impl Shared {
                 ),
             ),
         };
-        json_error(status, &msg)
+        // A broken answer is named by the codec's kind (`body_cut`, `protocol`, …, as load
+        // and shadow name it); a stall or an exit by serve's own reason.
+        let kind = match (why, error) {
+            (NotResent::Answered, Some(e)) => e.kind().name(),
+            _ => why.name(),
+        };
+        json_error(status, kind, &msg)
     }
 }
 
@@ -716,7 +741,11 @@ impl Shared {
     ) -> Response<ProxyBody> {
         let (Some(switched), Some(on_upgrade)) = (answer.switched, on_upgrade) else {
             // parse_response accepts a 101 only when the request asked for it.
-            return json_error(StatusCode::BAD_GATEWAY, "unexpected protocol switch");
+            return json_error(
+                StatusCode::BAD_GATEWAY,
+                "protocol",
+                "unexpected protocol switch",
+            );
         };
         let metrics = app.metrics.clone();
         metrics.upgrades.fetch_add(1, Ordering::Relaxed);
@@ -772,35 +801,4 @@ fn upgrade_asked(req: &Request<Incoming>) -> Option<HeaderValue> {
         .flat_map(|v| v.as_bytes().split(|&b| b == b','))
         .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"upgrade"));
     asked.then(|| protocol.clone())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use http::header::HeaderName;
-
-    #[test]
-    fn sticky_values_from_header_cookie_and_path() {
-        let mut h = HeaderMap::new();
-        h.insert("x-user", HeaderValue::from_static("u7"));
-        h.insert(header::COOKIE, HeaderValue::from_static("a=1; uid=42; b=2"));
-        let hv = sticky_value(
-            &StickyKey::Header(HeaderName::from_static("x-user")),
-            "/",
-            &h,
-        );
-        assert_eq!(hv, Some("u7"));
-        assert_eq!(
-            sticky_value(&StickyKey::Cookie("uid".into()), "/", &h),
-            Some("42")
-        );
-        assert_eq!(
-            sticky_value(&StickyKey::PathSegment(2), "/users/99/stats", &h),
-            Some("99")
-        );
-        assert_eq!(
-            sticky_value(&StickyKey::PathSegment(5), "/users/99", &h),
-            None
-        );
-    }
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use hyper::body::Incoming;
@@ -21,8 +22,8 @@ use crate::live::Live;
 use crate::metrics::{NotResent, PromText, RestartReason};
 use crate::mirror::start_mirror_thread;
 use crate::pool::WorkerState;
-use crate::proxy::{Client, ProxyBody, Route, Shared, json_error};
-use crate::supervisor::{App, Hurry, LogSink, SlotCmd, WorkerLogs, start_app};
+use crate::proxy::{Client, ProxyBody, Route, Shared, Table, json_error};
+use crate::supervisor::{App, AppEnv, Hurry, LogSink, Slot, SlotCmd, WorkerLogs, start_app};
 use crate::tls::{Certs, TlsFiles};
 use crate::upstream::Upstreams;
 
@@ -55,6 +56,19 @@ pub enum ServeError {
     /// A reload did not replace every worker (the old ones of those keep serving).
     #[error("reload incomplete: {}", .0.join("; "))]
     Reload(Vec<String>),
+    /// A reload was refused before anything changed: the new config asks for what
+    /// cannot be done live, or an app it adds did not start. The running config stays.
+    #[error("reload refused: {0}")]
+    Refused(String),
+}
+
+/// What a live reload needs besides the shared state: the config in use (the next one is
+/// diffed against it) and what new apps' slots are started with.
+#[derive(Debug)]
+pub(crate) struct Running {
+    pub(crate) config: std::sync::Mutex<Config>,
+    logs: LogSink,
+    hurry: Arc<Hurry>,
 }
 
 /// Settings of a server that are not part of the config file.
@@ -78,6 +92,9 @@ pub struct AppStatus {
     pub name: String,
     /// Selection algorithm.
     pub balance: &'static str,
+    /// What keeps a client on one worker (`sticky_worker`), if anything.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sticky_worker: Option<String>,
     /// Workers in rotation.
     pub ready: usize,
     /// One entry per worker slot.
@@ -237,23 +254,33 @@ impl Server {
             .map(|(a, sock)| {
                 Arc::new(start_app(
                     a.clone(),
-                    logs.clone(),
-                    cfg.log_line_max_bytes,
-                    cfg.drain_timeout,
-                    hurry.clone(),
-                    sock,
+                    AppEnv::new(
+                        logs.clone(),
+                        cfg.log_line_max_bytes,
+                        cfg.drain_timeout,
+                        hurry.clone(),
+                        sock,
+                    ),
                 ))
             })
             .collect();
         let shared = Arc::new(Shared {
             cfg,
-            apps,
-            routes,
+            table: ArcSwap::from_pointee(Table {
+                generation: 0,
+                apps,
+                routes,
+            }),
             mirror_queue,
             rejected: Default::default(),
             connections: connections.clone(),
             tls,
             admin_tls,
+            running: Running {
+                config: std::sync::Mutex::new(config),
+                logs,
+                hurry: hurry.clone(),
+            },
         });
         for tx in hand_over {
             let _ = tx.send(shared.clone());
@@ -307,6 +334,8 @@ impl Server {
         loop {
             if self
                 .shared
+                .table
+                .load()
                 .apps
                 .iter()
                 .all(|a| a.pool.len() == a.cfg.workers)
@@ -335,13 +364,19 @@ impl Server {
         metrics_text(&self.shared)
     }
 
-    /// Rolling reload: each worker in turn is replaced by a new process, which must be
-    /// ready before the old one is taken out, drained and stopped.
+    /// Live reload (what SIGHUP and `POST /reload` do): reads the config file again and
+    /// applies it by rolling replacement — each worker in turn is replaced by a new
+    /// process under its app's new settings, which must be ready before the old one is
+    /// taken out, drained and stopped; apps added start (and must become ready) first,
+    /// apps removed drain last; routes and weights change in one swap. Unchanged, it is
+    /// a rolling restart of every worker.
     ///
     /// # Errors
     ///
-    /// [`ServeError::Reload`] listing the workers whose replacement failed (their old
-    /// process keeps serving).
+    /// Nothing changes on [`ServeError::Config`] (the file does not parse or check: its
+    /// path and line) or [`ServeError::Refused`] (a change that cannot be made live, or an
+    /// added app that did not start). [`ServeError::Reload`] lists the workers whose
+    /// replacement failed (their old process keeps serving, under its old settings).
     pub async fn reload(&self) -> Result<(), ServeError> {
         reload(&self.shared, &self.reload_lock).await
     }
@@ -405,8 +440,15 @@ impl Server {
                 }
             }
         }
+        // Not in the middle of a reload's swap of apps (bounded: a reload waits for new
+        // workers); the lock is then held, so no reload starts after this point.
+        let _no_more_reloads = tokio::select! {
+            r = tokio::time::timeout(self.shared.cfg.drain_timeout, self.reload_lock.lock()) => r.ok(),
+            () = self.hurry.wait() => None,
+        };
+        let table = self.shared.table.load_full();
         let mut waits = Vec::new();
-        for app in &self.shared.apps {
+        for app in &table.apps {
             for slot in &app.slots {
                 let (tx, rx) = oneshot::channel();
                 if slot.send(SlotCmd::Stop(tx)).await {
@@ -417,8 +459,7 @@ impl Server {
         // The data-plane runtimes end with their (drained or abandoned) connections.
         let _ = self.stop_threads.send(true);
         // Every comparison so far reaches the mirror stores before the process may exit.
-        let recorders: Vec<_> = self
-            .shared
+        let recorders: Vec<_> = table
             .routes
             .iter()
             .filter_map(|r| r.mirror.as_ref().map(|m| m.recorder.clone()))
@@ -438,28 +479,219 @@ impl Server {
     }
 }
 
+/// A live reload: reads the config file again, checks it as `--check` does, refuses
+/// what cannot change live, then applies it with no failed request — apps it adds start
+/// and must all be ready before anything else changes; each kept app gets its new slots
+/// first (they join as they become ready), loses the ones it no longer has (drained),
+/// and has every other worker replaced one at a time under its new settings (new one
+/// ready before the old one drains); then the new routes and weights take over in one
+/// swap, and apps it removes drain and stop. Without config changes, this is the rolling
+/// restart of every worker that picks up new code.
 async fn reload(shared: &Shared, lock: &tokio::sync::Mutex<()>) -> Result<(), ServeError> {
     let _one_at_a_time = lock.lock().await;
+    let running = &shared.running;
+    let old = running
+        .config
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let refuse = |e: ServeError| {
+        tracing::error!(error = %e, "reload refused; the running config stays");
+        Err(e)
+    };
+    let next = match Config::from_file(old.path()).and_then(|c| c.check_programs().map(|()| c)) {
+        Ok(c) => c,
+        Err(e) => return refuse(ServeError::Config(e)),
+    };
+    let tls = next.check_tls();
+    if !tls.is_empty() {
+        return refuse(ServeError::Refused(format!(
+            "{}: {}",
+            old.path().display(),
+            tls.join("; ")
+        )));
+    }
+    if let Some(why) = old.not_live(&next) {
+        return refuse(ServeError::Refused(format!(
+            "{}: {why}",
+            old.path().display()
+        )));
+    }
+    let table = shared.table.load_full();
+    let find = |name: &str| table.apps.iter().find(|a| &*a.cfg.name == name).cloned();
+
+    // 1. Apps the config adds: started, and all ready, before anything else changes.
+    let mut added: Vec<Arc<App>> = Vec::new();
+    for cfg in next.apps.iter().filter(|c| find(&c.name).is_none()) {
+        let sock = match cfg.listen {
+            Some(addr) => match std::net::TcpListener::bind(addr) {
+                Ok(l) => Some(Arc::new(l)),
+                Err(error) => {
+                    stop_slots(added.iter().flat_map(|a| a.slots.iter())).await;
+                    return refuse(ServeError::Refused(format!(
+                        "app `{}`: cannot listen on {addr}: {error}",
+                        cfg.name
+                    )));
+                }
+            },
+            None => None,
+        };
+        let env = AppEnv::new(
+            running.logs.clone(),
+            shared.cfg.log_line_max_bytes,
+            shared.cfg.drain_timeout,
+            running.hurry.clone(),
+            sock,
+        );
+        added.push(Arc::new(start_app(cfg.clone(), env)));
+    }
+    for app in &added {
+        if let Err(why) = wait_slots_ready(&app.slots, app.cfg.start_timeout).await {
+            stop_slots(added.iter().flat_map(|a| a.slots.iter())).await;
+            return refuse(ServeError::Refused(format!(
+                "app `{}` did not become ready ({why}); nothing was changed",
+                app.cfg.name
+            )));
+        }
+    }
+
+    // 2. Kept apps: resized, then rolled onto their new settings one worker at a time.
     let mut errors = Vec::new();
-    for app in &shared.apps {
-        for slot in &app.slots {
+    let mut kept: Vec<Arc<App>> = Vec::new();
+    for cfg in next.apps.iter() {
+        let Some(before) = find(&cfg.name) else {
+            continue;
+        };
+        let (app, extra) = before.resized(cfg.clone());
+        // Fewer workers: the extra ones drain first, which frees their ports for the
+        // new pairs of the others.
+        stop_slots(extra.iter()).await;
+        let fresh = &app.slots[before.slots.len().min(app.slots.len())..];
+        if let Err(why) = wait_slots_ready(fresh, cfg.start_timeout).await {
+            errors.push(format!("{}: new worker not ready: {why}", cfg.name));
+        }
+        for slot in &app.slots[..before.slots.len().min(app.slots.len())] {
+            *slot.next_cfg.lock().unwrap_or_else(|e| e.into_inner()) = Some(cfg.clone());
             let (tx, rx) = oneshot::channel();
             if !slot.send(SlotCmd::Reload(tx)).await {
-                errors.push(format!("{}#{}: supervisor gone", app.cfg.name, slot.index));
+                errors.push(format!("{}#{}: supervisor gone", cfg.name, slot.index));
                 continue;
             }
             match rx.await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => errors.push(e),
-                Err(_) => errors.push(format!("{}#{}: no answer", app.cfg.name, slot.index)),
+                Err(_) => errors.push(format!("{}#{}: no answer", cfg.name, slot.index)),
             }
         }
+        kept.push(Arc::new(app));
+    }
+
+    // 3. One swap: the new apps, routes and weights. A mirror is kept as it was (a
+    // change to one is refused above), with its comparisons and store.
+    let apps: Vec<Arc<App>> = next
+        .apps
+        .iter()
+        .filter_map(|c| {
+            kept.iter()
+                .chain(&added)
+                .find(|a| a.cfg.name == c.name)
+                .cloned()
+        })
+        .collect();
+    let routes = next
+        .routes
+        .iter()
+        .cloned()
+        .map(|r| {
+            let mirror = r.mirror.as_ref().and_then(|m| {
+                table
+                    .routes
+                    .iter()
+                    .filter_map(|o| o.mirror.as_ref().zip(o.cfg.mirror.as_ref()))
+                    .find(|(_, oc)| oc.key == m.key)
+                    .map(|(om, _)| om.clone())
+            });
+            Route::with_mirror(r, mirror)
+        })
+        .collect();
+    shared.table.store(Arc::new(Table {
+        generation: table.generation + 1,
+        apps,
+        routes,
+    }));
+    let summary = next
+        .apps
+        .iter()
+        .map(|a| format!("{}×{}", a.name, a.workers))
+        .collect::<Vec<_>>()
+        .join(", ");
+    *running.config.lock().unwrap_or_else(|e| e.into_inner()) = next;
+
+    // 4. Apps the config no longer has: out of the routes now, drained and stopped.
+    let removed: Vec<Arc<App>> = table
+        .apps
+        .iter()
+        .filter(|a| {
+            !shared
+                .table
+                .load()
+                .apps
+                .iter()
+                .any(|n| n.cfg.name == a.cfg.name)
+        })
+        .cloned()
+        .collect();
+    stop_slots(removed.iter().flat_map(|a| a.slots.iter())).await;
+    for app in &removed {
+        tracing::info!(app = %app.cfg.name, "app removed by the reload: drained and stopped");
     }
     if errors.is_empty() {
-        tracing::info!("reload complete");
+        tracing::info!(apps = %summary, "reload complete");
         Ok(())
     } else {
         Err(ServeError::Reload(errors))
+    }
+}
+
+/// Stops these slots (each drains its worker first), all at once; returns when they are.
+async fn stop_slots(slots: impl Iterator<Item = &Arc<Slot>>) {
+    let mut waits = Vec::new();
+    for slot in slots {
+        let (tx, rx) = oneshot::channel();
+        if slot.send(SlotCmd::Stop(tx)).await {
+            waits.push(rx);
+        }
+    }
+    for w in waits {
+        let _ = w.await;
+    }
+}
+
+/// Waits until every one of `slots` has a ready worker, up to `start_timeout` and a
+/// margin; the last start failure of one that does not, as the error.
+async fn wait_slots_ready(slots: &[Arc<Slot>], start_timeout: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + start_timeout + Duration::from_secs(5);
+    loop {
+        let not_ready = slots.iter().find(|s| {
+            s.current
+                .load()
+                .as_ref()
+                .is_none_or(|b| b.state() != WorkerState::Ready)
+        });
+        let Some(slot) = not_ready else {
+            return Ok(());
+        };
+        let failed = slot.failed.load(Ordering::Relaxed);
+        if Instant::now() >= deadline || failed {
+            let why = slot
+                .last_error
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone()
+                .unwrap_or_else(|| "not ready in time".into());
+            return Err(format!("worker {}: {why}", slot.index));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -694,8 +926,10 @@ fn max_request_headers(bytes: usize) -> usize {
     (bytes / 8).clamp(100, 8192)
 }
 
-const TOO_MANY_CONNECTIONS: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: 60\r\nconnection: close\r\nretry-after: 1\r\n\r\n{\"error\":\"too many client connections; retry\",\"status\":503}\n";
-const HEAD_TIMEOUT: &[u8] = b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\ncontent-length: 59\r\nconnection: close\r\n\r\n{\"error\":\"request head not received in time\",\"status\":408}\n";
+/// Written raw, before (or instead of) hyper: the toolkit's one error body
+/// (`scalpel_http::error_body`; a test checks the two agree, length included).
+const TOO_MANY_CONNECTIONS: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: 78\r\nconnection: close\r\nretry-after: 1\r\n\r\n{\"error\":\"too_many_connections\",\"detail\":\"too many client connections; retry\"}";
+const HEAD_TIMEOUT: &[u8] = b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\ncontent-length: 71\r\nconnection: close\r\n\r\n{\"error\":\"client_timeout\",\"detail\":\"request head not received in time\"}";
 
 /// Connections over `max_connections` get a 503 and are closed. The answer is written
 /// without waiting (it fits any fresh socket buffer); the connection then lingers a
@@ -931,7 +1165,11 @@ async fn admin(
     if let Some(t) = &shared.cfg.admin_token
         && !token_ok(t, &req)
     {
-        let mut res = json_error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");
+        let mut res = json_error(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "missing or wrong bearer token",
+        );
         res.headers_mut().insert(
             header::WWW_AUTHENTICATE,
             header::HeaderValue::from_static("Bearer"),
@@ -964,17 +1202,52 @@ async fn admin(
         ),
         (&Method::POST, "/reload") => match reload(shared, lock).await {
             Ok(()) => json_response(StatusCode::OK, &serde_json::json!({ "reloaded": true })),
+            // The error body's grammar, with what each worker slot said beside it.
             Err(ServeError::Reload(errors)) => json_response(
                 StatusCode::INTERNAL_SERVER_ERROR,
-                &serde_json::json!({ "reloaded": false, "errors": errors }),
+                &serde_json::json!({
+                    "error": "reload_failed",
+                    "detail": format!("{} worker(s) did not come up; the old ones keep serving", errors.len()),
+                    "reloaded": false,
+                    "errors": errors,
+                }),
             ),
-            Err(e) => json_error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+            // The running config stays in these: the new one did not parse or check
+            // (422, with its file and line), or asks for what cannot change live (409).
+            Err(ServeError::Config(e)) => json_response(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                &serde_json::json!({
+                    "error": "config_invalid",
+                    "detail": format!("reload refused: {e}"),
+                    "reloaded": false,
+                    "file": e.path(),
+                    "line": e.line(),
+                }),
+            ),
+            Err(e @ ServeError::Refused(_)) => json_response(
+                StatusCode::CONFLICT,
+                &serde_json::json!({
+                    "error": "reload_refused",
+                    "detail": e.to_string(),
+                    "reloaded": false,
+                }),
+            ),
+            Err(e) => json_error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "reload_failed",
+                &e.to_string(),
+            ),
         },
         (_, "/metrics" | "/status" | "/reload" | "/mirror" | scalpel_live::SNAPSHOT_PATH) => {
-            json_error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
+            json_error(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "method not allowed",
+            )
         }
         (_, path) => json_error(
             StatusCode::NOT_FOUND,
+            "not_found",
             &format!(
                 "no admin endpoint {path} (try / for the live page, /status, /metrics, /mirror, POST /reload)"
             ),
@@ -983,7 +1256,8 @@ async fn admin(
 }
 
 fn mirror_reports(shared: &Shared) -> Vec<MirrorReport> {
-    shared
+    let table = shared.table.load();
+    table
         .routes
         .iter()
         .enumerate()
@@ -991,7 +1265,7 @@ fn mirror_reports(shared: &Shared) -> Vec<MirrorReport> {
             r.mirror.as_ref().map(|m| MirrorReport {
                 route: i,
                 prefix: r.cfg.prefix.clone(),
-                mirror: shared.apps[m.app].cfg.name.to_string(),
+                mirror: m.app.to_string(),
                 summary: m.recorder.summary(),
             })
         })
@@ -999,12 +1273,14 @@ fn mirror_reports(shared: &Shared) -> Vec<MirrorReport> {
 }
 
 fn status(shared: &Shared) -> Status {
-    let apps = shared
+    let table = shared.table.load();
+    let apps = table
         .apps
         .iter()
         .map(|app| AppStatus {
             name: app.cfg.name.to_string(),
             balance: app.cfg.balance.name(),
+            sticky_worker: app.cfg.sticky_worker.as_ref().map(|k| k.to_string()),
             ready: app.pool.len(),
             workers: app
                 .slots
@@ -1044,6 +1320,7 @@ fn status(shared: &Shared) -> Status {
 }
 
 fn metrics_text(shared: &Shared) -> String {
+    let table = shared.table.load_full();
     let mut p = PromText::default();
     let load = |f: &std::sync::atomic::AtomicU64| f.load(Ordering::Relaxed) as f64;
     type Counter = fn(&crate::metrics::AppMetrics) -> &std::sync::atomic::AtomicU64;
@@ -1091,7 +1368,7 @@ fn metrics_text(shared: &Shared) -> String {
     ];
     for (name, help, get) in counters {
         p.family(name, "counter", help);
-        for app in &shared.apps {
+        for app in &table.apps {
             p.sample(name, &[("app", &app.cfg.name)], load(get(&app.metrics)));
         }
     }
@@ -1100,7 +1377,7 @@ fn metrics_text(shared: &Shared) -> String {
         "gauge",
         "Switched connections (WebSockets) between clients and the app's workers still open.",
     );
-    for app in &shared.apps {
+    for app in &table.apps {
         p.sample(
             "scalpel_serve_tunnels_open",
             &[("app", &app.cfg.name)],
@@ -1112,7 +1389,7 @@ fn metrics_text(shared: &Shared) -> String {
         "counter",
         "Worker restarts by reason (exited, unhealthy, start_failed).",
     );
-    for app in &shared.apps {
+    for app in &table.apps {
         for (i, r) in RestartReason::ALL.iter().enumerate() {
             p.sample(
                 "scalpel_serve_restarts_total",
@@ -1128,7 +1405,7 @@ fn metrics_text(shared: &Shared) -> String {
          (worker_stalled, worker_exited, partial_answer): a request that stops or kills a \
          worker must not reach another one.",
     );
-    for app in &shared.apps {
+    for app in &table.apps {
         for (i, r) in NotResent::ALL.iter().enumerate() {
             p.sample(
                 "scalpel_serve_not_resent_total",
@@ -1142,7 +1419,7 @@ fn metrics_text(shared: &Shared) -> String {
         "counter",
         "Worker output lines dropped because scalpel's stdout/stderr was not read fast enough.",
     );
-    for app in &shared.apps {
+    for app in &table.apps {
         p.sample(
             "scalpel_serve_worker_log_lines_dropped_total",
             &[("app", &app.cfg.name)],
@@ -1154,7 +1431,7 @@ fn metrics_text(shared: &Shared) -> String {
         "counter",
         "Worker output lines cut at log_line_max_bytes.",
     );
-    for app in &shared.apps {
+    for app in &table.apps {
         p.sample(
             "scalpel_serve_worker_log_lines_cut_total",
             &[("app", &app.cfg.name)],
@@ -1166,7 +1443,7 @@ fn metrics_text(shared: &Shared) -> String {
         "summary",
         "Time from receiving a request to the end of the response body, per app.",
     );
-    for app in &shared.apps {
+    for app in &table.apps {
         let (count, sum, qs) = app.metrics.latency_summary();
         for (q, v) in qs {
             let q = q.to_string();
@@ -1192,7 +1469,7 @@ fn metrics_text(shared: &Shared) -> String {
         "gauge",
         "CPU of the app's workers (process trees) over the last sample interval; 100 = one core.",
     );
-    for app in &shared.apps {
+    for app in &table.apps {
         p.sample(
             "scalpel_serve_cpu_percent",
             &[("app", &app.cfg.name)],
@@ -1204,7 +1481,7 @@ fn metrics_text(shared: &Shared) -> String {
         "gauge",
         "Summed RSS of the app's worker trees.",
     );
-    for app in &shared.apps {
+    for app in &table.apps {
         p.sample(
             "scalpel_serve_memory_rss_bytes",
             &[("app", &app.cfg.name)],
@@ -1216,7 +1493,7 @@ fn metrics_text(shared: &Shared) -> String {
         "gauge",
         "Summed PSS of the app's worker trees (absent when unreadable).",
     );
-    for app in &shared.apps {
+    for app in &table.apps {
         if let Some(pss) = app.metrics.pss_bytes() {
             p.sample(
                 "scalpel_serve_memory_pss_bytes",
@@ -1230,7 +1507,7 @@ fn metrics_text(shared: &Shared) -> String {
         "gauge",
         "Workers of the app in rotation.",
     );
-    for app in &shared.apps {
+    for app in &table.apps {
         p.sample(
             "scalpel_serve_workers_ready",
             &[("app", &app.cfg.name)],
@@ -1242,7 +1519,7 @@ fn metrics_text(shared: &Shared) -> String {
         "gauge",
         "Requests in flight per worker.",
     );
-    for app in &shared.apps {
+    for app in &table.apps {
         for slot in &app.slots {
             if let Some(b) = slot.current.load_full() {
                 let w = slot.index.to_string();
@@ -1259,7 +1536,7 @@ fn metrics_text(shared: &Shared) -> String {
         "counter",
         "Requests per route and arm (the A/B split as it happened).",
     );
-    for (ri, route) in shared.routes.iter().enumerate() {
+    for (ri, route) in table.routes.iter().enumerate() {
         let r = ri.to_string();
         for (ai, &(app, _)) in route.cfg.arms.iter().enumerate() {
             p.sample(
@@ -1267,7 +1544,7 @@ fn metrics_text(shared: &Shared) -> String {
                 &[
                     ("route", &r),
                     ("prefix", &route.cfg.prefix),
-                    ("app", &shared.apps[app].cfg.name),
+                    ("app", &table.apps[app].cfg.name),
                 ],
                 load(&route.arm_requests[ai]),
             );
@@ -1353,16 +1630,12 @@ fn metrics_text(shared: &Shared) -> String {
         "Requests of a mirrored route not copied because of their method (only GET, HEAD \
          and OPTIONS are, unless the route sets mirror_unsafe).",
     );
-    for (i, route) in shared.routes.iter().enumerate() {
+    for (i, route) in table.routes.iter().enumerate() {
         if let Some(m) = &route.mirror {
             let ri = i.to_string();
             p.sample(
                 "scalpel_serve_mirror_not_mirrored_total",
-                &[
-                    ("route", &ri),
-                    ("mirror", &shared.apps[m.app].cfg.name),
-                    ("reason", "method"),
-                ],
+                &[("route", &ri), ("mirror", &m.app), ("reason", "method")],
                 load(&m.skipped_method),
             );
         }
@@ -1373,21 +1646,27 @@ fn metrics_text(shared: &Shared) -> String {
 /// Samples each app's worker trees with scalpel-procstat: CPU% between two readings of
 /// the same set of workers (a changed set starts a new baseline), RSS and PSS.
 async fn sample_resources(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
-    let mut last: Vec<Option<(Vec<u32>, scalpel_procstat::TreeReading)>> =
-        vec![None; shared.apps.len()];
+    let mut last: Vec<Option<(Vec<u32>, scalpel_procstat::TreeReading)>> = Vec::new();
+    let mut generation = None;
     let mut tick = tokio::time::interval(shared.cfg.sample_interval);
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = stop.changed() => return,
         }
+        let table = shared.table.load_full();
+        if generation != Some(table.generation) {
+            // A live reload changed the apps: new baselines.
+            generation = Some(table.generation);
+            last = vec![None; table.apps.len()];
+        }
         // Mirror counters to their stores (queued for the store's own thread; never blocks).
-        for route in &shared.routes {
+        for route in &table.routes {
             if let Some(m) = &route.mirror {
                 m.recorder.flush();
             }
         }
-        for (i, app) in shared.apps.iter().enumerate() {
+        for (i, app) in table.apps.iter().enumerate() {
             let mut pids: Vec<u32> = app
                 .slots
                 .iter()
@@ -1490,6 +1769,40 @@ fn warn_about_ephemeral_ports(config: &Config) {
                 "worker ports overlap the kernel's ephemeral range: an outgoing connection \
                  can hold a port a replacement needs; choose port_base below {lo}"
             );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The answers written raw, past hyper, are the toolkit's one error body, framed by
+    /// their own exact length (a stale `content-length` after an edit of the text would
+    /// cut the body or hang the client).
+    #[test]
+    fn raw_error_answers_carry_the_one_error_body() {
+        for (raw, status, kind) in [
+            (TOO_MANY_CONNECTIONS, 503, "too_many_connections"),
+            (HEAD_TIMEOUT, 408, "client_timeout"),
+        ] {
+            let mut slots = [httparse::EMPTY_HEADER; 8];
+            let mut res = httparse::Response::new(&mut slots);
+            let httparse::Status::Complete(n) = res.parse(raw).unwrap() else {
+                panic!("incomplete head");
+            };
+            assert_eq!(res.code, Some(status));
+            let length: usize = res
+                .headers
+                .iter()
+                .find(|h| h.name == "content-length")
+                .map(|h| std::str::from_utf8(h.value).unwrap().parse().unwrap())
+                .unwrap();
+            let body = &raw[n..];
+            assert_eq!(length, body.len(), "content-length of the {status}");
+            let v: serde_json::Value = serde_json::from_slice(body).unwrap();
+            let detail = v["detail"].as_str().unwrap();
+            assert_eq!(body, &scalpel_http::error_body(kind, detail)[..]);
         }
     }
 }

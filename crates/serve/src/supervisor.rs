@@ -206,6 +206,11 @@ pub(crate) struct Slot {
     /// Why and when the slot last restarted (the live page); written by the slot's own
     /// task, read by the admin endpoint, never on a request path.
     pub(crate) last_restart: Mutex<Option<(RestartReason, Instant)>>,
+    /// The detail of the slot's last restart (a reload that adds an app reports it).
+    pub(crate) last_error: Mutex<Option<String>>,
+    /// A config the next process of the slot starts with (a live reload); taken by the
+    /// slot's task when it next starts a process.
+    pub(crate) next_cfg: Mutex<Option<Arc<AppConfig>>>,
     cmds: mpsc::Sender<SlotCmd>,
 }
 
@@ -215,13 +220,51 @@ impl Slot {
     }
 }
 
-/// An app at run time: its config, its pool, its metrics and its slots.
+/// An app at run time: its config, its pool, its metrics and its slots. A live reload
+/// builds a new `App` of the same name around the same pool and metrics (see
+/// [`App::resized`]), so counters and the rotation carry over.
 #[derive(Debug)]
 pub(crate) struct App {
     pub(crate) cfg: Arc<AppConfig>,
     pub(crate) pool: Arc<Pool>,
     pub(crate) metrics: Arc<AppMetrics>,
     pub(crate) slots: Vec<Arc<Slot>>,
+    env: AppEnv,
+}
+
+/// What every slot of an app shares besides its config: where output goes, the drain
+/// settings, the direct socket, and the processes being stopped in the background.
+#[derive(Debug, Clone)]
+pub(crate) struct AppEnv {
+    pub(crate) logs: LogSink,
+    pub(crate) log_line_max: usize,
+    pub(crate) drain_timeout: Duration,
+    pub(crate) hurry: Arc<Hurry>,
+    /// A direct app's listening socket, handed to each worker on fd 3.
+    pub(crate) direct: Option<Arc<std::net::TcpListener>>,
+    /// Ports still held by a process of this app that is being stopped in the background
+    /// (an unhealthy worker in its grace period); `true` is sent once it is gone. A start
+    /// on such a port waits for it instead of failing with "address in use".
+    stopping: Arc<Mutex<BTreeMap<u16, watch::Receiver<bool>>>>,
+}
+
+impl AppEnv {
+    pub(crate) fn new(
+        logs: LogSink,
+        log_line_max: usize,
+        drain_timeout: Duration,
+        hurry: Arc<Hurry>,
+        direct: Option<Arc<std::net::TcpListener>>,
+    ) -> Self {
+        Self {
+            logs,
+            log_line_max,
+            drain_timeout,
+            hurry,
+            direct,
+            stopping: Arc::default(),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -237,55 +280,98 @@ struct SlotCtx {
     hurry: Arc<Hurry>,
     /// A direct app's listening socket, handed to each worker on fd 3.
     direct: Option<Arc<std::net::TcpListener>>,
+    stopping: Arc<Mutex<BTreeMap<u16, watch::Receiver<bool>>>>,
+    /// The slot was added by a live reload: other slots' processes may hold a port of
+    /// its pair (see [`SlotCtx::pick_port`]).
+    added_live: bool,
 }
 
 /// Starts the slots of `cfg`; each begins spawning its worker at once.
-pub(crate) fn start_app(
-    cfg: Arc<AppConfig>,
-    logs: LogSink,
-    log_line_max: usize,
-    drain_timeout: Duration,
-    hurry: Arc<Hurry>,
-    direct: Option<Arc<std::net::TcpListener>>,
-) -> App {
+pub(crate) fn start_app(cfg: Arc<AppConfig>, env: AppEnv) -> App {
     let pool = Arc::new(Pool::new(cfg.balance));
     let metrics = Arc::new(AppMetrics::new());
-    let mut slots = Vec::new();
-    for index in 0..cfg.workers {
-        let (tx, rx) = mpsc::channel(8);
-        let slot = Arc::new(Slot {
-            index,
-            current: ArcSwapOption::empty(),
-            restarts: AtomicU64::new(0),
-            failed: AtomicBool::new(false),
-            memory_replacing: AtomicBool::new(false),
-            last_replaced: Mutex::new(None),
-            last_restart: Mutex::new(None),
-            cmds: tx,
-        });
-        let ctx = SlotCtx {
-            cfg: cfg.clone(),
-            pool: pool.clone(),
-            metrics: metrics.clone(),
-            slot: slot.clone(),
-            health: Box::new(HttpHealthCheck::new(
-                cfg.health_path.clone(),
-                cfg.health_timeout,
-            )),
-            logs: logs.clone(),
-            log_line_max,
-            drain_timeout,
-            hurry: hurry.clone(),
-            direct: direct.clone(),
-        };
-        tokio::spawn(run_slot(ctx, rx));
-        slots.push(slot);
-    }
+    let slots = (0..cfg.workers)
+        .map(|index| start_slot(&cfg, &pool, &metrics, &env, index, false))
+        .collect();
     App {
         cfg,
         pool,
         metrics,
         slots,
+        env,
+    }
+}
+
+fn start_slot(
+    cfg: &Arc<AppConfig>,
+    pool: &Arc<Pool>,
+    metrics: &Arc<AppMetrics>,
+    env: &AppEnv,
+    index: usize,
+    added_live: bool,
+) -> Arc<Slot> {
+    let (tx, rx) = mpsc::channel(8);
+    let slot = Arc::new(Slot {
+        index,
+        current: ArcSwapOption::empty(),
+        restarts: AtomicU64::new(0),
+        failed: AtomicBool::new(false),
+        memory_replacing: AtomicBool::new(false),
+        last_replaced: Mutex::new(None),
+        last_restart: Mutex::new(None),
+        last_error: Mutex::new(None),
+        next_cfg: Mutex::new(None),
+        cmds: tx,
+    });
+    let ctx = SlotCtx {
+        cfg: cfg.clone(),
+        pool: pool.clone(),
+        metrics: metrics.clone(),
+        slot: slot.clone(),
+        health: Box::new(HttpHealthCheck::new(
+            cfg.health_path.clone(),
+            cfg.health_timeout,
+        )),
+        logs: env.logs.clone(),
+        log_line_max: env.log_line_max,
+        drain_timeout: env.drain_timeout,
+        hurry: env.hurry.clone(),
+        direct: env.direct.clone(),
+        stopping: env.stopping.clone(),
+        added_live,
+    };
+    tokio::spawn(run_slot(ctx, rx));
+    slot
+}
+
+impl App {
+    /// The same app (pool, metrics, shared state) under `cfg`: the slots below
+    /// `cfg.workers` are kept (the caller rolls them onto `cfg`), new ones start at once
+    /// with `cfg`; slots past `cfg.workers` are returned for the caller to stop.
+    pub(crate) fn resized(&self, cfg: Arc<AppConfig>) -> (App, Vec<Arc<Slot>>) {
+        let keep = self.slots.len().min(cfg.workers);
+        let mut slots: Vec<Arc<Slot>> = self.slots[..keep].to_vec();
+        let extra = self.slots[keep..].to_vec();
+        for index in keep..cfg.workers {
+            slots.push(start_slot(
+                &cfg,
+                &self.pool,
+                &self.metrics,
+                &self.env,
+                index,
+                true,
+            ));
+        }
+        (
+            App {
+                cfg,
+                pool: self.pool.clone(),
+                metrics: self.metrics.clone(),
+                slots,
+                env: self.env.clone(),
+            },
+            extra,
+        )
     }
 }
 
@@ -337,6 +423,77 @@ enum Early {
 impl SlotCtx {
     fn name(&self) -> String {
         format!("{}#{}", self.cfg.name, self.slot.index)
+    }
+
+    /// Switches to `cfg` (and a health check made for it).
+    fn set_cfg(&mut self, cfg: Arc<AppConfig>) {
+        self.health = Box::new(HttpHealthCheck::new(
+            cfg.health_path.clone(),
+            cfg.health_timeout,
+        ));
+        self.cfg = cfg;
+    }
+
+    /// Takes the config a live reload left for this slot, if any; returns the one it
+    /// replaces (to go back to if the new process does not become ready).
+    fn adopt_next_cfg(&mut self) -> Option<Arc<AppConfig>> {
+        let next = self
+            .slot
+            .next_cfg
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()?;
+        let previous = self.cfg.clone();
+        self.set_cfg(next);
+        Some(previous)
+    }
+
+    /// The port for the slot's next process: of its pair (under the current config), not
+    /// `avoid` (the port of the process it follows, which may still hold it). When both
+    /// ports qualify — the pair moved under a live reload (`workers` or `port_base`
+    /// changed), or the slot was added by one — another slot's process may still hold one
+    /// of them, so a free one is taken; otherwise the first, and a stranger on it is
+    /// named by the start (`port_free`). A port held by a process of this app being
+    /// stopped counts as free: [`Self::start`] waits for it.
+    fn pick_port(&self, avoid: Option<u16>) -> u16 {
+        let pair = self.cfg.ports(self.slot.index);
+        let candidates: Vec<u16> = pair.iter().copied().filter(|&p| Some(p) != avoid).collect();
+        if candidates.len() == 2 && (avoid.is_some() || self.added_live) {
+            let stopping = self.stopping.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(p) = candidates
+                .iter()
+                .copied()
+                .find(|&p| stopping.contains_key(&p) || port_free(p).is_ok())
+            {
+                return p;
+            }
+        }
+        candidates.first().copied().unwrap_or(pair[0])
+    }
+
+    /// Waits until a process of this app that is being stopped in the background (an
+    /// unhealthy worker in its grace period) has let go of `port`. Bounded: the stop
+    /// kills it after its grace period.
+    async fn wait_port_released(&self, port: u16) {
+        let held = self
+            .stopping
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&port)
+            .cloned();
+        if let Some(mut done) = held {
+            if *done.borrow() {
+                return;
+            }
+            info!(
+                app = %self.cfg.name,
+                worker = self.slot.index,
+                port,
+                "waiting for the stopping worker that still holds the port"
+            );
+            let limit = self.cfg.stop_grace + Duration::from_secs(20);
+            let _ = tokio::time::timeout(limit, done.wait_for(|d| *d)).await;
+        }
     }
 
     fn spawn(&self, port: u16) -> Result<Proc, String> {
@@ -438,6 +595,7 @@ impl SlotCtx {
 
     /// Spawns on `port` and waits for the first passing health check.
     async fn start(&self, port: u16) -> Result<Proc, (Option<Proc>, String)> {
+        self.wait_port_released(port).await;
         let p = self.spawn(port).map_err(|e| (None, e))?;
         let deadline = Instant::now() + self.cfg.start_timeout;
         // Poll faster than the steady-state interval: readiness gates traffic.
@@ -616,6 +774,11 @@ impl SlotCtx {
 
     /// Out of the pool, wait for its in-flight requests (bounded), then stop it.
     async fn drain_and_stop(&self, p: &Proc) {
+        self.drain_and_stop_with(p, self.cfg.stop_grace).await;
+    }
+
+    /// [`Self::drain_and_stop`] with the grace period of the process's own config.
+    async fn drain_and_stop_with(&self, p: &Proc, grace: Duration) {
         self.pool.remove(&p.backend);
         p.backend.set_state(WorkerState::Draining);
         let deadline = Instant::now() + self.drain_timeout;
@@ -626,7 +789,7 @@ impl SlotCtx {
         {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        Self::stop(p, self.cfg.stop_grace, &self.hurry).await;
+        Self::stop(p, grace, &self.hurry).await;
     }
 
     /// A worker that exited: out of rotation, marked stopped, its restart logged.
@@ -655,10 +818,26 @@ impl SlotCtx {
     }
 
     /// Stops `p` in the background (a stuck worker may take the whole grace period).
+    /// Its port is marked as held until it is gone, so that a start on it (a reload
+    /// soon after) waits instead of failing with "address in use".
     fn stop_later(&self, p: Proc) {
         let grace = self.cfg.stop_grace;
         let hurry = self.hurry.clone();
-        tokio::spawn(async move { SlotCtx::stop(&p, grace, &hurry).await });
+        let port = p.backend.addr().port();
+        let (done, rx) = watch::channel(false);
+        self.stopping
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(port, rx);
+        let stopping = self.stopping.clone();
+        tokio::spawn(async move {
+            SlotCtx::stop(&p, grace, &hurry).await;
+            let _ = done.send(true);
+            let mut held = stopping.lock().unwrap_or_else(|e| e.into_inner());
+            if held.get(&port).is_some_and(|r| *r.borrow()) {
+                held.remove(&port);
+            }
+        });
     }
 
     /// The `prestart` path: worker `p` answers nothing and failed a probe, so its
@@ -779,7 +958,21 @@ impl SlotCtx {
             // Recovered, or a reload (which the fresh successor answers): `p` retires
             // gracefully, its requests finishing.
             Event::Cmd(SlotCmd::Reload(reply)) => {
-                let _ = reply.send(Ok(()));
+                let pending = self
+                    .slot
+                    .next_cfg
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .is_some();
+                let _ = reply.send(if pending {
+                    Err(format!(
+                        "{}: was replacing a stalled worker, whose successor runs the \
+                         previous config; reload again",
+                        self.name()
+                    ))
+                } else {
+                    Ok(())
+                });
                 self.drain_and_stop(&p).await;
             }
             Event::Recovered | Event::Suspect(_) => {
@@ -798,6 +991,11 @@ impl SlotCtx {
     fn log_restart(&self, reason: RestartReason, detail: &str, pid: u32, uptime_s: f64) -> u64 {
         let restarts = self.slot.restarts.fetch_add(1, Ordering::Relaxed) + 1;
         self.metrics.restart(reason);
+        *self
+            .slot
+            .last_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(format!("{}: {detail}", reason.name()));
         *self
             .slot
             .last_restart
@@ -876,17 +1074,22 @@ impl SlotCtx {
     }
 }
 
-async fn run_slot(ctx: SlotCtx, mut cmds: mpsc::Receiver<SlotCmd>) {
-    let ports = ctx.cfg.ports(ctx.slot.index);
-    let mut next_port = 0usize;
+async fn run_slot(mut ctx: SlotCtx, mut cmds: mpsc::Receiver<SlotCmd>) {
+    // The port of the slot's latest process: the next one takes the other of its pair.
+    let mut last_port: Option<u16> = None;
     let mut recent: VecDeque<Instant> = VecDeque::new();
     let mut current: Option<Proc> = None;
+    // A reload with a new config that came while a process was starting under the old
+    // one: done as soon as that process is ready.
+    let mut deferred: Option<oneshot::Sender<Result<(), String>>> = None;
     loop {
         let p = match current.take() {
             Some(p) => p,
             None => {
-                let port = ports[next_port];
-                next_port ^= 1;
+                // A reload that came while the slot had no process applies now.
+                ctx.adopt_next_cfg();
+                let port = ctx.pick_port(last_port);
+                last_port = Some(port);
                 let started = {
                     let start = ctx.start(port);
                     tokio::pin!(start);
@@ -895,7 +1098,16 @@ async fn run_slot(ctx: SlotCtx, mut cmds: mpsc::Receiver<SlotCmd>) {
                         tokio::select! {
                             r = &mut start => break Some(r),
                             c = cmds.recv() => match c {
-                                Some(SlotCmd::Reload(reply)) => { let _ = reply.send(Ok(())); }
+                                Some(SlotCmd::Reload(reply)) => {
+                                    let newer = ctx.slot.next_cfg.lock().unwrap_or_else(|e| e.into_inner()).is_some();
+                                    if newer {
+                                        if let Some(older) = deferred.replace(reply) {
+                                            let _ = older.send(Ok(()));
+                                        }
+                                    } else {
+                                        let _ = reply.send(Ok(()));
+                                    }
+                                }
                                 Some(SlotCmd::Stop(reply)) => { let _ = reply.send(()); break None; }
                                 None => break None,
                             }
@@ -922,6 +1134,10 @@ async fn run_slot(ctx: SlotCtx, mut cmds: mpsc::Receiver<SlotCmd>) {
                             SlotCtx::stop(p, ctx.cfg.stop_grace, &ctx.hurry).await;
                         }
                         ctx.log_restart(RestartReason::StartFailed, &why, pid, up);
+                        // The next start takes the new config.
+                        if let Some(reply) = deferred.take() {
+                            let _ = reply.send(Ok(()));
+                        }
                         if ctx
                             .pause_before_restart(&mut recent, &mut cmds)
                             .await
@@ -934,7 +1150,11 @@ async fn run_slot(ctx: SlotCtx, mut cmds: mpsc::Receiver<SlotCmd>) {
                 }
             }
         };
-        match ctx.monitor(&p, &mut cmds, false).await {
+        let event = match deferred.take() {
+            Some(reply) => Event::Cmd(SlotCmd::Reload(reply)),
+            None => ctx.monitor(&p, &mut cmds, false).await,
+        };
+        match event {
             Event::Exited(why) => {
                 ctx.note_exited(&p, &why);
                 if ctx
@@ -946,14 +1166,15 @@ async fn run_slot(ctx: SlotCtx, mut cmds: mpsc::Receiver<SlotCmd>) {
                 }
             }
             Event::Suspect(why) => {
-                let port = ports[next_port];
+                let port = ctx.pick_port(Some(p.backend.addr().port()));
                 match ctx.replace_suspect(p, port, &why, &mut cmds).await {
                     Early::Replaced(new) => {
-                        next_port ^= 1;
+                        last_port = Some(port);
                         current = Some(new);
                     }
                     Early::Kept(p) => current = Some(p),
                     Early::Lost => {
+                        last_port = Some(port);
                         if ctx
                             .pause_before_restart(&mut recent, &mut cmds)
                             .await
@@ -980,25 +1201,33 @@ async fn run_slot(ctx: SlotCtx, mut cmds: mpsc::Receiver<SlotCmd>) {
                 }
             }
             Event::Cmd(SlotCmd::Reload(reply)) => {
-                let port = ports[next_port];
-                let start = ctx.start(port);
-                tokio::pin!(start);
+                // A live reload's new config, if any, for the new process only: the old
+                // one keeps its settings until it is gone.
+                let previous = ctx.adopt_next_cfg();
+                let port = ctx.pick_port(Some(p.backend.addr().port()));
                 let mut old_exit_seen = false;
-                let result = loop {
-                    tokio::select! {
-                        r = &mut start => break r,
-                        _ = p.wait_exit(), if !old_exit_seen => {
-                            // The old worker died meanwhile: out of rotation now.
-                            old_exit_seen = true;
-                            ctx.pool.remove(&p.backend);
+                let result = {
+                    let start = ctx.start(port);
+                    tokio::pin!(start);
+                    loop {
+                        tokio::select! {
+                            r = &mut start => break r,
+                            _ = p.wait_exit(), if !old_exit_seen => {
+                                // The old worker died meanwhile: out of rotation now.
+                                old_exit_seen = true;
+                                ctx.pool.remove(&p.backend);
+                            }
                         }
                     }
                 };
                 match result {
                     Ok(new) => {
-                        next_port ^= 1;
+                        last_port = Some(port);
                         ctx.admit(&new);
-                        ctx.drain_and_stop(&p).await;
+                        let grace = previous
+                            .as_ref()
+                            .map_or(ctx.cfg.stop_grace, |c| c.stop_grace);
+                        ctx.drain_and_stop_with(&p, grace).await;
                         ctx.metrics.reloads.fetch_add(1, Ordering::Relaxed);
                         info!(
                             app = %ctx.cfg.name,
@@ -1015,7 +1244,10 @@ async fn run_slot(ctx: SlotCtx, mut cmds: mpsc::Receiver<SlotCmd>) {
                         if let Some(new) = &new {
                             SlotCtx::stop(new, ctx.cfg.stop_grace, &ctx.hurry).await;
                         }
-                        // Keep serving with the old worker.
+                        // Keep serving with the old worker, under its own settings.
+                        if let Some(previous) = previous {
+                            ctx.set_cfg(previous);
+                        }
                         ctx.slot.current.store(Some(p.backend.clone()));
                         warn!(app = %ctx.cfg.name, worker = ctx.slot.index, reason = %why,
                             "reload: new worker did not become ready; old one kept");

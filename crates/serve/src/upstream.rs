@@ -1,78 +1,37 @@
 //! Keep-alive connections to the workers: one pool per data-plane thread, so a request,
 //! its upstream connection and its response all stay on the thread that accepted the
-//! client. The exchange itself (write the request, read the head, read the body) runs
-//! in the request's own task, over the wire format of `h1`.
+//! client. The exchange (write the request, read the head, read the body) runs in the
+//! request's own task over `scalpel_http`'s one HTTP/1.1 codec ([`H1Conn`], pooled in an
+//! [`H1Pool`]), the same one `scalpel load` and `scalpel shadow` use; what is the
+//! balancer's own is only *what it records* about each attempt ([`Attempt`]) so that a
+//! request its worker took is never resent.
 //!
 //! A connection goes back to the pool only once its response body has ended; one
 //! dropped earlier is closed. A pooled connection the worker closed meanwhile (its own
 //! keep-alive time-out) is noticed before the request is written, from the readiness
 //! the event loop already has, and replaced: the request never reached anyone.
 
-use std::collections::HashMap;
-use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll, Waker};
-use std::time::{Duration, Instant};
+use std::task::{Context, Poll};
+use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http::{HeaderMap, Method, StatusCode};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use scalpel_http::h1::{DEFAULT_MAX_HEAD_BYTES, Expect, H1Conn, H1Pool};
+use scalpel_http::{Error, Phase, Stream};
 use tokio::net::TcpStream;
 
-use crate::h1::{self, Chunked, Framing, Outgoing, WireError};
+use crate::h1::{self, Outgoing};
 use crate::pool::epoch_us;
 
 /// Bodies up to this size go out in the same write as the request head.
 const COALESCE_BODY_BYTES: usize = 16 * 1024;
-/// Free space kept in a connection's read buffer before each read.
-const READ_RESERVE: usize = 16 * 1024;
 
-/// Why an exchange with a worker failed.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum UpstreamError {
-    /// No connection could be made: the worker never saw the request.
-    #[error("connect: {0}")]
-    Connect(io::Error),
-    /// Connecting took longer than the configured time-out.
-    #[error("connect: no connection within {0} ms")]
-    ConnectTimeout(u128),
-    /// Writing the request failed before any byte of it left: the worker never saw it.
-    #[error("connection failed before the request was sent: {0}")]
-    NotSent(io::Error),
-    /// The request was written (or may have been) and then the connection failed.
-    #[error("{0}")]
-    Io(io::Error),
-    /// The connection closed before the response was complete.
-    #[error("connection closed before the response was complete")]
-    Closed,
-    /// The worker's answer is not HTTP/1.1 this proxy can forward.
-    #[error("{0}")]
-    Wire(#[from] WireError),
-}
-
-impl UpstreamError {
-    /// The worker certainly never received the request: resending is safe for any method.
-    pub(crate) fn never_sent(&self) -> bool {
-        matches!(
-            self,
-            UpstreamError::Connect(_)
-                | UpstreamError::ConnectTimeout(_)
-                | UpstreamError::NotSent(_)
-        )
-    }
-
-    /// The worker's kernel reset the connection: a process that exits or closes a
-    /// socket with data it has not read resets it (a clean close after reading
-    /// everything sends FIN, an end of file, instead).
-    pub(crate) fn reset(&self) -> bool {
-        matches!(self, UpstreamError::Io(e) if matches!(
-            e.kind(),
-            io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe
-        ))
-    }
-}
+/// Why an exchange with a worker failed: the toolkit's one error type, whose
+/// [`Error::kind`] names it in serve's JSON error bodies as in load's and shadow's tables.
+pub(crate) type UpstreamError = Error;
 
 /// What one attempt to send a request got as far as, kept outside the exchange so that
 /// it can be asked after the exchange was dropped (the worker was ejected): the local
@@ -113,61 +72,12 @@ impl Attempt {
     }
 }
 
-/// One connection to a worker with its read buffer (bytes read, not yet consumed) and
-/// a reused write buffer.
-#[derive(Debug)]
-struct Conn {
-    io: TcpStream,
-    rbuf: BytesMut,
-    wbuf: Vec<u8>,
-    /// Its local port, read once at connect.
-    local_port: u16,
-}
-
-impl Conn {
-    /// Did the worker close this idle connection (or send bytes nobody asked for)? Asks
-    /// the event loop's readiness first, so a live connection costs no system call.
-    fn is_closed(&self) -> bool {
-        let mut cx = Context::from_waker(Waker::noop());
-        match self.io.poll_read_ready(&mut cx) {
-            Poll::Pending => false,
-            Poll::Ready(Err(_)) => true,
-            // Readable while idle: EOF, a reset, or stray bytes. Only `WouldBlock`
-            // (stale readiness) leaves it usable.
-            Poll::Ready(Ok(())) => {
-                let mut probe = [0u8; 1];
-                !matches!(self.io.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
-            }
-        }
-    }
-
-    /// Fills the read buffer from the socket: the number of bytes read, 0 at EOF.
-    async fn fill(&mut self) -> io::Result<usize> {
-        self.rbuf.reserve(READ_RESERVE);
-        self.io.read_buf(&mut self.rbuf).await
-    }
-}
-
-struct Idle {
-    conn: Conn,
-    since: Instant,
-}
-
 /// One data-plane thread's connections to every worker, by address.
+#[derive(Debug)]
 pub(crate) struct Upstreams {
-    idle: Mutex<HashMap<SocketAddr, Vec<Idle>>>,
+    idle: H1Pool<SocketAddr>,
     connect_timeout: Duration,
     idle_timeout: Duration,
-    max_idle_per_worker: usize,
-}
-
-impl std::fmt::Debug for Upstreams {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Upstreams")
-            .field("connect_timeout", &self.connect_timeout)
-            .field("idle_timeout", &self.idle_timeout)
-            .finish_non_exhaustive()
-    }
 }
 
 /// A worker's answer: status and headers (hop-by-hop ones left out) and the body still
@@ -186,7 +96,7 @@ pub(crate) struct Answer {
 /// new protocol that arrived with the 101.
 #[derive(Debug)]
 pub(crate) struct Switched {
-    pub(crate) io: TcpStream,
+    pub(crate) io: Stream,
     pub(crate) early: Bytes,
 }
 
@@ -197,10 +107,9 @@ impl Upstreams {
         max_idle_per_worker: usize,
     ) -> Arc<Self> {
         Arc::new(Self {
-            idle: Mutex::new(HashMap::new()),
+            idle: H1Pool::new(idle_timeout, max_idle_per_worker),
             connect_timeout,
             idle_timeout,
-            max_idle_per_worker,
         })
     }
 
@@ -214,79 +123,49 @@ impl Upstreams {
         track: &Attempt,
     ) -> Result<Answer, UpstreamError> {
         loop {
-            let (mut conn, pooled) = match self.checkout(addr) {
+            let (mut conn, pooled) = match self.idle.checkout(&addr) {
                 Some(c) => (c, true),
                 None => (self.connect(addr).await?, false),
             };
-            track
-                .local_port
-                .store(u32::from(conn.local_port), Ordering::Relaxed);
-            conn.wbuf.clear();
-            h1::encode_request(req, addr, &mut conn.wbuf);
+            let port = conn.local_addr().map_or(0, |a| a.port());
+            track.local_port.store(u32::from(port), Ordering::Relaxed);
+            let buf = conn.request_buffer();
+            h1::encode_request(req, addr, buf);
             let coalesce = req.body.len() <= COALESCE_BODY_BYTES;
             if coalesce {
-                conn.wbuf.extend_from_slice(req.body);
+                buf.extend_from_slice(req.body);
             }
-            // The first write tells whether anything left at all.
-            let sent = match conn.io.write(&conn.wbuf).await {
-                Ok(0) => Err(io::Error::from(io::ErrorKind::WriteZero)),
-                Ok(n) => Ok(n),
-                Err(e) => Err(e),
+            let body: &[u8] = if coalesce { &[] } else { req.body };
+            match conn.write_buffered_observed(body, |n| track.wrote(n)).await {
+                Ok(()) => {}
+                // A pooled connection the worker closed as the request arrived: not one
+                // byte left, so a fresh connection carries it.
+                Err(Error::NotSent(_)) if pooled => continue,
+                Err(e) => return Err(e),
+            }
+            let expect = Expect {
+                head: *req.method == Method::HEAD,
+                upgrade: req.upgrade.is_some(),
+                ..Expect::default()
             };
-            let n = match sent {
-                Ok(n) => n,
-                Err(_) if pooled => continue,
-                Err(e) => return Err(UpstreamError::NotSent(e)),
-            };
-            track.wrote(n);
-            let rest = async {
-                conn.io.write_all(&conn.wbuf[n..]).await?;
-                track.wrote(conn.wbuf.len() - n);
-                if !coalesce {
-                    conn.io.write_all(req.body).await?;
-                    track.wrote(req.body.len());
-                }
-                Ok(())
-            };
-            rest.await.map_err(UpstreamError::Io)?;
-            let is_head = *req.method == Method::HEAD;
-            let head = loop {
-                if !conn.rbuf.is_empty()
-                    && let Some(head) =
-                        h1::parse_response(&mut conn.rbuf, is_head, req.upgrade.is_some())?
-                {
-                    break head;
-                }
-                if conn.fill().await.map_err(UpstreamError::Io)? == 0 {
-                    return Err(UpstreamError::Closed);
-                }
-                track.received.store(true, Ordering::Relaxed);
-            };
+            let head = conn
+                .read_response_observed(expect, || track.received.store(true, Ordering::Relaxed))
+                .await?;
             if head.status == StatusCode::SWITCHING_PROTOCOLS {
-                let early = conn.rbuf.split().freeze();
+                let (io, early) = conn.into_upgraded();
                 return Ok(Answer {
                     status: head.status,
                     headers: head.headers,
                     body: UpstreamBody {
                         conn: None,
-                        state: BodyState::Done,
-                        keep_alive: false,
                         pool: Arc::clone(self),
                         addr,
                     },
-                    switched: Some(Switched { io: conn.io, early }),
+                    switched: Some(Switched { io, early }),
                 });
             }
-            let state = match head.framing {
-                Framing::Empty | Framing::Length(0) => BodyState::Done,
-                Framing::Length(n) => BodyState::Length(n),
-                Framing::Chunked => BodyState::Chunked(Chunked::new()),
-                Framing::Close => BodyState::Close,
-            };
             let mut body = UpstreamBody {
                 conn: Some(Box::new(conn)),
-                state,
-                keep_alive: head.keep_alive,
                 pool: Arc::clone(self),
                 addr,
             };
@@ -300,40 +179,12 @@ impl Upstreams {
         }
     }
 
-    /// An idle connection to `addr` that is still open, if any.
-    fn checkout(&self, addr: SocketAddr) -> Option<Conn> {
-        loop {
-            let idle = {
-                let mut map = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-                map.get_mut(&addr).and_then(Vec::pop)
-            }?;
-            if idle.since.elapsed() < self.idle_timeout && !idle.conn.is_closed() {
-                return Some(idle.conn);
-            } // else dropping it closes the connection
-        }
-    }
-
-    fn checkin(&self, addr: SocketAddr, conn: Conn) {
-        let mut map = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        let list = map.entry(addr).or_default();
-        if list.len() < self.max_idle_per_worker {
-            list.push(Idle {
-                conn,
-                since: Instant::now(),
-            });
-        }
-    }
-
     /// Closes idle connections older than the idle time-out or already closed by their
     /// worker (a worker replaced on another port leaves its old ones behind); run
     /// periodically by each data-plane thread, so `pool_idle_timeout_ms` holds without
     /// traffic too.
     pub(crate) fn prune(&self) {
-        let mut map = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        for list in map.values_mut() {
-            list.retain(|i| i.since.elapsed() < self.idle_timeout && !i.conn.is_closed());
-        }
-        map.retain(|_, list| !list.is_empty());
+        self.idle.prune();
     }
 
     /// How often [`Upstreams::prune`] should run: a quarter of the idle time-out, between
@@ -344,33 +195,22 @@ impl Upstreams {
 
     #[cfg(test)]
     fn idle_count(&self) -> usize {
-        let map = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        map.values().map(Vec::len).sum()
+        self.idle.idle()
     }
 
-    async fn connect(&self, addr: SocketAddr) -> Result<Conn, UpstreamError> {
+    async fn connect(&self, addr: SocketAddr) -> Result<H1Conn, UpstreamError> {
         let io = tokio::time::timeout(self.connect_timeout, TcpStream::connect(addr))
             .await
-            .map_err(|_| UpstreamError::ConnectTimeout(self.connect_timeout.as_millis()))?
-            .map_err(UpstreamError::Connect)?;
+            .map_err(|_| Error::Timeout {
+                phase: Phase::Connect,
+                after: self.connect_timeout,
+            })?
+            .map_err(Error::Connect)?;
         let _ = io.set_nodelay(true);
-        let local_port = io.local_addr().map_or(0, |a| a.port());
-        Ok(Conn {
-            io,
-            rbuf: BytesMut::new(),
-            wbuf: Vec::new(),
-            local_port,
-        })
+        // No read time-out of the codec's own: the balancer bounds the whole exchange
+        // (`upstream_timeout`), which saves a timer per read.
+        Ok(H1Conn::new(Stream::Tcp(io), DEFAULT_MAX_HEAD_BYTES, None))
     }
-}
-
-/// Where a response body stands.
-#[derive(Debug)]
-enum BodyState {
-    Length(u64),
-    Chunked(Chunked),
-    Close,
-    Done,
 }
 
 /// A response body still on its worker connection. Once it has been read to its end,
@@ -379,9 +219,7 @@ enum BodyState {
 #[derive(Debug)]
 pub(crate) struct UpstreamBody {
     /// Boxed: the body lives in every response, the connection only while it streams.
-    conn: Option<Box<Conn>>,
-    state: BodyState,
-    keep_alive: bool,
+    conn: Option<Box<H1Conn>>,
     pool: Arc<Upstreams>,
     addr: SocketAddr,
 }
@@ -389,75 +227,32 @@ pub(crate) struct UpstreamBody {
 impl UpstreamBody {
     /// The whole body has been read.
     pub(crate) fn is_end(&self) -> bool {
-        matches!(self.state, BodyState::Done)
+        self.conn.as_ref().is_none_or(|c| c.is_body_done())
     }
 
     /// The declared length still to come, when the worker declared one.
     pub(crate) fn remaining(&self) -> Option<u64> {
-        match self.state {
-            BodyState::Length(n) => Some(n),
-            BodyState::Done => Some(0),
-            _ => None,
-        }
-    }
-
-    /// The next piece of body from what has been read already, consumed.
-    fn next_buffered(&mut self) -> Result<Option<Bytes>, UpstreamError> {
-        let Some(conn) = self.conn.as_mut() else {
-            return Ok(None);
-        };
-        let buf = &mut conn.rbuf;
-        let chunked = matches!(self.state, BodyState::Chunked(_));
-        let data = match &mut self.state {
-            BodyState::Done => None,
-            _ if buf.is_empty() && !chunked => None,
-            BodyState::Length(left) => {
-                let n = (buf.len() as u64).min(*left) as usize;
-                *left -= n as u64;
-                if *left == 0 {
-                    self.state = BodyState::Done;
-                }
-                Some(buf.split_to(n).freeze())
-            }
-            BodyState::Chunked(dec) => {
-                let d = dec.decode(buf)?;
-                if dec.is_done() {
-                    self.state = BodyState::Done;
-                }
-                d
-            }
-            BodyState::Close => Some(buf.split().freeze()),
-        };
-        self.settle();
-        Ok(data)
+        self.conn.as_ref().map_or(Some(0), |c| c.remaining())
     }
 
     /// At the body's end, the connection goes back to the pool: only when the worker
-    /// keeps it alive and sent nothing past the response.
+    /// keeps it alive and sent nothing past the response (the pool checks).
     fn settle(&mut self) {
         if self.is_end()
             && let Some(conn) = self.conn.take()
-            && self.keep_alive
-            && conn.rbuf.is_empty()
         {
-            self.pool.checkin(self.addr, *conn);
+            self.pool.idle.checkin(self.addr, *conn);
         }
     }
 
     /// Everything of the body that has been read already, without waiting.
     pub(crate) fn take_buffered(&mut self) -> Result<Bytes, UpstreamError> {
-        let Some(first) = self.next_buffered()? else {
+        let Some(conn) = self.conn.as_mut() else {
             return Ok(Bytes::new());
         };
-        let Some(second) = self.next_buffered()? else {
-            return Ok(first);
-        };
-        let mut all = BytesMut::from(&first[..]);
-        all.extend_from_slice(&second);
-        while let Some(more) = self.next_buffered()? {
-            all.extend_from_slice(&more);
-        }
-        Ok(all.freeze())
+        let data = conn.take_buffered();
+        self.settle();
+        data
     }
 
     /// Reads the rest of the body.
@@ -470,21 +265,12 @@ impl UpstreamBody {
         &mut self,
         limit: usize,
     ) -> Result<Option<Bytes>, UpstreamError> {
-        if self.remaining().is_some_and(|n| n > limit as u64) {
-            return Ok(None);
-        }
-        let first = self.take_buffered()?;
-        if self.is_end() {
-            return Ok((first.len() <= limit).then_some(first));
-        }
-        let mut all = BytesMut::from(&first[..]);
-        while let Some(d) = std::future::poll_fn(|cx| self.poll_data(cx)).await {
-            all.extend_from_slice(&d?);
-            if all.len() > limit {
-                return Ok(None);
-            }
-        }
-        Ok(Some(all.freeze()))
+        let Some(conn) = self.conn.as_mut() else {
+            return Ok(Some(Bytes::new()));
+        };
+        let data = conn.read_body(limit).await;
+        self.settle();
+        data
     }
 
     /// The next piece of body, reading from the connection as needed; `None` at the end.
@@ -492,42 +278,22 @@ impl UpstreamBody {
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Bytes, UpstreamError>>> {
-        loop {
-            match self.next_buffered() {
-                Ok(Some(d)) if !d.is_empty() => return Poll::Ready(Some(Ok(d))),
-                Ok(_) if self.is_end() => return Poll::Ready(None),
-                Ok(_) => {}
-                Err(e) => return Poll::Ready(Some(Err(e))),
-            }
-            let Some(conn) = self.conn.as_mut() else {
-                return Poll::Ready(None);
-            };
-            conn.rbuf.reserve(READ_RESERVE);
-            match conn.io.try_read_buf(&mut conn.rbuf) {
-                Ok(0) if matches!(self.state, BodyState::Close) => {
-                    self.state = BodyState::Done;
-                    self.conn = None;
-                    return Poll::Ready(None);
-                }
-                Ok(0) => return Poll::Ready(Some(Err(UpstreamError::Closed))),
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    match conn.io.poll_read_ready(cx) {
-                        Poll::Pending => return Poll::Pending,
-                        Poll::Ready(Ok(())) => {}
-                        Poll::Ready(Err(e)) => return Poll::Ready(Some(Err(UpstreamError::Io(e)))),
-                    }
-                }
-                Err(e) => return Poll::Ready(Some(Err(UpstreamError::Io(e)))),
-            }
+        let Some(conn) = self.conn.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let r = conn.poll_data(cx);
+        if r.is_ready() {
+            self.settle();
         }
+        r
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tokio::io::AsyncReadExt;
+    use scalpel_http::h1::WireError;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
 
     /// Reads one request head (and a `content-length` body) off a raw worker socket.
@@ -537,7 +303,10 @@ mod tests {
                 let head = String::from_utf8_lossy(&buf[..end + 4]).to_string();
                 let len = head
                     .lines()
-                    .find_map(|l| l.strip_prefix("content-length: "))
+                    .find_map(|l| {
+                        let (name, value) = l.split_once(": ")?;
+                        name.eq_ignore_ascii_case("content-length").then_some(value)
+                    })
                     .map_or(0, |v| v.trim().parse::<usize>().unwrap());
                 while buf.len() < end + 4 + len {
                     let mut chunk = [0u8; 4096];
@@ -653,7 +422,7 @@ mod tests {
         let (first, second, third) = worker.await.unwrap();
         assert!(first.starts_with("GET /x HTTP/1.1\r\n"), "{first}");
         assert!(
-            second.starts_with("POST /x HTTP/1.1\r\n") && second.contains("content-length: 7\r\n"),
+            second.starts_with("POST /x HTTP/1.1\r\n") && second.contains("Content-Length: 7\r\n"),
             "{second}"
         );
         assert!(third.contains("x-forwarded-for: 127.0.0.1\r\n"), "{third}");
@@ -723,23 +492,26 @@ mod tests {
             .send(addr, &get(&m, &b, &h), &Attempt::default())
             .await
             .unwrap_err();
-        assert!(matches!(e, UpstreamError::Wire(WireError::Head(_))), "{e}");
+        assert!(matches!(e, Error::Wire(WireError::Head(_))), "{e}");
         let e = pool
             .send(addr, &get(&m, &b, &h), &Attempt::default())
             .await
             .unwrap_err();
-        assert!(matches!(e, UpstreamError::Wire(WireError::Upgrade)), "{e}");
+        assert!(matches!(e, Error::Wire(WireError::Upgrade)), "{e}");
         let e = pool
             .send(addr, &get(&m, &b, &h), &Attempt::default())
             .await
             .unwrap_err();
-        assert!(matches!(e, UpstreamError::Closed) && !e.never_sent(), "{e}");
+        assert!(
+            matches!(e, Error::Closed { phase: Phase::Head }) && !e.never_sent(),
+            "{e}"
+        );
         let mut a = pool
             .send(addr, &get(&m, &b, &h), &Attempt::default())
             .await
             .unwrap();
         let e = a.body.read_to_end().await.unwrap_err();
-        assert!(matches!(e, UpstreamError::Closed), "{e}");
+        assert!(matches!(e, Error::Closed { phase: Phase::Body }), "{e}");
         assert_eq!(pool.idle_count(), 0);
         let refused = {
             let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -766,7 +538,7 @@ mod tests {
         });
         let pool = Upstreams::new(Duration::from_secs(2), Duration::from_millis(50), 8);
         let conn = pool.connect(addr).await.unwrap();
-        pool.checkin(addr, conn);
+        pool.idle.checkin(addr, conn);
         assert_eq!(pool.idle_count(), 1);
         pool.prune();
         assert_eq!(pool.idle_count(), 1, "not expired yet");

@@ -2,6 +2,7 @@
 //! (tests/apps/app.js) and a Go app (tests/apps/hello.go).
 
 mod failure;
+mod reload;
 mod util;
 
 use std::collections::HashMap;
@@ -380,16 +381,15 @@ async fn proxy_headers_limits_and_json_errors() {
         .unwrap();
     let r = send(&h.client, big).await.unwrap();
     assert_eq!(r.status, 413);
-    assert!(r.json()["error"].as_str().unwrap().contains("1024"));
+    let (kind, detail) = r.error();
+    assert_eq!(kind, "too_large");
+    assert!(detail.contains("1024"), "{detail}");
 
     let r = h.get("/slow?ms=3000").await.unwrap();
     assert_eq!(r.status, 504);
-    assert!(
-        r.json()["error"]
-            .as_str()
-            .unwrap()
-            .contains("did not answer")
-    );
+    let (kind, detail) = r.error();
+    assert_eq!(kind, "timeout");
+    assert!(detail.contains("did not answer"), "{detail}");
 
     let huge = http::Request::get(h.url("/"))
         .header("x-big", "y".repeat(64 * 1024))
@@ -412,6 +412,46 @@ async fn proxy_headers_limits_and_json_errors() {
     h.server.shutdown().await;
 }
 
+/// Issue 11, item 10 — one error grammar for the three tools. A worker that answers
+/// garbage: serve's 502 parses as scalpel-http's error body, and its kind is the one
+/// scalpel-http's client — what load counts and shadow answers with — gives for the same
+/// worker's same answer. Before, serve answered `{"error": <text>, "status": 502}`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_serve_error_body_and_a_client_error_kind_are_one_grammar() {
+    use scalpel_http::h1::{Expect, RequestWriter};
+    let h = start(&format!(
+        "{SERVER}{}",
+        node_app("web", 1, "round_robin", "")
+    ))
+    .await;
+    let r = h.get("/garbage").await.unwrap();
+    assert_eq!(r.status, 502, "{}", r.body);
+    let (kind, detail) = r.error();
+    assert!(detail.contains("web#0"), "{detail}");
+
+    // The same worker asked directly, through the connector load and shadow use.
+    let port = h.server.status().apps[0].workers[0].port.unwrap();
+    let peer = scalpel_http::Peer::parse(&format!("http://127.0.0.1:{port}")).unwrap();
+    let connector = scalpel_http::Connector::new(peer).await.unwrap();
+    let scalpel_http::Conn::H1(mut conn) = connector.connect().await.unwrap().conn else {
+        panic!("plain http is HTTP/1.1");
+    };
+    let mut head = Vec::new();
+    let mut w = RequestWriter::new(&mut head, "GET", "", "/garbage");
+    w.header(b"Host", b"worker");
+    w.finish();
+    conn.write_request(&head, &[]).await.unwrap();
+    let e = conn.read_response(Expect::default()).await.unwrap_err();
+    assert_eq!(e.kind(), scalpel_http::ErrorKind::Protocol, "{e}");
+    assert_eq!(kind, e.kind().name(), "serve: {}", r.body);
+    // A gateway's answer for that error, as shadow gives it: same status, same grammar.
+    let gateway = e.to_response();
+    assert_eq!(gateway.status().as_u16(), r.status);
+    let (gateway_kind, _) = scalpel_http::parse_error_body(gateway.body()).unwrap();
+    assert_eq!(gateway_kind, kind);
+    h.server.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_status_metrics_reload_and_token() {
     let toml = format!(
@@ -422,7 +462,7 @@ async fn admin_status_metrics_reload_and_token() {
     let admin = h.server.admin_addr().unwrap();
     let r = get_at(&h.client, admin, "/status").await.unwrap();
     assert_eq!(r.status, 401);
-    assert!(r.json()["error"].is_string());
+    assert_eq!(r.error().0, "unauthorized");
     let authed = |method: http::Method, path: &str| {
         http::Request::builder()
             .method(method)
@@ -514,7 +554,9 @@ max_restarts = 3
     // No worker: 503 with a JSON body after wait_for_worker_ms.
     let r = r.unwrap();
     assert_eq!(r.status, 503);
-    assert!(r.json()["error"].as_str().unwrap().contains("broken"));
+    let (kind, detail) = r.error();
+    assert_eq!(kind, "no_worker");
+    assert!(detail.contains("broken"), "{detail}");
     server.shutdown().await;
 }
 
@@ -1217,5 +1259,248 @@ async fn worker_over_max_memory_is_replaced_without_a_failed_request() {
             .any(|l| l.contains("worker over max_memory_mb") && l.contains("pss_bytes=")),
         "no log line with the figure:\n{log}"
     );
+    h.server.shutdown().await;
+}
+
+/// (pid, worker index) of each key sent as `x-user`.
+async fn keys_map(h: &Harness, keys: &[String]) -> Vec<(u64, usize)> {
+    let mut m = Vec::new();
+    for k in keys {
+        m.push(worker_for(h, &[("x-user", k.clone())]).await);
+    }
+    m
+}
+
+/// (pid, worker index) of `GET /` sent with `headers`.
+async fn worker_for(h: &Harness, headers: &[(&str, String)]) -> (u64, usize) {
+    let mut req = http::Request::get(h.url("/"));
+    for (k, v) in headers {
+        req = req.header(*k, v);
+    }
+    let r = send(&h.client, req.body(Full::new(Bytes::new())).unwrap())
+        .await
+        .expect("request");
+    assert_eq!(r.status, 200, "{}", r.body);
+    let index = r.json()["index"].as_str().unwrap().parse().unwrap();
+    (pid_of(&r), index)
+}
+
+/// Issue 14, sticky to a worker: the same cookie, header or client address reaches the
+/// same worker pid over many requests (the ip from a trusted proxy's X-Forwarded-For),
+/// the keys spread over the workers, and requests without the key keep the app's own
+/// balancing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sticky_worker_keeps_each_cookie_header_and_ip_on_one_worker() {
+    let toml = format!(
+        r#"[server]
+listen = "127.0.0.1:0"
+admin = "127.0.0.1:0"
+trusted_proxies = ["127.0.0.1"]
+{c}{hd}{ip}
+[[route]]
+header = {{ name = "x-app", value = "c" }}
+app = "c"
+[[route]]
+header = {{ name = "x-app", value = "h" }}
+app = "h"
+[[route]]
+app = "i"
+"#,
+        c = node_app("c", 3, "round_robin", "sticky_worker = \"cookie:sid\""),
+        hd = node_app("h", 2, "round_robin", "sticky_worker = \"header:x-user\""),
+        ip = node_app("i", 2, "round_robin", "sticky_worker = \"ip\""),
+    );
+    let h = start(&toml).await;
+    let status = h.status_json();
+    assert_eq!(status["apps"][0]["sticky_worker"], "cookie:sid", "{status}");
+    assert_eq!(status["apps"][2]["sticky_worker"], "ip", "{status}");
+    for (app, header, value) in [
+        ("c", "cookie", "theme=dark; sid=s-{k}"),
+        ("h", "x-user", "user-{k}"),
+        ("i", "x-forwarded-for", "10.9.0.{k}"),
+    ] {
+        let mut used = HashMap::new();
+        for k in 0..24 {
+            let v = value.replace("{k}", &k.to_string());
+            let hdrs = [("x-app", app.to_string()), (header, v.clone())];
+            let first = worker_for(&h, &hdrs).await;
+            for _ in 0..7 {
+                let again = worker_for(&h, &hdrs).await;
+                assert_eq!(again, first, "app {app}: key {v:?} moved between workers");
+            }
+            *used.entry(first.1).or_insert(0) += 1;
+        }
+        let workers = if app == "c" { 3 } else { 2 };
+        assert_eq!(
+            used.len(),
+            workers,
+            "app {app}: 24 keys did not reach every worker: {used:?}"
+        );
+        let mut seen = HashMap::new();
+        for _ in 0..(workers * 4) {
+            let w = worker_for(&h, &[("x-app", app.to_string())]).await;
+            *seen.entry(w.1).or_insert(0) += 1;
+        }
+        if app == "i" {
+            // Every request has an address: without a forwarded one, the trusted proxy's
+            // own, so all go to one worker.
+            assert_eq!(
+                seen.len(),
+                1,
+                "app i: one address on several workers: {seen:?}"
+            );
+        } else {
+            // No key: round robin, every worker in turn.
+            assert!(
+                seen.len() == workers && seen.values().all(|&n| n == 4),
+                "app {app}: key-less requests not round robin: {seen:?}"
+            );
+        }
+    }
+    h.server.shutdown().await;
+}
+
+/// Issue 14, sticky to a worker: with 4 workers and many keys, a killed worker's keys
+/// move to the others and no other key moves; once its successor is ready in the same
+/// slot, the slot's keys come back to it; a frozen worker, once out of rotation
+/// (unhealthy), loses its keys to the others, and again only its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sticky_workers_keys_move_only_when_it_leaves_or_fails() {
+    let app = node_app(
+        "web",
+        4,
+        "least_conn",
+        "sticky_worker = \"header:x-user\"\n[app.health]\ninterval = \"200ms\"\nfailures = 2\n[app.restart]\nbackoff = \"2s\"",
+    );
+    let h = start(&format!("{SERVER}{app}")).await;
+    let keys: Vec<String> = (0..64).map(|k| format!("user-{k}")).collect();
+    let before = keys_map(&h, &keys).await;
+    for slot in 0..4 {
+        assert!(
+            before.iter().any(|w| w.1 == slot),
+            "no key on worker {slot}: {before:?}"
+        );
+    }
+    let ready = |h: &Harness, slot: usize| h.server.status().apps[0].workers[slot].state == "ready";
+
+    // Killed: its keys move, only those.
+    let dead = h.pids(0)[1].unwrap();
+    kill(Pid::from_raw(dead as i32), Signal::SIGKILL).unwrap();
+    assert!(
+        eventually(Duration::from_secs(30), || h.pids(0)[1] != Some(dead)
+            || !ready(&h, 1))
+        .await,
+        "the killed worker stayed ready"
+    );
+    let during = keys_map(&h, &keys).await;
+    for (k, (was, now)) in keys.iter().zip(before.iter().zip(&during)) {
+        if was.1 == 1 {
+            assert_ne!(now.0, dead as u64, "{k} still went to the killed worker");
+        } else {
+            assert_eq!(now, was, "{k} moved though its worker lives");
+        }
+    }
+    // Its successor takes the slot, and the slot's keys come back to it.
+    assert!(
+        eventually(Duration::from_secs(60), || ready(&h, 1)
+            && h.pids(0)[1].is_some_and(|p| p != dead))
+        .await,
+        "no successor: {:?}",
+        h.status_json()
+    );
+    let successor = h.pids(0)[1].unwrap() as u64;
+    let back = keys_map(&h, &keys).await;
+    for (k, (was, now)) in keys.iter().zip(before.iter().zip(&back)) {
+        let want = if was.1 == 1 { (successor, 1) } else { *was };
+        assert_eq!(*now, want, "{k}: after the successor joined");
+    }
+
+    // Frozen: out of rotation once unhealthy; its keys move, only those.
+    let frozen = h.pids(0)[2].unwrap();
+    kill(Pid::from_raw(frozen as i32), Signal::SIGSTOP).unwrap();
+    assert!(
+        eventually(Duration::from_secs(30), || !ready(&h, 2)).await,
+        "the frozen worker stayed ready"
+    );
+    let after = keys_map(&h, &keys).await;
+    for (k, (was, now)) in keys.iter().zip(back.iter().zip(&after)) {
+        if was.1 == 2 {
+            assert_ne!(now.0, frozen as u64, "{k} still went to the frozen worker");
+        } else {
+            assert_eq!(now, was, "{k} moved though its worker is healthy");
+        }
+    }
+    let _ = kill(Pid::from_raw(frozen as i32), Signal::SIGCONT);
+    h.server.shutdown().await;
+}
+
+/// Issue 14, sticky to a worker: a key's worker that is stuck on a request (stalled,
+/// long before health checks decide) is skipped for new requests of that key, which go to
+/// one other worker while it stays stuck; other keys keep their workers; once it answers,
+/// the key comes back to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_sticky_worker_is_skipped_until_it_answers() {
+    let app = node_app(
+        "web",
+        3,
+        "least_conn",
+        "sticky_worker = \"header:x-user\"\navoid_stalled_ms = 200\n[app.health]\nfailures = 100000\n",
+    );
+    let h = start(&format!("{SERVER}{app}")).await;
+    let keys: Vec<String> = (0..24).map(|k| format!("user-{k}")).collect();
+    let before = keys_map(&h, &keys).await;
+    let (victim, owner) = (&keys[0], before[0]);
+    let others: Vec<usize> = (0..keys.len())
+        .filter(|&i| before[i].1 != owner.1)
+        .collect();
+    assert!(!others.is_empty(), "every key on one worker: {before:?}");
+    // The key's own request freezes its worker's event loop for a while.
+    let (c, url) = (h.client.clone(), h.url("/block?ms=10000"));
+    let hdr = victim.clone();
+    let blocked = tokio::spawn(async move {
+        let req = http::Request::get(url)
+            .header("x-user", hdr)
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        send(&c, req).await
+    });
+    // Once the worker holds it past `avoid_stalled` (a wall-clock rule: no margin on a
+    // loaded machine), the key's requests leave the stuck worker ...
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            h.server.status().apps[0].workers[owner.1].in_flight == 1
+        })
+        .await,
+        "the blocking request never reached its worker"
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let moved_to = worker_for(&h, &[("x-user", victim.clone())]).await;
+    // (Sent to the stuck worker, it waits out the 10 s block and comes from its pid.)
+    assert_ne!(moved_to.0, owner.0, "{victim} was sent to its stuck worker");
+    // ... all to one other worker while it stays stuck, and no other key moves.
+    let still_stuck = !blocked.is_finished();
+    let again = worker_for(&h, &[("x-user", victim.clone())]).await;
+    for &i in &others {
+        let now = worker_for(&h, &[("x-user", keys[i].clone())]).await;
+        assert_eq!(
+            now, before[i],
+            "{} moved while another worker was stuck",
+            keys[i]
+        );
+    }
+    if still_stuck && !blocked.is_finished() {
+        assert_eq!(
+            again, moved_to,
+            "{victim} wandered while its worker was stuck"
+        );
+    }
+    let done = blocked
+        .await
+        .unwrap()
+        .expect("the blocking request is answered");
+    assert_eq!(done.status, 200);
+    assert_eq!(pid_of(&done), owner.0);
+    // It answered: the key is back on its own worker.
+    assert_eq!(worker_for(&h, &[("x-user", victim.clone())]).await, owner);
     h.server.shutdown().await;
 }

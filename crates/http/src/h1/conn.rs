@@ -5,6 +5,7 @@
 
 use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::pin::pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -61,6 +62,19 @@ pub struct H1Conn {
     interim: u32,
     /// The `Trailer` values of the last head `read_response` read.
     declared_trailers: Box<[http::HeaderValue]>,
+    /// What a proxy keeps per connection ([`H1Conn::request_buffer`],
+    /// [`H1Conn::local_addr`]); boxed on first use so that a connection whose caller
+    /// never asks (the load generator) stays small.
+    kept: Option<Box<Kept>>,
+}
+
+/// Per-connection state only some callers use.
+#[derive(Debug, Default)]
+struct Kept {
+    /// A reused buffer for request heads.
+    wbuf: Vec<u8>,
+    /// The local address, read once.
+    local: Option<SocketAddr>,
 }
 
 impl H1Conn {
@@ -80,7 +94,49 @@ impl H1Conn {
             trailers: None,
             interim: 0,
             declared_trailers: Box::default(),
+            kept: None,
         }
+    }
+
+    /// The connection's local address (its port names it in `/proc/net/tcp`): one
+    /// system call the first time, then remembered.
+    pub fn local_addr(&mut self) -> io::Result<SocketAddr> {
+        let kept = self.kept.get_or_insert_default();
+        if let Some(a) = kept.local {
+            return Ok(a);
+        }
+        let a = self.stream.tcp().local_addr()?;
+        kept.local = Some(a);
+        Ok(a)
+    }
+
+    /// This connection's own buffer for the next request, cleared: encode a head (and a
+    /// small body, to go out in the same write) into it, then send it with
+    /// [`H1Conn::write_buffered_observed`]. Reused from request to request, so a proxy
+    /// allocates nothing per request for its heads.
+    pub fn request_buffer(&mut self) -> &mut Vec<u8> {
+        let wbuf = &mut self.kept.get_or_insert_default().wbuf;
+        wbuf.clear();
+        wbuf
+    }
+
+    /// Writes what [`H1Conn::request_buffer`] holds, then `body` (`&[]` when the buffer
+    /// holds all of it), as [`H1Conn::write_request_observed`] does.
+    pub async fn write_buffered_observed(
+        &mut self,
+        body: &[u8],
+        written: impl FnMut(usize),
+    ) -> Result<(), Error> {
+        let head = self
+            .kept
+            .as_mut()
+            .map(|k| std::mem::take(&mut k.wbuf))
+            .unwrap_or_default();
+        let r = self.write_request_observed(&head, body, written).await;
+        if let Some(k) = self.kept.as_mut() {
+            k.wbuf = head;
+        }
+        r
     }
 
     /// The transport.
@@ -109,6 +165,19 @@ impl H1Conn {
     /// Writes a whole request (head and body, already encoded). When not one byte
     /// could be written the error is [`Error::NotSent`]: the upstream never saw it.
     pub async fn write_request(&mut self, head: &[u8], body: &[u8]) -> Result<(), Error> {
+        self.write_request_observed(head, body, |_| {}).await
+    }
+
+    /// [`H1Conn::write_request`], calling `written(n)` as each `n` bytes are handed to
+    /// the kernel: a proxy that must never resend a request its upstream may have taken
+    /// records how far it got, somewhere that outlives this future (a caller that gives
+    /// up on the exchange drops it mid-write).
+    pub async fn write_request_observed(
+        &mut self,
+        head: &[u8],
+        body: &[u8],
+        mut written: impl FnMut(usize),
+    ) -> Result<(), Error> {
         debug_assert!(
             matches!(self.body, Body::Done),
             "a response body is still unread"
@@ -122,13 +191,16 @@ impl H1Conn {
             Ok(n) => n,
             Err(e) => return Err(Error::NotSent(e)),
         };
+        written(n);
         if n == first.len() && (head.is_empty() || body.is_empty()) && self.stream.is_tcp() {
             return Ok(()); // all of it in one write, and plain TCP has nothing to flush
         }
         let rest = async {
             self.stream.write_all(&first[n..]).await?;
+            written(first.len() - n);
             if !head.is_empty() && !body.is_empty() {
                 self.stream.write_all(body).await?;
+                written(body.len());
             }
             self.stream.flush().await
         };
@@ -188,6 +260,18 @@ impl H1Conn {
     /// Reads the response head with its header map (hop-by-hop headers left out), for a
     /// proxy; the body is then read with [`H1Conn::data`] or [`H1Conn::read_body`].
     pub async fn read_response(&mut self, expect: Expect) -> Result<ResponseHead, Error> {
+        self.read_response_observed(expect, || {}).await
+    }
+
+    /// [`H1Conn::read_response`], calling `received()` whenever bytes arrive before the
+    /// head is complete: the first call means the upstream took the request (it began to
+    /// answer), which a proxy that never resends a taken request must know even when it
+    /// gives up on the exchange (dropping this future) before the head is whole.
+    pub async fn read_response_observed(
+        &mut self,
+        expect: Expect,
+        mut received: impl FnMut(),
+    ) -> Result<ResponseHead, Error> {
         let expect = self.expect(expect);
         loop {
             if !self.rbuf.is_empty()
@@ -200,6 +284,7 @@ impl H1Conn {
                 return Ok(head);
             }
             self.fill(Phase::Head).await?;
+            received();
         }
     }
 

@@ -88,13 +88,14 @@ pub struct Forwarded {
 impl<'a> RequestWriter<'a> {
     /// Starts a head in `out` (cleared first): `METHOD prefix+target HTTP/1.1`. `prefix`
     /// is a base path without a trailing slash (`""` for none); a `target` not starting
-    /// with `/` gets one.
+    /// with `/` gets one, except the asterisk form of `OPTIONS *` without a prefix.
     pub fn new(out: &'a mut Vec<u8>, method: &str, prefix: &str, target: &str) -> Self {
         out.clear();
         out.extend_from_slice(method.as_bytes());
         out.push(b' ');
         out.extend_from_slice(prefix.as_bytes());
-        if !target.starts_with('/') {
+        let asterisk = target == "*" && prefix.is_empty();
+        if !target.starts_with('/') && !asterisk {
             out.push(b'/');
         }
         out.extend_from_slice(target.as_bytes());

@@ -382,3 +382,64 @@ fn check_programs_names_a_missing_cwd_or_program() {
         .check_programs()
         .unwrap();
 }
+
+/// Issue 14 — what a live reload applies and what it refuses, named.
+#[test]
+fn a_live_reload_refuses_what_cannot_change_while_running() {
+    let parse = |t: &str| Config::parse(t, Path::new("/srv/serve.toml")).unwrap();
+    let old = parse(MINIMAL);
+    // Workers, command, environment, health, limits and routes change live.
+    let live = MINIMAL
+        .replace(
+            "workers = 2",
+            "workers = 4\nmax_memory_mb = 512\nenv = { A = \"1\" }",
+        )
+        .replace("app.js", "app2.js")
+        + "\n[[route]]\nprefix = \"/\"\napp = \"web\"\n";
+    assert_eq!(old.not_live(&parse(&live)), None);
+    // An app added beside it (its own ports) and the old one's removal are live too.
+    let other = MINIMAL
+        .replace("name = \"web\"", "name = \"api\"")
+        .replace("3001", "4001");
+    assert_eq!(old.not_live(&parse(&other)), None);
+
+    let refused = |text: String, needle: &str| {
+        let why = old.not_live(&parse(&text)).expect("refused");
+        assert!(why.contains(needle), "expected {needle:?} in {why:?}");
+    };
+    refused(MINIMAL.replace(":8080", ":8081"), "[server] listen changed");
+    refused(
+        MINIMAL.replace("[[app]]", "max_body_bytes = 1024\n\n[[app]]"),
+        "[server] max_body_bytes changed",
+    );
+    refused(
+        MINIMAL.replace(
+            "port_base = 3001",
+            "port_base = 3001\nbalance = \"round_robin\"",
+        ),
+        "balance changed (least_conn → round_robin)",
+    );
+    refused(
+        MINIMAL.replace(
+            "port_base = 3001",
+            "port_base = 3001\nmode = \"direct\"\nlisten = \"127.0.0.1:7000\"",
+        ),
+        "mode changed (proxy → direct)",
+    );
+    // A new app on the ports the running one still holds.
+    refused(
+        MINIMAL.replace("name = \"web\"", "name = \"api\""),
+        "overlap the ports 3001..=3004 of the running app `web`",
+    );
+    let mirrored = |pct: u32| {
+        format!(
+            "{MINIMAL}\n[[app]]\nname = \"next\"\ncommand = [\"node\", \"app.js\"]\nport_base = 5001\n\n[[route]]\nprefix = \"/\"\napp = \"web\"\nmirror = \"next\"\nmirror_percent = {pct}\n"
+        )
+    };
+    let with_mirror = parse(&mirrored(5));
+    assert_eq!(with_mirror.not_live(&parse(&mirrored(5))), None);
+    let why = with_mirror
+        .not_live(&parse(&mirrored(50)))
+        .expect("refused");
+    assert!(why.contains("mirrored routes changed"), "{why}");
+}

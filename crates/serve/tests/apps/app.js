@@ -132,6 +132,10 @@ const server = http.createServer((req, res) => {
       req.socket.write('HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n' +
         '5\r\nhello\r\n0\r\n\r\n');
       return;
+    case '/garbage':
+      // Not HTTP at all: what a proxy and a client must both call a protocol error.
+      req.socket.write('NOT HTTP\r\n\r\n');
+      return;
     case '/print': {
       const kb = Number(url.searchParams.get('kb') || 64);
       process.stdout.write('p'.repeat(kb * 1024));
@@ -171,11 +175,15 @@ if (process.env.LISTEN_FDS === '1' && process.env.LISTEN_PID === String(process.
 }
 process.on('SIGTERM', () => {
   console.log(`worker ${index} stopping`);
+  // Exit once both servers have finished their requests in flight: a direct worker's
+  // clients are on the shared socket, not on the health port.
+  let open = direct ? 2 : 1;
+  const closed = () => { if (--open === 0) process.exit(0); };
   if (direct) {
-    direct.close();
+    direct.close(closed);
     direct.closeIdleConnections();
   }
-  server.close(() => process.exit(0));
+  server.close(closed);
   // Idle keep-alive sockets would hold close() open.
   server.closeIdleConnections();
 });

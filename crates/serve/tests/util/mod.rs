@@ -59,10 +59,16 @@ pub struct Harness {
     pub server: Server,
     pub logs: LogBuffer,
     pub client: Client<HttpConnector, Full<Bytes>>,
+    /// The config file the server was started from (a reload reads it again).
+    pub config_path: PathBuf,
+    _dir: tempfile::TempDir,
 }
 
 pub async fn start(toml: &str) -> Harness {
-    let config = Config::parse(toml, Path::new("test.toml")).expect("test config is valid");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config_path = dir.path().join("test.toml");
+    std::fs::write(&config_path, toml).expect("config written");
+    let config = Config::from_file(&config_path).expect("test config is valid");
     let logs = LogBuffer::default();
     let server = Server::start(
         config,
@@ -82,6 +88,15 @@ pub async fn start(toml: &str) -> Harness {
         server,
         logs,
         client: client(),
+        config_path,
+        _dir: dir,
+    }
+}
+
+impl Harness {
+    /// Replaces the config file (the next reload reads it).
+    pub fn write_config(&self, toml: &str) {
+        std::fs::write(&self.config_path, toml).expect("config written");
     }
 }
 
@@ -98,6 +113,13 @@ pub struct Reply {
 impl Reply {
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
+
+    /// The body read as the toolkit's one error body (`scalpel_http::parse_error_body`):
+    /// its kind and its detail. Panics when the body does not follow that grammar.
+    pub fn error(&self) -> (String, String) {
+        scalpel_http::parse_error_body(self.body.as_bytes())
+            .unwrap_or_else(|| panic!("not the toolkit's error body: {}", self.body))
     }
 }
 

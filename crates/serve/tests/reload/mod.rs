@@ -1,0 +1,344 @@
+//! Live configuration (issue 14): SIGHUP / `POST /reload` read the config file again and
+//! apply it by rolling replacement, or refuse it and keep the running one.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+
+use crate::util::*;
+
+/// Two Node apps behind one split route: `a` with `a_workers` workers on `base..base+7`
+/// (room for 4 workers' port pairs), `b` with one on `base+8..base+9`; every worker
+/// answers its `APP_TAG` (`NAME-TAG`).
+fn two_apps(base: u16, a_workers: u16, tag: &str, a_weight: u32, b_weight: u32) -> String {
+    let js = app_js();
+    let js = js.display();
+    format!(
+        r#"{SERVER}
+[[app]]
+name = "a"
+command = ["node", "{js}"]
+workers = {a_workers}
+port_base = {base}
+balance = "round_robin"
+start_timeout_ms = 60000
+env = {{ APP_TAG = "a-{tag}" }}
+
+[[app]]
+name = "b"
+command = ["node", "{js}"]
+workers = 1
+port_base = {b_base}
+balance = "round_robin"
+start_timeout_ms = 60000
+env = {{ APP_TAG = "b-{tag}" }}
+
+[[route]]
+prefix = "/"
+split = [{{ app = "a", weight = {a_weight} }}, {{ app = "b", weight = {b_weight} }}]
+"#,
+        b_base = base + 8,
+    )
+}
+
+fn tag_of(r: &Reply) -> String {
+    r.json()["tag"].as_str().unwrap_or_default().to_string()
+}
+
+/// Issue 14's target as a test: under steady load, a reload that doubles `a`'s workers,
+/// changes both apps' environment and moves the split from 1:1 to 9:1 fails no request;
+/// afterwards `a` has four new workers, every answer carries the new environment, and
+/// the new weights hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_under_load_doubles_the_workers_and_moves_the_weights_with_no_failed_request() {
+    let base = free_base(10);
+    let h = start(&two_apps(base, 2, "v1", 1, 1)).await;
+    let before: Vec<u32> = h.pids(0).into_iter().flatten().collect();
+    assert_eq!(before.len(), 2);
+    let load = Load::start(h.server.listen_addr(), "/", 8);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    h.write_config(&two_apps(base, 4, "v2", 9, 1));
+    h.server.reload().await.expect("the reload applies");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (ok, failed, failures) = load.finish().await;
+    assert_eq!(failed, 0, "failed requests during the reload: {failures:?}");
+    assert!(ok > 20, "too little load ran through the reload: {ok}");
+
+    let s = h.server.status();
+    assert_eq!(s.apps[0].name, "a");
+    assert_eq!(s.apps[0].workers.len(), 4, "{s:?}");
+    assert!(
+        s.apps[0].workers.iter().all(|w| w.state == "ready"),
+        "{s:?}"
+    );
+    for pid in &before {
+        assert!(
+            s.apps[0].workers.iter().all(|w| w.pid != Some(*pid)),
+            "worker {pid} was not replaced: {s:?}"
+        );
+        assert!(!process_alive(*pid), "old worker {pid} still running");
+    }
+    let mut tags: HashMap<String, usize> = HashMap::new();
+    for _ in 0..200 {
+        let r = h.get("/").await.expect("a request after the reload");
+        assert_eq!(r.status, 200, "{}", r.body);
+        *tags.entry(tag_of(&r)).or_default() += 1;
+    }
+    assert!(
+        tags.keys().all(|t| t.ends_with("-v2")),
+        "answers from the old environment after the reload: {tags:?}"
+    );
+    let a = tags.get("a-v2").copied().unwrap_or(0);
+    // 9:1 gives `a` 180 of 200 on average (sd ≈ 4.2); 1:1 would give 100.
+    assert!(a >= 150, "the 9:1 weights do not hold: {tags:?}");
+    assert!(tags.get("b-v2").copied().unwrap_or(0) > 0, "{tags:?}");
+    let m = h.server.metrics_text();
+    assert_eq!(metric(&m, "scalpel_serve_workers_ready{app=\"a\"}"), 4.0);
+    assert_eq!(
+        metric(&m, "scalpel_serve_reloads_total{app=\"a\"}"),
+        2.0,
+        "{m}"
+    );
+    h.server.shutdown().await;
+}
+
+/// A config with a typo is refused with its file and line (in the log and in `POST
+/// /reload`'s answer), and the running config keeps serving, workers untouched; a change
+/// that cannot be made live (the listen address) is refused with its reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_with_a_typo_is_refused_with_its_line_and_the_old_one_keeps_serving() {
+    capture_traces();
+    let base = free_base(10);
+    let good = two_apps(base, 2, "v1", 1, 1);
+    let h = start(&good).await;
+    let before = h.pids(0);
+    // `wokers` for `workers`, on the line after `name = "a"`.
+    let typo = good.replacen("workers = 2", "wokers = 4", 1);
+    let line = typo
+        .lines()
+        .position(|l| l.starts_with("wokers"))
+        .expect("the typo is in the file")
+        + 1;
+    h.write_config(&typo);
+    let admin = h.server.admin_addr().unwrap();
+    let post = |path: &str| {
+        http::Request::post(format!("http://{admin}{path}"))
+            .body(Full::new(Bytes::new()))
+            .unwrap()
+    };
+    let r = send(&h.client, post("/reload")).await.unwrap();
+    let where_ = format!("{}:{line}", h.config_path.display());
+    assert_eq!(r.status, 422, "{}", r.body);
+    let body = r.json();
+    assert_eq!(body["reloaded"], false);
+    let (kind, detail) = r.error();
+    assert_eq!(kind, "config_invalid");
+    assert!(
+        detail.contains(&where_) && detail.contains("wokers"),
+        "the answer does not name {where_} and the key: {body}"
+    );
+    assert_eq!(body["line"], line);
+    assert!(
+        trace_text()
+            .lines()
+            .any(|l| l.contains("reload refused") && l.contains(&where_)),
+        "no log line names {where_}"
+    );
+    // Nothing changed: same workers, old config serving.
+    assert_eq!(h.pids(0), before);
+    for _ in 0..20 {
+        let r = h.get("/").await.expect("the old config serves");
+        assert_eq!(r.status, 200);
+        assert!(tag_of(&r).ends_with("-v1"), "{}", r.body);
+    }
+
+    // A listener that cannot move live: refused with the reason, nothing changed.
+    let moved = good.replacen("listen = \"127.0.0.1:0\"", "listen = \"127.0.0.1:1\"", 1);
+    h.write_config(&moved);
+    let r = send(&h.client, post("/reload")).await.unwrap();
+    assert_eq!(r.status, 409, "{}", r.body);
+    let (kind, detail) = r.error();
+    assert_eq!(kind, "reload_refused");
+    assert!(
+        detail.contains("[server] listen changed") && detail.contains("restart"),
+        "{detail}"
+    );
+    assert_eq!(h.pids(0), before);
+
+    // Fixed, the same file reloads.
+    h.write_config(&good);
+    let r = send(&h.client, post("/reload")).await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(h.pids(0).iter().zip(&before).all(|(a, b)| a != b));
+    h.server.shutdown().await;
+}
+
+/// Regression: a worker declared unhealthy is stopped in the background (SIGTERM, then
+/// SIGKILL after `stop_grace`) while its successor starts on the other port of its
+/// pair. A reload within that grace period wanted the first port back and failed with
+/// "address in use"; it now waits for the stuck process to let go of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_soon_after_an_unhealthy_replacement_waits_for_the_port() {
+    let extra =
+        "stop_grace_ms = 15000\n[app.health]\ninterval_ms = 100\ntimeout_ms = 200\nfailures = 2\n";
+    let h = start(&format!(
+        "{SERVER}{}",
+        node_app("web", 1, "round_robin", extra)
+    ))
+    .await;
+    let s = h.server.status();
+    let (victim, port) = (
+        s.apps[0].workers[0].pid.unwrap(),
+        s.apps[0].workers[0].port.unwrap(),
+    );
+    // Freeze it through its own port: its event loop blocks, SIGTERM cannot run.
+    let c = client();
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let _block = tokio::spawn(async move { get_at(&c, addr, "/block?ms=60000").await });
+    let replaced = eventually(Duration::from_secs(30), || {
+        let w = &h.server.status().apps[0].workers[0];
+        w.pid != Some(victim) && w.state == "ready"
+    })
+    .await;
+    assert!(replaced, "not replaced: {:?}", h.server.status());
+    assert!(
+        process_alive(victim),
+        "the stuck worker is already gone: the test did not reach the grace period"
+    );
+    // The same config again: the reload's new worker needs the stuck one's port.
+    h.server
+        .reload()
+        .await
+        .expect("a reload during the stuck worker's grace period succeeds");
+    let w = &h.server.status().apps[0].workers[0];
+    assert_eq!(w.port, Some(port), "{w:?}");
+    assert_eq!(w.state, "ready");
+    assert!(!process_alive(victim));
+    h.server.shutdown().await;
+}
+
+/// Direct mode (`mode = "direct"`): a reload under load — new connections all the way
+/// through, the worker count going from 2 to 3 and the environment changing — fails no
+/// request: each old worker stops accepting on the shared socket and finishes what it
+/// took while the socket itself stays open in serve.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_mode_reload_under_load_fails_no_request() {
+    let listen = std::net::SocketAddr::from(([127, 0, 0, 1], free_base(1)));
+    let base = free_base(6);
+    let app = |workers: u16, tag: &str| {
+        format!(
+            "{SERVER}\n[[app]]\nname = \"web\"\ncommand = [\"node\", \"{js}\"]\nworkers = {workers}\nport_base = {base}\nmode = \"direct\"\nlisten = \"{listen}\"\nstart_timeout_ms = 60000\nenv = {{ APP_TAG = \"{tag}\" }}\n",
+            js = app_js().display()
+        )
+    };
+    let h = start(&app(2, "v1")).await;
+    let before: Vec<u32> = h.pids(0).into_iter().flatten().collect();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut load = Vec::new();
+    for _ in 0..4 {
+        let stop = stop.clone();
+        load.push(tokio::spawn(async move {
+            let (mut ok, mut failed) = (0u64, Vec::new());
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                match direct_tag(listen).await {
+                    Ok(_) => ok += 1,
+                    Err(e) => failed.push(e),
+                }
+            }
+            (ok, failed)
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    h.write_config(&app(3, "v2"));
+    h.server.reload().await.expect("the direct app reloads");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (mut ok, mut failed) = (0, Vec::new());
+    for t in load {
+        let (o, f) = t.await.unwrap();
+        ok += o;
+        failed.extend(f);
+    }
+    assert!(failed.is_empty(), "failed direct requests: {failed:?}");
+    assert!(ok > 20, "too little load ran through the reload: {ok}");
+    let s = h.server.status();
+    assert_eq!(s.apps[0].workers.len(), 3, "{s:?}");
+    for pid in &before {
+        assert!(!process_alive(*pid), "old worker {pid} still running");
+    }
+    for _ in 0..10 {
+        assert_eq!(direct_tag(listen).await.as_deref(), Ok("v2"));
+    }
+    h.server.shutdown().await;
+}
+
+/// One request on a fresh connection to a direct app: the `APP_TAG` of the worker that
+/// answered.
+async fn direct_tag(addr: std::net::SocketAddr) -> Result<String, String> {
+    let req = "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    let got = raw_exchange(addr, req.as_bytes(), Duration::from_secs(20)).await;
+    if !got.starts_with("HTTP/1.1 200") {
+        return Err(format!("answer: {got:?}"));
+    }
+    got.split("\"tag\":\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .map(str::to_string)
+        .ok_or_else(|| format!("no tag in {got:?}"))
+}
+
+/// Apps added by a reload start (and are ready) before any route reaches them; apps
+/// removed leave the routes first, then drain and stop — under load throughout, no
+/// request fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apps_added_and_removed_by_a_reload_start_first_and_drain_last() {
+    let base = free_base(8);
+    let js = app_js();
+    let app = |name: &str, port_base: u16| {
+        format!(
+            "\n[[app]]\nname = \"{name}\"\ncommand = [\"node\", \"{}\"]\nworkers = 1\nport_base = {port_base}\nstart_timeout_ms = 60000\nenv = {{ APP_TAG = \"{name}\" }}\n",
+            js.display()
+        )
+    };
+    let (a, b) = (app("a", base), app("b", base + 4));
+    let h = start(&format!("{SERVER}{a}")).await;
+    let a_pid = h.pids(0)[0].unwrap();
+    let load = Load::start(h.server.listen_addr(), "/", 6);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // Added: `b`, and a split that sends it half of `/`.
+    h.write_config(&format!(
+        "{SERVER}{a}{b}\n[[route]]\nprefix = \"/\"\nsplit = [{{ app = \"a\", weight = 1 }}, {{ app = \"b\", weight = 1 }}]\n"
+    ));
+    h.server.reload().await.expect("b is added");
+    let mut tags: HashMap<String, usize> = HashMap::new();
+    for _ in 0..60 {
+        *tags.entry(tag_of(&h.get("/").await.unwrap())).or_default() += 1;
+    }
+    assert!(
+        tags.contains_key("a") && tags.contains_key("b"),
+        "both apps should answer: {tags:?}"
+    );
+
+    // Removed: `a`; with no routes, everything goes to the first app, now `b`.
+    h.write_config(&format!("{SERVER}{b}"));
+    h.server.reload().await.expect("a is removed");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (ok, failed, failures) = load.finish().await;
+    assert_eq!(failed, 0, "failed requests: {failures:?}");
+    assert!(ok > 20, "{ok}");
+    let s = h.server.status();
+    assert_eq!(s.apps.len(), 1);
+    assert_eq!(s.apps[0].name, "b");
+    for _ in 0..20 {
+        assert_eq!(tag_of(&h.get("/").await.unwrap()), "b");
+    }
+    assert!(
+        eventually(Duration::from_secs(30), || !process_alive(a_pid)).await,
+        "the removed app's worker {a_pid} still runs"
+    );
+    assert!(!h.server.metrics_text().contains("app=\"a\""));
+    h.server.shutdown().await;
+}
