@@ -24,9 +24,12 @@
 #      The socket design behind it (one shared socket vs one SO_REUSEPORT socket per
 #      worker: req/s, spread, connections lost with a dying worker) is measured by
 #      scripts/bench-direct-socket.py (./run bench direct-socket).
+#   frozen-direct: two Node hello workers in direct mode, clients opening a new connection per
+#      request; worker 0 frozen (SIGSTOP) 3 s in: failed requests, the frozen worker's share
+#      of new connections after the freeze, detection time (FROZEN_DUR, FROZEN_THREADS).
 #
-# Needs node, wrk, nginx (apt-get install -y nginx wrk), pm2 (installed locally under
-# bench-out/, gitignored), python3. Writes bench-out/serve/: raw outputs + results.md.
+# Needs node, wrk, nginx (apt-get install -y nginx wrk), pm2 (scripts/demo/pm2, npm ci by
+# scripts/setup.sh), python3. Writes bench-out/serve/: raw outputs + results.md.
 # SKIP_BUILD=1 uses the scalpel binary already in the target dir (SCALPEL=path: that one).
 set -euo pipefail
 
@@ -56,8 +59,9 @@ say() { echo "$*" | tee -a "$RESULTS"; }
 need() { command -v "$1" >/dev/null 2>&1; }
 need wrk && need nginx || { apt-get update -qq && apt-get install -y -qq nginx wrk >/dev/null; }
 need node && need python3 || { echo "bench-serve: node and python3 are required" >&2; exit 2; }
-PM2=$OUT/pm2/node_modules/.bin/pm2
-{ want 1 || want 2; } && { [ -x "$PM2" ] || npm i --silent --prefix "$OUT/pm2" pm2@5 >/dev/null; }
+# pm2 from the project's lock-filed package (scripts/setup.sh installs it there), never global.
+PM2=$ROOT/scripts/demo/pm2/node_modules/.bin/pm2
+{ want 1 || want 2 || want direct; } && { [ -x "$PM2" ] || (cd "$ROOT/scripts/demo/pm2" && npm ci --no-audit --no-fund --loglevel=error >/dev/null); }
 export PM2_HOME=$OUT/pm2home
 [[ "${SKIP_BUILD:-0}" == 1 ]] || (cd "$ROOT" && cargo build --release -q -p scalpel)
 if want 2 || want 3; then
@@ -161,6 +165,23 @@ HELLO_JS=$HELLO
 P_SERVE=$BASE P_ADMIN=$((BASE + 1)) P_NGINX=$((BASE + 2)) P_PM2=$((BASE + 3)) P_DIRECT=$((BASE + 4))
 W1=$((BASE + 10)) W2=$((BASE + 20))
 
+after_stop() { # log stop-at-file pattern -> seconds from the SIGSTOP to the first matching line after it
+  python3 - "$@" <<'PY'
+import datetime, re, sys
+log, stop_file, pattern = sys.argv[1:4]
+stop = float(open(stop_file).read())
+for line in open(log, errors="replace"):
+    line = re.sub(r"\x1b\[[0-9;]*m", "", line)
+    if pattern not in line:
+        continue
+    t = datetime.datetime.fromisoformat(line.split()[0].rstrip("Z")).replace(tzinfo=datetime.timezone.utc).timestamp()
+    if t > stop:
+        print(round(t - stop, 2))
+        break
+else:
+    print("none")
+PY
+}
 tree_pids() { # pid -> the pid and all its descendants
   local p=$1 c
   echo "$p"
@@ -210,7 +231,8 @@ for r in $(seq 1 "$REPEATS"); do
   # pm2 cluster mode
   PORT=$P_DLISTEN "$PM2" start "$HELLO_JS" -i 2 --name hello >/dev/null
   wait_http "http://127.0.0.1:$P_DLISTEN/"
-  PM2_PIDS="$(pgrep -f "PM2 v" | xargs) $("$PM2" pid hello | xargs)"
+  # The daemon of this PM2_HOME (never another user's pm2) and its workers.
+  PM2_PIDS="$(cat "$PM2_HOME/pm2.pid") $("$PM2" pid hello | xargs)"
   T0=$(cpu_ticks $PM2_PIDS)
   DRPS[pm2]+=" $(wrk_rps "http://127.0.0.1:$P_DLISTEN/" "$CONNS")"
   T1=$(cpu_ticks $PM2_PIDS)
@@ -411,23 +433,6 @@ say "Default health settings, then with \`[app.health] prestart = true\` (the su
 say "at the frozen worker's first failed probe). Times are seconds after the SIGSTOP."
 DUR_B=$((DUR < 20 ? 20 : DUR))
 { cat "$OUT/qr-lc.toml"; printf '\n[app.health]\nprestart = true\n'; } >"$OUT/qr-lc-prestart.toml"
-after_stop() { # log stop-at-file pattern -> seconds from the SIGSTOP to the first matching line after it
-  python3 - "$@" <<'PY'
-import datetime, re, sys
-log, stop_file, pattern = sys.argv[1:4]
-stop = float(open(stop_file).read())
-for line in open(log, errors="replace"):
-    line = re.sub(r"\x1b\[[0-9;]*m", "", line)
-    if pattern not in line:
-        continue
-    t = datetime.datetime.fromisoformat(line.split()[0].rstrip("Z")).replace(tzinfo=datetime.timezone.utc).timestamp()
-    if t > stop:
-        print(round(t - stop, 2))
-        break
-else:
-    print("none")
-PY
-}
 declare -A B99
 for variant in default prestart; do
   cfg="$OUT/qr-lc.toml"; [ "$variant" = prestart ] && cfg="$OUT/qr-lc-prestart.toml"
@@ -464,16 +469,25 @@ serve_config "$OUT/tls.toml" hello "[\"node\", \"$HELLO\"]" 2 "$W1" least_conn "
 printf '[server.tls]\ncert = "%s"\nkey = "%s"\n' "$OUT/tls-cert.pem" "$OUT/tls-key.pem" >>"$OUT/tls.toml"
 nginx_config nginx-tls auto "$P_NGINX" "server 127.0.0.1:$W2; server 127.0.0.1:$((W2 + 1));"
 sed -i "s|listen 127.0.0.1:$P_NGINX;|listen 127.0.0.1:$P_NGINX ssl http2; ssl_certificate $OUT/tls-cert.pem; ssl_certificate_key $OUT/tls-key.pem;|" "$OUT/nginx-tls.conf"
-h2_rps() { # url -> req/s
+h2_rps() { # url -> req/s (the succeeded count of the run in $OUT/h2load.done)
   h2load -D "$DUR" -c "$H2_CONNS" -m "$H2_STREAMS" -t 2 "$1" >"$OUT/h2load.log" 2>&1
   grep -q ', 0 failed, 0 errored' "$OUT/h2load.log" || { echo "h2load errors:" >&2; cat "$OUT/h2load.log" >&2; }
+  awk '/^requests:/ {print $8}' "$OUT/h2load.log" >"$OUT/h2load.done"
   awk '/^finished in/ {print $4}' "$OUT/h2load.log"
 }
-declare -A TRPS
+us_per_req() { # ticks-before ticks-after -> µs of CPU per request of the last h2load run
+  python3 -c "print(($2-$1)/$(getconf CLK_TCK)*1e6/max(1,$(cat "$OUT/h2load.done")))"
+}
+declare -A TRPS TBAL TALL
 for r in $(seq 1 "$REPEATS"); do
   start_serve "$OUT/tls.toml" "$OUT/serve-tls.log"
   for _ in $(seq 1 300); do curl -skf "https://127.0.0.1:$P_SERVE/" >/dev/null && break; sleep 0.1; done
+  sleep 0.5
+  TREE=$(tree_pids "$SERVE_PID" | xargs)
+  B0=$(cpu_ticks "$SERVE_PID"); A0=$(cpu_ticks $TREE)
   TRPS[serve]+=" $(h2_rps "https://127.0.0.1:$P_SERVE/")"
+  B1=$(cpu_ticks "$SERVE_PID"); A1=$(cpu_ticks $TREE)
+  TBAL[serve]+=" $(us_per_req "$B0" "$B1")"; TALL[serve]+=" $(us_per_req "$A0" "$A1")"
   stop_pid "$SERVE_PID"
   PORT=$W2 node "$HELLO" >/dev/null & N1=$!
   PORT=$((W2 + 1)) node "$HELLO" >/dev/null & N2=$!
@@ -482,14 +496,124 @@ for r in $(seq 1 "$REPEATS"); do
   nginx -c "$OUT/nginx-tls.conf" -p "$OUT" -g 'daemon off;' & NGX=$!
   PIDS+=("$NGX")
   for _ in $(seq 1 300); do curl -skf "https://127.0.0.1:$P_NGINX/" >/dev/null && break; sleep 0.1; done
+  NGX_PIDS="$NGX $(pgrep -P "$NGX" | xargs)"
+  B0=$(cpu_ticks $NGX_PIDS); A0=$(cpu_ticks $NGX_PIDS "$N1" "$N2")
   TRPS[nginx]+=" $(h2_rps "https://127.0.0.1:$P_NGINX/")"
+  B1=$(cpu_ticks $NGX_PIDS); A1=$(cpu_ticks $NGX_PIDS "$N1" "$N2")
+  TBAL[nginx]+=" $(us_per_req "$B0" "$B1")"; TALL[nginx]+=" $(us_per_req "$A0" "$A1")"
   stop_pid "$NGX"; stop_pid "$N1"; stop_pid "$N2"
 done
 say ""
-say "| over TLS + h2 | req/s, median (min–max) |"
-say "|---|---|"
-for k in serve nginx; do say "| $k | $(stats ${TRPS[$k]}) |"; done
+say "| over TLS + h2 | req/s, median (min–max) | balancer CPU µs/request | whole setup (balancer + workers) CPU µs/request |"
+say "|---|---|---|---|"
+for k in serve nginx; do say "| $k | $(stats ${TRPS[$k]}) | $(stats ${TBAL[$k]}) | $(stats ${TALL[$k]}) |"; done
 say ""
-say "serve/nginx = $(python3 -c "print(round($(median ${TRPS[serve]})/$(median ${TRPS[nginx]}),2))")"
+say "serve/nginx = $(python3 -c "print(round($(median ${TRPS[serve]})/$(median ${TRPS[nginx]}),2))") req/s; CPU per request serve/nginx: balancer $(python3 -c "print(round($(median ${TBAL[serve]})/$(median ${TBAL[nginx]}),2))"), whole setup $(python3 -c "print(round($(median ${TALL[serve]})/$(median ${TALL[nginx]}),2))")"
+fi
+# ---- frozen-direct ----
+if want frozen-direct; then
+say ""
+say "## frozen-direct: a direct-mode worker frozen (SIGSTOP) under load, two Node hello workers"
+P_FLISTEN=$((BASE + 8)) P_FADMIN=$((BASE + 9)) P_FBAL=$((BASE + 35)) W4=$((BASE + 36))
+cat >"$OUT/frozen.toml" <<EOF
+[server]
+listen = "127.0.0.1:$P_FBAL"
+admin = "127.0.0.1:$P_FADMIN"
+[[app]]
+name = "hello"
+command = ["node", "$HELLO_JS"]
+workers = 2
+port_base = $W4
+mode = "direct"
+listen = "127.0.0.1:$P_FLISTEN"
+EOF
+FROZEN_DUR=${FROZEN_DUR:-12}
+FROZEN_THREADS=${FROZEN_THREADS:-8}
+say ""
+say "Load: $FROZEN_THREADS client threads, a new connection per request (GET /, Connection: close,"
+say "10 s time-out), ${FROZEN_DUR} s; worker 0 stopped 3 s in and left stopped (serve replaces it)."
+say "'failed' = refused, reset or timed out; 'after' = begun 0.1 s or more after the SIGSTOP."
+say "The frozen worker's share of new connections: of the connections begun in each"
+say "interval after the SIGSTOP, the part the frozen pid answered."
+for r in $(seq 1 "$REPEATS"); do
+  log="$OUT/serve-frozen-$r.log"
+  start_serve "$OUT/frozen.toml" "$log"
+  wait_http "http://127.0.0.1:$P_FLISTEN/"
+  for _ in $(seq 1 100); do
+    n=$(curl -s "http://127.0.0.1:$P_FADMIN/status" | python3 -c "import json,sys; print(sum(w['state']=='ready' for w in json.load(sys.stdin)['apps'][0]['workers']))" 2>/dev/null || echo 0)
+    [ "$n" = 2 ] && break; sleep 0.1
+  done
+  VICTIM=$(curl -s "http://127.0.0.1:$P_FADMIN/status" | python3 -c "import json,sys; print(json.load(sys.stdin)['apps'][0]['workers'][0]['pid'])")
+  line=$(python3 - "$P_FLISTEN" "$VICTIM" "$FROZEN_DUR" "$FROZEN_THREADS" "$OUT/stop-at-frozen-$r" <<'PY'
+import os, re, signal, socket, sys, threading, time
+port, victim, dur, nthreads, stop_file = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+rows, lock = [], threading.Lock()
+t0 = time.time()
+end = t0 + dur
+def one():
+    began = time.time()
+    try:
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        s.settimeout(10)
+        s.sendall(b"GET / HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")
+        data = b""
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            data += b
+        s.close()
+        head, _, body = data.partition(b"\r\n\r\n")
+        if not head.startswith(b"HTTP/1.1 200"):
+            return began, None, "status " + head[:20].decode(errors="replace")
+        # The body may come chunked: the pid is read from it, not parsed as a whole.
+        m = re.search(rb'"pid":(\d+)', body)
+        if not m:
+            return began, None, "no pid in the answer"
+        return began, int(m.group(1)), None
+    except Exception as e:  # refused, reset, time-out: a failed request
+        return began, None, type(e).__name__
+def worker():
+    while time.time() < end:
+        r = one()
+        with lock:
+            rows.append(r)
+ts = [threading.Thread(target=worker) for _ in range(nthreads)]
+for t in ts:
+    t.start()
+time.sleep(3)
+os.kill(victim, signal.SIGSTOP)
+stop = time.time()  # after the signal is sent: a connection begun later is "after the freeze"
+open(stop_file, "w").write(f"{stop}")
+for t in ts:
+    t.join()
+try:
+    os.kill(victim, signal.SIGCONT)  # if serve has not replaced it yet
+except ProcessLookupError:
+    pass
+failed = [r for r in rows if r[2]]
+after = [r for r in failed if r[0] >= stop + 0.1]
+post = [r for r in rows if r[0] >= stop]
+last_victim = max((r[0] - stop for r in post if r[1] == victim), default=None)
+bins = []
+for i in range(4):
+    lo, hi = stop + i * 0.25, stop + (i + 1) * 0.25
+    b = [r for r in post if lo <= r[0] < hi]
+    share = sum(r[1] == victim for r in b) / len(b) if b else float("nan")
+    bins.append(f"{share:.0%} of {len(b)}")
+pre = [r for r in rows if r[0] < stop and r[1] is not None]
+pre_share = sum(r[1] == victim for r in pre) / len(pre) if pre else float("nan")
+kinds = sorted({r[2] for r in failed})
+print(f"{len(rows)} requests ({len(rows) / dur:.0f}/s), {len(failed)} failed, {len(after)} failed after; "
+      f"frozen pid's share of new connections before the SIGSTOP {pre_share:.0%}, in 0.25 s bins after it: "
+      f"{', '.join(bins)}; the last connection it answered began "
+      f"{'before the SIGSTOP' if last_victim is None else f'{last_victim * 1000:+.0f} ms after it'}"
+      f"{'; failures: ' + ', '.join(kinds) if kinds else ''}")
+PY
+)
+  stop_pid "$SERVE_PID"
+  say ""
+  say "run $r: $line; out of rotation $(after_stop "$log" "$OUT/stop-at-frozen-$r" 'reason="unhealthy"') s, successor ready $(after_stop "$log" "$OUT/stop-at-frozen-$r" 'worker ready') s after the SIGSTOP"
+done
 fi
 echo "bench-serve: results in $RESULTS"

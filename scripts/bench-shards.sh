@@ -16,7 +16,7 @@
 #   medians and the sharded/single p99 ratio.
 # Every figure is printed with the 1-minute load average beside it (shared machine).
 #
-# Installs nginx with apt-get if missing. Honors CARGO_TARGET_DIR.
+# Installs nginx with apt-get if missing. Honors CARGO_TARGET_DIR and SKIP_BUILD=1.
 # Environment: SHARDS (100), STEPS (60), REPEATS (5 merge / 3 rate), RATE (20000), DUR (10s).
 set -euo pipefail
 
@@ -28,7 +28,12 @@ STEPS="${STEPS:-60}"
 RATE="${RATE:-20000}"
 DUR="${DUR:-10s}"
 
-(cd "$ROOT" && cargo build --release -q -p scalpel && cargo build --release -q -p scalpel-report --example shard_files)
+# SKIP_BUILD=1: the binaries already built (./run bench quiet builds the workspace first; a
+# `-p scalpel` build unifies features apart from `--workspace` and recompiles for minutes).
+if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
+    (cd "$ROOT" && cargo build --release -q -p scalpel)
+    [ "$MODE" = rate ] || (cd "$ROOT" && cargo build --release -q -p scalpel-report --example shard_files)
+fi
 SCALPEL="$TARGET_DIR/release/scalpel"
 WORK="$(mktemp -d)"
 NGINX_PID=""
@@ -136,12 +141,15 @@ bench_rate() {
             else
                 local at
                 at=$(python3 -c 'import time; print(f"{time.time() + 3:.3f}")')
+                local shard_pids=()
                 for s in 1 2; do
                     "$SCALPEL" load --shard "$s/2" --start-at "$at" --rate "$RATE" -d "$DUR" \
                         --threads 1 --no-progress --json "$WORK/shard-$s.json" "$url" \
                         >/dev/null 2>&1 &
+                    shard_pids+=($!)
                 done
-                wait
+                # The shards only: a bare `wait` would wait for nginx too, forever.
+                wait "${shard_pids[@]}" || true
                 "$SCALPEL" report merge "$WORK/shard-1.json" "$WORK/shard-2.json" \
                     -o "$WORK/sharded.json" 2>/dev/null
                 f=$(figures "$WORK/sharded.json")

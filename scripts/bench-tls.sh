@@ -22,7 +22,7 @@
 # keepalive_requests high enough that no connection is ended during a run.
 #
 # Installs wrk, h2load (nghttp2-client) and nginx with apt-get if missing. Honors
-# CARGO_TARGET_DIR. Environment: DUR (10s), REPEATS (5), CONNS (50), H2_CONNS (4),
+# CARGO_TARGET_DIR and SKIP_BUILD=1. Environment: DUR (10s), REPEATS (5), CONNS (50), H2_CONNS (4),
 # H2_STREAMS (16), HS_CONNS (16).
 set -euo pipefail
 
@@ -43,7 +43,9 @@ if ! need wrk || ! need nginx || ! need h2load; then
 fi
 NGINX="$(command -v nginx || echo /usr/sbin/nginx)"
 
-(cd "$ROOT" && cargo build --release -q -p scalpel)
+# SKIP_BUILD=1: the binary already built (./run bench quiet builds the workspace first; a
+# `-p scalpel` build unifies features apart from `--workspace` and recompiles for minutes).
+[[ "${SKIP_BUILD:-0}" == 1 ]] || (cd "$ROOT" && cargo build --release -q -p scalpel)
 SCALPEL="${SCALPEL:-$TARGET_DIR/release/scalpel}"
 
 WORK="$(mktemp -d)"

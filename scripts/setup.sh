@@ -42,6 +42,11 @@ if [ -f qr/node/package-lock.json ]; then
     (cd qr/node && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
+step "node packages (scripts/demo/pm2: pm2 for the runtime story and ./run bench serve, never global)"
+if [ -f scripts/demo/pm2/package-lock.json ] && [ ! -x scripts/demo/pm2/node_modules/.bin/pm2 ]; then
+    (cd scripts/demo/pm2 && npm ci --no-audit --no-fund --loglevel=error)
+fi
+
 step "node packages (tests/browser: playwright-core drives Debian's chromium; no browser download)"
 if [ -f tests/browser/package-lock.json ]; then
     (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error)

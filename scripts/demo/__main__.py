@@ -30,6 +30,7 @@ QUICK = {
     "pay_repeats": 1,
     "rt_probe": "2s", "rt_ramp": (0.2, 0.15, 1.55), "rt_step": "2s", "rt_fixed": "5s", "rt_repeats": 1,
     "ab_duration": "8s",
+    "rt_workloads": ["hello", "qr", "uneven"], "rt_ab": True,
 }
 FULL = {
     "mode": "full",
@@ -39,6 +40,7 @@ FULL = {
     "pay_endpoints": ["stats", "balance"], "pay_repeats": 3,
     "rt_probe": "5s", "rt_ramp": (0.3, 0.1, 1.6), "rt_step": "5s", "rt_fixed": "15s", "rt_repeats": 3,
     "ab_duration": "30s",
+    "rt_workloads": ["hello", "qr", "uneven"], "rt_ab": True,
 }
 STAGES = ["ladder", "payments", "runtime"]
 
@@ -50,10 +52,25 @@ def main():
                         help="comma-separated stages to run (ladder, payments, runtime); the report "
                              "keeps the last results of the others")
     parser.add_argument("--skip-build", action="store_true", help="(read by scripts/demo.sh) measure what is built")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one setting of the profile (VALUE as JSON, else a string), e.g. "
+                             "--set pay_step=3s --set 'pay_ramp=[2000,2000,90000]' (scripts/bench-quiet.sh)")
     parser.add_argument("--report-only", action="store_true",
                         help="rebuild index.html from the last report.json without measuring")
     args = parser.parse_args()
-    cfg = FULL if args.full else QUICK
+    cfg = dict(FULL if args.full else QUICK)
+    for item in args.set:
+        key, eq, value = item.partition("=")
+        if not eq or key not in cfg:
+            print(f"demo: --set {item!r}: expected KEY=VALUE with KEY one of {', '.join(sorted(cfg))}",
+                  file=sys.stderr)
+            return 2
+        try:
+            cfg[key] = json.loads(value)
+        except ValueError:
+            cfg[key] = value
+        if isinstance(cfg[key], list) and isinstance(FULL[key], tuple):
+            cfg[key] = tuple(cfg[key])
     only = [s.strip() for s in args.only.split(",") if s.strip()]
     bad = [s for s in only if s not in STAGES]
     if bad:

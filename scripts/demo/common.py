@@ -18,7 +18,8 @@ import urllib.request
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 TARGET = os.path.abspath(os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target"))
-OUT = os.path.join(TARGET, "demo")
+# DEMO_OUT: another folder (scripts/bench-quiet.sh keeps its runs apart from the demo's report).
+OUT = os.path.abspath(os.environ.get("DEMO_OUT") or os.path.join(TARGET, "demo"))
 SCALPEL = os.path.join(TARGET, "release", "scalpel")
 
 # The CPU the servers run on and the one the load generator runs on (2-core layout).

@@ -211,7 +211,7 @@ def cards(data):
         out.append(card("cost", f"${saving:,.2f}" if saving is not None else "-", "a year",
                         f"{cost.get('vcpu_saved')} vCPU freed at {cost['fleet_qps']:,.0f} req/s", "#1e7b34"))
     rt = data.get("runtime")
-    if rt:
+    if rt and rt.get("rps"):
         out.append(card("runtime", c.fmt_ratio(c.ratio(rt["rps"]["serve"], rt["rps"]["pm2"])),
                         "serve / pm2 max req/s, uneven mix",
                         f"p99 at 80% of pm2's max: {c.fmt_ratio(c.ratio(rt['p99_ms']['serve'], rt['p99_ms']['pm2']))}",

@@ -103,23 +103,27 @@ def run(cfg, report):
     procs = c.Procs()
     try:
         for name, what, app, template, lines, slo in workloads():
+            if name not in cfg["rt_workloads"]:
+                continue
             results.append(workload(cfg, out, pm2, procs, name, what, app, template, lines, slo))
             print_workload(results[-1])
-        ab = ab_split(cfg, out, procs, results)
+        # The A/B split's rate comes from the qr workload's figures.
+        ab = ab_split(cfg, out, procs, results) if cfg["rt_ab"] and "qr" in cfg["rt_workloads"] else None
     finally:
         procs.stop_all()
         pm2.delete_all()
         pm2.kill()
-    uneven = next(r for r in results if r["name"] == "uneven")
+    uneven = next((r for r in results if r["name"] == "uneven"), None)
     report["runtime"] = {
-        "rps": uneven["rps"],
-        "p99_ms": uneven["p99_ms"],
+        "rps": uneven["rps"] if uneven else None,
+        "p99_ms": uneven["p99_ms"] if uneven else None,
         "workloads": results,
         "note": "two workers on two cores shared with the load generator (nothing pinned: each setup "
                 "needs both cores)",
     }
-    report["ab"] = ab
-    print_ab(ab)
+    if ab is not None:
+        report["ab"] = ab
+        print_ab(ab)
     return report["runtime"]
 
 
@@ -193,9 +197,11 @@ def workload(cfg, out, pm2, procs, name, what, app, template, lines, slo):
         "slo": slo,
         "probe_rps": top,
         "rps": {t: c.median(maxima[t]) for t in ("pm2", "serve")},
+        "rps_all": maxima,
         "rps_lower_bound": lower,
         "fixed_rps": rate,
         "p99_ms": both(lambda s: c.latency(s, "p99")),
+        "p99_ms_all": {t: [c.latency(s, "p99") for s in fixed[t]] for t in ("pm2", "serve")},
         "p50_ms": both(lambda s: c.latency(s, "p50")),
         "errors": both(lambda s: s["errors"]),
         "cpu_percent": both(lambda s: s.get("cpu_percent")),
