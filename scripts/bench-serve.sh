@@ -132,7 +132,11 @@ error_log $OUT/$1-error.log;
 events { worker_connections 4096; }
 http {
   access_log off;
-  upstream app { $4 keepalive 64; }
+  # nginx ends a client connection after 1000 requests by default (an h2 connection with a
+  # GOAWAY, which h2load does not follow by reconnecting: 8 connections x 1000 requests in
+  # the whole run) and an upstream one likewise; no connection ends during a run.
+  keepalive_requests 10000000;
+  upstream app { $4 keepalive 64; keepalive_requests 10000000; }
   server {
     listen 127.0.0.1:$3;
     # Like for like: the same forwarding headers scalpel serve adds (X-Forwarded-For,
