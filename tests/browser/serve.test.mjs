@@ -111,10 +111,10 @@ split = [{ app = "web", weight = 3 }, { app = "next", weight = 1 }]
   // The reload button, reached by keyboard: skip link, then the button.
   await page.keyboard.press('Tab');
   await page.keyboard.press('Tab');
-  assert.equal(await page.evaluate(() => document.activeElement.textContent), 'Reload workers');
+  assert.equal(await page.evaluate(() => document.activeElement.textContent), 'Reload config');
   const pidsBeforeReload = await page.$$eval('tr[data-worker]', (rows) => rows.map((r) => r.dataset.pid));
   await page.keyboard.press('Enter');
-  await page.waitForFunction(() => document.getElementById('live-result').textContent === 'Reload workers: done', null, { timeout: 90000 })
+  await page.waitForFunction(() => document.getElementById('live-result').textContent === 'Reload config: done', null, { timeout: 90000 })
     .catch(async (e) => { throw new Error(e.message + '\nresult: ' + await page.textContent('#live-result') + '\n' + serve.output().slice(-4000)); });
   await page.waitForFunction((old) => {
     const rows = [...document.querySelectorAll('tr[data-worker]')];

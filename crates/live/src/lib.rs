@@ -40,7 +40,7 @@
 //! ```
 //! use scalpel_live::{Action, Chart, Kind, Line, Page, Snapshot};
 //!
-//! let page = Page::new(Kind::Serve, "scalpel serve").with_action(Action::post("Reload workers", "reload"));
+//! let page = Page::new(Kind::Serve, "scalpel serve").with_action(Action::post("Reload config", "reload"));
 //! // In the admin server, before the token check:
 //! let reply = page.asset("GET", "/").expect("the page");
 //! assert_eq!(reply.status, 200);
