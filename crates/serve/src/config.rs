@@ -1194,39 +1194,33 @@ impl Config {
         macro_rules! compare {
             ($($f:ident),*) => { $( if a.$f != b.$f { changed.push(stringify!($f)); } )* };
         }
+        // Read per request or per connection from the swapped table, so not compared:
+        // max_header_bytes, header_read_timeout, body_read_timeout, max_body_bytes,
+        // max_connections, trusted_proxies, upstream_timeout, wait_for_worker,
+        // retry_idempotent, tunnel_idle_timeout. The rest is fixed at start.
         compare!(
             listen,
             admin,
             admin_token,
-            max_header_bytes,
-            header_read_timeout,
-            body_read_timeout,
-            max_body_bytes,
-            max_connections,
-            trusted_proxies,
+            threads,
+            tls,
+            admin_tls,
             connect_timeout,
-            upstream_timeout,
-            wait_for_worker,
-            retry_idempotent,
             pool_idle_timeout,
             pool_max_idle_per_worker,
             drain_timeout,
             sample_interval,
-            tunnel_idle_timeout,
-            threads,
             log_line_max_bytes,
             log_buffer_bytes,
-            mirror_buffer_bytes,
-            tls,
-            admin_tls
+            mirror_buffer_bytes
         );
-        if a != b && changed.is_empty() {
-            changed.push("settings");
-        }
         if !changed.is_empty() {
             return Some(format!(
-                "[server] {} changed: the [server] section (listeners, threads, the balancer's \
-                 limits and time-outs) is read at start only; restart serve to change it",
+                "[server] {} changed: read at start only (listeners and their TLS files, the \
+                 admin token, data-plane threads and their worker pools, the drain time-out \
+                 each app's supervisor holds, the sampler, log and mirror buffers); restart \
+                 serve to change it. The request and connection limits and time-outs do \
+                 change live",
                 changed.join(", ")
             ));
         }

@@ -299,7 +299,7 @@ async fn run(shared: &Arc<Shared>, up: &Arc<Upstreams>, job: MirrorJob) {
     let MirrorJob { copy, primary, .. } = job;
     // The served body normally ended long ago; the wait is bounded in case its client
     // reads slowly.
-    let wait = shared.cfg.upstream_timeout * 2;
+    let wait = shared.table.load().server.upstream_timeout * 2;
     let captured = match tokio::time::timeout(wait, primary).await {
         Ok(Ok(c)) => c,
         _ => Err(SkipReason::PrimaryIncomplete),
@@ -343,7 +343,8 @@ async fn send_copy(
         https: copy.https,
     };
     let start = Instant::now();
-    let max = shared.cfg.max_body_bytes as usize;
+    let lim = shared.table.load().server.clone();
+    let max = lim.max_body_bytes as usize;
     let budget = shared
         .mirror_queue
         .as_ref()
@@ -368,7 +369,7 @@ async fn send_copy(
             held,
         ))
     };
-    tokio::time::timeout(shared.cfg.upstream_timeout, exchange)
+    tokio::time::timeout(lim.upstream_timeout, exchange)
         .await
         .unwrap_or(Err(Failure::Timeout))
 }

@@ -14,7 +14,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
@@ -105,8 +105,8 @@ impl Route {
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) cfg: ServerConfig,
-    /// The apps and routes in use; a live reload swaps the whole table, so a request
-    /// sees one config from its route to its worker.
+    /// The apps, routes and `[server]` limits in use; a live reload swaps the whole
+    /// table, so a request sees one config from its route to its worker.
     pub(crate) table: ArcSwap<Table>,
     /// The mirror thread's queue, when a route mirrors.
     pub(crate) mirror_queue: Option<MirrorQueue>,
@@ -127,6 +127,11 @@ pub(crate) struct Table {
     pub(crate) generation: u64,
     pub(crate) apps: Vec<Arc<App>>,
     pub(crate) routes: Vec<Route>,
+    /// The `[server]` section of this generation: its limits and time-outs are read per
+    /// request (and per connection) from here, so a reload changes them live. Listeners,
+    /// threads and buffers sized at start are read from `Shared::cfg` (a reload refuses
+    /// changing them).
+    pub(crate) server: Arc<ServerConfig>,
 }
 
 /// Requests and connections refused before reaching an app, by reason.
@@ -296,7 +301,7 @@ enum Outcome {
 impl Shared {
     /// What a sticky key of `req` is read from.
     fn sticky_source<'a>(
-        &'a self,
+        lim: &'a ServerConfig,
         client: &'a Client,
         req: &'a Request<Incoming>,
     ) -> sticky::Source<'a> {
@@ -305,7 +310,7 @@ impl Shared {
             headers: req.headers(),
             peer: &client.ip,
             trusted: client.trusted,
-            trusted_proxies: &self.cfg.trusted_proxies,
+            trusted_proxies: &lim.trusted_proxies,
         }
     }
 
@@ -350,7 +355,7 @@ impl Shared {
             },
             Ok(Some(r)) => {
                 let route = &table.routes[r];
-                let arm = route.pick_arm(&self.sticky_source(client, &req));
+                let arm = route.pick_arm(&Self::sticky_source(&table.server, client, &req));
                 route.arm_requests[arm].fetch_add(1, Ordering::Relaxed);
                 (route.cfg.arms[arm].0, route.mirror.clone())
             }
@@ -361,11 +366,13 @@ impl Shared {
             }
         };
         let app = table.apps[app_index].clone();
+        // The limits stay those of the request's own generation, whatever reloads follow.
+        let lim = table.server.clone();
         drop(table);
         let start = Instant::now();
         app.metrics.requests.fetch_add(1, Ordering::Relaxed);
         let res = self
-            .forward(up, &app, mirror.as_ref(), client, req, start)
+            .forward(up, &app, &lim, mirror.as_ref(), client, req, start)
             .await;
         if res.status().is_server_error() {
             app.metrics.errors.fetch_add(1, Ordering::Relaxed);
@@ -377,6 +384,7 @@ impl Shared {
         self: &Arc<Self>,
         up: &Arc<Upstreams>,
         app: &App,
+        lim: &ServerConfig,
         mirror: Option<&Arc<Mirror>>,
         client: &Client,
         req: Request<Incoming>,
@@ -387,7 +395,7 @@ impl Shared {
         let upgrade = upgrade_asked(&req);
         let on_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
-        let max = self.cfg.max_body_bytes;
+        let max = lim.max_body_bytes;
         // The body's length as hyper framed it (a chunked body has none), never the
         // client's own header: with both `Content-Length` and `Transfer-Encoding`, the
         // chunked framing is the one that counts (RFC 9112 §6.3).
@@ -405,7 +413,7 @@ impl Shared {
             Bytes::new()
         } else {
             let read = Limited::new(body, max as usize).collect();
-            match tokio::time::timeout(self.cfg.body_read_timeout, read).await {
+            match tokio::time::timeout(lim.body_read_timeout, read).await {
                 Ok(Ok(c)) => c.to_bytes(),
                 Ok(Err(e)) => {
                     return if e.is::<http_body_util::LengthLimitError>() {
@@ -430,7 +438,7 @@ impl Shared {
                         "client_timeout",
                         &format!(
                             "request body not received within {}",
-                            scalpel_units::format_duration(self.cfg.body_read_timeout)
+                            scalpel_units::format_duration(lim.body_read_timeout)
                         ),
                     );
                 }
@@ -448,7 +456,7 @@ impl Shared {
         // Workers get origin form (`/path?query`); a client's absolute form is reduced.
         let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         let method = parts.method;
-        let retry_ok = self.cfg.retry_idempotent && idempotent(&method);
+        let retry_ok = lim.retry_idempotent && idempotent(&method);
         let out = Outgoing {
             method: &method,
             target,
@@ -472,7 +480,7 @@ impl Shared {
                 headers: &parts.headers,
                 peer: &client.ip,
                 trusted: client.trusted,
-                trusted_proxies: &self.cfg.trusted_proxies,
+                trusted_proxies: &lim.trusted_proxies,
             };
             sticky::hash(k, &src)
         });
@@ -482,7 +490,7 @@ impl Shared {
             attempt += 1;
             let backend = match app
                 .pool
-                .select_wait(avoid.as_deref(), worker_key, self.cfg.wait_for_worker)
+                .select_wait(avoid.as_deref(), worker_key, lim.wait_for_worker)
                 .await
             {
                 Some(b) => b,
@@ -517,7 +525,7 @@ impl Shared {
                     };
                     Ok::<_, UpstreamError>((answer, first))
                 };
-                let timed = tokio::time::timeout(self.cfg.upstream_timeout, exchange);
+                let timed = tokio::time::timeout(lim.upstream_timeout, exchange);
                 tokio::pin!(timed);
                 // The supervisor may take the worker off its requests meanwhile: all of them
                 // (it is stuck and being stopped; no answer will come — dropping the
@@ -546,12 +554,12 @@ impl Shared {
                         metrics: app.metrics.clone(),
                         start,
                     };
-                    return self.switch(app, answer, on_upgrade, finish);
+                    return self.switch(app, lim.tunnel_idle_timeout, answer, on_upgrade, finish);
                 }
                 Outcome::Done(Ok(Ok((answer, first)))) => {
                     let ended = answer.body.is_end();
                     let tee = tee.take().map(|mut t| {
-                        let max = self.cfg.max_body_bytes as usize;
+                        let max = lim.max_body_bytes as usize;
                         t.head(answer.status, answer.headers.clone(), max, start);
                         t.data(&first);
                         if ended {
@@ -625,7 +633,7 @@ impl Shared {
                     let msg = format!(
                         "worker {} did not answer within {}",
                         name(),
-                        scalpel_units::format_duration(self.cfg.upstream_timeout)
+                        scalpel_units::format_duration(lim.upstream_timeout)
                     );
                     return json_error(StatusCode::GATEWAY_TIMEOUT, "timeout", &msg);
                 }
@@ -656,7 +664,7 @@ impl Shared {
                             name(),
                             if attempt > 1 {
                                 "it was resent once already"
-                            } else if !self.cfg.retry_idempotent {
+                            } else if !lim.retry_idempotent {
                                 "retry_idempotent is off"
                             } else {
                                 "its method is not idempotent"
@@ -735,6 +743,7 @@ impl Shared {
     fn switch(
         &self,
         app: &App,
+        idle: Duration,
         answer: Answer,
         on_upgrade: Option<OnUpgrade>,
         finish: Finish,
@@ -750,7 +759,6 @@ impl Shared {
         let metrics = app.metrics.clone();
         metrics.upgrades.fetch_add(1, Ordering::Relaxed);
         metrics.tunnels_open.fetch_add(1, Ordering::Relaxed);
-        let idle = self.cfg.tunnel_idle_timeout;
         let app_name = app.cfg.name.clone();
         tokio::spawn(async move {
             let _open = TunnelOpen(metrics);

@@ -265,12 +265,13 @@ impl Server {
             })
             .collect();
         let shared = Arc::new(Shared {
-            cfg,
             table: ArcSwap::from_pointee(Table {
                 generation: 0,
                 apps,
                 routes,
+                server: Arc::new(cfg.clone()),
             }),
+            cfg,
             mirror_queue,
             rejected: Default::default(),
             connections: connections.clone(),
@@ -618,6 +619,7 @@ async fn reload(shared: &Shared, lock: &tokio::sync::Mutex<()>) -> Result<(), Se
         generation: table.generation + 1,
         apps,
         routes,
+        server: Arc::new(next.server.clone()),
     }));
     let summary = next
         .apps
@@ -782,18 +784,9 @@ async fn accept_loop(
     up: Arc<Upstreams>,
 ) {
     let mut builder = hyper::server::conn::http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(shared.cfg.header_read_timeout)
-        .max_buf_size(shared.cfg.max_header_bytes)
-        // The head limit is in bytes (`max_header_bytes`); the count of header lines is
-        // only capped where no real head goes (a line takes 8 bytes or more in practice,
-        // `a: b` and its CRLF 6), because hyper sizes its parse buffer by it.
-        .max_headers(max_request_headers(shared.cfg.max_header_bytes))
-        .keep_alive(true);
+    builder.timer(TokioTimer::new()).keep_alive(true);
     let mut h2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
-    h2.timer(TokioTimer::new())
-        .max_header_list_size(u32::try_from(shared.cfg.max_header_bytes).unwrap_or(u32::MAX));
+    h2.timer(TokioTimer::new());
     // h2 first: a client that speaks both gets multiplexing.
     let tls = shared
         .tls
@@ -813,7 +806,10 @@ async fn accept_loop(
             },
             _ = stop.wait_for(|s| *s) => return,
         };
-        if conns.active.load(Ordering::Acquire) >= shared.cfg.max_connections {
+        // The limits of the config in force when the connection opens (a reload swaps
+        // them; a connection keeps its own).
+        let lim = shared.table.load().server.clone();
+        if conns.active.load(Ordering::Acquire) >= lim.max_connections {
             shared
                 .rejected
                 .too_many_connections
@@ -827,18 +823,22 @@ async fn accept_loop(
         let shared = shared.clone();
         let up = up.clone();
         let mut stop = stop.clone();
-        let builder = builder.clone();
-        let h2 = h2.clone();
+        let mut builder = builder.clone();
+        builder
+            .header_read_timeout(lim.header_read_timeout)
+            .max_buf_size(lim.max_header_bytes)
+            // The head limit is in bytes (`max_header_bytes`); the count of header lines is
+            // only capped where no real head goes (a line takes 8 bytes or more in practice,
+            // `a: b` and its CRLF 6), because hyper sizes its parse buffer by it.
+            .max_headers(max_request_headers(lim.max_header_bytes));
+        let mut h2 = h2.clone();
+        h2.max_header_list_size(u32::try_from(lim.max_header_bytes).unwrap_or(u32::MAX));
         let tls = tls.clone();
         // Worked out once per connection: the address for X-Forwarded-For, and whether
         // this peer's own forwarding headers are believed.
         let client = Arc::new(Client {
             ip: peer.ip().to_canonical().to_string().into(),
-            trusted: shared
-                .cfg
-                .trusted_proxies
-                .iter()
-                .any(|n| n.contains(peer.ip())),
+            trusted: lim.trusted_proxies.iter().any(|n| n.contains(peer.ip())),
             https: tls.is_some(),
         });
         tokio::spawn(async move {
@@ -856,7 +856,7 @@ async fn accept_loop(
             if let Some(acceptor) = tls {
                 // The handshake has the request head's time limit: a peer that never
                 // finishes one does not hold a connection slot for long.
-                let limit = shared.cfg.header_read_timeout;
+                let limit = lim.header_read_timeout;
                 let handshake = tokio::select! {
                     r = tokio::time::timeout(limit, acceptor.accept(stream)) => r,
                     _ = stop.wait_for(|s| *s) => return,

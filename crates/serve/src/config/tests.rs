@@ -408,9 +408,24 @@ fn a_live_reload_refuses_what_cannot_change_while_running() {
         assert!(why.contains(needle), "expected {needle:?} in {why:?}");
     };
     refused(MINIMAL.replace(":8080", ":8081"), "[server] listen changed");
+    // The request and connection limits and time-outs are live; what is fixed at start
+    // (threads, pools, the drain time-out) is not.
+    let limits = "max_body_bytes = 1024\nmax_header_bytes = 8192\nmax_connections = 5\n\
+                  header_read_timeout = \"1s\"\nbody_read_timeout = \"1s\"\n\
+                  upstream_timeout = \"1s\"\nwait_for_worker = \"1s\"\n\
+                  retry_idempotent = false\ntunnel_idle_timeout = \"1s\"\n\
+                  trusted_proxies = [\"10.0.0.0/8\"]\n\n[[app]]";
+    assert_eq!(
+        old.not_live(&parse(&MINIMAL.replace("[[app]]", limits))),
+        None
+    );
     refused(
-        MINIMAL.replace("[[app]]", "max_body_bytes = 1024\n\n[[app]]"),
-        "[server] max_body_bytes changed",
+        MINIMAL.replace("[[app]]", "threads = 1\n\n[[app]]"),
+        "[server] threads changed",
+    );
+    refused(
+        MINIMAL.replace("[[app]]", "drain_timeout = \"1s\"\n\n[[app]]"),
+        "[server] drain_timeout changed",
     );
     refused(
         MINIMAL.replace(

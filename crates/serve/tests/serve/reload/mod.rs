@@ -342,3 +342,65 @@ async fn apps_added_and_removed_by_a_reload_start_first_and_drain_last() {
     assert!(!h.server.metrics_text().contains("app=\"a\""));
     h.server.shutdown().await;
 }
+
+/// The `[server]` limits and time-outs change live (they are read per request from the
+/// table a reload swaps): a reload that lowers `max_body_bytes` and `upstream_timeout`
+/// is applied, and the next requests over them get the documented 413 `too_large` and
+/// 504 `timeout` bodies from the same workers. What is fixed at start (`threads`) is
+/// still refused with 409, and the lowered limits stay in force.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_lowers_the_body_limit_and_the_upstream_timeout_live() {
+    let app = node_app("web", 1, "round_robin", "");
+    let h = start(&format!("{SERVER}{app}")).await;
+    let before = h.pids(0);
+    let admin = h.server.admin_addr().unwrap();
+    let post = |url: String, body: Vec<u8>| {
+        http::Request::post(url)
+            .body(Full::new(Bytes::from(body)))
+            .unwrap()
+    };
+    let body = vec![b'x'; 4096];
+    let r = send(&h.client, post(h.url("/echo"), body.clone()))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "under the default 8 MiB limit: {}", r.body);
+
+    let lowered = format!("{SERVER}max_body_bytes = \"1KiB\"\nupstream_timeout = \"1s\"\n{app}");
+    h.write_config(&lowered);
+    let r = send(&h.client, post(format!("http://{admin}/reload"), vec![]))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "the lowered limits are refused: {}", r.body);
+
+    let r = send(&h.client, post(h.url("/echo"), body.clone()))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 413, "{}", r.body);
+    let (kind, detail) = r.error();
+    assert_eq!(kind, "too_large");
+    assert!(detail.contains("1024-byte limit"), "{detail}");
+    // 8 s of work against the new 1 s time-out: a 504, far from any timing margin.
+    let r = h.get("/slow?ms=8000").await.unwrap();
+    assert_eq!(r.status, 504, "{}", r.body);
+    let (kind, detail) = r.error();
+    assert_eq!(kind, "timeout");
+    assert!(detail.contains("within 1s"), "{detail}");
+
+    // Fixed at start: refused, and the live limits stay.
+    let threads = lowered.replacen("[server]\n", "[server]\nthreads = 1\n", 1);
+    h.write_config(&threads);
+    let r = send(&h.client, post(format!("http://{admin}/reload"), vec![]))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 409, "{}", r.body);
+    let (kind, detail) = r.error();
+    assert_eq!(kind, "reload_refused");
+    assert!(
+        detail.contains("[server] threads changed") && detail.contains("restart"),
+        "{detail}"
+    );
+    let r = send(&h.client, post(h.url("/echo"), body)).await.unwrap();
+    assert_eq!(r.status, 413, "{}", r.body);
+    assert_ne!(h.pids(0), before, "the accepted reload rolled the worker");
+    h.server.shutdown().await;
+}
