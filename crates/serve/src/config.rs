@@ -1185,9 +1185,9 @@ impl Config {
     }
 
     /// Why `next` cannot take this configuration's place in a running server, if it
-    /// cannot: a change a live reload does not make (listeners, the `[server]` section,
-    /// an app's mode, direct address or selection algorithm, mirrors, ports moving
-    /// between apps). `None` when everything that differs can be applied live.
+    /// cannot: a change a live reload does not make (listeners, threads and what else of
+    /// `[server]` is fixed at start, an app's mode or direct address, mirrors, ports
+    /// moving between apps). `None` when everything that differs can be applied live.
     pub(crate) fn not_live(&self, next: &Config) -> Option<String> {
         let (a, b) = (&self.server, &next.server);
         let mut changed = Vec::new();
@@ -1244,14 +1244,6 @@ impl Config {
                      address (the new one starts, then the old one drains) or restart serve",
                     old.listen.map_or_else(|| "none".into(), |l| l.to_string()),
                     app.listen.map_or_else(|| "none".into(), |l| l.to_string())
-                ));
-            }
-            if old.balance != app.balance {
-                return Some(format!(
-                    "app `{name}`: balance changed ({} → {}), which cannot be done live \
-                     (the rotation keeps its algorithm); restart serve to change it",
-                    old.balance.name(),
-                    app.balance.name()
                 ));
             }
         }

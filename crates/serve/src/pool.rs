@@ -464,7 +464,8 @@ pub(crate) struct Pool {
     ready: ArcSwap<Vec<Arc<Backend>>>,
     // Serializes writers only; readers never take it.
     write: Mutex<()>,
-    selection: Box<dyn Selection>,
+    /// The app's `balance`; a live reload swaps it (one lock-free load per request).
+    selection: ArcSwap<Box<dyn Selection>>,
     changed: Notify,
 }
 
@@ -473,7 +474,7 @@ impl Pool {
         Self {
             ready: ArcSwap::from_pointee(Vec::new()),
             write: Mutex::new(()),
-            selection: selection_for(balance),
+            selection: ArcSwap::from_pointee(selection_for(balance)),
             changed: Notify::new(),
         }
     }
@@ -496,6 +497,12 @@ impl Pool {
         self.ready.store(Arc::new(next));
     }
 
+    /// Selects by `balance` from now on (a live reload; a new rotation starts afresh).
+    pub(crate) fn set_balance(&self, balance: Balance) {
+        self.selection
+            .store(std::sync::Arc::new(selection_for(balance)));
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.ready.load().len()
     }
@@ -514,7 +521,7 @@ impl Pool {
         {
             return Some(b.clone());
         }
-        Some(self.selection.select(&set, avoid).clone())
+        Some(self.selection.load().select(&set, avoid).clone())
     }
 
     /// Like [`Pool::select`], waiting up to `wait` for a worker to become ready (start-up,

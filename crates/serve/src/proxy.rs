@@ -369,10 +369,9 @@ impl Shared {
         // The limits stay those of the request's own generation, whatever reloads follow.
         let lim = table.server.clone();
         drop(table);
-        let start = Instant::now();
         app.metrics.requests.fetch_add(1, Ordering::Relaxed);
         let res = self
-            .forward(up, &app, &lim, mirror.as_ref(), client, req, start)
+            .forward(up, &app, &lim, mirror.as_ref(), client, req)
             .await;
         if res.status().is_server_error() {
             app.metrics.errors.fetch_add(1, Ordering::Relaxed);
@@ -388,8 +387,8 @@ impl Shared {
         mirror: Option<&Arc<Mirror>>,
         client: &Client,
         req: Request<Incoming>,
-        start: Instant,
     ) -> Response<ProxyBody> {
+        let start = Instant::now();
         // Phase `request_filter`: limits and headers.
         let mut req = req;
         let upgrade = upgrade_asked(&req);

@@ -615,6 +615,12 @@ async fn reload(shared: &Shared, lock: &tokio::sync::Mutex<()>) -> Result<(), Se
             Route::with_mirror(r, mirror)
         })
         .collect();
+    // An app's `balance` changes with the routes, in the same moment.
+    for app in &kept {
+        if find(&app.cfg.name).is_some_and(|old| old.cfg.balance != app.cfg.balance) {
+            app.pool.set_balance(app.cfg.balance);
+        }
+    }
     shared.table.store(Arc::new(Table {
         generation: table.generation + 1,
         apps,

@@ -404,3 +404,59 @@ async fn a_reload_lowers_the_body_limit_and_the_upstream_timeout_live() {
     assert_ne!(h.pids(0), before, "the accepted reload rolled the worker");
     h.server.shutdown().await;
 }
+
+/// The worker indexes that answer `n` requests in a row while one slow request holds a
+/// worker of the app (it is in flight on one of two workers throughout).
+async fn indexes_with_one_busy(h: &Harness, n: usize) -> Vec<String> {
+    let addr = h.server.listen_addr();
+    let c = client();
+    let slow = tokio::spawn(async move { get_at(&c, addr, "/slow?ms=6000").await });
+    let busy = eventually(Duration::from_secs(20), || {
+        h.server.status().apps[0]
+            .workers
+            .iter()
+            .any(|w| w.in_flight == 1)
+    })
+    .await;
+    assert!(
+        busy,
+        "the slow request is not in flight: {:?}",
+        h.server.status()
+    );
+    let mut seen = Vec::new();
+    for _ in 0..n {
+        let r = h.get("/").await.expect("a request beside the slow one");
+        assert_eq!(r.status, 200, "{}", r.body);
+        seen.push(r.json()["index"].as_str().expect("an index").to_string());
+    }
+    let r = slow.await.unwrap().expect("the slow request");
+    assert_eq!(r.status, 200, "{}", r.body);
+    seen
+}
+
+/// An app's `balance` changes live: with one worker of two busy, `round_robin` keeps
+/// sending every other request to it; after a reload to `least_conn` every request goes
+/// to the idle one. The status reports the new algorithm.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_changes_an_apps_balance_live() {
+    let rr = format!("{SERVER}{}", node_app("web", 2, "round_robin", ""));
+    let h = start(&rr).await;
+    let seen = indexes_with_one_busy(&h, 6).await;
+    assert!(
+        seen.iter().any(|i| *i != seen[0]),
+        "round_robin should still reach the busy worker: {seen:?}"
+    );
+
+    h.write_config(&rr.replacen("balance = \"round_robin\"", "balance = \"least_conn\"", 1));
+    h.server
+        .reload()
+        .await
+        .expect("a balance change applies live");
+    assert_eq!(h.server.status().apps[0].balance, "least_conn");
+    let seen = indexes_with_one_busy(&h, 6).await;
+    assert!(
+        seen.iter().all(|i| *i == seen[0]),
+        "least_conn should pass the busy worker by: {seen:?}"
+    );
+    h.server.shutdown().await;
+}
