@@ -222,7 +222,7 @@ impl Bucket {
 // Running the binary
 
 /// Runs `scalpel` with a deadline that only turns a hang into a failure.
-fn scalpel(args: &[&str]) -> Output {
+pub(super) fn scalpel(args: &[&str]) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_scalpel"))
         .args(args)
         .stdin(Stdio::null())
@@ -247,7 +247,7 @@ fn scalpel(args: &[&str]) -> Output {
     }
 }
 
-fn scratch(test: &str) -> PathBuf {
+pub(super) fn scratch(test: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("load_cli-{test}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -256,7 +256,7 @@ fn scratch(test: &str) -> PathBuf {
 }
 
 /// Runs a load with `--json` and returns the exit code and the parsed result.
-fn load_json(test: &str, args: &[&str]) -> (i32, Value, Output) {
+pub(super) fn load_json(test: &str, args: &[&str]) -> (i32, Value, Output) {
     let dir = scratch(test);
     let json = dir.join("out.json");
     let mut all: Vec<&str> = vec!["load", "--no-progress", "--json", json.to_str().unwrap()];

@@ -10,7 +10,7 @@
 #[path = "../../../http/tests/http/util/mod.rs"]
 mod util;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -20,55 +20,8 @@ use util::{Certs, certs, free_ports, nginx, node};
 // ---------------------------------------------------------------------------------------
 // Running the binary
 
-fn scalpel(args: &[&str]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_scalpel"))
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the scalpel binary runs");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "scalpel {args:?} hung; stderr: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn scratch(test: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("load_tls-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// Runs a load with `--json`; exit code, the parsed result and the output.
-fn load_json(test: &str, args: &[&str]) -> (i32, Value, Output) {
-    let dir = scratch(test);
-    let json = dir.join("out.json");
-    let mut all: Vec<&str> = vec!["load", "--no-progress", "--json", json.to_str().unwrap()];
-    all.extend_from_slice(args);
-    let out = scalpel(&all);
-    let code = out.status.code().unwrap_or(-1);
-    let text = std::fs::read_to_string(&json).unwrap_or_else(|_| {
-        panic!(
-            "no JSON written (exit {code}); stderr: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    (code, serde_json::from_str(&text).unwrap(), out)
-}
+// The runner, scratch folders and `--json` reader are load_cli's (one test binary).
+use super::load_cli::{load_json, scalpel, scratch};
 
 fn step(result: &Value) -> &Value {
     &result["targets"][0]["steps"][0]
