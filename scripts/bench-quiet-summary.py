@@ -236,6 +236,19 @@ def runtime():
         f"| errors there | {fnum(w['errors']['pm2'])} | {fnum(w['errors']['serve'])} | |",
         f"| CPU µs per request | {fnum(w['cpu_us_per_request']['pm2'], 1)} | {fnum(w['cpu_us_per_request']['serve'], 1)} | {fratio(ratio(w['cpu_us_per_request']['serve'], w['cpu_us_per_request']['pm2']))} |",
         "",
+        f"- serve: max_in_flight_per_worker = {w.get('serve_max_in_flight_per_worker') or 'none (least_conn alone)'}",
+    ]
+    if "serve-lc" in w["rps"]:
+        # The same run's serve with least_conn alone (rt_serve_old): old vs new.
+        lines += [
+            f"- serve with least_conn alone (`serve-lc`, same run): max {mark('serve-lc')} req/s "
+            f"({fratio(ratio(w['rps']['serve-lc'], w['rps']['pm2']))} pm2), p99 {fnum(w['p99_ms']['serve-lc'], 1)} ms "
+            f"({fratio(ratio(w['p99_ms']['serve-lc'], w['p99_ms']['pm2']))} pm2; repeats "
+            f"{spread(w.get('p99_ms_all', {}).get('serve-lc'), 1)}); new/old p99 "
+            f"**{fratio(ratio(w['p99_ms']['serve'], w['p99_ms']['serve-lc']))}**",
+        ]
+    lines += [
+        "",
         f"- serve ≥ pm2's throughput: {verdict(rr is not None and rr >= 1.0 and not lb['pm2'])}",
         f"- serve ≤ 0.5x pm2's p99: {verdict(pr is not None and pr <= 0.5)}",
         f"- {d['note']}",

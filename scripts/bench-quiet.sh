@@ -57,7 +57,7 @@ else
                  --set 'ladder_ramp=[0.3,0.1,1.5]')
     DEMO_PAYMENTS=(--set pay_step=3s --set 'pay_ramp=[1000,1500,120000]' --set pay_fixed=10s --set pay_repeats=1)
     DEMO_RUNTIME=(--set rt_probe=3s --set rt_step=3s --set 'rt_ramp=[0.3,0.1,1.6]' --set rt_fixed=10s
-                  --set rt_repeats=2 --set 'rt_workloads=["uneven"]' --set rt_ab=false)
+                  --set rt_repeats=2 --set 'rt_workloads=["uneven"]' --set rt_ab=false --set rt_serve_old=true)
 fi
 
 mkdir -p "$LOGS"

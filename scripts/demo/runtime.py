@@ -78,6 +78,8 @@ def serve_config(path, listen, admin, apps, routes=""):
         text += (f'\n[[app]]\nname = "{app["name"]}"\ncommand = {json.dumps(app["command"])}\n'
                  f'workers = {app["workers"]}\nport_base = {app["port_base"]}\n'
                  f'balance = "{app.get("balance", "least_conn")}"\n')
+        if app.get("max_in_flight_per_worker"):
+            text += f'max_in_flight_per_worker = {app["max_in_flight_per_worker"]}\n'
         if app.get("health"):
             text += f'\n[app.health]\npath = "{app["health"]}"\n'
     text += routes
@@ -141,16 +143,38 @@ def workload(cfg, out, pm2, procs, name, what, app, template, lines, slo):
     pm2.start(f"demo-{name}", script, args, pm2_port)
     wait_http(f"http://127.0.0.1:{pm2_port}{health}")
     pm2_pid = pm2.daemon_pid()
+    # The config a user would write for single-threaded workers: at most
+    # `rt_serve_slots` requests on a worker at once, the rest in serve's FIFO queue for the
+    # first worker that frees (docs/serve.md, max_in_flight_per_worker; 0: least_conn alone).
+    slots = cfg["rt_serve_slots"]
     cfg_path = os.path.join(out, f"serve-{name}.toml")
     serve_config(cfg_path, listen, admin, [{"name": name, "command": app, "workers": 2, "port_base": base,
-                                             "health": health}])
+                                             "health": health, "max_in_flight_per_worker": slots}])
     sp, _ = procs.start(f"serve-{name}", [c.SCALPEL, "serve", "--config", cfg_path], cpu=None,
                         ready=f"http://127.0.0.1:{listen}{health}")
-    c.log(f"runtime: {name}: pm2 cluster (2 workers) on :{pm2_port}, scalpel serve (2 workers, least_conn) "
-          f"on :{listen}")
+    names = ["pm2", "serve"]
+    watch = ["--watch-pid", f"pm2={pm2_pid}", "--watch-pid", f"serve={sp.pid}"]
+    extra_targets = []
+    old_sp = None
+    if cfg["rt_serve_old"]:
+        # The same serve with least_conn alone (before max_in_flight_per_worker), alternating
+        # with the other two: old vs new in one run.
+        old_listen, old_admin = c.free_ports(2)
+        old_base = c.port_block(4)
+        old_path = os.path.join(out, f"serve-{name}-least-conn.toml")
+        serve_config(old_path, old_listen, old_admin, [{"name": name, "command": app, "workers": 2,
+                                                        "port_base": old_base, "health": health}])
+        old_sp, _ = procs.start(f"serve-{name}-lc", [c.SCALPEL, "serve", "--config", old_path], cpu=None,
+                                ready=f"http://127.0.0.1:{old_listen}{health}")
+        names.append("serve-lc")
+        extra_targets = ["--target", f"serve-lc=http://127.0.0.1:{old_listen}"]
+        watch += ["--watch-pid", f"serve-lc={old_sp.pid}"]
+    c.log(f"runtime: {name}: pm2 cluster (2 workers) on :{pm2_port}, scalpel serve (2 workers, least_conn, "
+          f"max_in_flight_per_worker = {slots or 'none'}) on :{listen}"
+          + (", serve with least_conn alone as serve-lc" if old_sp else ""))
     try:
-        targets = ["--target", f"pm2=http://127.0.0.1:{pm2_port}", "--target", f"serve=http://127.0.0.1:{listen}",
-                   "--watch-pid", f"pm2={pm2_pid}", "--watch-pid", f"serve={sp.pid}"]
+        targets = (["--target", f"pm2=http://127.0.0.1:{pm2_port}", "--target", f"serve=http://127.0.0.1:{listen}"]
+                   + extra_targets + watch)
         extra = ["--data", data, "--shuffle", "3"] if data else []
         # Both setups warmed alike (JIT, connections), then discarded.
         c.scalpel_load(["-c", "64", "-d", "1s", "--rounds", "1"] + targets + extra + [template],
@@ -160,8 +184,8 @@ def workload(cfg, out, pm2, procs, name, what, app, template, lines, slo):
                                + extra + [template], os.path.join(out, f"{name}-probe.json"), cpu=None)
         top = probe["targets"][0]["steps"][0]["achieved_rps"]
         lo, step, hi = (max(1, round(top * f)) for f in cfg["rt_ramp"])
-        maxima = {"pm2": [], "serve": []}
-        lower = {"pm2": False, "serve": False}
+        maxima = {t: [] for t in names}
+        lower = {t: False for t in names}
         ramp_files = []
         for r in range(cfg["rt_repeats"]):
             c.log(f"runtime: {name}: ramp {lo},{step},{hi} req/s, {cfg['rt_step']} steps, SLO {slo}, "
@@ -170,13 +194,13 @@ def workload(cfg, out, pm2, procs, name, what, app, template, lines, slo):
             res = c.scalpel_load(["--ramp", f"{lo},{step},{hi}", "--step-duration", cfg["rt_step"], "--slo", slo,
                                   "-c", "64"] + targets + extra + [template], f, cpu=None)
             ramp_files.append(f)
-            for t in ("pm2", "serve"):
+            for t in names:
                 held, lb = c.breaking_rps(c.target_of(res, t))
                 maxima[t].append(held)
                 lower[t] = lower[t] or lb
         pm2_max = c.median(maxima["pm2"])
         rate = max(1, int(0.8 * pm2_max)) if pm2_max else max(1, int(0.5 * top))
-        fixed = {"pm2": [], "serve": []}
+        fixed = {t: [] for t in names}
         fixed_files = []
         for r in range(cfg["rt_repeats"]):
             c.log(f"runtime: {name}: fixed {rate:,} req/s (80% of pm2's max) for {cfg['rt_fixed']} (repeat {r + 1})")
@@ -184,24 +208,27 @@ def workload(cfg, out, pm2, procs, name, what, app, template, lines, slo):
             res = c.scalpel_load(["--rate", str(rate), "-d", cfg["rt_fixed"], "-c", "64"] + targets + extra
                                  + [template], f, cpu=None)
             fixed_files.append(f)
-            for t in ("pm2", "serve"):
+            for t in names:
                 fixed[t].append(c.target_of(res, t)["steps"][0])
     finally:
         procs.stop(sp)
+        if old_sp is not None:
+            procs.stop(old_sp)
         pm2.delete_all()
     pick = lambda t, get: c.median([get(s) for s in fixed[t]])
-    both = lambda get: {t: pick(t, get) for t in ("pm2", "serve")}
+    both = lambda get: {t: pick(t, get) for t in names}
     return {
         "name": name,
         "what": what,
         "slo": slo,
+        "serve_max_in_flight_per_worker": slots or None,
         "probe_rps": top,
-        "rps": {t: c.median(maxima[t]) for t in ("pm2", "serve")},
+        "rps": {t: c.median(maxima[t]) for t in names},
         "rps_all": maxima,
         "rps_lower_bound": lower,
         "fixed_rps": rate,
         "p99_ms": both(lambda s: c.latency(s, "p99")),
-        "p99_ms_all": {t: [c.latency(s, "p99") for s in fixed[t]] for t in ("pm2", "serve")},
+        "p99_ms_all": {t: [c.latency(s, "p99") for s in fixed[t]] for t in names},
         "p50_ms": both(lambda s: c.latency(s, "p50")),
         "errors": both(lambda s: s["errors"]),
         "cpu_percent": both(lambda s: s.get("cpu_percent")),
@@ -215,22 +242,34 @@ def workload(cfg, out, pm2, procs, name, what, app, template, lines, slo):
 def print_workload(w):
     c.section(f"3. Runtime: {w['what']}: pm2 cluster mode vs scalpel serve, 2 workers each")
     lb = w["rps_lower_bound"]
+    old = "serve-lc" in w["rps"]
     mx = lambda t: (">= " if lb[t] else "") + c.fmt_num(w["rps"][t])
+    ms = lambda key: lambda t: c.fmt_ms(w[key][t])
+    num = lambda key, digits=1: lambda t: c.fmt_num(w[key][t], digits)
+
+    def row(label, key, show):
+        cells = [label, show("pm2"), show("serve"), c.fmt_ratio(c.ratio(w[key]["serve"], w[key]["pm2"]))]
+        if old:
+            cells += [show("serve-lc"), c.fmt_ratio(c.ratio(w[key]["serve-lc"], w[key]["pm2"]))]
+        return cells
+
     rows = [
-        [f"max req/s at {w['slo']}", mx("pm2"), mx("serve"), c.fmt_ratio(c.ratio(w["rps"]["serve"], w["rps"]["pm2"]))],
-        [f"p99 ms at {w['fixed_rps']:,} req/s (80% of pm2's max)", c.fmt_ms(w["p99_ms"]["pm2"]),
-         c.fmt_ms(w["p99_ms"]["serve"]), c.fmt_ratio(c.ratio(w["p99_ms"]["serve"], w["p99_ms"]["pm2"]))],
-        ["p50 ms there", c.fmt_ms(w["p50_ms"]["pm2"]), c.fmt_ms(w["p50_ms"]["serve"]),
-         c.fmt_ratio(c.ratio(w["p50_ms"]["serve"], w["p50_ms"]["pm2"]))],
-        ["errors there", c.fmt_num(w["errors"]["pm2"], 0), c.fmt_num(w["errors"]["serve"], 0), ""],
-        ["CPU % (whole tree, 100 = one core)", c.fmt_num(w["cpu_percent"]["pm2"]), c.fmt_num(w["cpu_percent"]["serve"]),
-         c.fmt_ratio(c.ratio(w["cpu_percent"]["serve"], w["cpu_percent"]["pm2"]))],
-        ["CPU µs per request", c.fmt_num(w["cpu_us_per_request"]["pm2"]), c.fmt_num(w["cpu_us_per_request"]["serve"]),
-         c.fmt_ratio(c.ratio(w["cpu_us_per_request"]["serve"], w["cpu_us_per_request"]["pm2"]))],
-        ["memory, PSS MiB (whole tree)", c.fmt_num(w["pss_mb"]["pm2"]), c.fmt_num(w["pss_mb"]["serve"]),
-         c.fmt_ratio(c.ratio(w["pss_mb"]["serve"], w["pss_mb"]["pm2"]))],
+        row(f"max req/s at {w['slo']}", "rps", mx),
+        row(f"p99 ms at {w['fixed_rps']:,} req/s (80% of pm2's max)", "p99_ms", ms("p99_ms")),
+        row("p50 ms there", "p50_ms", ms("p50_ms")),
+        row("errors there", "errors", num("errors", 0)),
+        row("CPU % (whole tree, 100 = one core)", "cpu_percent", num("cpu_percent")),
+        row("CPU µs per request", "cpu_us_per_request", num("cpu_us_per_request")),
+        row("memory, PSS MiB (whole tree)", "pss_mb", num("pss_mb")),
     ]
-    print(c.table(["figure", "pm2", "serve", "serve/pm2"], rows))
+    rows[3][3] = ""
+    head = ["figure", "pm2", "serve", "serve/pm2"]
+    if old:
+        rows[3][5] = ""
+        head += ["serve, least_conn alone", "/pm2"]
+    slots = w.get("serve_max_in_flight_per_worker")
+    print(f"serve: max_in_flight_per_worker = {slots}" if slots else "serve: least_conn alone")
+    print(c.table(head, rows))
 
 
 def metrics(admin):

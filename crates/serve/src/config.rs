@@ -219,6 +219,9 @@ struct RawApp {
     restart: Option<Spanned<RawRestart>>,
     max_memory_mb: Option<Spanned<u64>>,
     sticky_worker: Option<Spanned<String>>,
+    max_in_flight_per_worker: Option<Spanned<i64>>,
+    max_queued: Option<Spanned<i64>>,
+    queue_timeout: Human,
 }
 
 fn d_workers() -> Spanned<i64> {
@@ -443,6 +446,13 @@ pub(crate) struct AppConfig {
     pub(crate) max_memory_bytes: Option<u64>,
     /// Requests with this key go to the same worker while it is ready (`sticky_worker`).
     pub(crate) sticky_worker: Option<StickyKey>,
+    /// Requests one worker is given at once (0: no limit); the rest wait in the app's
+    /// FIFO queue for the first worker with a free slot.
+    pub(crate) max_in_flight_per_worker: usize,
+    /// Requests that may wait in that queue; one more is refused (503 `queue_full`).
+    pub(crate) max_queued: usize,
+    /// How long a request may wait there (503 `queue_timeout`).
+    pub(crate) queue_timeout: Duration,
     /// The address of a direct app's own listening socket.
     pub(crate) listen: Option<SocketAddr>,
     /// A worker with requests waiting for their response head and no response head for
@@ -932,6 +942,10 @@ impl Config {
                     ("avoid_stalled", a.avoid_stalled.as_ref().map(|s| s.span())),
                     ("sticky_worker", a.sticky_worker.as_ref().map(|s| s.span())),
                     (
+                        "max_in_flight_per_worker",
+                        a.max_in_flight_per_worker.as_ref().map(|s| s.span()),
+                    ),
+                    (
                         "avoid_stalled_ms",
                         a.avoid_stalled_ms.as_ref().map(|s| s.span()),
                     ),
@@ -970,6 +984,68 @@ impl Config {
                 })?),
                 None => None,
             };
+            let max_in_flight_per_worker = match &a.max_in_flight_per_worker {
+                Some(m) if !(1..=1_000_000).contains(m.get_ref()) => {
+                    return Err(fail(
+                        Some(m.span()),
+                        format!(
+                            "app `{name}`: max_in_flight_per_worker must be 1 to 1000000 (leave it out for no limit), not {}",
+                            m.get_ref()
+                        ),
+                    ));
+                }
+                Some(m) if a.sticky_worker.is_some() => {
+                    return Err(fail(
+                        Some(m.span()),
+                        format!(
+                            "app `{name}`: max_in_flight_per_worker sends each request to the first worker with a free slot, which sticky_worker forbids: set one of the two"
+                        ),
+                    ));
+                }
+                Some(m) => *m.get_ref() as usize,
+                None => 0,
+            };
+            if max_in_flight_per_worker == 0 {
+                let only_with = [
+                    ("max_queued", a.max_queued.as_ref().map(|s| s.span())),
+                    ("queue_timeout", a.queue_timeout.as_ref().map(|s| s.span())),
+                ];
+                if let Some((key, span)) =
+                    only_with.into_iter().find_map(|(k, s)| s.map(|s| (k, s)))
+                {
+                    return Err(fail(
+                        Some(span),
+                        format!(
+                            "app `{name}`: {key} is the queue of max_in_flight_per_worker, which is not set"
+                        ),
+                    ));
+                }
+            }
+            let max_queued = match &a.max_queued {
+                Some(m) if !(0..=1_000_000).contains(m.get_ref()) => {
+                    return Err(fail(
+                        Some(m.span()),
+                        format!(
+                            "app `{name}`: max_queued must be 0 to 1000000, not {}",
+                            m.get_ref()
+                        ),
+                    ));
+                }
+                Some(m) => *m.get_ref() as usize,
+                None => 1000,
+            };
+            let queue_timeout = match &a.queue_timeout {
+                Some(t) if t.get_ref().0.is_zero() => {
+                    return Err(fail(
+                        Some(t.span()),
+                        format!(
+                            "app `{name}`: queue_timeout must be positive (max_queued = 0 refuses at once instead)"
+                        ),
+                    ));
+                }
+                Some(t) => t.get_ref().0,
+                None => Duration::from_secs(5),
+            };
             ranges.push((base as u32, last as u32, apps.len()));
             names.insert(name.to_string(), apps.len());
             apps.push(Arc::new(AppConfig {
@@ -986,6 +1062,9 @@ impl Config {
                 balance: *a.balance.get_ref(),
                 mode: a.mode,
                 sticky_worker,
+                max_in_flight_per_worker,
+                max_queued,
+                queue_timeout,
                 max_memory_bytes,
                 listen,
                 avoid_stalled: dur(&a.avoid_stalled, &a.avoid_stalled_ms, "avoid_stalled", 500)?,

@@ -12,7 +12,10 @@
 //! (sticky by a key) for A/B tests, and picks a worker with round robin, least
 //! connections or power of two choices — or, with `sticky_worker`, the same worker for
 //! the same cookie, header or client address (rendezvous hashing over the ready workers'
-//! slots: a worker that leaves or fails moves only its own keys). An admin address serves a live page at `/`
+//! slots: a worker that leaves or fails moves only its own keys). With
+//! `max_in_flight_per_worker`, a worker gets at most that many requests at once and the
+//! rest wait in the app's one bounded, time-limited FIFO queue for the first worker that
+//! frees a slot (single-threaded workers with uneven request costs). An admin address serves a live page at `/`
 //! (crate `scalpel-live`, docs/live.md), `/status`, `/metrics` (Prometheus) and
 //! `POST /reload`: the config file is read again and applied by rolling replacement with
 //! no failed request, or refused with its file and line while the running one stays

@@ -78,6 +78,10 @@ pub(crate) struct AppMetrics {
     pub(crate) errors: AtomicU64,
     pub(crate) retries: AtomicU64,
     pub(crate) no_worker: AtomicU64,
+    /// 503s: every slot taken and `max_queued` requests waiting already.
+    pub(crate) queue_full: AtomicU64,
+    /// 503s: no slot came free within `queue_timeout`.
+    pub(crate) queue_timeout: AtomicU64,
     pub(crate) mirrored: AtomicU64,
     /// Requests answered with a protocol switch (WebSocket handshakes).
     pub(crate) upgrades: AtomicU64,
@@ -107,6 +111,8 @@ impl AppMetrics {
             errors: AtomicU64::new(0),
             retries: AtomicU64::new(0),
             no_worker: AtomicU64::new(0),
+            queue_full: AtomicU64::new(0),
+            queue_timeout: AtomicU64::new(0),
             mirrored: AtomicU64::new(0),
             upgrades: AtomicU64::new(0),
             tunnels_open: AtomicU64::new(0),

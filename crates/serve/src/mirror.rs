@@ -330,7 +330,9 @@ async fn send_copy(
         .find(|a| &*a.cfg.name == app)
         .ok_or(Failure::Connect)?;
     let backend = app.pool.select(None, None).ok_or(Failure::Connect)?;
-    let in_flight = backend.begin();
+    // Not held to the app's `max_in_flight_per_worker` (the mirror's own queue bounds
+    // copies), but counted in its workers' slots.
+    let in_flight = app.pool.begin(&backend);
     app.metrics.mirrored.fetch_add(1, Ordering::Relaxed);
     let req = Outgoing {
         method: &copy.method,

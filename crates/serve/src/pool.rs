@@ -1,8 +1,17 @@
 //! The balancer's view of an app: the set of workers that may take traffic (swapped
-//! whole with `ArcSwap`, written only by the supervisor) and the selection algorithms
-//! behind one trait.
+//! whole with `ArcSwap`, written only by the supervisor), the selection algorithms
+//! behind one trait, and — with `max_in_flight_per_worker` — the app's one FIFO queue of
+//! requests waiting for a free worker slot.
+//!
+//! The queue exists for single-threaded CPU-bound workers: a request sent to a busy
+//! worker waits behind whatever runs there (a 512-byte QR render: tens of ms), while one
+//! held here goes to whichever worker frees first (M/G/k with a shared queue instead of
+//! joining the shortest of k queues). Every claim of a slot and every hand-off happens
+//! under the queue's lock, so a slot is never given twice; a slot freed goes to the
+//! oldest waiter first, and a new request takes a slot only when no waiter can.
 
 use std::cell::Cell;
+use std::collections::VecDeque;
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -11,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use scalpel_procstat::TcpQueue;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, oneshot};
 
 use crate::config::Balance;
 use crate::upstream::Attempt;
@@ -301,15 +310,18 @@ impl Backend {
         InFlight {
             backend: self.clone(),
             waiting: AtomicBool::new(true),
+            pool: None,
         }
     }
 }
 
-/// A request in flight on a backend; dropping it ends the request.
+/// A request in flight on a backend; dropping it ends the request (and, in a pool with
+/// `max_in_flight_per_worker`, hands the freed slot to the oldest waiting request).
 #[derive(Debug)]
 pub(crate) struct InFlight {
     backend: Arc<Backend>,
     waiting: AtomicBool,
+    pool: Option<Arc<Pool>>,
 }
 
 impl InFlight {
@@ -333,6 +345,11 @@ impl Drop for InFlight {
             self.backend.waiting.fetch_sub(1, Ordering::Relaxed);
         }
         self.backend.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if let Some(pool) = self.pool.take()
+            && pool.per_worker.load(Ordering::Relaxed) > 0
+        {
+            pool.dispatch();
+        }
     }
 }
 
@@ -467,6 +484,32 @@ pub(crate) struct Pool {
     /// The app's `balance`; a live reload swaps it (one lock-free load per request).
     selection: ArcSwap<Box<dyn Selection>>,
     changed: Notify,
+    /// `max_in_flight_per_worker` (0: no limit, no queue); a live reload changes it.
+    per_worker: AtomicUsize,
+    /// `max_queued`: waiting requests past this are refused at once.
+    max_queued: AtomicUsize,
+    /// Requests waiting for a slot, oldest first. Every slot claim of a limited pool
+    /// happens under this lock.
+    waiters: Mutex<VecDeque<Waiter>>,
+}
+
+/// A request waiting in the queue: where its slot is sent, and the worker it must not
+/// get (its first attempt failed there), if any.
+#[derive(Debug)]
+struct Waiter {
+    tx: oneshot::Sender<InFlight>,
+    avoid: Option<Arc<Backend>>,
+}
+
+/// Why a limited pool gave a request no worker slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// No worker was ready within `wait_for_worker`.
+    NoWorker,
+    /// Every slot was taken and `max_queued` requests were waiting already.
+    QueueFull,
+    /// It waited `queue_timeout` and no slot came free.
+    QueueTimeout,
 }
 
 impl Pool {
@@ -476,18 +519,177 @@ impl Pool {
             write: Mutex::new(()),
             selection: ArcSwap::from_pointee(selection_for(balance)),
             changed: Notify::new(),
+            per_worker: AtomicUsize::new(0),
+            max_queued: AtomicUsize::new(0),
+            waiters: Mutex::new(VecDeque::new()),
         }
     }
 
-    pub(crate) fn add(&self, b: Arc<Backend>) {
-        let _w = self.write.lock().unwrap_or_else(|e| e.into_inner());
-        b.set_state(WorkerState::Ready);
-        let mut next: Vec<Arc<Backend>> = (**self.ready.load()).clone();
-        next.retain(|x| !Arc::ptr_eq(x, &b));
-        next.push(b);
-        next.sort_by_key(|x| x.index);
-        self.ready.store(Arc::new(next));
+    pub(crate) fn add(self: &Arc<Self>, b: Arc<Backend>) {
+        {
+            let _w = self.write.lock().unwrap_or_else(|e| e.into_inner());
+            b.set_state(WorkerState::Ready);
+            let mut next: Vec<Arc<Backend>> = (**self.ready.load()).clone();
+            next.retain(|x| !Arc::ptr_eq(x, &b));
+            next.push(b);
+            next.sort_by_key(|x| x.index);
+            self.ready.store(Arc::new(next));
+        }
         self.changed.notify_waiters();
+        // A new worker's slots go to the requests waiting for one.
+        self.dispatch();
+    }
+
+    /// Sets `max_in_flight_per_worker` (0: off) and `max_queued` (start and live reload);
+    /// waiting requests that now fit are sent at once.
+    pub(crate) fn set_limit(self: &Arc<Self>, per_worker: usize, max_queued: usize) {
+        self.max_queued.store(max_queued, Ordering::Relaxed);
+        self.per_worker.store(per_worker, Ordering::Relaxed);
+        self.dispatch();
+    }
+
+    /// Whether requests go through the slot queue ([`Pool::acquire`]).
+    pub(crate) fn limited(&self) -> bool {
+        self.per_worker.load(Ordering::Relaxed) > 0
+    }
+
+    /// Requests waiting for a slot now.
+    pub(crate) fn queued(&self) -> usize {
+        let q = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+        q.iter().filter(|w| !w.tx.is_closed()).count()
+    }
+
+    /// Counts a request in flight on `b`, which `select` picked (the unlimited path and
+    /// mirror copies): its end still hands a slot on if the pool is limited meanwhile.
+    pub(crate) fn begin(self: &Arc<Self>, b: &Arc<Backend>) -> InFlight {
+        let mut f = b.begin();
+        f.pool = Some(self.clone());
+        f
+    }
+
+    /// A slot on a ready worker for a request of a limited pool: at once when one is
+    /// free and nobody waits for it, else after waiting in the queue (FIFO) up to
+    /// `queue_timeout`. First, with no ready worker at all, it waits up to
+    /// `wait_for_worker` for one, as [`Pool::select_wait`] does. `avoid`: the worker a
+    /// first attempt failed on, used only when no other worker is ready.
+    pub(crate) async fn acquire(
+        self: &Arc<Self>,
+        avoid: Option<&Arc<Backend>>,
+        wait_for_worker: Duration,
+        queue_timeout: Duration,
+    ) -> Result<InFlight, Refused> {
+        if self.ready.load().is_empty() {
+            let deadline = tokio::time::Instant::now() + wait_for_worker;
+            loop {
+                let notified = self.changed.notified();
+                if !self.ready.load().is_empty() {
+                    break;
+                }
+                if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                    return Err(Refused::NoWorker);
+                }
+            }
+        }
+        let rx = {
+            let mut spare = Vec::new();
+            let mut q = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+            // Those already waiting go first.
+            self.dispatch_locked(&mut q, &mut spare);
+            let claimed = if q.is_empty() {
+                self.claim(avoid.map(|a| &**a))
+            } else {
+                None
+            };
+            let got = match claimed {
+                Some(f) => Ok(f),
+                None => {
+                    let max = self.max_queued.load(Ordering::Relaxed);
+                    if q.len() >= max {
+                        q.retain(|w| !w.tx.is_closed());
+                    }
+                    if q.len() >= max {
+                        Err(None)
+                    } else {
+                        let (tx, rx) = oneshot::channel();
+                        q.push_back(Waiter {
+                            tx,
+                            avoid: avoid.cloned(),
+                        });
+                        Err(Some(rx))
+                    }
+                }
+            };
+            drop(q);
+            drop(spare);
+            match got {
+                Ok(f) => return Ok(f),
+                Err(Some(rx)) => rx,
+                Err(None) => return Err(Refused::QueueFull),
+            }
+        };
+        match tokio::time::timeout(queue_timeout, rx).await {
+            Ok(Ok(f)) => Ok(f),
+            // The pool itself went away (its app was removed): no worker will come.
+            Ok(Err(_)) => Err(Refused::NoWorker),
+            Err(_) => Err(Refused::QueueTimeout),
+        }
+    }
+
+    /// Hands free slots to waiting requests, oldest first (after a slot was freed, a
+    /// worker joined, or the limit changed).
+    fn dispatch(self: &Arc<Self>) {
+        let mut spare = Vec::new();
+        {
+            let mut q = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+            self.dispatch_locked(&mut q, &mut spare);
+        }
+        // A slot sent to a waiter that had just given up comes back here; dropping it
+        // (outside the lock) frees it and dispatches again.
+        drop(spare);
+    }
+
+    fn dispatch_locked(self: &Arc<Self>, q: &mut VecDeque<Waiter>, spare: &mut Vec<InFlight>) {
+        let mut i = 0;
+        while i < q.len() {
+            if q[i].tx.is_closed() {
+                q.remove(i);
+                continue;
+            }
+            match self.claim(q[i].avoid.as_deref()) {
+                Some(f) => {
+                    let w = q.remove(i).expect("index checked");
+                    if let Err(f) = w.tx.send(f) {
+                        spare.push(f);
+                    }
+                }
+                // Nothing free at all: the others wait too.
+                None if q[i].avoid.is_none() => break,
+                // Only the worker this one avoids is free: the next may take it.
+                None => i += 1,
+            }
+        }
+    }
+
+    /// A slot on a worker with one free (fewer than `max_in_flight_per_worker` in
+    /// flight), chosen among those by the app's `balance`; stalled workers and `avoid`
+    /// only when no other worker is ready at all. Called under the queue's lock only.
+    fn claim(self: &Arc<Self>, avoid: Option<&Backend>) -> Option<InFlight> {
+        let limit = match self.per_worker.load(Ordering::Relaxed) {
+            0 => usize::MAX,
+            n => n,
+        };
+        let set = self.ready.load();
+        let others = set.iter().any(|b| !avoided(b, avoid));
+        let free: Vec<Arc<Backend>> = set
+            .iter()
+            .filter(|b| (!others || !avoided(b, avoid)) && b.in_flight() < limit)
+            .cloned()
+            .collect();
+        if free.is_empty() {
+            return None;
+        }
+        let b = self.selection.load().select(&free, None).clone();
+        Some(self.begin(&b))
     }
 
     pub(crate) fn remove(&self, b: &Arc<Backend>) {
@@ -682,5 +884,103 @@ mod tests {
         assert!(b.stalled());
         drop(waiting);
         assert!(!b.stalled());
+    }
+
+    fn limited_pool(workers: usize, per_worker: usize, max_queued: usize) -> Arc<Pool> {
+        let pool = Arc::new(Pool::new(Balance::LeastConn));
+        pool.set_limit(per_worker, max_queued);
+        for b in set(workers) {
+            pool.add(b);
+        }
+        pool
+    }
+
+    /// Waits (yielding) until `n` requests are queued.
+    async fn until_queued(pool: &Pool, n: usize) {
+        for _ in 0..10_000 {
+            if pool.queued() == n {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+        panic!("never {n} queued: {}", pool.queued());
+    }
+
+    /// With one slot per worker, the requests past the slots wait; each freed slot goes
+    /// to the oldest waiter (whichever worker freed it), never to two requests at once.
+    #[tokio::test]
+    async fn a_freed_slot_goes_to_the_oldest_waiter_and_never_twice() {
+        let pool = limited_pool(2, 1, 10);
+        let long = Duration::from_secs(3600);
+        let a = pool.acquire(None, long, long).await.unwrap();
+        let b = pool.acquire(None, long, long).await.unwrap();
+        assert_ne!(a.backend().index(), b.backend().index());
+        let p = pool.clone();
+        let first = tokio::spawn(async move { p.acquire(None, long, long).await });
+        until_queued(&pool, 1).await;
+        let p = pool.clone();
+        let second = tokio::spawn(async move { p.acquire(None, long, long).await });
+        until_queued(&pool, 2).await;
+        let (b_index, a_index) = (b.backend().index(), a.backend().index());
+        drop(b);
+        let got = first.await.unwrap().unwrap();
+        assert_eq!(
+            got.backend().index(),
+            b_index,
+            "the oldest waiter gets the freed slot"
+        );
+        assert_eq!(pool.queued(), 1);
+        assert!(!second.is_finished());
+        assert_eq!(got.backend().in_flight(), 1, "one request per slot");
+        drop(a);
+        let got2 = second.await.unwrap().unwrap();
+        assert_eq!(got2.backend().index(), a_index);
+        assert_eq!(pool.queued(), 0);
+    }
+
+    /// The queue is bounded: past `max_queued` a request is refused at once; a waiter
+    /// gives up after `queue_timeout`, and the slot freed later is not lost to it.
+    #[tokio::test]
+    async fn the_queue_refuses_when_full_and_waiters_time_out() {
+        let pool = limited_pool(1, 1, 1);
+        let long = Duration::from_secs(3600);
+        let held = pool.acquire(None, long, long).await.unwrap();
+        let p = pool.clone();
+        let waiter = tokio::spawn(async move { p.acquire(None, long, long).await });
+        until_queued(&pool, 1).await;
+        let full = pool.acquire(None, long, long).await.unwrap_err();
+        assert_eq!(full, Refused::QueueFull);
+        waiter.abort();
+        let _ = waiter.await;
+        let timed = pool
+            .acquire(None, long, Duration::from_millis(20))
+            .await
+            .unwrap_err();
+        assert_eq!(timed, Refused::QueueTimeout);
+        drop(held);
+        // The slot is free again, for the next request.
+        let again = pool.acquire(None, long, long).await.unwrap();
+        assert_eq!(again.backend().in_flight(), 1);
+    }
+
+    /// A resend avoids the worker its first attempt failed on, while another worker is
+    /// ready: it waits for that one's slot even if the avoided worker's is free.
+    #[tokio::test]
+    async fn a_resend_waits_for_another_worker_than_the_one_it_failed_on() {
+        let pool = limited_pool(2, 1, 10);
+        let long = Duration::from_secs(3600);
+        let a = pool.acquire(None, long, long).await.unwrap();
+        let b = pool.acquire(None, long, long).await.unwrap();
+        let failed_on = a.backend().clone();
+        drop(a);
+        let p = pool.clone();
+        let avoid = failed_on.clone();
+        let resend = tokio::spawn(async move { p.acquire(Some(&avoid), long, long).await });
+        until_queued(&pool, 1).await;
+        let b_index = b.backend().index();
+        drop(b);
+        let got = resend.await.unwrap().unwrap();
+        assert_eq!(got.backend().index(), b_index);
+        assert_ne!(got.backend().index(), failed_on.index());
     }
 }

@@ -29,7 +29,7 @@ use crate::config::{RouteConfig, ServerConfig};
 use crate::h1::Outgoing;
 use crate::metrics::{AppMetrics, NotResent};
 use crate::mirror::{Mirror, MirrorQueue, Tee};
-use crate::pool::{Backend, Eject, InFlight, fast_random};
+use crate::pool::{Backend, Eject, InFlight, Refused, fast_random};
 use crate::sticky;
 use crate::supervisor::App;
 use crate::tunnel;
@@ -487,24 +487,29 @@ impl Shared {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let backend = match app
-                .pool
-                .select_wait(avoid.as_deref(), worker_key, lim.wait_for_worker)
-                .await
-            {
-                Some(b) => b,
-                None => {
-                    app.metrics.no_worker.fetch_add(1, Ordering::Relaxed);
-                    return json_error(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "no_worker",
-                        &format!("no ready worker for app `{}`", app.cfg.name),
-                    );
+            let in_flight = if app.pool.limited() {
+                // `max_in_flight_per_worker`: a slot on a worker, from the app's queue.
+                match app
+                    .pool
+                    .acquire(avoid.as_ref(), lim.wait_for_worker, app.cfg.queue_timeout)
+                    .await
+                {
+                    Ok(f) => f,
+                    Err(why) => return self.refused(app, why),
+                }
+            } else {
+                match app
+                    .pool
+                    .select_wait(avoid.as_deref(), worker_key, lim.wait_for_worker)
+                    .await
+                {
+                    Some(b) => app.pool.begin(&b),
+                    None => return self.refused(app, Refused::NoWorker),
                 }
             };
+            let backend = in_flight.backend().clone();
             // Formatted only when needed (errors): not on the request path.
             let name = || format!("{}#{}", app.cfg.name, backend.index());
-            let in_flight = backend.begin();
             let track = Attempt::default();
             let outcome = {
                 let exchange = async {
@@ -671,6 +676,50 @@ impl Shared {
                         ),
                     );
                 }
+            }
+        }
+    }
+
+    /// No worker slot for the request: none ready within `wait_for_worker` (503
+    /// `no_worker`), or — with `max_in_flight_per_worker` — the queue full (503
+    /// `queue_full`, `Retry-After: 1`) or no slot within `queue_timeout` (503
+    /// `queue_timeout`). Counted per app.
+    fn refused(&self, app: &App, why: Refused) -> Response<ProxyBody> {
+        let name = &app.cfg.name;
+        match why {
+            Refused::NoWorker => {
+                app.metrics.no_worker.fetch_add(1, Ordering::Relaxed);
+                json_error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "no_worker",
+                    &format!("no ready worker for app `{name}`"),
+                )
+            }
+            Refused::QueueFull => {
+                app.metrics.queue_full.fetch_add(1, Ordering::Relaxed);
+                let mut res = json_error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "queue_full",
+                    &format!(
+                        "every worker of app `{name}` has max_in_flight_per_worker = {} requests \
+                         and {} more wait (max_queued)",
+                        app.cfg.max_in_flight_per_worker, app.cfg.max_queued
+                    ),
+                );
+                res.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                res
+            }
+            Refused::QueueTimeout => {
+                app.metrics.queue_timeout.fetch_add(1, Ordering::Relaxed);
+                json_error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "queue_timeout",
+                    &format!(
+                        "no worker of app `{name}` had a free slot within {} (queue_timeout)",
+                        scalpel_units::format_duration(app.cfg.queue_timeout)
+                    ),
+                )
             }
         }
     }

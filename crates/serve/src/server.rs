@@ -97,6 +97,11 @@ pub struct AppStatus {
     pub sticky_worker: Option<String>,
     /// Workers in rotation.
     pub ready: usize,
+    /// `max_in_flight_per_worker`, when set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_in_flight_per_worker: Option<usize>,
+    /// Requests waiting in the app's queue for a free worker slot (0 without a limit).
+    pub queued: usize,
     /// One entry per worker slot.
     pub workers: Vec<WorkerStatus>,
 }
@@ -620,6 +625,9 @@ async fn reload(shared: &Shared, lock: &tokio::sync::Mutex<()>) -> Result<(), Se
         if find(&app.cfg.name).is_some_and(|old| old.cfg.balance != app.cfg.balance) {
             app.pool.set_balance(app.cfg.balance);
         }
+        // So do its slot limit and queue (requests waiting now keep their place).
+        app.pool
+            .set_limit(app.cfg.max_in_flight_per_worker, app.cfg.max_queued);
     }
     shared.table.store(Arc::new(Table {
         generation: table.generation + 1,
@@ -1288,6 +1296,8 @@ fn status(shared: &Shared) -> Status {
             balance: app.cfg.balance.name(),
             sticky_worker: app.cfg.sticky_worker.as_ref().map(|k| k.to_string()),
             ready: app.pool.len(),
+            max_in_flight_per_worker: Some(app.cfg.max_in_flight_per_worker).filter(|&n| n > 0),
+            queued: app.pool.queued(),
             workers: app
                 .slots
                 .iter()
@@ -1376,6 +1386,36 @@ fn metrics_text(shared: &Shared) -> String {
         p.family(name, "counter", help);
         for app in &table.apps {
             p.sample(name, &[("app", &app.cfg.name)], load(get(&app.metrics)));
+        }
+    }
+    p.family(
+        "scalpel_serve_queued",
+        "gauge",
+        "Requests waiting in the app's queue for a free worker slot (max_in_flight_per_worker).",
+    );
+    for app in &table.apps {
+        p.sample(
+            "scalpel_serve_queued",
+            &[("app", &app.cfg.name)],
+            app.pool.queued() as f64,
+        );
+    }
+    p.family(
+        "scalpel_serve_queue_rejected_total",
+        "counter",
+        "Requests answered 503 by the app's queue: queue_full (max_queued waiting already) or \
+         queue_timeout (no free worker slot within queue_timeout).",
+    );
+    for app in &table.apps {
+        for (reason, n) in [
+            ("queue_full", &app.metrics.queue_full),
+            ("queue_timeout", &app.metrics.queue_timeout),
+        ] {
+            p.sample(
+                "scalpel_serve_queue_rejected_total",
+                &[("app", &app.cfg.name), ("reason", reason)],
+                load(n),
+            );
         }
     }
     p.family(

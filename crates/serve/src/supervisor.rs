@@ -289,6 +289,7 @@ struct SlotCtx {
 /// Starts the slots of `cfg`; each begins spawning its worker at once.
 pub(crate) fn start_app(cfg: Arc<AppConfig>, env: AppEnv) -> App {
     let pool = Arc::new(Pool::new(cfg.balance));
+    pool.set_limit(cfg.max_in_flight_per_worker, cfg.max_queued);
     let metrics = Arc::new(AppMetrics::new());
     let slots = (0..cfg.workers)
         .map(|index| start_slot(&cfg, &pool, &metrics, &env, index, false))

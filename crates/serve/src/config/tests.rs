@@ -459,3 +459,62 @@ fn a_live_reload_refuses_what_cannot_change_while_running() {
         .expect("refused");
     assert!(why.contains("mirrored routes changed"), "{why}");
 }
+
+#[test]
+fn the_worker_slot_queue_is_checked() {
+    let with =
+        |keys: &str| MINIMAL.replace("port_base = 3001\n", &format!("port_base = 3001\n{keys}\n"));
+    let c = Config::parse(&with("max_in_flight_per_worker = 1"), Path::new("/s.toml")).unwrap();
+    let app = &c.apps[0];
+    assert_eq!(app.max_in_flight_per_worker, 1);
+    assert_eq!(app.max_queued, 1000);
+    assert_eq!(app.queue_timeout, Duration::from_secs(5));
+    let c = Config::parse(
+        &with("max_in_flight_per_worker = 2\nmax_queued = 0\nqueue_timeout = \"250ms\""),
+        Path::new("/s.toml"),
+    )
+    .unwrap();
+    let app = &c.apps[0];
+    assert_eq!(
+        (
+            app.max_in_flight_per_worker,
+            app.max_queued,
+            app.queue_timeout
+        ),
+        (2, 0, Duration::from_millis(250))
+    );
+    assert_eq!(
+        Config::parse(MINIMAL, Path::new("/s.toml")).unwrap().apps[0].max_in_flight_per_worker,
+        0
+    );
+    assert_rejected(
+        &with("max_in_flight_per_worker = 0"),
+        Some(10),
+        "must be 1 to 1000000",
+    );
+    assert_rejected(
+        &with("max_queued = 10"),
+        Some(10),
+        "max_queued is the queue of max_in_flight_per_worker",
+    );
+    assert_rejected(
+        &with("queue_timeout = \"1s\""),
+        Some(10),
+        "queue_timeout is the queue of",
+    );
+    assert_rejected(
+        &with("max_in_flight_per_worker = 1\nqueue_timeout = \"0s\""),
+        Some(11),
+        "queue_timeout must be positive",
+    );
+    assert_rejected(
+        &with("max_in_flight_per_worker = 1\nsticky_worker = \"ip\""),
+        Some(10),
+        "sticky_worker forbids",
+    );
+    assert_rejected(
+        &with("max_in_flight_per_worker = 1\nmode = \"direct\"\nlisten = \"127.0.0.1:8081\""),
+        Some(10),
+        "max_in_flight_per_worker is a per-request setting",
+    );
+}
