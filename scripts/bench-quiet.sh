@@ -19,7 +19,8 @@
 #                  (SCENARIOS=tls bench-serve.sh)
 #   ladder    #13  the QR ladder served: tier 4 vs tier 3 and tier 0   (scripts/demo --only ladder)
 #   payments  #13  Go vs Rust stats ramped to the SLO                  (scripts/demo --only payments)
-#   runtime   #13  pm2 vs serve on the uneven workload                 (scripts/demo --only runtime)
+#   runtime   #13  pm2 vs serve on the uneven workload                 (scripts/demo --only runtime;
+#                  serve with max_in_flight_per_worker = 1, and least_conn alone as serve-lc)
 #
 # Writes target/bench-quiet/RESULTS.md: one markdown section per target (figure, ratio,
 # spread over repeats, target met / NOT met, the command, nproc, CPU model, load average
@@ -48,7 +49,8 @@ if [ "$SMOKE" = 1 ]; then
                  --set 'ladder_ramp=[0.5,0.5,1.5]')
     DEMO_PAYMENTS=(--set pay_step=1s --set 'pay_ramp=[2000,4000,30000]' --set pay_fixed=2s --set pay_repeats=1)
     DEMO_RUNTIME=(--set rt_probe=1s --set rt_step=1s --set 'rt_ramp=[0.5,0.5,1.5]' --set rt_fixed=2s
-                  --set rt_repeats=1 --set 'rt_workloads=["uneven"]' --set rt_ab=false)
+                  --set rt_repeats=1 --set 'rt_workloads=["uneven"]' --set rt_ab=false --set rt_serve_slots=1
+                  --set rt_serve_old=true)
 else
     : "${DIRECT_DUR:=8}" "${DIRECT_REPEATS:=3}" "${FROZEN_DUR:=10}" "${FROZEN_REPEATS:=3}"
     : "${SHARDS_DUR:=8s}" "${SHARDS_REPEATS:=3}" "${TLS_DUR:=6s}" "${TLS_REPEATS:=3}"
@@ -57,7 +59,8 @@ else
                  --set 'ladder_ramp=[0.3,0.1,1.5]')
     DEMO_PAYMENTS=(--set pay_step=3s --set 'pay_ramp=[1000,1500,120000]' --set pay_fixed=10s --set pay_repeats=1)
     DEMO_RUNTIME=(--set rt_probe=3s --set rt_step=3s --set 'rt_ramp=[0.3,0.1,1.6]' --set rt_fixed=10s
-                  --set rt_repeats=2 --set 'rt_workloads=["uneven"]' --set rt_ab=false --set rt_serve_old=true)
+                  --set rt_repeats=2 --set 'rt_workloads=["uneven"]' --set rt_ab=false
+                  --set rt_serve_slots=1 --set rt_serve_old=true)
 fi
 
 mkdir -p "$LOGS"

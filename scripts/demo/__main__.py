@@ -31,9 +31,10 @@ QUICK = {
     "rt_probe": "2s", "rt_ramp": (0.2, 0.15, 1.55), "rt_step": "2s", "rt_fixed": "5s", "rt_repeats": 1,
     "ab_duration": "8s",
     "rt_workloads": ["hello", "qr", "uneven"], "rt_ab": True,
-    # serve's max_in_flight_per_worker (0: least_conn alone); rt_serve_old adds serve with
-    # least_conn alone as a third target (serve-lc), alternating: old vs new in one run.
-    "rt_serve_slots": 1, "rt_serve_old": False,
+    # serve's max_in_flight_per_worker (0: least_conn alone, the default until a quiet run
+    # shows the queue wins); rt_serve_old adds serve with least_conn alone as a third target
+    # (serve-lc), alternating: old vs new in one run (scripts/bench-quiet.sh sets both).
+    "rt_serve_slots": 0, "rt_serve_old": False,
 }
 FULL = {
     "mode": "full",
@@ -44,9 +45,10 @@ FULL = {
     "rt_probe": "5s", "rt_ramp": (0.3, 0.1, 1.6), "rt_step": "5s", "rt_fixed": "15s", "rt_repeats": 3,
     "ab_duration": "30s",
     "rt_workloads": ["hello", "qr", "uneven"], "rt_ab": True,
-    # serve's max_in_flight_per_worker (0: least_conn alone); rt_serve_old adds serve with
-    # least_conn alone as a third target (serve-lc), alternating: old vs new in one run.
-    "rt_serve_slots": 1, "rt_serve_old": False,
+    # serve's max_in_flight_per_worker (0: least_conn alone, the default until a quiet run
+    # shows the queue wins); rt_serve_old adds serve with least_conn alone as a third target
+    # (serve-lc), alternating: old vs new in one run (scripts/bench-quiet.sh sets both).
+    "rt_serve_slots": 0, "rt_serve_old": False,
 }
 STAGES = ["ladder", "payments", "runtime"]
 
