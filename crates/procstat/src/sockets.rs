@@ -179,7 +179,11 @@ pub fn connections_held(pid: u32, port: u16) -> Result<Vec<HeldConnection>, Proc
         return Ok(out);
     }
     for entry in entries.flatten() {
-        let Some(fd) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+        let Some(fd) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
             continue;
         };
         // A descriptor closed meanwhile has no link: skipped.
@@ -338,7 +342,11 @@ mod tests {
         assert_eq!(held[0].fd, server.as_raw_fd());
         assert_eq!(held[0].remote_port, client.local_addr().unwrap().port());
         drop(server);
-        assert!(connections_held(std::process::id(), port).unwrap().is_empty());
+        assert!(
+            connections_held(std::process::id(), port)
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[test]

@@ -26,7 +26,7 @@
 //! The worker's process tree is stopped (SIGSTOP) before anything is read, so its counts
 //! cannot move, and must be killed right after (SIGKILL, no grace): after a grace period
 //! it could read from sockets serve now serves. When the kernel refuses the system calls
-//! (seccomp, a ptrace policy such as Yama's `ptrace_scope` 3, Linux before 5.6), the tree
+//! (seccomp, Yama's `ptrace_scope` 3, or 2 without `CAP_SYS_PTRACE`, Linux before 5.6), the tree
 //! is let go again and the replacement proceeds as before, with one log line.
 //!
 //! It must NOT take a connection the worker read from for another worker (a resend), nor
@@ -177,13 +177,23 @@ async fn serve_rescued(client: TcpStream, target: SocketAddr) {
         Ok(Ok(w)) => w,
         Ok(Err(e)) => {
             let detail = format!("the app's socket {target} refused the rescued connection: {e}");
-            return answer_and_close(client, StatusCode::SERVICE_UNAVAILABLE, "no_worker", &detail)
-                .await;
+            return answer_and_close(
+                client,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "no_worker",
+                &detail,
+            )
+            .await;
         }
         Err(_) => {
             let detail = format!("the app's socket {target} did not accept within 5 s");
-            return answer_and_close(client, StatusCode::SERVICE_UNAVAILABLE, "no_worker", &detail)
-                .await;
+            return answer_and_close(
+                client,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "no_worker",
+                &detail,
+            )
+            .await;
         }
     };
     let _ = worker.set_nodelay(true);

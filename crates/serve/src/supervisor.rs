@@ -849,7 +849,8 @@ impl SlotCtx {
                     %error,
                     "cannot take over the stuck worker's accepted connections (pidfd_getfd \
                      needs Linux 5.6+ and ptrace access to the worker: no seccomp filter \
-                     against it, Yama ptrace_scope below 3); they close with the worker"
+                     against it, Yama ptrace_scope 0 or 1, or CAP_SYS_PTRACE at 2); they close \
+                     with the worker"
                 );
                 self.eject(p, why);
                 grace

@@ -58,10 +58,7 @@ async fn read_response_now(c: &mut TcpStream) -> Result<(String, String), String
             }
             match c.read(&mut chunk).await {
                 Ok(0) => {
-                    return Err(format!(
-                        "closed after {:?}",
-                        String::from_utf8_lossy(&buf)
-                    ));
+                    return Err(format!("closed after {:?}", String::from_utf8_lossy(&buf)));
                 }
                 Ok(n) => buf.extend_from_slice(&chunk[..n]),
                 Err(e) => return Err(format!("{e} after {:?}", String::from_utf8_lossy(&buf))),
@@ -96,7 +93,9 @@ async fn direct_mode_frozen_workers_unread_connections_are_answered_by_another_w
         let read_half = scalpel_procstat::tcp_queues(listen.port())
             .unwrap_or_default()
             .iter()
-            .any(|q| q.local_port == listen.port() && q.remote_port == half_port && q.rx_queue == 0);
+            .any(|q| {
+                q.local_port == listen.port() && q.remote_port == half_port && q.rx_queue == 0
+            });
         held.len() == FRESH + 1 && read_half
     })
     .await;
@@ -145,7 +144,10 @@ async fn direct_mode_frozen_workers_unread_connections_are_answered_by_another_w
     let mut got = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(60), half.read_to_end(&mut got)).await;
     let got = String::from_utf8_lossy(&got).into_owned();
-    assert!(got.starts_with("HTTP/1.1 504"), "half-read request: {got:?}");
+    assert!(
+        got.starts_with("HTTP/1.1 504"),
+        "half-read request: {got:?}"
+    );
     let body = got.split("\r\n\r\n").nth(1).unwrap_or_default();
     let (kind, _) = scalpel_http::parse_error_body(body.as_bytes())
         .unwrap_or_else(|| panic!("not the JSON error grammar: {got:?}"));
