@@ -72,7 +72,7 @@ impl NotResent {
 /// What became of a connection a stuck direct-mode worker had accepted, when it was
 /// replaced (see `rescue`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Rescued {
+pub(crate) enum AtReplacement {
     /// The worker had read none of it: served on by another worker.
     Rescued,
     /// The worker had read (part of) its request and answered nothing: answered 504.
@@ -84,20 +84,20 @@ pub(crate) enum Rescued {
     OverLimit,
 }
 
-impl Rescued {
-    pub(crate) const ALL: [Rescued; 4] = [
-        Rescued::Rescued,
-        Rescued::HalfRead,
-        Rescued::InUse,
-        Rescued::OverLimit,
+impl AtReplacement {
+    pub(crate) const ALL: [AtReplacement; 4] = [
+        AtReplacement::Rescued,
+        AtReplacement::HalfRead,
+        AtReplacement::InUse,
+        AtReplacement::OverLimit,
     ];
 
     pub(crate) fn name(self) -> &'static str {
         match self {
-            Rescued::Rescued => "rescued",
-            Rescued::HalfRead => "half_read",
-            Rescued::InUse => "in_use",
-            Rescued::OverLimit => "over_limit",
+            AtReplacement::Rescued => "rescued",
+            AtReplacement::HalfRead => "half_read",
+            AtReplacement::InUse => "in_use",
+            AtReplacement::OverLimit => "over_limit",
         }
     }
 }
@@ -122,7 +122,7 @@ pub(crate) struct AppMetrics {
     pub(crate) memory_replacements: AtomicU64,
     /// Requests answered with an error instead of resent, by [`NotResent`].
     pub(crate) not_resent: [AtomicU64; 3],
-    /// Connections of a stuck direct-mode worker at its replacement, by [`Rescued`].
+    /// Connections of a stuck direct-mode worker at its replacement, by [`AtReplacement`].
     pub(crate) rescued: [AtomicU64; 4],
     /// Rescued connections still open.
     pub(crate) rescued_open: AtomicU64,

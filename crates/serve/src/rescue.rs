@@ -48,7 +48,7 @@ use rustix::process::{PidfdFlags, PidfdGetfdFlags, pidfd_getfd, pidfd_open};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::metrics::{AppMetrics, Rescued};
+use crate::metrics::{AppMetrics, AtReplacement};
 
 /// At most this many connections are taken from one worker (each costs serve two
 /// descriptors while it lasts); the rest close with the worker, counted `over_limit`.
@@ -64,7 +64,7 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// the client could lose the answer.
 const LINGER: Duration = Duration::from_secs(2);
 
-/// What a rescue found, by [`Rescued`] outcome.
+/// What a rescue found, by [`AtReplacement`] outcome.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Counts {
     pub(crate) rescued: u64,
@@ -121,12 +121,12 @@ pub(crate) async fn rescue(root: u32, listen: SocketAddr, metrics: &Arc<AppMetri
         over_limit: taken.over_limit,
     };
     for (outcome, n) in [
-        (Rescued::Rescued, counts.rescued),
-        (Rescued::HalfRead, counts.half_read),
-        (Rescued::InUse, counts.in_use),
-        (Rescued::OverLimit, counts.over_limit),
+        (AtReplacement::Rescued, counts.rescued),
+        (AtReplacement::HalfRead, counts.half_read),
+        (AtReplacement::InUse, counts.in_use),
+        (AtReplacement::OverLimit, counts.over_limit),
     ] {
-        let i = Rescued::ALL.iter().position(|r| *r == outcome).unwrap_or(0);
+        let i = AtReplacement::ALL.iter().position(|r| *r == outcome).unwrap_or(0);
         metrics.rescued[i].fetch_add(n, Ordering::Relaxed);
     }
     let target = connect_address(listen);

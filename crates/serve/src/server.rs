@@ -1429,7 +1429,7 @@ fn metrics_text(shared: &Shared) -> String {
          closed with it), over_limit.",
     );
     for app in &table.apps {
-        for (i, r) in crate::metrics::Rescued::ALL.iter().enumerate() {
+        for (i, r) in crate::metrics::AtReplacement::ALL.iter().enumerate() {
             p.sample(
                 "scalpel_serve_direct_connections_at_replacement_total",
                 &[("app", &app.cfg.name), ("outcome", r.name())],
