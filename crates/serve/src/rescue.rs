@@ -126,7 +126,10 @@ pub(crate) async fn rescue(root: u32, listen: SocketAddr, metrics: &Arc<AppMetri
         (AtReplacement::InUse, counts.in_use),
         (AtReplacement::OverLimit, counts.over_limit),
     ] {
-        let i = AtReplacement::ALL.iter().position(|r| *r == outcome).unwrap_or(0);
+        let i = AtReplacement::ALL
+            .iter()
+            .position(|r| *r == outcome)
+            .unwrap_or(0);
         metrics.rescued[i].fetch_add(n, Ordering::Relaxed);
     }
     let target = connect_address(listen);
