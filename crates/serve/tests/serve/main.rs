@@ -4,6 +4,7 @@
 
 mod live;
 mod queue;
+mod rescue;
 mod serve;
 mod tls;
 mod util;
