@@ -24,8 +24,9 @@
 # PARTS picks the comparisons (default "h1 h2 hs"); two more can be added:
 #   cost  the https HTTP/1.1 comparison in figures a loaded machine does not blur: for
 #         scalpel and wrk against the same nginx, system calls per request (strace -c -f),
-#         user-space instructions per request (callgrind; two request counts and their
-#         difference, so start-up and handshakes drop out) and the nginx worker's CPU
+#         user-space instructions per request (callgrind, 2 connections: under valgrind
+#         wrk's 50 handshakes time out; two request counts and their difference, so
+#         start-up and handshakes drop out) and the nginx worker's CPU
 #         ticks per request (its /proc/PID/stat during an ordinary run: which side is the
 #         bottleneck), and the TLS 1.3 cipher suite nginx chose with each;
 #   old   OLD_SCALPEL=PATH (another build, e.g. main's) joins the h1 alternation, so old
@@ -216,8 +217,8 @@ cost() { # LABEL BINARY
   nginx_strace_stop
   syscalls "nginx with $label" "$WORK/nginx-strace.txt" "$(json "s['answered']")"
   local n1=$((COST_N / 10)) n2=$((COST_N / 2)) a b
-  a=$(callgrind_ir "$bin" load --no-progress --threads 1 -c "$CONNS" -n "$n1" "${TLS[@]}" "$URL")
-  b=$(callgrind_ir "$bin" load --no-progress --threads 1 -c "$CONNS" -n "$n2" "${TLS[@]}" "$URL")
+  a=$(callgrind_ir "$bin" load --no-progress --threads 1 -c 2 -n "$n1" "${TLS[@]}" "$URL")
+  b=$(callgrind_ir "$bin" load --no-progress --threads 1 -c 2 -n "$n2" "${TLS[@]}" "$URL")
   ir_per_request "$label" "$a" "$n1" "$b" "$n2"
 }
 cost_wrk() {
@@ -231,8 +232,8 @@ cost_wrk() {
   nginx_strace_stop
   syscalls "nginx with wrk" "$WORK/nginx-strace.txt" "$(wrk_count <<<"$out")"
   local a b na nb
-  a=$(callgrind_ir wrk -t1 -c "$CONNS" -d 2s "$URL"); na=$(wrk_count <"$WORK/cg.stdout")
-  b=$(callgrind_ir wrk -t1 -c "$CONNS" -d 8s "$URL"); nb=$(wrk_count <"$WORK/cg.stdout")
+  a=$(callgrind_ir wrk -t1 -c 2 --timeout 5s -d 3s "$URL"); na=$(wrk_count <"$WORK/cg.stdout")
+  b=$(callgrind_ir wrk -t1 -c 2 --timeout 5s -d 9s "$URL"); nb=$(wrk_count <"$WORK/cg.stdout")
   ir_per_request wrk "$a" "$na" "$b" "$nb"
 }
 cipher_of() { # LABEL COMMAND...: the suite nginx chose for this client's connections
