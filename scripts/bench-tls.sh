@@ -21,7 +21,7 @@
 # ECDSA P-256 certificate made here with openssl, `return 200` with a 14-byte body,
 # keepalive_requests high enough that no connection is ended during a run.
 #
-# PARTS picks the comparisons (default "h1 h2 hs"); two more can be added:
+# TLS_PARTS picks the comparisons (not PARTS: bench-quiet.sh uses that name) (default "h1 h2 hs"); two more can be added:
 #   cost  the https HTTP/1.1 comparison in figures a loaded machine does not blur: for
 #         scalpel and wrk against the same nginx, system calls per request (strace -c -f),
 #         user-space instructions per request (callgrind, 2 connections: under valgrind
@@ -30,11 +30,11 @@
 #         ticks per request (its /proc/PID/stat during an ordinary run: which side is the
 #         bottleneck), and the TLS 1.3 cipher suite nginx chose with each;
 #   old   OLD_SCALPEL=PATH (another build, e.g. main's) joins the h1 alternation, so old
-#         and new are compared in one run: `PARTS="h1 old" OLD_SCALPEL=... ./run bench tls`.
+#         and new are compared in one run: `TLS_PARTS="h1 old" OLD_SCALPEL=... ./run bench tls`.
 #
 # Installs wrk, h2load (nghttp2-client) and nginx with apt-get if missing. Honors
 # CARGO_TARGET_DIR and SKIP_BUILD=1. Environment: DUR (10s), REPEATS (5), CONNS (50), H2_CONNS (4),
-# H2_STREAMS (16), HS_CONNS (16), PARTS ("h1 h2 hs"), COST_N (20000: requests of the cost runs).
+# H2_STREAMS (16), HS_CONNS (16), TLS_PARTS ("h1 h2 hs"), COST_N (20000: requests of the cost runs).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -45,11 +45,11 @@ CONNS="${CONNS:-50}"
 H2_CONNS="${H2_CONNS:-4}"
 H2_STREAMS="${H2_STREAMS:-16}"
 HS_CONNS="${HS_CONNS:-16}"
-PARTS="${PARTS:-h1 h2 hs}"
+TLS_PARTS="${TLS_PARTS:-h1 h2 hs}"
 COST_N="${COST_N:-20000}"
 OLD_SCALPEL="${OLD_SCALPEL:-}"
 SECS="${DUR%s}"
-has() { [[ " $PARTS " == *" $1 "* ]]; }
+has() { [[ " $TLS_PARTS " == *" $1 "* ]]; }
 
 need() { command -v "$1" >/dev/null 2>&1 || [[ -x "/usr/sbin/$1" ]]; }
 if ! need wrk || ! need nginx || ! need h2load; then
