@@ -8,7 +8,8 @@
 //!
 //! It must not do HTTP or anything but read `/proc`; it runs on Linux only.
 //!
-//! Main items: [`read_tree`] / [`read_set`] give one [`TreeReading`]; [`cpu_percent`]
+//! Main items: [`read_tree`] / [`read_set`] give one [`TreeReading`], [`read_each`] one
+//! per root from a single pass; [`cpu_percent`]
 //! turns two readings into CPU%; [`TreeSampler`] samples on a background thread and
 //! summarizes windows ([`ResourceSummary`]) between [`SampleMark`]s; [`pid_listening_on`]
 //! finds a server by its port; [`tree_pids`] lists a tree. For a supervisor:
@@ -144,6 +145,15 @@ pub fn read_set(roots: &[u32]) -> TreeReading {
         pss_bytes: None,
         processes: 0,
     })
+}
+
+/// One reading per root — each root's own tree — from a single pass over `/proc`: what a
+/// supervisor sampling each of its workers needs, where [`read_set`] per worker would scan
+/// `/proc` once per worker. PSS (a page-table walk of every process) only for the roots
+/// whose flag is set; the others have `pss_bytes: None`. `None` for a root that is gone;
+/// all `None` when `/proc` cannot be read.
+pub fn read_each(roots: &[(u32, bool)]) -> Vec<Option<TreeReading>> {
+    proc::read_each(roots).unwrap_or_else(|_| vec![None; roots.len()])
 }
 
 /// CPU% between two readings of the same tree: 100.0 is one core busy. 0 when no time

@@ -133,6 +133,21 @@ pub(crate) fn read_roots(roots: &[u32], required: bool) -> Result<TreeReading, P
     Ok(read_pids_with(&pids, true, |pid| all.get(&pid).copied()))
 }
 
+/// One reading per root (its tree), all from one pass over `/proc`; PSS for the roots
+/// whose flag is set. `None` for a root that is gone.
+pub(crate) fn read_each(roots: &[(u32, bool)]) -> Result<Vec<Option<TreeReading>>, ProcStatError> {
+    let all = scan_all()?;
+    Ok(roots
+        .iter()
+        .map(|&(root, with_pss)| {
+            all.contains_key(&root).then(|| {
+                let pids = descendants(&all, &[root]);
+                read_pids_with(&pids, with_pss, |pid| all.get(&pid).copied())
+            })
+        })
+        .collect())
+}
+
 /// The roots that exist and all their descendants now (one pass over `/proc`).
 /// `required` makes a missing first root an error.
 pub(crate) fn discover(roots: &[u32], required: bool) -> Result<Vec<u32>, ProcStatError> {

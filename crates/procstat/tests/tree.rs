@@ -9,8 +9,8 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use scalpel_procstat::{
-    ProcStatError, TreeReading, TreeSampler, cpu_percent, pid_listening_on, read_set, read_tree,
-    tree_pids,
+    ProcStatError, TreeReading, TreeSampler, cpu_percent, pid_listening_on, read_each, read_set,
+    read_tree, tree_pids,
 };
 
 const MIB: u64 = 1024 * 1024;
@@ -312,6 +312,36 @@ fn a_process_in_two_trees_counts_once_and_gone_roots_are_skipped() {
     let _ = child.wait();
     assert_eq!((single.processes, set.processes), (1, 1));
     assert!(set.rss_bytes > 0);
+}
+
+/// One pass, one reading per root: each root's own tree (a shell and its child), PSS
+/// only where asked (a supervisor reads it seldom: it walks page tables), and a gone
+/// root is `None`, not an error.
+#[test]
+fn read_each_gives_each_root_its_own_tree_and_pss_only_where_asked() {
+    let a = spinner(60);
+    let b = Group::spawn(
+        Command::new("sh")
+            .args(["-c", "sleep 30 & wait"])
+            .stdout(Stdio::null()),
+    );
+    let deadline = Instant::now() + DEADLINE;
+    while tree_pids(b.pid()).map_or(0, |p| p.len()) < 2 {
+        assert!(Instant::now() < deadline, "the shell never started its child");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let r = read_each(&[(a.pid(), true), (b.pid(), false), (NO_SUCH_PID, true)]);
+    assert_eq!(r.len(), 3);
+    let (ra, rb) = (r[0].expect("a is running"), r[1].expect("b is running"));
+    assert!(r[2].is_none(), "a gone root: {:?}", r[2]);
+    assert_eq!((ra.processes, rb.processes), (1, 2), "{ra:?} {rb:?}");
+    let pss = ra.pss_bytes.expect("PSS asked for and readable");
+    assert!(pss >= 60 * MIB, "PSS {} MiB < the 60 MiB touched", pss / MIB);
+    assert_eq!(rb.pss_bytes, None, "PSS read though not asked for");
+    assert!(ra.rss_bytes >= 60 * MIB && rb.rss_bytes > 0, "{ra:?} {rb:?}");
+    // The same figures a reading of that tree alone gives.
+    let alone = read_tree(b.pid()).expect("b's tree");
+    assert_eq!(alone.processes, rb.processes);
 }
 
 #[test]
