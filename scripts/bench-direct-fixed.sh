@@ -17,10 +17,11 @@
 #
 #   ./run bench direct-fixed                       # RATE=10000 DUR=8 WARM=2 REPEATS=9 (~5 min)
 #   RATE=5000 REPEATS=5 ./run bench direct-fixed
+#   SERVE=/other/build/scalpel ./run bench direct-fixed   # another build's serve (same generator)
 set -u
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TGT=${CARGO_TARGET_DIR:-$ROOT/target}
-S=$TGT/release/scalpel; PM2=$ROOT/scripts/demo/pm2/node_modules/.bin/pm2
+S=$TGT/release/scalpel; SV=${SERVE:-$S}; PM2=$ROOT/scripts/demo/pm2/node_modules/.bin/pm2
 export PM2_HOME=$TGT/tmp/pm2-direct-fixed; mkdir -p "$PM2_HOME"
 RATE=${RATE:-10000} DUR=${DUR:-8} WARM=${WARM:-2} REPEATS=${REPEATS:-9} CONNS=${CONNS:-64}
 PORT=18999 APP=$ROOT/examples/serve/app.js
@@ -75,7 +76,7 @@ print(f"{setup:6} pair {pair}: {total:5.1f} us/req (supervisor {us(sup):4.1f}, w
 PY
 }
 run_direct() {
-  "$S" serve --config "$PM2_HOME/direct-fixed.toml" >"$PM2_HOME/direct-fixed.log" 2>&1 & local sp=$!
+  "$SV" serve --config "$PM2_HOME/direct-fixed.toml" >"$PM2_HOME/direct-fixed.log" 2>&1 & local sp=$!
   wait_up && sleep 0.5
   # serve's own process, and every process under it (the workers and anything they start).
   measure direct "$1" "$sp" $(tree "$sp" | tail -n +2)
@@ -123,7 +124,8 @@ words = {"le-shown": "direct ≤ pm2 shown (the whole interval ≤ 1.00)",
          "gt-shown": "direct > pm2 shown (the whole interval > 1.00)",
          "tie": "a tie: the interval holds 1.00, neither ≤ nor > is shown"}[verdict]
 print()
-print(f"paired direct/pm2 over {n} pairs: median {med(r):.3f}x, ~{(cover or 1) * 100:.0f}% interval "
+what = f"~{cover * 100:.0f}% interval" if cover else "min–max (too few pairs for a 95% interval)"
+print(f"paired direct/pm2 over {n} pairs: median {med(r):.3f}x, {what} "
       f"{lo:.3f}–{hi:.3f}x (all pairs {r[0]:.3f}–{r[-1]:.3f}x): {words}")
 print(f"RESULT direct-fixed ratio={med(r):.3f} lo={lo:.3f} hi={hi:.3f} min={r[0]:.3f} max={r[-1]:.3f} "
       f"pairs={n} verdict={verdict} direct_us={med([by['direct'][p][0] for p in pairs]):.2f} "

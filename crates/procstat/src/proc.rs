@@ -133,17 +133,18 @@ pub(crate) fn read_roots(roots: &[u32], required: bool) -> Result<TreeReading, P
     Ok(read_pids_with(&pids, true, |pid| all.get(&pid).copied()))
 }
 
-/// One reading per root (its tree), all from one pass over `/proc`; PSS for the roots
-/// whose flag is set. `None` for a root that is gone.
-pub(crate) fn read_each(roots: &[(u32, bool)]) -> Result<Vec<Option<TreeReading>>, ProcStatError> {
+/// Each root's tree (root first), all from one pass over `/proc`; empty for a root
+/// that is gone.
+pub(crate) fn trees_of(roots: &[u32]) -> Result<Vec<Vec<u32>>, ProcStatError> {
     let all = scan_all()?;
     Ok(roots
         .iter()
-        .map(|&(root, with_pss)| {
-            all.contains_key(&root).then(|| {
-                let pids = descendants(&all, &[root]);
-                read_pids_with(&pids, with_pss, |pid| all.get(&pid).copied())
-            })
+        .map(|&root| {
+            if all.contains_key(&root) {
+                descendants(&all, &[root])
+            } else {
+                Vec::new()
+            }
         })
         .collect())
 }
@@ -169,9 +170,14 @@ fn discover_with(
 /// One reading of already discovered processes, root first: two small files each, no scan
 /// of `/proc`, no PSS. `None` when the root (`pids[0]`) is gone.
 pub(crate) fn read_known(pids: &[u32]) -> Option<TreeReading> {
+    read_known_with(pids, false)
+}
+
+/// [`read_known`], with PSS when `with_pss`.
+pub(crate) fn read_known_with(pids: &[u32], with_pss: bool) -> Option<TreeReading> {
     let root = *pids.first()?;
     let root_seen = std::cell::Cell::new(false);
-    let reading = read_pids_with(pids, false, |pid| {
+    let reading = read_pids_with(pids, with_pss, |pid| {
         let stat = read_stat(pid);
         if pid == root && stat.is_some() {
             root_seen.set(true);

@@ -127,7 +127,7 @@ fn app_series() -> AppSeries {
 }
 
 fn route_series(table: &Table) -> Vec<RouteSeries> {
-    table.routes.iter().map(|r| fresh_route_series(r)).collect()
+    table.routes.iter().map(fresh_route_series).collect()
 }
 
 /// A series that starts now: its first point counts from the counters' current values

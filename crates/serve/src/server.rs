@@ -602,7 +602,7 @@ async fn reload(shared: &Shared, lock: &tokio::sync::Mutex<()>) -> Result<(), Se
                 .cloned()
         })
         .collect();
-    let routes = next
+    let mut routes = next
         .routes
         .iter()
         .cloned()
@@ -620,7 +620,6 @@ async fn reload(shared: &Shared, lock: &tokio::sync::Mutex<()>) -> Result<(), Se
         .collect::<Vec<_>>();
     // A route the reload keeps (same rule) keeps its counters, arm by arm (same app):
     // `/metrics` counters stay monotonic. Each old route is taken over once.
-    let mut routes = routes;
     let mut taken = vec![false; table.routes.len()];
     for route in &mut routes {
         let Some(oi) =
@@ -1671,14 +1670,20 @@ fn metrics_text(shared: &Shared) -> String {
 
 /// A worker's PSS (a walk of its page tables, under its memory lock, that stalls the
 /// worker's own page faults meanwhile) is read when the worker is new and then every this
-/// many samples; CPU and RSS (two small files) every sample. An app with `max_memory_mb`
-/// has its PSS read every sample: its limit is checked on it.
+/// many samples; CPU and RSS (two small files per process) every sample. An app with
+/// `max_memory_mb` has its PSS read every sample: its limit is checked on it.
 const PSS_EVERY: u64 = 10;
+/// The workers' process trees are found (a pass over all of `/proc`, a file read per
+/// process of the machine) when a worker is new and then every this many samples; the
+/// processes known are read in between. Measured under direct mode at 10,000 req/s: the
+/// passes were most of serve's own CPU (docs/serve.md, "Direct mode").
+const DISCOVER_EVERY: u64 = 10;
 
-/// Samples every worker's process tree with scalpel-procstat, all in one pass over
-/// `/proc` a sample: each app's CPU% between two readings of the same set of workers (a
-/// changed set starts a new baseline), RSS and PSS; the per-worker readings go to the live
-/// page (which reads nothing itself) and to the `max_memory_mb` check.
+/// Samples every worker's process tree with scalpel-procstat: each app's CPU% between two
+/// readings of the same set of workers (a changed set starts a new baseline), RSS and PSS;
+/// the per-worker readings go to the live page (which reads nothing itself) and to the
+/// `max_memory_mb` check. A child a worker starts is counted from the next discovery (its
+/// CPU so far lands then); one it reaps counts in the worker's own times.
 async fn sample_resources(
     shared: Arc<Shared>,
     live: Option<Arc<Live>>,
@@ -1688,6 +1693,8 @@ async fn sample_resources(
     let mut generation = None;
     // The latest PSS read of each worker (`None`: unreadable).
     let mut pss_of: HashMap<u32, Option<u64>> = HashMap::new();
+    // Each worker's process tree, as last discovered (the worker first).
+    let mut trees: HashMap<u32, Vec<u32>> = HashMap::new();
     let mut tick = tokio::time::interval(shared.cfg.sample_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     for n in 0u64.. {
@@ -1707,19 +1714,22 @@ async fn sample_resources(
                 m.recorder.flush();
             }
         }
-        let pids_of = |app: &App| -> Vec<u32> {
-            let mut pids: Vec<u32> = app
-                .slots
-                .iter()
-                .filter_map(|s| s.current.load_full())
-                .filter(|b| b.state() != WorkerState::Stopped && b.pid() > 0)
-                .map(|b| b.pid())
-                .collect();
-            pids.sort_unstable();
-            pids.dedup();
-            pids
-        };
-        let apps: Vec<Vec<u32>> = table.apps.iter().map(|a| pids_of(a)).collect();
+        let apps: Vec<Vec<u32>> = table
+            .apps
+            .iter()
+            .map(|app| {
+                let mut pids: Vec<u32> = app
+                    .slots
+                    .iter()
+                    .filter_map(|s| s.current.load_full())
+                    .filter(|b| b.state() != WorkerState::Stopped && b.pid() > 0)
+                    .map(|b| b.pid())
+                    .collect();
+                pids.sort_unstable();
+                pids.dedup();
+                pids
+            })
+            .collect();
         let roots: Vec<(u32, bool)> = table
             .apps
             .iter()
@@ -1731,12 +1741,36 @@ async fn sample_resources(
                     .collect::<Vec<_>>()
             })
             .collect();
+        let discover = n.is_multiple_of(DISCOVER_EVERY)
+            || roots.iter().any(|(pid, _)| !trees.contains_key(pid));
         let r2 = roots.clone();
-        let Ok(readings) =
-            tokio::task::spawn_blocking(move || scalpel_procstat::read_each(&r2)).await
+        let known = std::mem::take(&mut trees);
+        let Ok((known, readings)) = tokio::task::spawn_blocking(move || {
+            let known: HashMap<u32, Vec<u32>> = if discover {
+                let pids: Vec<u32> = r2.iter().map(|r| r.0).collect();
+                pids.iter()
+                    .copied()
+                    .zip(scalpel_procstat::trees_of(&pids))
+                    .collect()
+            } else {
+                known
+            };
+            let readings: Vec<Option<scalpel_procstat::TreeReading>> = r2
+                .iter()
+                .map(|&(pid, pss)| {
+                    known
+                        .get(&pid)
+                        .and_then(|tree| scalpel_procstat::read_pids(tree, pss))
+                })
+                .collect();
+            (known, readings)
+        })
+        .await
         else {
             continue;
         };
+        trees = known;
+        trees.retain(|_, tree| !tree.is_empty());
         let mut now: HashMap<u32, scalpel_procstat::TreeReading> = HashMap::new();
         for (&(pid, read_pss), reading) in roots.iter().zip(readings) {
             let Some(mut reading) = reading else {
