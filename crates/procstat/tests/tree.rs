@@ -327,7 +327,10 @@ fn trees_found_in_one_pass_are_read_without_one_and_pss_only_where_asked() {
     );
     let deadline = Instant::now() + DEADLINE;
     while tree_pids(b.pid()).map_or(0, |p| p.len()) < 2 {
-        assert!(Instant::now() < deadline, "the shell never started its child");
+        assert!(
+            Instant::now() < deadline,
+            "the shell never started its child"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let trees = trees_of(&[a.pid(), b.pid(), NO_SUCH_PID]);
@@ -338,14 +341,27 @@ fn trees_found_in_one_pass_are_read_without_one_and_pss_only_where_asked() {
     let ra = read_pids(&trees[0], true).expect("a is running");
     let rb = read_pids(&trees[1], false).expect("b is running");
     assert!(read_pids(&trees[2], true).is_none());
-    assert!(read_pids(&[NO_SUCH_PID, b.pid()], false).is_none(), "the root is gone");
+    assert!(
+        read_pids(&[NO_SUCH_PID, b.pid()], false).is_none(),
+        "the root is gone"
+    );
     assert_eq!((ra.processes, rb.processes), (1, 2), "{ra:?} {rb:?}");
     let pss = ra.pss_bytes.expect("PSS asked for and readable");
-    assert!(pss >= 60 * MIB, "PSS {} MiB < the 60 MiB touched", pss / MIB);
+    assert!(
+        pss >= 60 * MIB,
+        "PSS {} MiB < the 60 MiB touched",
+        pss / MIB
+    );
     assert_eq!(rb.pss_bytes, None, "PSS read though not asked for");
-    assert!(ra.rss_bytes >= 60 * MIB && rb.rss_bytes > 0, "{ra:?} {rb:?}");
+    assert!(
+        ra.rss_bytes >= 60 * MIB && rb.rss_bytes > 0,
+        "{ra:?} {rb:?}"
+    );
     // The same tree a reading with its own pass sees.
-    assert_eq!(read_tree(b.pid()).expect("b's tree").processes, rb.processes);
+    assert_eq!(
+        read_tree(b.pid()).expect("b's tree").processes,
+        rb.processes
+    );
 }
 
 #[test]
