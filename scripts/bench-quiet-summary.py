@@ -166,6 +166,9 @@ def tls():
                          f"{fnum(float(g[3]))} ({fnum(float(g[4]))}–{fnum(float(g[5]))}) | **{r:.2f}x** | "
                          f"≥ {want}x | {verdict(r >= want)} |")
     out_lines.append("")
+    # optional parts of bench-tls.sh (TLS_PARTS="... cost old"): printed as they are
+    for m in re.finditer(r"^\[(cost|h1-old)\] (.*)$", text, re.M):
+        out_lines.append(f"- {m.group(2)}")
     for m in re.finditer(r"^\[hs\] (\S+) session resumption.*?: (.*)$", text, re.M):
         out_lines.append(f"- {m.group(1)} TLS sessions in nginx's log (count, reused, protocol): {m.group(2)}")
     head = [l for l in text.splitlines() if l.startswith("# ")]

@@ -615,9 +615,16 @@ print(f"{len(rows)} requests ({len(rows) / dur:.0f}/s), {len(failed)} failed, {l
       f"{'; failures: ' + ', '.join(kinds) if kinds else ''}")
 PY
 )
+  # What became of the frozen worker's accepted connections (serve's rescue; absent
+  # before it existed).
+  taken=$(curl -s "http://127.0.0.1:$P_FADMIN/metrics" | python3 -c "
+import re, sys
+got = dict(re.findall(r'scalpel_serve_direct_connections_at_replacement_total\{app=\"hello\",outcome=\"(\w+)\"\} (\S+)', sys.stdin.read()))
+print(', '.join(f'{k} {float(v):.0f}' for k, v in got.items()) if got else 'not counted (no rescue in this build)')
+" 2>/dev/null || echo "metrics unreadable")
   stop_pid "$SERVE_PID"
   say ""
-  say "run $r: $line; out of rotation $(after_stop "$log" "$OUT/stop-at-frozen-$r" 'reason="unhealthy"') s, successor ready $(after_stop "$log" "$OUT/stop-at-frozen-$r" 'worker ready') s after the SIGSTOP"
+  say "run $r: $line; the frozen worker's accepted connections at its replacement: $taken; out of rotation $(after_stop "$log" "$OUT/stop-at-frozen-$r" 'reason="unhealthy"') s, successor ready $(after_stop "$log" "$OUT/stop-at-frozen-$r" 'worker ready') s after the SIGSTOP"
 done
 fi
 echo "bench-serve: results in $RESULTS"

@@ -21,9 +21,20 @@
 # ECDSA P-256 certificate made here with openssl, `return 200` with a 14-byte body,
 # keepalive_requests high enough that no connection is ended during a run.
 #
+# TLS_PARTS picks the comparisons (not PARTS: bench-quiet.sh uses that name) (default "h1 h2 hs"); two more can be added:
+#   cost  the https HTTP/1.1 comparison in figures a loaded machine does not blur: for
+#         scalpel and wrk against the same nginx, system calls per request (strace -c -f),
+#         user-space instructions per request (callgrind, 2 connections: under valgrind
+#         wrk's 50 handshakes time out; two request counts and their difference, so
+#         start-up and handshakes drop out) and the nginx worker's CPU
+#         ticks per request (its /proc/PID/stat during an ordinary run: which side is the
+#         bottleneck), and the TLS 1.3 cipher suite nginx chose with each;
+#   old   OLD_SCALPEL=PATH (another build, e.g. main's) joins the h1 alternation, so old
+#         and new are compared in one run: `TLS_PARTS="h1 old" OLD_SCALPEL=... ./run bench tls`.
+#
 # Installs wrk, h2load (nghttp2-client) and nginx with apt-get if missing. Honors
 # CARGO_TARGET_DIR and SKIP_BUILD=1. Environment: DUR (10s), REPEATS (5), CONNS (50), H2_CONNS (4),
-# H2_STREAMS (16), HS_CONNS (16).
+# H2_STREAMS (16), HS_CONNS (16), TLS_PARTS ("h1 h2 hs"), COST_N (20000: requests of the cost runs).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -34,7 +45,11 @@ CONNS="${CONNS:-50}"
 H2_CONNS="${H2_CONNS:-4}"
 H2_STREAMS="${H2_STREAMS:-16}"
 HS_CONNS="${HS_CONNS:-16}"
+TLS_PARTS="${TLS_PARTS:-h1 h2 hs}"
+COST_N="${COST_N:-20000}"
+OLD_SCALPEL="${OLD_SCALPEL:-}"
 SECS="${DUR%s}"
+has() { [[ " $TLS_PARTS " == *" $1 "* ]]; }
 
 need() { command -v "$1" >/dev/null 2>&1 || [[ -x "/usr/sbin/$1" ]]; }
 if ! need wrk || ! need nginx || ! need h2load; then
@@ -64,7 +79,7 @@ pid $WORK/nginx.pid;
 error_log $WORK/error.log;
 events { worker_connections 4096; }
 http {
-  log_format conn "\$connection \$ssl_session_reused \$ssl_protocol";
+  log_format conn "\$connection \$ssl_session_reused \$ssl_protocol \$ssl_cipher";
   access_log off;
   keepalive_requests 10000000;
   keepalive_timeout 75s;
@@ -106,11 +121,14 @@ wrk_h1() {
   local r; r=$("${PIN[@]}" wrk -t1 -c "$CONNS" -d "$DUR" "$URL" | awk '/Requests\/sec/ {print $2}')
   echo "$r" >>"$WORK/wrk.txt"; echo "    wrk              $r req/s  (load $la)"
 }
-scalpel_h1() {
+scalpel_h1() { scalpel_h1_with "$SCALPEL" scalpel-h1 "scalpel         "; }
+old_h1() { scalpel_h1_with "$OLD_SCALPEL" old-h1 "scalpel (old)   "; }
+scalpel_h1_with() { # BINARY FILE LABEL
+  local bin=$1 file=$2 label=$3
   local la; la=$(load1)
-  "${PIN[@]}" "$SCALPEL" load --no-progress --threads 1 -c "$CONNS" -d "$DUR" "${TLS[@]}" --json "$WORK/s.json" "$URL" >/dev/null
+  "${PIN[@]}" "$bin" load --no-progress --threads 1 -c "$CONNS" -d "$DUR" "${TLS[@]}" --json "$WORK/s.json" "$URL" >/dev/null
   local r; r=$(json "round(s['achieved_rps'])")
-  echo "$r" >>"$WORK/scalpel-h1.txt"; echo "    scalpel          $r req/s  errors $(json "s['errors']")  (load $la)"
+  echo "$r" >>"$WORK/$file.txt"; echo "    $label $r req/s  errors $(json "s['errors']")  (load $la)"
 }
 h2load_h2() {
   local la; la=$(load1)
@@ -139,10 +157,12 @@ scalpel_hs() {
   echo "    scalpel --no-reuse $r handshakes/s  (connections $(json "s['connections_opened']") for $(json "s['sent']") requests, handshake p50 $(json "s['handshake_ms']['p50']") ms)  (load $la)"
 }
 
-pair() { # NAME A B: alternate A and B, then medians and the ratio A/B
-  local name=$1 a=$2 b=$3
+pair() { # NAME A B [C...]: alternate them (A B C, C B A, ...), REPEATS rounds
+  local name=$1; shift
+  local fns=("$@") rev=() f
+  for ((f = ${#fns[@]} - 1; f >= 0; f--)); do rev+=("${fns[f]}"); done
   for i in $(seq "$REPEATS"); do
-    if (( i % 2 )); then "$a"; "$b"; else "$b"; "$a"; fi
+    if (( i % 2 )); then for f in "${fns[@]}"; do "$f"; done; else for f in "${rev[@]}"; do "$f"; done; fi
   done
 }
 report() { # TITLE FILE_A FILE_B
@@ -150,28 +170,123 @@ report() { # TITLE FILE_A FILE_B
   echo "[$1] $2 median $ma (min–max $(minmax <"$WORK/$2.txt")); $3 median $mb (min–max $(minmax <"$WORK/$3.txt")); ratio $2/$3 $(ratio "$ma" "$mb")"
 }
 
-echo
-echo "## 1. https HTTP/1.1 closed model, -c $CONNS, one thread each"
-pair h1 scalpel_h1 wrk_h1
-report h1 scalpel-h1 wrk
+# --- cost: figures of the https HTTP/1.1 comparison that a loaded machine does not blur ---
+ticks() { awk '{print $14 + $15}' "/proc/$NGINX_WORKER/stat"; }
+HZ="$(getconf CLK_TCK)"
+wrk_count() { awk '/requests in/ {print $1}'; }
+nginx_cpu() { # LABEL TICKS REQUESTS SECONDS
+  awk -v l="$1" -v t="$2" -v n="$3" -v s="$4" -v hz="$HZ" 'BEGIN {
+    printf "[cost] nginx worker CPU per request with %s: %.2f us (%d requests, nginx busy %.0f%% of the run)\n",
+      l, t * 1e6 / hz / n, n, 100 * t / hz / s }'
+}
+# strace -c -f's table as "total T (name calls[ errors], ...)" per request
+syscalls() { # LABEL STRACE_FILE REQUESTS
+  python3 - "$1" "$2" "$3" <<'PY'
+import sys
+label, path, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+rows = []
+for line in open(path):
+    f = line.split()
+    if len(f) >= 5 and f[0][0].isdigit() and not line.startswith("-"):
+        calls = int(f[3]); errors = int(f[4]) if len(f) == 6 else 0; name = f[-1]
+        if name != "total":
+            rows.append((calls, errors, name))
+total = sum(r[0] for r in rows)
+rows.sort(reverse=True)
+parts = [f"{name} {calls / n:.2f}" + (f" (errors {errors / n:.2f})" if errors else "") for calls, errors, name in rows if calls / n >= 0.01]
+print(f"[cost] {label} system calls per request: {total / n:.2f} = " + ", ".join(parts) + f"  ({n} requests)")
+PY
+}
+callgrind_ir() { # COMMAND...: prints the user-space instructions valgrind counted
+  valgrind --tool=callgrind --callgrind-out-file=/dev/null "$@" 2>&1 >"$WORK/cg.stdout" | awk '/Collected :/ {print $NF}'
+}
+ir_per_request() { # LABEL IR1 N1 IR2 N2
+  awk -v l="$1" -v a="$2" -v n="$3" -v b="$4" -v m="$5" 'BEGIN {
+    printf "[cost] %s user-space instructions per request: %.0f (callgrind, (%d - %d) / (%d - %d) requests)\n", l, (b - a) / (m - n), b, a, m, n }'
+}
+nginx_strace_start() { strace -c -o "$WORK/nginx-strace.txt" -p "$NGINX_WORKER" 2>/dev/null & STRACE_PID=$!; sleep 0.5; }
+nginx_strace_stop() { kill -INT "$STRACE_PID"; wait "$STRACE_PID" 2>/dev/null || true; }
+cost() { # LABEL BINARY
+  local label=$1 bin=$2 t0 n
+  t0=$(ticks); "${PIN[@]}" "$bin" load --no-progress --threads 1 -c "$CONNS" -d "$DUR" "${TLS[@]}" --json "$WORK/s.json" "$URL" >/dev/null
+  nginx_cpu "$label" $(( $(ticks) - t0 )) "$(json "s['answered']")" "$SECS"
+  "${PIN[@]}" strace -f -c -o "$WORK/strace.txt" "$bin" load --no-progress --threads 1 -c "$CONNS" -n "$COST_N" "${TLS[@]}" --json "$WORK/s.json" "$URL" >/dev/null
+  syscalls "$label" "$WORK/strace.txt" "$(json "s['answered']")"
+  nginx_strace_start
+  "${PIN[@]}" "$bin" load --no-progress --threads 1 -c "$CONNS" -n "$COST_N" "${TLS[@]}" --json "$WORK/s.json" "$URL" >/dev/null
+  nginx_strace_stop
+  syscalls "nginx with $label" "$WORK/nginx-strace.txt" "$(json "s['answered']")"
+  local n1=$((COST_N / 10)) n2=$((COST_N / 2)) a b
+  a=$(callgrind_ir "$bin" load --no-progress --threads 1 -c 2 -n "$n1" "${TLS[@]}" "$URL")
+  b=$(callgrind_ir "$bin" load --no-progress --threads 1 -c 2 -n "$n2" "${TLS[@]}" "$URL")
+  ir_per_request "$label" "$a" "$n1" "$b" "$n2"
+}
+cost_wrk() {
+  local t0 out n
+  t0=$(ticks); out=$("${PIN[@]}" wrk -t1 -c "$CONNS" -d "$DUR" "$URL")
+  nginx_cpu wrk $(( $(ticks) - t0 )) "$(wrk_count <<<"$out")" "$SECS"
+  out=$("${PIN[@]}" strace -f -c -o "$WORK/strace.txt" wrk -t1 -c "$CONNS" -d 3s "$URL")
+  syscalls wrk "$WORK/strace.txt" "$(wrk_count <<<"$out")"
+  nginx_strace_start
+  out=$("${PIN[@]}" wrk -t1 -c "$CONNS" -d 3s "$URL")
+  nginx_strace_stop
+  syscalls "nginx with wrk" "$WORK/nginx-strace.txt" "$(wrk_count <<<"$out")"
+  local a b na nb
+  a=$(callgrind_ir wrk -t1 -c 2 --timeout 5s -d 3s "$URL"); na=$(wrk_count <"$WORK/cg.stdout")
+  b=$(callgrind_ir wrk -t1 -c 2 --timeout 5s -d 9s "$URL"); nb=$(wrk_count <"$WORK/cg.stdout")
+  ir_per_request wrk "$a" "$na" "$b" "$nb"
+}
+cipher_of() { # LABEL COMMAND...: the suite nginx chose for this client's connections
+  : >"$WORK/conn.log"
+  "${@:2}" >/dev/null 2>&1
+  sleep 0.3
+  echo "[cost] $1: nginx's log (count, protocol, cipher): $(awk '{print $3, $4}' "$WORK/conn.log" | sort | uniq -c | sort -rn | head -3 | xargs)"
+}
 
-echo
-echo "## 2. HTTP/2 over TLS, $H2_CONNS connections x $H2_STREAMS streams, one thread each"
-pair h2 scalpel_h2 h2load_h2
-report h2 scalpel-h2 h2load
+if has h1; then
+  echo
+  echo "## 1. https HTTP/1.1 closed model, -c $CONNS, one thread each"
+  if has old && [[ -n "$OLD_SCALPEL" ]]; then
+    echo "# old: $OLD_SCALPEL"
+    pair h1 scalpel_h1 old_h1 wrk_h1
+    report h1-old scalpel-h1 old-h1
+  else
+    pair h1 scalpel_h1 wrk_h1
+  fi
+  report h1 scalpel-h1 wrk
+fi
 
-echo
-echo "## 3. TLS handshakes per second, a new connection per request, -c $HS_CONNS, one thread each"
-pair hs scalpel_hs h2load_hs
-report hs scalpel-hs h2load-hs
+if has cost; then
+  echo
+  echo "## cost of https HTTP/1.1 per request, -c $CONNS, one thread (pinned to cpu 0)"
+  cost scalpel "$SCALPEL"
+  [[ -n "$OLD_SCALPEL" ]] && cost "scalpel (old)" "$OLD_SCALPEL"
+  cost_wrk
+  cipher_of scalpel "${PIN[@]}" "$SCALPEL" load --no-progress --threads 1 -c 2 -n 20 "${TLS[@]}" "${URL}logged"
+  cipher_of wrk "${PIN[@]}" wrk -t1 -c 2 -d 1s "${URL}logged"
+fi
 
-# Both resume sessions? One short run of each against a logged location.
-: >"$WORK/conn.log"
-"${PIN[@]}" "$SCALPEL" load --no-progress --threads 1 --no-reuse -c 2 -n 50 "${TLS[@]}" "${URL}logged" >/dev/null
-sleep 0.3
-echo "[hs] scalpel session resumption (count, reused, protocol): $(awk '{print $2, $3}' "$WORK/conn.log" | sort | uniq -c | xargs)"
-: >"$WORK/conn.log"
-"${PIN[@]}" h2load --h1 -t1 -c 2 -n 50 -H "Connection: close" "${URL}logged" >/dev/null 2>&1
-sleep 0.3
-echo "[hs] h2load session resumption (count, reused, protocol): $(awk '{print $2, $3}' "$WORK/conn.log" | sort | uniq -c | xargs)"
+if has h2; then
+  echo
+  echo "## 2. HTTP/2 over TLS, $H2_CONNS connections x $H2_STREAMS streams, one thread each"
+  pair h2 scalpel_h2 h2load_h2
+  report h2 scalpel-h2 h2load
+fi
+
+if has hs; then
+  echo
+  echo "## 3. TLS handshakes per second, a new connection per request, -c $HS_CONNS, one thread each"
+  pair hs scalpel_hs h2load_hs
+  report hs scalpel-hs h2load-hs
+
+  # Both resume sessions? One short run of each against a logged location.
+  : >"$WORK/conn.log"
+  "${PIN[@]}" "$SCALPEL" load --no-progress --threads 1 --no-reuse -c 2 -n 50 "${TLS[@]}" "${URL}logged" >/dev/null
+  sleep 0.3
+  echo "[hs] scalpel session resumption (count, reused, protocol): $(awk '{print $2, $3}' "$WORK/conn.log" | sort | uniq -c | xargs)"
+  : >"$WORK/conn.log"
+  "${PIN[@]}" h2load --h1 -t1 -c 2 -n 50 -H "Connection: close" "${URL}logged" >/dev/null 2>&1
+  sleep 0.3
+  echo "[hs] h2load session resumption (count, reused, protocol): $(awk '{print $2, $3}' "$WORK/conn.log" | sort | uniq -c | xargs)"
+fi
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

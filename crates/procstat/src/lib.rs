@@ -14,8 +14,9 @@
 //! summarizes windows ([`ResourceSummary`]) between [`SampleMark`]s; [`pid_listening_on`]
 //! finds a server by its port; [`tree_pids`] lists a tree. For a supervisor:
 //! [`listening_in_tree`] tells whether a port's listener is a process tree's own,
-//! [`tcp_queues`] what a connection's peer has not read yet, and [`process_ended`]
-//! whether a process has begun to exit.
+//! [`tcp_queues`] what a connection's peer has not read yet, [`connections_held`] which
+//! connections of a port a process holds (and under which descriptor), and
+//! [`process_ended`] whether a process has begun to exit.
 //!
 //! # Accounting rules
 //!
@@ -86,7 +87,8 @@ use std::time::Instant;
 pub use error::ProcStatError;
 pub use sampler::{ResourceSummary, Sample, SampleMark, TreeSampler};
 pub use sockets::{
-    TcpQueue, listening_in_tree, process_ended, process_exited, process_name, tcp_queues,
+    HeldConnection, TcpQueue, connections_held, listening_in_tree, process_ended, process_exited,
+    process_name, tcp_queues,
 };
 
 /// One reading of a process tree (or several trees, summed).

@@ -122,6 +122,115 @@ pub fn listening_in_tree(root: u32, port: u16) -> Result<bool, ProcStatError> {
     Ok(false)
 }
 
+/// A connected TCP socket a process holds: its descriptor number in that process (what
+/// `pidfd_getfd(2)` takes), its inode, and the peer's port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeldConnection {
+    /// The file descriptor number in the holding process's table.
+    pub fd: i32,
+    /// The socket's inode: one socket held by two processes has one inode.
+    pub inode: u64,
+    /// The peer's port.
+    pub remote_port: u16,
+}
+
+/// The connected (not listening) TCP sockets that process `pid` holds whose own port is
+/// `port`, IPv4 and IPv6, read from the process's network namespace
+/// (`/proc/PID/net/tcp*`) and its descriptors (`/proc/PID/fd`): for a supervisor that
+/// takes over the connections a stuck worker accepted on a shared socket.
+///
+/// # Errors
+///
+/// [`ProcStatError::NoSuchProcess`] when `pid` is gone; [`ProcStatError::Io`] when its
+/// tables or descriptors cannot be read (another user's process).
+pub fn connections_held(pid: u32, port: u16) -> Result<Vec<HeldConnection>, ProcStatError> {
+    let mut by_inode = std::collections::HashMap::new();
+    for table in ["tcp", "tcp6"] {
+        let path = format!("/proc/{pid}/net/{table}");
+        match fs::read_to_string(&path) {
+            Ok(text) => by_inode.extend(connected_inodes(&text, port)),
+            Err(e) if e.kind() == ErrorKind::NotFound && table == "tcp" => {
+                return Err(ProcStatError::NoSuchProcess { pid });
+            }
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(ProcStatError::Io {
+                    path: path.into(),
+                    source,
+                });
+            }
+        }
+    }
+    let dir = format!("/proc/{pid}/fd");
+    let entries = match fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            return Err(ProcStatError::NoSuchProcess { pid });
+        }
+        Err(source) => {
+            return Err(ProcStatError::Io {
+                path: dir.into(),
+                source,
+            });
+        }
+    };
+    let mut out = Vec::new();
+    if by_inode.is_empty() {
+        return Ok(out);
+    }
+    for entry in entries.flatten() {
+        let Some(fd) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        // A descriptor closed meanwhile has no link: skipped.
+        let Ok(target) = fs::read_link(entry.path()) else {
+            continue;
+        };
+        let inode = target
+            .to_str()
+            .and_then(|t| t.strip_prefix("socket:["))
+            .and_then(|t| t.strip_suffix(']'))
+            .and_then(|t| t.parse::<u64>().ok());
+        if let Some(inode) = inode
+            && let Some(&remote_port) = by_inode.get(&inode)
+        {
+            out.push(HeldConnection {
+                fd,
+                inode,
+                remote_port,
+            });
+        }
+    }
+    out.sort_by_key(|c| c.fd);
+    Ok(out)
+}
+
+/// `(inode, remote port)` of the connected sockets whose own port is `port` in one
+/// `/proc/net/tcp*` table (listening sockets and sockets without an inode, such as
+/// `TIME_WAIT` ones, left out).
+pub(crate) fn connected_inodes(table: &str, port: u16) -> Vec<(u64, u16)> {
+    const LISTEN: &str = "0A";
+    let port_of = |addr: &str| u16::from_str_radix(addr.rsplit(':').next()?, 16).ok();
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_ascii_whitespace().collect();
+            // sl local rem st tx:rx tr:when retrnsmt uid timeout inode
+            let (local, remote, state, inode) = (f.get(1)?, f.get(2)?, f.get(3)?, f.get(9)?);
+            if *state == LISTEN || port_of(local)? != port {
+                return None;
+            }
+            let inode = inode.parse::<u64>().ok().filter(|&i| i != 0)?;
+            Some((inode, port_of(remote)?))
+        })
+        .collect()
+}
+
 /// The command name of process `pid` (`/proc/PID/comm`), for messages.
 pub fn process_name(pid: u32) -> Option<String> {
     fs::read_to_string(format!("/proc/{pid}/comm"))
@@ -200,6 +309,43 @@ mod tests {
                     rx_queue: 0
                 },
             ]
+        );
+    }
+
+    #[test]
+    fn connected_sockets_of_a_port_by_inode() {
+        // A server on 3001 (0x0BB9): its listener (111) and a TIME_WAIT entry (inode 0)
+        // are left out, as is the client's end (local port 44444) and another port.
+        let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
+   0: 0100007F:0BB9 00000000:0000 0A 00000000:00000002 00:00000000 00000000  1000        0 111 1\n\
+   1: 0100007F:0BB9 0100007F:AD9C 01 00000000:0000004E 00:00000000 00000000  1000        0 222 1\n\
+   2: 0100007F:AD9C 0100007F:0BB9 01 00000010:00000000 00:00000000 00000000  1000        0 333 1\n\
+   3: 0100007F:0BB9 0100007F:AD9E 06 00000000:00000000 03:00000000 00000000     0        0 0 3\n\
+   4: 0100007F:0BB9 0100007F:AD9F 08 00000000:00000010 00:00000000 00000000  1000        0 555 1\n\
+   5: 0100007F:1F90 0100007F:AD9D 01 00000000:00000001 00:00000000 00000000  1000        0 444 1\n\
+   6: garbage\n";
+        assert_eq!(
+            connected_inodes(table, 3001),
+            vec![(222, 44444), (555, 44447)]
+        );
+    }
+
+    #[test]
+    fn a_process_holds_its_accepted_connection_under_its_descriptor() {
+        use std::os::fd::AsRawFd;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let client = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let (server, _) = l.accept().unwrap();
+        let held = connections_held(std::process::id(), port).unwrap();
+        assert_eq!(held.len(), 1, "{held:?}");
+        assert_eq!(held[0].fd, server.as_raw_fd());
+        assert_eq!(held[0].remote_port, client.local_addr().unwrap().port());
+        drop(server);
+        assert!(
+            connections_held(std::process::id(), port)
+                .unwrap()
+                .is_empty()
         );
     }
 

@@ -22,7 +22,9 @@
 //! workers stay plain HTTP/1.1 on loopback. An app in direct mode
 //! (`mode = "direct"`) skips the balancer: serve binds its `listen` address and hands the
 //! one listening socket to every worker on fd 3 (systemd's socket activation), keeping
-//! supervision and health checks on the workers' own ports. `max_memory_mb` replaces a
+//! supervision and health checks on the workers' own ports; before a stuck direct worker
+//! is killed, the connections it accepted but never read are taken from it
+//! (`pidfd_getfd`) and served on by another worker (`rescue`). `max_memory_mb` replaces a
 //! worker whose process tree grows past it, successor first.
 //!
 //! It must NOT compare responses or read `/proc` itself (that is `scalpel-diff` and
@@ -112,6 +114,7 @@ mod metrics;
 mod mirror;
 mod pool;
 mod proxy;
+mod rescue;
 mod server;
 mod sticky;
 mod supervisor;

@@ -69,6 +69,39 @@ impl NotResent {
     }
 }
 
+/// What became of a connection a stuck direct-mode worker had accepted, when it was
+/// replaced (see `rescue`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AtReplacement {
+    /// The worker had read none of it: served on by another worker.
+    Rescued,
+    /// The worker had read (part of) its request and answered nothing: answered 504.
+    HalfRead,
+    /// The worker had already answered on it (a kept-alive connection): closed with the
+    /// worker, as its state cannot be told.
+    InUse,
+    /// Past the limit of connections taken from one worker: closed with the worker.
+    OverLimit,
+}
+
+impl AtReplacement {
+    pub(crate) const ALL: [AtReplacement; 4] = [
+        AtReplacement::Rescued,
+        AtReplacement::HalfRead,
+        AtReplacement::InUse,
+        AtReplacement::OverLimit,
+    ];
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            AtReplacement::Rescued => "rescued",
+            AtReplacement::HalfRead => "half_read",
+            AtReplacement::InUse => "in_use",
+            AtReplacement::OverLimit => "over_limit",
+        }
+    }
+}
+
 /// Latencies up to an hour, in microseconds, 3 significant digits.
 pub(crate) const MAX_LATENCY_US: u64 = 3_600_000_000;
 
@@ -89,6 +122,10 @@ pub(crate) struct AppMetrics {
     pub(crate) memory_replacements: AtomicU64,
     /// Requests answered with an error instead of resent, by [`NotResent`].
     pub(crate) not_resent: [AtomicU64; 3],
+    /// Connections of a stuck direct-mode worker at its replacement, by [`AtReplacement`].
+    pub(crate) rescued: [AtomicU64; 4],
+    /// Rescued connections still open.
+    pub(crate) rescued_open: AtomicU64,
     /// Worker output lines dropped because scalpel's own output was not being read.
     pub(crate) log_lines_dropped: AtomicU64,
     /// Worker output lines cut at `log_line_max_bytes`.
@@ -114,6 +151,8 @@ impl AppMetrics {
             reloads: AtomicU64::new(0),
             memory_replacements: AtomicU64::new(0),
             not_resent: Default::default(),
+            rescued: Default::default(),
+            rescued_open: AtomicU64::new(0),
             log_lines_dropped: AtomicU64::new(0),
             log_lines_cut: AtomicU64::new(0),
             latency: Mutex::new(

@@ -1440,6 +1440,35 @@ fn metrics_text(shared: &Shared) -> String {
         }
     }
     p.family(
+        "scalpel_serve_direct_connections_at_replacement_total",
+        "counter",
+        "Connections a stuck direct-mode worker had accepted when it was replaced: rescued \
+         (it had read none of it; served on by another worker), half_read (it had read its \
+         request, or part of it: answered 504, not resent), in_use (it had answered on it: \
+         closed with it), over_limit.",
+    );
+    for app in &table.apps {
+        for (i, r) in crate::metrics::AtReplacement::ALL.iter().enumerate() {
+            p.sample(
+                "scalpel_serve_direct_connections_at_replacement_total",
+                &[("app", &app.cfg.name), ("outcome", r.name())],
+                load(&app.metrics.rescued[i]),
+            );
+        }
+    }
+    p.family(
+        "scalpel_serve_direct_rescued_open",
+        "gauge",
+        "Rescued connections of a replaced direct-mode worker still open (served by serve).",
+    );
+    for app in &table.apps {
+        p.sample(
+            "scalpel_serve_direct_rescued_open",
+            &[("app", &app.cfg.name)],
+            load(&app.metrics.rescued_open),
+        );
+    }
+    p.family(
         "scalpel_serve_worker_log_lines_dropped_total",
         "counter",
         "Worker output lines dropped because scalpel's stdout/stderr was not read fast enough.",

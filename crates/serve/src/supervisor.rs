@@ -817,11 +817,51 @@ impl SlotCtx {
         );
     }
 
+    /// A worker declared unhealthy leaves: in direct mode the connections it accepted
+    /// are taken over first (`rescue`: served on by another worker when it read none of
+    /// them), then it is ejected and its restart logged with what became of them.
+    /// Returns the grace period for its stop: none once its connections were taken, as
+    /// it must not run again and read from sockets serve now serves.
+    async fn retire_unhealthy(&self, p: &Proc, why: &str) -> Duration {
+        let grace = self.cfg.stop_grace;
+        let listen = match &self.direct {
+            Some(sock) if p.exited().is_none() => sock.local_addr().ok(),
+            _ => None,
+        };
+        let Some(listen) = listen else {
+            self.eject(p, why);
+            return grace;
+        };
+        match crate::rescue::rescue(p.backend.pid(), listen, &self.metrics).await {
+            crate::rescue::Outcome::Taken(counts) => {
+                self.eject(p, &format!("{why}; {counts}"));
+                Duration::ZERO
+            }
+            crate::rescue::Outcome::Gone => {
+                self.eject(p, why);
+                grace
+            }
+            crate::rescue::Outcome::Refused(error) => {
+                warn!(
+                    app = %self.cfg.name,
+                    worker = self.slot.index,
+                    pid = p.backend.pid(),
+                    %error,
+                    "cannot take over the stuck worker's accepted connections (pidfd_getfd \
+                     needs Linux 5.6+ and ptrace access to the worker: no seccomp filter \
+                     against it, Yama ptrace_scope 0 or 1, or CAP_SYS_PTRACE at 2); they close \
+                     with the worker"
+                );
+                self.eject(p, why);
+                grace
+            }
+        }
+    }
+
     /// Stops `p` in the background (a stuck worker may take the whole grace period).
     /// Its port is marked as held until it is gone, so that a start on it (a reload
     /// soon after) waits instead of failing with "address in use".
-    fn stop_later(&self, p: Proc) {
-        let grace = self.cfg.stop_grace;
+    fn stop_later(&self, p: Proc, grace: Duration) {
         let hurry = self.hurry.clone();
         let port = p.backend.addr().port();
         let (done, rx) = watch::channel(false);
@@ -869,6 +909,8 @@ impl SlotCtx {
         // `p`'s verdict, once there is one; an unhealthy or exited `p` leaves at once.
         let mut verdict: Option<Event> = None;
         let mut gone = false;
+        // The stop's grace period (none once a direct worker's connections were taken).
+        let mut grace = self.cfg.stop_grace;
         let started = loop {
             tokio::select! {
                 r = &mut start => break r,
@@ -876,7 +918,7 @@ impl SlotCtx {
                     match &e {
                         Event::Unhealthy(why) => {
                             // Out now, its waiting requests elsewhere; stopped below.
-                            self.eject(&p, why);
+                            grace = self.retire_unhealthy(&p, why).await;
                             gone = true;
                         }
                         Event::Exited(why) => {
@@ -901,7 +943,7 @@ impl SlotCtx {
                     "early successor did not become ready");
                 return match verdict {
                     _ if gone => {
-                        self.stop_later(p);
+                        self.stop_later(p, grace);
                         Early::Lost
                     }
                     Some(Event::Cmd(SlotCmd::Stop(reply))) => {
@@ -936,10 +978,10 @@ impl SlotCtx {
         };
         drop(watch);
         match verdict {
-            _ if gone => self.stop_later(p),
+            _ if gone => self.stop_later(p, grace),
             Event::Unhealthy(why) => {
-                self.eject(&p, &why);
-                self.stop_later(p);
+                let grace = self.retire_unhealthy(&p, &why).await;
+                self.stop_later(p, grace);
             }
             Event::Exited(why) => {
                 self.note_exited(&p, &why);
@@ -1190,8 +1232,8 @@ async fn run_slot(mut ctx: SlotCtx, mut cmds: mpsc::Receiver<SlotCmd>) {
             Event::Unhealthy(why) => {
                 // Out of rotation at once, its waiting requests sent elsewhere; the
                 // replacement starts on the other port while the stuck one is stopped.
-                ctx.eject(&p, &why);
-                ctx.stop_later(p);
+                let grace = ctx.retire_unhealthy(&p, &why).await;
+                ctx.stop_later(p, grace);
                 if ctx
                     .pause_before_restart(&mut recent, &mut cmds)
                     .await

@@ -3,6 +3,7 @@
 //! file with its module name: `cargo test --test serve FILE::`.
 
 mod live;
+mod rescue;
 mod serve;
 mod tls;
 mod util;
