@@ -66,6 +66,11 @@ measure() {
   sleep $(( DUR / 2 )); split=$(conns)
   wait $lp
   sup1=$(ticks "$sup"); t1=0; for w in "$@"; do t1=$((t1 + $(ticks "$w"))); done
+  # A process that left during the run (pm2 or serve replaced a worker) took its CPU time
+  # with it: such a run would look cheap, so it is reported and not counted.
+  for w in "$sup" "$@"; do
+    [ -r /proc/"$w"/stat ] || { echo "$setup pair $pair: NOT COUNTED: process $w of the setup exited during the run"; return 0; }
+  done
   python3 - "$json" "$setup" "$pair" $((sup1 - sup0)) $((t1 - t0)) "$split" "$RUNS" <<'PY'
 import json, sys, os
 path, setup, pair, sup, work, split, runs = sys.argv[1:8]
@@ -84,7 +89,8 @@ PY
 }
 run_direct() {
   "$SV" serve --config "$PM2_HOME/direct-fixed.toml" >"$PM2_HOME/direct-fixed.log" 2>&1 & local sp=$!
-  wait_up && sleep 0.5
+  wait_up
+  for _ in $(seq 100); do [ "$(pgrep -c -P "$sp")" = 2 ] && break; sleep 0.1; done; sleep 0.5
   # serve's own process, and every process under it (the workers and anything they start).
   measure direct "$1" "$sp" $(tree "$sp" | tail -n +2)
   kill -TERM "$sp"; wait "$sp" 2>/dev/null
@@ -92,6 +98,10 @@ run_direct() {
 run_pm2() {
   PORT=$PORT "$PM2" start "$APP" -i 2 --name hello >/dev/null
   wait_up && sleep 0.5
+  # Both workers running (`pm2 pid` says 0 for one still starting: its CPU would be missed).
+  for _ in $(seq 100); do
+    [ "$("$PM2" pid hello | awk '$1 > 0' | wc -l)" = 2 ] && break; sleep 0.1
+  done
   # The God daemon of this PM2_HOME (the cluster primary: it accepts and hands connections
   # over) and its workers.
   measure pm2 "$1" "$(cat "$PM2_HOME/pm2.pid")" $("$PM2" pid hello | xargs)
@@ -117,6 +127,9 @@ for s in ("direct", "pm2"):
     print(f"| {s} | {med(col(0)):.1f} ({min(col(0)):.1f}–{max(col(0)):.1f}) | {med(col(1)):.2f} | "
           f"{med(col(2)):.1f} | {sum(col(3))} |")
 pairs = sorted(set(by.get("direct", {})) & set(by.get("pm2", {})))
+dropped = len(set(by.get("direct", {})) | set(by.get("pm2", {}))) - len(pairs)
+if dropped:
+    print(f"\n{dropped} pair(s) left out: one of its runs was not counted")
 r = sorted(by["direct"][p][0] / by["pm2"][p][0] for p in pairs)
 n = len(r)
 # Largest k with P(Binomial(n, 1/2) <= k-1) <= 2.5%: [r_k, r_{n+1-k}] covers the median ≥ 95%.
