@@ -87,7 +87,7 @@ def direct_fixed():
     lines = [
         *table, "",
         f"- CPU per request direct/pm2, paired median over {kv['pairs']} alternating pairs **{float(kv['ratio']):.2f}x**, "
-        f"~95% interval {float(kv['lo']):.2f}–{float(kv['hi']):.2f}x (pairs {float(kv['min']):.2f}–{float(kv['max']):.2f}x), "
+        f"≥95% interval {float(kv['lo']):.2f}–{float(kv['hi']):.2f}x (pairs {float(kv['min']):.2f}–{float(kv['max']):.2f}x), "
         f"target ≤ 1.0x: {words}",
         *(f"- {line}" for line in re.findall(r"^(?:direct|pm2) +pair .*$", text, re.M)),
     ]
