@@ -16,7 +16,7 @@
 #                  the frozen worker's share of new connections (SCENARIOS=frozen-direct bench-serve)
 #   shards    #16  two shards vs one process, rate error and merged p99   (bench-shards.sh rate)
 #   tls       #12  https h1 vs wrk, h2 4x16 vs h2load, --no-reuse handshakes vs h2load --h1,
-#                  and the h1 cost per request (nginx busy %, syscalls, instructions; bench-tls.sh)
+#                  and the h1 and h2 cost per request (nginx busy %, syscalls, instructions; bench-tls.sh)
 #   serve-tls #12  serve TLS+h2 vs nginx TLS/h2, 2 Node hello workers: req/s, CPU per request
 #                  (SCENARIOS=tls bench-serve.sh)
 #   ladder    #13  the QR ladder served: tier 4 vs tier 3 and tier 0   (scripts/demo --only ladder)
@@ -127,7 +127,7 @@ for p in $PARTS; do
                     FROZEN_DUR="$FROZEN_DUR" REPEATS="$FROZEN_REPEATS" bash scripts/bench-serve.sh ;;
         shards) part shards 16 env SKIP_BUILD=1 DUR="$SHARDS_DUR" REPEATS="$SHARDS_REPEATS" bash scripts/bench-shards.sh rate ;;
         tls) part tls 12 env SKIP_BUILD=1 DUR="$TLS_DUR" REPEATS="$TLS_REPEATS" \
-                 TLS_PARTS="${TLS_PARTS:-h1 h2 hs cost}" bash scripts/bench-tls.sh ;;
+                 TLS_PARTS="${TLS_PARTS:-h1 h2 hs cost h2cost}" bash scripts/bench-tls.sh ;;
         serve-tls) part serve-tls 12 env SKIP_BUILD=1 OUT="$OUT/serve-tls" SCENARIOS=tls DUR="$SERVE_TLS_DUR" \
                        REPEATS="$SERVE_TLS_REPEATS" H2_CONNS=8 H2_STREAMS=10 bash scripts/bench-serve.sh ;;
         ladder) part ladder 13 env DEMO_OUT="$OUT/demo-ladder" python3 scripts/demo --only ladder "${DEMO_LADDER[@]}" ;;

@@ -21,7 +21,7 @@
 # ECDSA P-256 certificate made here with openssl, `return 200` with a 14-byte body,
 # keepalive_requests high enough that no connection is ended during a run.
 #
-# TLS_PARTS picks the comparisons (not PARTS: bench-quiet.sh uses that name) (default "h1 h2 hs"); two more can be added:
+# TLS_PARTS picks the comparisons (not PARTS: bench-quiet.sh uses that name) (default "h1 h2 hs"); three more can be added:
 #   cost  the https HTTP/1.1 comparison in figures a loaded machine does not blur: for
 #         scalpel and wrk against the same nginx, system calls per request (strace -c -f),
 #         user-space instructions per request (callgrind, 2 connections: under valgrind
@@ -29,6 +29,10 @@
 #         start-up and handshakes drop out) and the nginx worker's CPU
 #         ticks per request (its /proc/PID/stat during an ordinary run: which side is the
 #         bottleneck), and the TLS 1.3 cipher suite nginx chose with each;
+#   h2cost  the same figures for the HTTP/2 comparison (H2_CONNS x H2_STREAMS): user-space
+#         instructions per request of scalpel --http2 (and of OLD_SCALPEL when given) and of
+#         h2load (callgrind, (2n - n) requests with n = COST_N / 2), and nginx's CPU per
+#         request during an ordinary DUR run of each;
 #   old   OLD_SCALPEL=PATH (another build, e.g. main's) joins the h1 alternation, so old
 #         and new are compared in one run: `TLS_PARTS="h1 old" OLD_SCALPEL=... ./run bench tls`.
 #
@@ -264,6 +268,32 @@ if has cost; then
   cost_wrk
   cipher_of scalpel "${PIN[@]}" "$SCALPEL" load --no-progress --threads 1 -c 2 -n 20 "${TLS[@]}" "${URL}logged"
   cipher_of wrk "${PIN[@]}" wrk -t1 -c 2 -d 1s "${URL}logged"
+fi
+
+# --- h2cost: the HTTP/2 comparison in instructions per request and nginx's CPU per request ---
+h2cost() { # LABEL BINARY
+  local label=$1 bin=$2 t0 n1=$((COST_N / 2)) n2=$COST_N a b
+  t0=$(ticks); "${PIN[@]}" "$bin" load --no-progress --threads 1 --http2 -c "$H2_CONNS" --streams "$H2_STREAMS" -d "$DUR" "${TLS[@]}" --json "$WORK/s.json" "$URL" >/dev/null
+  nginx_cpu "$label --http2" $(( $(ticks) - t0 )) "$(json "s['answered']")" "$SECS"
+  a=$(callgrind_ir "$bin" load --no-progress --threads 1 --http2 -c "$H2_CONNS" --streams "$H2_STREAMS" -n "$n1" "${TLS[@]}" "$URL")
+  b=$(callgrind_ir "$bin" load --no-progress --threads 1 --http2 -c "$H2_CONNS" --streams "$H2_STREAMS" -n "$n2" "${TLS[@]}" "$URL")
+  ir_per_request "$label --http2" "$a" "$n1" "$b" "$n2"
+}
+h2cost_h2load() {
+  local t0 out n n1=$((COST_N / 2)) n2=$COST_N a b
+  t0=$(ticks); out=$("${PIN[@]}" h2load -t1 -c "$H2_CONNS" -m "$H2_STREAMS" -D "$SECS" "$URL" 2>/dev/null)
+  n=$(awk '/^requests:/ {print $8}' <<<"$out")
+  nginx_cpu h2load $(( $(ticks) - t0 )) "$n" "$SECS"
+  a=$(callgrind_ir h2load -t1 -c "$H2_CONNS" -m "$H2_STREAMS" -n "$n1" "$URL")
+  b=$(callgrind_ir h2load -t1 -c "$H2_CONNS" -m "$H2_STREAMS" -n "$n2" "$URL")
+  ir_per_request h2load "$a" "$n1" "$b" "$n2"
+}
+if has h2cost; then
+  echo
+  echo "## cost of HTTP/2 per request, $H2_CONNS connections x $H2_STREAMS streams, one thread (pinned to cpu 0)"
+  h2cost scalpel "$SCALPEL"
+  [[ -n "$OLD_SCALPEL" ]] && h2cost "scalpel (old)" "$OLD_SCALPEL"
+  h2cost_h2load
 fi
 
 if has h2; then

@@ -10,7 +10,7 @@ use tokio::net::TcpStream;
 
 use crate::error::{Error, Phase};
 use crate::h1::H1Conn;
-use crate::h2::{H2Conn, H2Stats};
+use crate::h2::{H2Conn, H2Driver, H2Stats};
 use crate::peer::{HttpVersion, Peer};
 use crate::stream::Stream;
 use crate::tls::TlsClient;
@@ -150,6 +150,12 @@ impl Connector {
     /// Opens a connection and starts the protocol: HTTP/2 when ALPN chose `h2` (or by
     /// prior knowledge over `http://` with [`HttpVersion::Http2`]), else HTTP/1.1.
     pub async fn connect(&self) -> Result<Connected, Error> {
+        self.connect_with(H2Driver::Runtime).await
+    }
+
+    /// [`Connector::connect`] with an HTTP/2 connection's driver task spawned where
+    /// `driver` says.
+    pub async fn connect_with(&self, driver: H2Driver) -> Result<Connected, Error> {
         let (stream, timing) = self.connect_stream().await?;
         let opts = self.inner.peer.options();
         let h2 = match &stream {
@@ -158,7 +164,8 @@ impl Connector {
         };
         let conn = if h2 {
             let limit = opts.connect_timeout;
-            let handshake = H2Conn::handshake(stream, opts, Arc::clone(&self.inner.h2_stats));
+            let stats = Arc::clone(&self.inner.h2_stats);
+            let handshake = H2Conn::handshake_on(stream, opts, stats, driver);
             match tokio::time::timeout(limit, handshake).await {
                 Ok(c) => Conn::H2(c?),
                 Err(_) => {

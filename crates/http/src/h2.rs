@@ -107,9 +107,23 @@ struct Shared {
     in_flight: AtomicUsize,
 }
 
+/// Where an HTTP/2 connection's driver task runs (the one task that reads and writes
+/// its socket for all its streams).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum H2Driver {
+    /// On the tokio runtime (`tokio::spawn`): any worker of a multi-thread runtime.
+    #[default]
+    Runtime,
+    /// On the current thread's `LocalSet` (`spawn_local`), beside the tasks that send on
+    /// the connection: a load generator's thread, whose request tasks live there, then
+    /// runs every wake-up of a request on one scheduler. Must be called inside a
+    /// `LocalSet` (tokio panics otherwise).
+    Local,
+}
+
 /// An HTTP/2 connection: a cheap clonable handle (each clone may have one request
 /// waiting for a stream; give each concurrent sender its own clone). The connection
-/// itself is driven by one task spawned at the handshake, on the current tokio runtime.
+/// itself is driven by one task spawned at the handshake ([`H2Driver`]).
 #[derive(Debug, Clone)]
 pub struct H2Conn {
     send: SendRequest<Bytes>,
@@ -129,11 +143,22 @@ impl Drop for InFlight {
 
 impl H2Conn {
     /// Starts HTTP/2 on a connected stream (after ALPN chose `h2`, or prior knowledge
-    /// over plain TCP) and spawns its driver task. Events are counted into `stats`.
+    /// over plain TCP) and spawns its driver task on the runtime. Events are counted
+    /// into `stats`.
     pub async fn handshake(
         stream: Stream,
         options: &PeerOptions,
         stats: Arc<H2Stats>,
+    ) -> Result<H2Conn, Error> {
+        Self::handshake_on(stream, options, stats, H2Driver::Runtime).await
+    }
+
+    /// [`H2Conn::handshake`] with the driver task spawned where `driver` says.
+    pub async fn handshake_on(
+        stream: Stream,
+        options: &PeerOptions,
+        stats: Arc<H2Stats>,
+        driver: H2Driver,
     ) -> Result<H2Conn, Error> {
         let (send, connection) = h2::client::Builder::new()
             .initial_window_size(options.h2_stream_window)
@@ -151,24 +176,28 @@ impl H2Conn {
             closed: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
         });
-        let driver = Arc::clone(&shared);
-        tokio::spawn(async move {
+        let ended = Arc::clone(&shared);
+        let drive = async move {
             let end = connection.await;
             // Ended while handles still exist: the peer closed it. A remote GOAWAY shows
             // as an error (or, with NO_ERROR, as a clean end while we still hold handles).
-            let ours = Arc::strong_count(&driver) == 1;
+            let ours = Arc::strong_count(&ended) == 1;
             let goaway = match &end {
                 Err(e) => e.is_go_away() && e.is_remote(),
                 Ok(()) => !ours,
             };
             if goaway {
-                driver.stats.goaway.fetch_add(1, Ordering::Relaxed);
+                ended.stats.goaway.fetch_add(1, Ordering::Relaxed);
             }
             if let Err(e) = &end {
                 tracing::debug!(error = %e, "h2 connection ended");
             }
-            driver.closed.store(true, Ordering::Release);
-        });
+            ended.closed.store(true, Ordering::Release);
+        };
+        match driver {
+            H2Driver::Runtime => drop(tokio::spawn(drive)),
+            H2Driver::Local => drop(tokio::task::spawn_local(drive)),
+        }
         Ok(H2Conn {
             send,
             shared,

@@ -76,6 +76,11 @@ impl<'a> HopByHop<'a> {
 
 /// Removes the hop-by-hop headers from `headers` in place.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // Most messages carry none (a load generator's every HTTP/2 request): one pass over
+    // the few names they have costs less than the eight look-ups of a removal each.
+    if !headers.keys().any(|n| is_hop_by_hop(n.as_str().as_bytes())) {
+        return;
+    }
     let named: Vec<HeaderName> = if headers.contains_key(header::CONNECTION) {
         let rule = HopByHop::of(headers);
         rule.named
@@ -144,5 +149,22 @@ mod tests {
         assert!(rule.drops(b"X-SECRET") && rule.drops(b"Upgrade"));
         assert!(rule.names(b"keep-alive") && !rule.drops(b"host"));
         assert!(!is_hop_by_hop(b"host") && !is_hop_by_hop(b"proxy-authorization"));
+    }
+
+    /// The early return for messages without hop-by-hop fields keeps everything, and a
+    /// single hop-by-hop field still goes.
+    #[test]
+    fn strip_leaves_a_clean_message_alone_and_still_finds_one_field() {
+        let clean = map(&[("host", "h"), ("user-agent", "scalpel"), ("x-a", "1")]);
+        let mut stripped = clean.clone();
+        strip_hop_by_hop(&mut stripped);
+        assert_eq!(stripped, clean);
+        let mut one = clean.clone();
+        one.append(
+            HeaderName::from_static("te"),
+            HeaderValue::from_static("trailers"),
+        );
+        strip_hop_by_hop(&mut one);
+        assert_eq!(one, clean);
     }
 }

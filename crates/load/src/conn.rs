@@ -16,7 +16,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use scalpel_http::h1::H1Conn;
-use scalpel_http::{Conn, Connector, Error, H2Conn};
+use scalpel_http::{Conn, Connector, Error, H2Conn, H2Driver};
 use tokio::sync::Notify;
 
 /// Why a request did not get a response.
@@ -136,9 +136,11 @@ pub(crate) type OnOpen<'a> = &'a dyn Fn(Option<Duration>);
 
 /// Opens a connection: TCP, TLS when `https://`, then the protocol. The connect future
 /// (a TLS handshake's state is kilobytes) is boxed: inline, it would make every request's
-/// future that large, and moving it cost more than the rare allocation.
+/// future that large, and moving it cost more than the rare allocation. An HTTP/2
+/// connection's driver task is spawned on the thread's `LocalSet`, beside the slots that
+/// send on it (so an HTTP/2 connection must be opened inside it).
 async fn open(connector: &Connector, on_open: OnOpen<'_>) -> Result<Conn, Failure> {
-    let connected = Box::pin(connector.connect())
+    let connected = Box::pin(connector.connect_with(H2Driver::Local))
         .await
         .map_err(|e| Failure::from_error(&e))?;
     on_open(connected.timing.tls);

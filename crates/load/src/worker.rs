@@ -602,7 +602,8 @@ fn thread_main(
     // handshakes are the step's all the same.
     let opened = RefCell::new(Vec::new());
     let on_open = |tls: Option<Duration>| opened.borrow_mut().push(tls);
-    let (links, h2_links) = rt.block_on(async {
+    // Inside the LocalSet: an HTTP/2 connection's driver task is spawned there.
+    let (links, h2_links) = local.block_on(&rt, async {
         if spec.h2_streams.is_none() {
             let mut out = Vec::with_capacity(preconnect as usize);
             for _ in 0..preconnect {

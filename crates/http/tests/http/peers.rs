@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::{Method, Request};
 use scalpel_http::h1::{Expect, H1Conn, H1Pool, RequestWriter};
-use scalpel_http::{Conn, Connector, Error, ErrorKind, H2Conn, HttpVersion, Resolve, TlsError};
+use scalpel_http::{
+    Conn, Connector, Error, ErrorKind, H2Conn, H2Driver, HttpVersion, Resolve, TlsError,
+};
 use util::*;
 
 fn get(path: &str, host: &str) -> Vec<u8> {
@@ -137,6 +139,52 @@ async fn h2_by_alpn_carries_concurrent_streams_on_one_connection() {
     assert!(conn.max_streams() >= 16, "nginx allows 128 streams");
     assert_eq!(conn.in_flight(), 0);
     assert_eq!(c.h2_stats().counts().rst_stream, 0);
+}
+
+/// The load generator's placement of the driver: on the thread's `LocalSet`, beside the
+/// tasks sending on the connection (`H2Driver::Local`). It carries concurrent streams from
+/// local tasks and still notices the end of the connection (nginx's GOAWAY after 20
+/// requests), as the runtime-spawned driver does.
+#[test]
+fn a_driver_on_the_local_set_carries_streams_and_sees_goaway() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&rt, async {
+        let certs = certs();
+        let nginx = nginx(&certs);
+        let c = connector(
+            &format!("https://localhost:{}", nginx.ports[0]),
+            h2_with(&certs.ca),
+        )
+        .await
+        .unwrap();
+        let conn = match c.connect_with(H2Driver::Local).await.unwrap().conn {
+            Conn::H2(h) => h,
+            Conn::H1(_) => panic!("expected HTTP/2"),
+        };
+        let tasks: Vec<_> = (0..4)
+            .map(|_| {
+                let (mut conn, c) = (conn.clone(), c.clone());
+                tokio::task::spawn_local(async move {
+                    for _ in 0..5 {
+                        let (status, _) = fetch2(&mut conn, &c, "/").await.unwrap();
+                        assert_eq!(status, 200);
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert!(
+            eventually(|| conn.is_closed()).await,
+            "the connection ended after 20 requests"
+        );
+        assert_eq!(c.h2_stats().counts().goaway, 1);
+    });
 }
 
 /// nginx ends an h2 connection with GOAWAY after `keepalive_requests` (20) requests:
