@@ -77,6 +77,23 @@ def direct():
     return "Two Node hello workers, wrk -t2 -c64: `mode = \"direct\"` ≥ pm2 cluster's req/s and ≤ its CPU per request, same run", lines
 
 
+def direct_fixed():
+    m = re.search(r"^RESULT direct-fixed (.*)$", text, re.M)
+    kv = dict(x.split("=", 1) for x in m.group(1).split())
+    table = [line for line in text.splitlines() if line.startswith("|")]
+    words = {"le-shown": "**met** (≤ shown: the whole interval is ≤ 1.00x)",
+             "gt-shown": "**NOT met** (the whole interval is above 1.00x)",
+             "tie": "**not shown** (a tie: the interval holds 1.00x)"}[kv["verdict"]]
+    lines = [
+        *table, "",
+        f"- CPU per request direct/pm2, paired median over {kv['pairs']} alternating pairs **{float(kv['ratio']):.2f}x**, "
+        f"≥95% interval {float(kv['lo']):.2f}–{float(kv['hi']):.2f}x (pairs {float(kv['min']):.2f}–{float(kv['max']):.2f}x), "
+        f"target ≤ 1.0x: {words}",
+        *(f"- {line}" for line in re.findall(r"^(?:direct|pm2) +pair .*$", text, re.M)),
+    ]
+    return "Two Node hello workers at a fixed 10,000 req/s: `mode = \"direct\"` ≤ pm2 cluster's CPU per request", lines
+
+
 def frozen():
     runs = re.findall(r"^run (\d+): (\d+) requests .*?, (\d+) failed, (\d+) failed after; (.*?); out of rotation (\S+) s, "
                       r"successor ready (\S+) s after the SIGSTOP$", text, re.M)
@@ -259,7 +276,7 @@ def runtime():
     return "Runtime, uneven workload: serve ≥ pm2's throughput and ≤ 0.5x pm2's p99", lines
 
 
-PARTS = {"direct": direct, "frozen": frozen, "shards": shards, "tls": tls, "serve-tls": serve_tls,
+PARTS = {"direct": direct, "direct-fixed": direct_fixed, "frozen": frozen, "shards": shards, "tls": tls, "serve-tls": serve_tls,
          "ladder": ladder, "payments": payments, "runtime": runtime}
 title, body = f"part {part}", None
 try:

@@ -10,6 +10,8 @@
 # alternating in one run where the issue asks for it):
 #   direct    #14  serve mode = "direct" vs pm2 cluster vs serve proxy, 2 Node hello workers:
 #                  req/s and CPU per request            (SCENARIOS=direct scripts/bench-serve.sh)
+#   direct-fixed #14  the same at a fixed 10,000 req/s: CPU per request, paired median ratio
+#                  over alternating pairs with its interval   (scripts/bench-direct-fixed.sh)
 #   frozen    #14  a direct-mode worker frozen under new-connection load: failed requests,
 #                  the frozen worker's share of new connections (SCENARIOS=frozen-direct bench-serve)
 #   shards    #16  two shards vs one process, rate error and merged p99   (bench-shards.sh rate)
@@ -36,13 +38,13 @@ TGT="$CARGO_TARGET_DIR"
 OUT="$TGT/bench-quiet"
 LOGS="$OUT/logs"
 RESULTS="$OUT/RESULTS.md"
-PARTS="${PARTS:-direct frozen shards tls serve-tls ladder payments runtime}"
+PARTS="${PARTS:-direct direct-fixed frozen shards tls serve-tls ladder payments runtime}"
 SMOKE="${SMOKE:-0}"
 
 # Durations: the default run fits ~25 min on 2 cores; SMOKE=1 only proves each part works.
 # Any of these can be set from the environment.
 if [ "$SMOKE" = 1 ]; then
-    : "${DIRECT_DUR:=2}" "${DIRECT_REPEATS:=1}" "${FROZEN_DUR:=6}" "${FROZEN_REPEATS:=1}"
+    : "${DIRECT_DUR:=2}" "${DIRECT_REPEATS:=1}" "${FIXED_DUR:=2}" "${FIXED_REPEATS:=1}" "${FROZEN_DUR:=6}" "${FROZEN_REPEATS:=1}"
     : "${SHARDS_DUR:=2s}" "${SHARDS_REPEATS:=1}" "${TLS_DUR:=2s}" "${TLS_REPEATS:=1}"
     : "${SERVE_TLS_DUR:=2}" "${SERVE_TLS_REPEATS:=1}"
     DEMO_LADDER=(--set ladder_closed=2s --set ladder_rounds=1 --set ladder_step=1s --set ladder_ramp_rounds=1
@@ -52,7 +54,7 @@ if [ "$SMOKE" = 1 ]; then
                   --set rt_repeats=1 --set 'rt_workloads=["uneven"]' --set rt_ab=false --set rt_serve_slots=1
                   --set rt_serve_old=true)
 else
-    : "${DIRECT_DUR:=8}" "${DIRECT_REPEATS:=3}" "${FROZEN_DUR:=10}" "${FROZEN_REPEATS:=3}"
+    : "${DIRECT_DUR:=8}" "${DIRECT_REPEATS:=3}" "${FIXED_DUR:=8}" "${FIXED_REPEATS:=9}" "${FROZEN_DUR:=10}" "${FROZEN_REPEATS:=3}"
     : "${SHARDS_DUR:=8s}" "${SHARDS_REPEATS:=3}" "${TLS_DUR:=6s}" "${TLS_REPEATS:=3}"
     : "${SERVE_TLS_DUR:=8}" "${SERVE_TLS_REPEATS:=3}"
     DEMO_LADDER=(--set ladder_closed=8s --set ladder_rounds=4 --set ladder_step=2s --set ladder_ramp_rounds=1
@@ -123,6 +125,7 @@ for p in $PARTS; do
     case "$p" in
         direct) part direct 14 env SKIP_BUILD=1 OUT="$OUT/serve-direct" SCENARIOS=direct DUR="$DIRECT_DUR" \
                     REPEATS="$DIRECT_REPEATS" bash scripts/bench-serve.sh ;;
+        direct-fixed) part direct-fixed 14 env DUR="$FIXED_DUR" REPEATS="$FIXED_REPEATS" bash scripts/bench-direct-fixed.sh ;;
         frozen) part frozen 14 env SKIP_BUILD=1 OUT="$OUT/serve-frozen" SCENARIOS=frozen-direct \
                     FROZEN_DUR="$FROZEN_DUR" REPEATS="$FROZEN_REPEATS" bash scripts/bench-serve.sh ;;
         shards) part shards 16 env SKIP_BUILD=1 DUR="$SHARDS_DUR" REPEATS="$SHARDS_REPEATS" bash scripts/bench-shards.sh rate ;;
@@ -135,7 +138,7 @@ for p in $PARTS; do
                       "${DEMO_PAYMENTS[@]}" ;;
         runtime) part runtime 13 env DEMO_OUT="$OUT/demo-runtime" python3 scripts/demo --only runtime \
                      "${DEMO_RUNTIME[@]}" ;;
-        *) echo "bench-quiet: unknown part '$p' (direct frozen shards tls serve-tls ladder payments runtime)" >&2 ;;
+        *) echo "bench-quiet: unknown part '$p' (direct direct-fixed frozen shards tls serve-tls ladder payments runtime)" >&2 ;;
     esac
 done
 total=$(( $(date +%s) - start_all ))

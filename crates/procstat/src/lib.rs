@@ -8,7 +8,8 @@
 //!
 //! It must not do HTTP or anything but read `/proc`; it runs on Linux only.
 //!
-//! Main items: [`read_tree`] / [`read_set`] give one [`TreeReading`]; [`cpu_percent`]
+//! Main items: [`read_tree`] / [`read_set`] give one [`TreeReading`]; [`trees_of`] finds
+//! several trees in one pass and [`read_pids`] reads known processes without a pass; [`cpu_percent`]
 //! turns two readings into CPU%; [`TreeSampler`] samples on a background thread and
 //! summarizes windows ([`ResourceSummary`]) between [`SampleMark`]s; [`pid_listening_on`]
 //! finds a server by its port; [`tree_pids`] lists a tree. For a supervisor:
@@ -146,6 +147,21 @@ pub fn read_set(roots: &[u32]) -> TreeReading {
         pss_bytes: None,
         processes: 0,
     })
+}
+
+/// Each root's tree — the root first, then its descendants — from a single pass over
+/// `/proc` (an empty list for a root that is gone; all empty when `/proc` cannot be read).
+/// With [`read_pids`], a supervisor samples its workers without scanning `/proc` at every
+/// reading: it discovers their trees now and then, and reads the known processes between.
+pub fn trees_of(roots: &[u32]) -> Vec<Vec<u32>> {
+    proc::trees_of(roots).unwrap_or_else(|_| vec![Vec::new(); roots.len()])
+}
+
+/// One reading of already discovered processes, `pids[0]` being the tree's root: two small
+/// files per process, no pass over `/proc`; PSS (a walk of every process's page tables)
+/// only `with_pss`. Processes gone meanwhile are skipped; `None` when the root is gone.
+pub fn read_pids(pids: &[u32], with_pss: bool) -> Option<TreeReading> {
+    proc::read_known_with(pids, with_pss)
 }
 
 /// CPU% between two readings of the same tree: 100.0 is one core busy. 0 when no time

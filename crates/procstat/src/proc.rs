@@ -133,6 +133,22 @@ pub(crate) fn read_roots(roots: &[u32], required: bool) -> Result<TreeReading, P
     Ok(read_pids_with(&pids, true, |pid| all.get(&pid).copied()))
 }
 
+/// Each root's tree (root first), all from one pass over `/proc`; empty for a root
+/// that is gone.
+pub(crate) fn trees_of(roots: &[u32]) -> Result<Vec<Vec<u32>>, ProcStatError> {
+    let all = scan_all()?;
+    Ok(roots
+        .iter()
+        .map(|&root| {
+            if all.contains_key(&root) {
+                descendants(&all, &[root])
+            } else {
+                Vec::new()
+            }
+        })
+        .collect())
+}
+
 /// The roots that exist and all their descendants now (one pass over `/proc`).
 /// `required` makes a missing first root an error.
 pub(crate) fn discover(roots: &[u32], required: bool) -> Result<Vec<u32>, ProcStatError> {
@@ -154,9 +170,14 @@ fn discover_with(
 /// One reading of already discovered processes, root first: two small files each, no scan
 /// of `/proc`, no PSS. `None` when the root (`pids[0]`) is gone.
 pub(crate) fn read_known(pids: &[u32]) -> Option<TreeReading> {
+    read_known_with(pids, false)
+}
+
+/// [`read_known`], with PSS when `with_pss`.
+pub(crate) fn read_known_with(pids: &[u32], with_pss: bool) -> Option<TreeReading> {
     let root = *pids.first()?;
     let root_seen = std::cell::Cell::new(false);
-    let reading = read_pids_with(pids, false, |pid| {
+    let reading = read_pids_with(pids, with_pss, |pid| {
         let stat = read_stat(pid);
         if pid == root && stat.is_some() {
             root_seen.set(true);

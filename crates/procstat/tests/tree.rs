@@ -9,8 +9,8 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use scalpel_procstat::{
-    ProcStatError, TreeReading, TreeSampler, cpu_percent, pid_listening_on, read_set, read_tree,
-    tree_pids,
+    ProcStatError, TreeReading, TreeSampler, cpu_percent, pid_listening_on, read_pids, read_set,
+    read_tree, tree_pids, trees_of,
 };
 
 const MIB: u64 = 1024 * 1024;
@@ -312,6 +312,56 @@ fn a_process_in_two_trees_counts_once_and_gone_roots_are_skipped() {
     let _ = child.wait();
     assert_eq!((single.processes, set.processes), (1, 1));
     assert!(set.rss_bytes > 0);
+}
+
+/// One pass finds each root's own tree (a shell and its child); the known processes are
+/// then read without a pass, PSS only where asked (a supervisor reads it seldom: it walks
+/// page tables); a gone root has an empty tree and no reading, not an error.
+#[test]
+fn trees_found_in_one_pass_are_read_without_one_and_pss_only_where_asked() {
+    let a = spinner(60);
+    let b = Group::spawn(
+        Command::new("sh")
+            .args(["-c", "sleep 30 & wait"])
+            .stdout(Stdio::null()),
+    );
+    let deadline = Instant::now() + DEADLINE;
+    while tree_pids(b.pid()).map_or(0, |p| p.len()) < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the shell never started its child"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let trees = trees_of(&[a.pid(), b.pid(), NO_SUCH_PID]);
+    assert_eq!(trees.len(), 3);
+    assert_eq!(trees[0], [a.pid()]);
+    assert_eq!((trees[1].len(), trees[1][0]), (2, b.pid()), "{trees:?}");
+    assert!(trees[2].is_empty(), "a gone root: {:?}", trees[2]);
+    let ra = read_pids(&trees[0], true).expect("a is running");
+    let rb = read_pids(&trees[1], false).expect("b is running");
+    assert!(read_pids(&trees[2], true).is_none());
+    assert!(
+        read_pids(&[NO_SUCH_PID, b.pid()], false).is_none(),
+        "the root is gone"
+    );
+    assert_eq!((ra.processes, rb.processes), (1, 2), "{ra:?} {rb:?}");
+    let pss = ra.pss_bytes.expect("PSS asked for and readable");
+    assert!(
+        pss >= 60 * MIB,
+        "PSS {} MiB < the 60 MiB touched",
+        pss / MIB
+    );
+    assert_eq!(rb.pss_bytes, None, "PSS read though not asked for");
+    assert!(
+        ra.rss_bytes >= 60 * MIB && rb.rss_bytes > 0,
+        "{ra:?} {rb:?}"
+    );
+    // The same tree a reading with its own pass sees.
+    assert_eq!(
+        read_tree(b.pid()).expect("b's tree").processes,
+        rb.processes
+    );
 }
 
 #[test]

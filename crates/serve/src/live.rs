@@ -6,6 +6,7 @@
 //! of each app's latency histogram a second (the same lock a `/metrics` scrape takes).
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -15,7 +16,6 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 use crate::metrics::MAX_LATENCY_US;
-use crate::pool::WorkerState;
 use crate::proxy::{Shared, Table};
 use crate::server::{MirrorReport, Status};
 
@@ -24,8 +24,6 @@ const TICK: Duration = Duration::from_secs(1);
 const HISTORY: usize = 300;
 /// Ticks behind the tables' rate and latency figures.
 const WINDOW: usize = 10;
-/// Worker processes are read every this many ticks (two `/proc` reads a worker).
-const WORKER_EVERY: u64 = 2;
 
 /// A histogram's non-empty buckets as (highest equivalent value in µs, count).
 type Compact = Vec<(u64, u64)>;
@@ -78,6 +76,9 @@ struct AppPoint {
 
 #[derive(Debug)]
 struct RouteSeries {
+    /// The route's arm counters: a reload that keeps the route hands the same ones on
+    /// (`Route::carry_counters`), and its series goes on with them.
+    counters: Vec<Arc<AtomicU64>>,
     prev: Vec<u64>,
     /// (t, dt, requests per arm in the tick).
     points: History<(f64, f64, Vec<u64>)>,
@@ -126,19 +127,27 @@ fn app_series() -> AppSeries {
 }
 
 fn route_series(table: &Table) -> Vec<RouteSeries> {
-    table
-        .routes
-        .iter()
-        .map(|r| RouteSeries {
-            prev: vec![0; r.arm_requests.len()],
-            points: History::new(HISTORY),
-        })
-        .collect()
+    table.routes.iter().map(fresh_route_series).collect()
+}
+
+/// A series that starts now: its first point counts from the counters' current values
+/// (carried over a reload, they are not zero).
+fn fresh_route_series(route: &crate::proxy::Route) -> RouteSeries {
+    RouteSeries {
+        counters: route.arm_requests.clone(),
+        prev: route
+            .arm_requests
+            .iter()
+            .map(|a| a.load(Ordering::Relaxed))
+            .collect(),
+        points: History::new(HISTORY),
+    }
 }
 
 impl Ticks {
     /// Makes the series match `table` after a live reload: an app that is still there
-    /// keeps its series, a new one starts empty; routes start anew (their counters do).
+    /// keeps its series, a new one starts empty; so does a route, kept when it has the
+    /// same arm counters (the reload kept its rule and arms).
     fn fit(&mut self, table: &Table) {
         if self.generation == table.generation {
             return;
@@ -152,7 +161,20 @@ impl Ticks {
             self.apps
                 .push(old.remove(&app.cfg.name).unwrap_or_else(app_series));
         }
-        self.routes = route_series(table);
+        let mut old_routes = std::mem::take(&mut self.routes);
+        for route in &table.routes {
+            let same = |s: &RouteSeries| {
+                s.counters.len() == route.arm_requests.len()
+                    && s.counters
+                        .iter()
+                        .zip(&route.arm_requests)
+                        .all(|(a, b)| Arc::ptr_eq(a, b))
+            };
+            self.routes.push(match old_routes.iter().position(same) {
+                Some(i) => old_routes.swap_remove(i),
+                None => fresh_route_series(route),
+            });
+        }
         self.generation = table.generation;
     }
 }
@@ -245,7 +267,8 @@ impl Live {
         }
     }
 
-    fn set_workers(&self, readings: Vec<(u32, scalpel_procstat::TreeReading)>) {
+    /// Each worker's latest reading (by pid), from the resource sampler.
+    pub(crate) fn set_workers(&self, readings: Vec<(u32, scalpel_procstat::TreeReading)>) {
         let mut ticks = self.lock();
         let mut next = HashMap::with_capacity(readings.len());
         for (pid, reading) in readings {
@@ -525,41 +548,18 @@ fn charts(snap: &mut Snapshot, table: &Table, ticks: &Ticks, now_t: f64) {
     );
 }
 
-/// Ticks until `stop`: counters every second, worker processes every other second.
+/// Ticks until `stop`: counters every second. The worker processes' figures come from
+/// the resource sampler (`Live::set_workers`), which reads `/proc` once for everyone.
 pub(crate) async fn run(shared: Arc<Shared>, live: Arc<Live>, mut stop: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last = Instant::now();
-    let mut n = 0u64;
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = stop.changed() => return,
         }
         live.sample(&shared, &mut last);
-        if n.is_multiple_of(WORKER_EVERY) {
-            let pids: Vec<u32> = shared
-                .table
-                .load()
-                .apps
-                .iter()
-                .flat_map(|a| a.slots.iter())
-                .filter_map(|s| s.current.load_full())
-                .filter(|b| b.state() != WorkerState::Stopped && b.pid() > 0)
-                .map(|b| b.pid())
-                .collect();
-            if let Ok(readings) = tokio::task::spawn_blocking(move || {
-                pids.into_iter()
-                    .map(|pid| (pid, scalpel_procstat::read_set(&[pid])))
-                    .filter(|(_, r)| r.processes > 0)
-                    .collect::<Vec<_>>()
-            })
-            .await
-            {
-                live.set_workers(readings);
-            }
-        }
-        n += 1;
     }
 }
 

@@ -45,7 +45,10 @@ pub(crate) struct Route {
     pub(crate) cfg: RouteConfig,
     pub(crate) mirror: Option<Arc<Mirror>>,
     total_weight: u64,
-    pub(crate) arm_requests: Vec<AtomicU64>,
+    /// Shared with the route of the config before a live reload that kept this route
+    /// and arm (same rule, same app): a Prometheus counter must never go down, and a
+    /// request that picked its route in the old table still counts here.
+    pub(crate) arm_requests: Vec<Arc<AtomicU64>>,
 }
 
 impl Route {
@@ -62,9 +65,41 @@ impl Route {
         Self {
             mirror,
             total_weight: cfg.arms.iter().map(|a| a.1).sum(),
-            arm_requests: cfg.arms.iter().map(|_| AtomicU64::new(0)).collect(),
+            arm_requests: cfg.arms.iter().map(|_| Arc::default()).collect(),
             cfg,
         }
+    }
+
+    /// Takes over the counters of the route of the config before a reload with the same
+    /// rule (prefix, method, header): arm by arm, where the arm goes to the same app
+    /// (`app_name` of an arm's app index; `old_app_name` for `old`'s). A new arm starts
+    /// at zero; the counters of an arm or route the reload removed go with it.
+    pub(crate) fn carry_counters<'a>(
+        &mut self,
+        app_name: impl Fn(usize) -> Option<&'a str>,
+        old: &Route,
+        old_app_name: impl Fn(usize) -> Option<&'a str>,
+    ) {
+        for (i, &(app, _)) in self.cfg.arms.iter().enumerate() {
+            let Some(name) = app_name(app) else {
+                continue;
+            };
+            if let Some(ai) = old
+                .cfg
+                .arms
+                .iter()
+                .position(|&(o, _)| old_app_name(o) == Some(name))
+            {
+                self.arm_requests[i] = old.arm_requests[ai].clone();
+            }
+        }
+    }
+
+    /// Same rule: what makes a route "the same route" across a reload.
+    pub(crate) fn same_rule(&self, other: &Route) -> bool {
+        self.cfg.prefix == other.cfg.prefix
+            && self.cfg.method == other.cfg.method
+            && self.cfg.header == other.cfg.header
     }
 
     fn matches(&self, method: &Method, path: &str, headers: &HeaderMap) -> bool {

@@ -1,5 +1,6 @@
 //! Wiring: listeners, the admin endpoints, reload, drain and the resource sampler.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -295,8 +296,10 @@ impl Server {
             let _ = tx.send(shared.clone());
         }
         let reload_lock = Arc::new(tokio::sync::Mutex::new(()));
+        let mut live_page = None;
         if let Some(l) = admin_listener {
             let live = Arc::new(Live::new(&shared));
+            live_page = Some(live.clone());
             tokio::spawn(crate::live::run(
                 shared.clone(),
                 live.clone(),
@@ -310,7 +313,7 @@ impl Server {
                 stop_rx.clone(),
             ));
         }
-        tokio::spawn(sample_resources(shared.clone(), stop_rx));
+        tokio::spawn(sample_resources(shared.clone(), live_page, stop_rx));
         Ok(Self {
             shared,
             listen,
@@ -604,7 +607,7 @@ async fn reload(shared: &Shared, lock: &tokio::sync::Mutex<()>) -> Result<(), Se
                 .cloned()
         })
         .collect();
-    let routes = next
+    let mut routes = next
         .routes
         .iter()
         .cloned()
@@ -619,7 +622,23 @@ async fn reload(shared: &Shared, lock: &tokio::sync::Mutex<()>) -> Result<(), Se
             });
             Route::with_mirror(r, mirror)
         })
-        .collect();
+        .collect::<Vec<_>>();
+    // A route the reload keeps (same rule) keeps its counters, arm by arm (same app):
+    // `/metrics` counters stay monotonic. Each old route is taken over once.
+    let mut taken = vec![false; table.routes.len()];
+    for route in &mut routes {
+        let Some(oi) =
+            (0..table.routes.len()).find(|&oi| !taken[oi] && table.routes[oi].same_rule(route))
+        else {
+            continue;
+        };
+        taken[oi] = true;
+        route.carry_counters(
+            |a| next.apps.get(a).map(|c| &*c.name),
+            &table.routes[oi],
+            |a| table.apps.get(a).map(|x| &*x.cfg.name),
+        );
+    }
     // An app's `balance` changes with the routes, in the same moment.
     for app in &kept {
         if find(&app.cfg.name).is_some_and(|old| old.cfg.balance != app.cfg.balance) {
@@ -1718,13 +1737,36 @@ fn metrics_text(shared: &Shared) -> String {
     p.finish()
 }
 
-/// Samples each app's worker trees with scalpel-procstat: CPU% between two readings of
-/// the same set of workers (a changed set starts a new baseline), RSS and PSS.
-async fn sample_resources(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+/// A worker's PSS (a walk of its page tables, under its memory lock, that stalls the
+/// worker's own page faults meanwhile) is read when the worker is new and then every this
+/// many samples; CPU and RSS (two small files per process) every sample. An app with
+/// `max_memory_mb` has its PSS read every sample: its limit is checked on it.
+const PSS_EVERY: u64 = 10;
+/// The workers' process trees are found (a pass over all of `/proc`, a file read per
+/// process of the machine) when a worker is new and then every this many samples; the
+/// processes known are read in between. Measured under direct mode at 10,000 req/s: the
+/// passes were most of serve's own CPU (docs/serve.md, "Direct mode").
+const DISCOVER_EVERY: u64 = 10;
+
+/// Samples every worker's process tree with scalpel-procstat: each app's CPU% between two
+/// readings of the same set of workers (a changed set starts a new baseline), RSS and PSS;
+/// the per-worker readings go to the live page (which reads nothing itself) and to the
+/// `max_memory_mb` check. A child a worker starts is counted from the next discovery (its
+/// CPU so far lands then); one it reaps counts in the worker's own times.
+async fn sample_resources(
+    shared: Arc<Shared>,
+    live: Option<Arc<Live>>,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut last: Vec<Option<(Vec<u32>, scalpel_procstat::TreeReading)>> = Vec::new();
     let mut generation = None;
+    // The latest PSS read of each worker (`None`: unreadable).
+    let mut pss_of: HashMap<u32, Option<u64>> = HashMap::new();
+    // Each worker's process tree, as last discovered (the worker first).
+    let mut trees: HashMap<u32, Vec<u32>> = HashMap::new();
     let mut tick = tokio::time::interval(shared.cfg.sample_interval);
-    loop {
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    for n in 0u64.. {
         tokio::select! {
             _ = tick.tick() => {}
             _ = stop.changed() => return,
@@ -1741,41 +1783,119 @@ async fn sample_resources(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) 
                 m.recorder.flush();
             }
         }
-        for (i, app) in table.apps.iter().enumerate() {
-            let mut pids: Vec<u32> = app
-                .slots
+        let apps: Vec<Vec<u32>> = table
+            .apps
+            .iter()
+            .map(|app| {
+                let mut pids: Vec<u32> = app
+                    .slots
+                    .iter()
+                    .filter_map(|s| s.current.load_full())
+                    .filter(|b| b.state() != WorkerState::Stopped && b.pid() > 0)
+                    .map(|b| b.pid())
+                    .collect();
+                pids.sort_unstable();
+                pids.dedup();
+                pids
+            })
+            .collect();
+        let roots: Vec<(u32, bool)> = table
+            .apps
+            .iter()
+            .zip(&apps)
+            .flat_map(|(app, pids)| {
+                let every = app.cfg.max_memory_bytes.is_some() || n.is_multiple_of(PSS_EVERY);
+                pids.iter()
+                    .map(|&pid| (pid, every || !pss_of.contains_key(&pid)))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let discover = n.is_multiple_of(DISCOVER_EVERY)
+            || roots.iter().any(|(pid, _)| !trees.contains_key(pid));
+        let r2 = roots.clone();
+        let known = std::mem::take(&mut trees);
+        let Ok((known, readings)) = tokio::task::spawn_blocking(move || {
+            let known: HashMap<u32, Vec<u32>> = if discover {
+                let pids: Vec<u32> = r2.iter().map(|r| r.0).collect();
+                pids.iter()
+                    .copied()
+                    .zip(scalpel_procstat::trees_of(&pids))
+                    .collect()
+            } else {
+                known
+            };
+            let readings: Vec<Option<scalpel_procstat::TreeReading>> = r2
                 .iter()
-                .filter_map(|s| s.current.load_full())
-                .filter(|b| b.state() != WorkerState::Stopped && b.pid() > 0)
-                .map(|b| b.pid())
+                .map(|&(pid, pss)| {
+                    known
+                        .get(&pid)
+                        .and_then(|tree| scalpel_procstat::read_pids(tree, pss))
+                })
                 .collect();
-            pids.sort_unstable();
-            let p2 = pids.clone();
-            let Ok(reading) =
-                tokio::task::spawn_blocking(move || scalpel_procstat::read_set(&p2)).await
-            else {
+            (known, readings)
+        })
+        .await
+        else {
+            continue;
+        };
+        trees = known;
+        trees.retain(|_, tree| !tree.is_empty());
+        let mut now: HashMap<u32, scalpel_procstat::TreeReading> = HashMap::new();
+        for (&(pid, read_pss), reading) in roots.iter().zip(readings) {
+            let Some(mut reading) = reading else {
                 continue;
             };
+            if read_pss {
+                pss_of.insert(pid, reading.pss_bytes);
+            }
+            reading.pss_bytes = pss_of.get(&pid).copied().flatten();
+            now.insert(pid, reading);
+        }
+        pss_of.retain(|pid, _| now.contains_key(pid));
+        for (i, (app, pids)) in table.apps.iter().zip(apps).enumerate() {
+            let mut sum = scalpel_procstat::TreeReading {
+                at: Instant::now(),
+                cpu_ticks: 0,
+                rss_bytes: 0,
+                pss_bytes: Some(0),
+                processes: 0,
+            };
+            for r in pids.iter().filter_map(|p| now.get(p)) {
+                sum.at = r.at;
+                sum.cpu_ticks += r.cpu_ticks;
+                sum.rss_bytes += r.rss_bytes;
+                sum.processes += r.processes;
+                sum.pss_bytes = sum.pss_bytes.zip(r.pss_bytes).map(|(a, b)| a + b);
+            }
+            if sum.processes == 0 {
+                sum.pss_bytes = None;
+            }
             let cpu = match &last[i] {
                 Some((prev_pids, prev)) if *prev_pids == pids => {
-                    scalpel_procstat::cpu_percent(prev, &reading)
+                    scalpel_procstat::cpu_percent(prev, &sum)
                 }
                 _ => app.metrics.cpu_percent(),
             };
-            app.metrics
-                .set_resources(cpu, reading.rss_bytes, reading.pss_bytes);
-            last[i] = Some((pids, reading));
+            app.metrics.set_resources(cpu, sum.rss_bytes, sum.pss_bytes);
+            last[i] = Some((pids, sum));
             if let Some(limit) = app.cfg.max_memory_bytes {
-                check_memory(app, limit).await;
+                check_memory(app, limit, &now);
             }
+        }
+        if let Some(live) = &live {
+            live.set_workers(now.into_iter().collect());
         }
     }
 }
 
-/// Replaces each ready worker of `app` whose process tree's PSS passes `limit`: the
-/// successor starts and joins before the old one drains (a rolling reload of that slot),
-/// so no request is lost, unlike a kill-first restart.
-async fn check_memory(app: &Arc<App>, limit: u64) {
+/// Replaces each ready worker of `app` whose process tree's PSS (in `readings`, by pid)
+/// passes `limit`: the successor starts and joins before the old one drains (a rolling
+/// reload of that slot), so no request is lost, unlike a kill-first restart.
+fn check_memory(
+    app: &Arc<App>,
+    limit: u64,
+    readings: &HashMap<u32, scalpel_procstat::TreeReading>,
+) {
     for slot in &app.slots {
         let Some(b) = slot.current.load_full() else {
             continue;
@@ -1787,12 +1907,7 @@ async fn check_memory(app: &Arc<App>, limit: u64) {
             continue;
         }
         let pid = b.pid();
-        let Ok(reading) =
-            tokio::task::spawn_blocking(move || scalpel_procstat::read_set(&[pid])).await
-        else {
-            continue;
-        };
-        let Some(pss) = reading.pss_bytes else {
+        let Some(pss) = readings.get(&pid).and_then(|r| r.pss_bytes) else {
             continue;
         };
         if pss <= limit {

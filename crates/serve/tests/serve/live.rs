@@ -80,7 +80,11 @@ async fn the_snapshot_shows_workers_routes_and_rates_of_real_traffic() {
         snap = admin_get(&h, "/live/snapshot", None).await.json();
         let arms = &snap["data"]["routes"][0]["arms"];
         let total: u64 = (0..2).map(|i| arms[i]["requests"].as_u64().unwrap()).sum();
-        if total == 60 && snap["data"]["apps"][0]["p99_ms"].is_number() {
+        let workers_read = (0..2).all(|i| {
+            let w = &snap["data"]["apps"][0]["workers"][i];
+            w["pss_bytes"].is_number() && w["cpu_percent"].is_number()
+        });
+        if total == 60 && snap["data"]["apps"][0]["p99_ms"].is_number() && workers_read {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -95,6 +99,10 @@ async fn the_snapshot_shows_workers_routes_and_rates_of_real_traffic() {
         assert_eq!(w["pid"].as_u64().map(|p| p as u32), pids[i]);
         assert_eq!(w["state"], "ready");
         assert!(w["last_restart"].is_null());
+        // The resource sampler's per-worker figures (the page reads no /proc itself).
+        assert!(w["rss_bytes"].as_u64().unwrap() > 1 << 20, "{w}");
+        assert!(w["pss_bytes"].as_u64().unwrap() > 1 << 20, "{w}");
+        assert!(w["cpu_percent"].as_f64().unwrap() >= 0.0, "{w}");
     }
     let arms = data["routes"][0]["arms"].as_array().unwrap();
     let (a, b) = (

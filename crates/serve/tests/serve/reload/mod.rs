@@ -460,3 +460,123 @@ async fn a_reload_changes_an_apps_balance_live() {
     );
     h.server.shutdown().await;
 }
+
+/// The requests counted for a route's arm, in `/metrics`.
+fn arm_count(m: &str, route: usize, prefix: &str, app: &str) -> Option<f64> {
+    let sample = format!(
+        "scalpel_serve_route_requests_total{{route=\"{route}\",prefix=\"{prefix}\",app=\"{app}\"}}"
+    );
+    m.lines()
+        .find_map(|l| l.strip_prefix(sample.as_str()))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// A reload that keeps a route keeps its counters: under load on route `/pid` (split
+/// a:b), a reload that replaces every worker, moves the split to 3:1 and gives route `/`
+/// another app; `scalpel_serve_route_requests_total` of `/pid`'s arms, read every 10 ms
+/// throughout, never goes down (a Prometheus counter), and the live snapshot's arm counts
+/// go on from where they were. The arm of `/` whose app the reload changed starts at zero
+/// and the replaced one is gone. Before, every route's counters began at zero again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_keeps_a_route_keeps_its_counters_monotonic() {
+    let base = free_base(10);
+    let routes = |a: u32, rest: &str| {
+        let cfg = two_apps(base, 1, "v", a, 1);
+        // two_apps's own route becomes `/pid` (GET /pid answers 200); then `/` → `rest`.
+        cfg.replace("prefix = \"/\"", "prefix = \"/pid\"")
+            + &format!("\n[[route]]\nprefix = \"/\"\napp = \"{rest}\"\n")
+    };
+    let h = start(&routes(1, "b")).await;
+    for _ in 0..5 {
+        assert_eq!(h.get("/").await.unwrap().status, 200);
+    }
+    let m = h.server.metrics_text();
+    assert_eq!(arm_count(&m, 0, "/pid", "a"), Some(0.0), "{m}");
+    let load = Load::start(h.server.listen_addr(), "/pid", 4);
+    // `/pid`'s two arm counters as `/metrics` shows them, read every 10 ms until stopped.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let admin = h.server.admin_addr().expect("admin address");
+    let watcher = tokio::spawn(async move {
+        let c = client();
+        let mut seen: Vec<(f64, f64)> = Vec::new();
+        while !*stopped.borrow() {
+            if let Ok(r) = get_at(&c, admin, "/metrics").await
+                && let (Some(a), Some(b)) = (
+                    arm_count(&r.body, 0, "/pid", "a"),
+                    arm_count(&r.body, 0, "/pid", "b"),
+                )
+            {
+                seen.push((a, b));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        seen
+    });
+    // Some traffic counted before the reload.
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            let m = h.server.metrics_text();
+            arm_count(&m, 0, "/pid", "a").unwrap_or(0.0) >= 20.0
+        })
+        .await
+    );
+    let snap_before = snapshot_arms(&h).await;
+    let m = h.server.metrics_text();
+    let before = (
+        arm_count(&m, 0, "/pid", "a").unwrap(),
+        arm_count(&m, 0, "/pid", "b").unwrap(),
+        arm_count(&m, 1, "/", "b").unwrap(),
+    );
+    assert_eq!(before.2, 5.0, "{m}");
+
+    h.write_config(&routes(3, "a"));
+    h.server.reload().await.expect("the reload applies");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (ok, failed, failures) = load.finish().await;
+    let _ = stop.send(true);
+    let seen = watcher.await.unwrap();
+    assert_eq!(failed, 0, "failed requests during the reload: {failures:?}");
+    assert!(seen.len() >= 10, "too few /metrics reads: {}", seen.len());
+    for w in seen.windows(2) {
+        assert!(
+            w[1].0 >= w[0].0 && w[1].1 >= w[0].1,
+            "a route counter went down across the reload: {:?} -> {:?}",
+            w[0],
+            w[1]
+        );
+    }
+    let m = h.server.metrics_text();
+    let (a, b) = (
+        arm_count(&m, 0, "/pid", "a").unwrap(),
+        arm_count(&m, 0, "/pid", "b").unwrap(),
+    );
+    assert!(a >= before.0 && b >= before.1, "{before:?} -> {a} {b}\n{m}");
+    // Every request of the load counted once, before and after the reload alike.
+    assert_eq!(a + b, ok as f64, "{m}");
+    // `/` kept its rule but changed its app: the new arm counts from zero, the old goes.
+    assert_eq!(arm_count(&m, 1, "/", "a"), Some(0.0), "{m}");
+    assert_eq!(arm_count(&m, 1, "/", "b"), None, "{m}");
+    // The live snapshot (the admin page's data) goes on from the same counts.
+    let snap_after = snapshot_arms(&h).await;
+    assert!(
+        snap_after.0 >= snap_before.0 && snap_after.1 >= snap_before.1,
+        "the snapshot's arm counts went down: {snap_before:?} -> {snap_after:?}"
+    );
+    assert_eq!(snap_after, (a as u64, b as u64));
+    h.server.shutdown().await;
+}
+
+/// Route `/pid`'s arm counts in the live snapshot.
+async fn snapshot_arms(h: &Harness) -> (u64, u64) {
+    let addr = h.server.admin_addr().expect("admin address");
+    let snap = get_at(&h.client, addr, "/live/snapshot")
+        .await
+        .expect("snapshot")
+        .json();
+    let arms = &snap["data"]["routes"][0]["arms"];
+    assert_eq!(snap["data"]["routes"][0]["prefix"], "/pid", "{snap}");
+    (
+        arms[0]["requests"].as_u64().unwrap(),
+        arms[1]["requests"].as_u64().unwrap(),
+    )
+}
