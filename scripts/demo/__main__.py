@@ -9,6 +9,7 @@ import argparse
 import datetime
 import json
 import os
+import signal
 import sys
 import time
 import traceback
@@ -34,7 +35,7 @@ QUICK = {
     # serve's max_in_flight_per_worker (0: least_conn alone, the default until a quiet run
     # shows the queue wins); rt_serve_old adds serve with least_conn alone as a third target
     # (serve-lc), alternating: old vs new in one run (scripts/bench-quiet.sh sets both).
-    "rt_serve_slots": 0, "rt_serve_old": False,
+    "rt_serve_slots": 0, "rt_serve_old": False, "rt_hello_direct": True,
 }
 FULL = {
     "mode": "full",
@@ -48,7 +49,7 @@ FULL = {
     # serve's max_in_flight_per_worker (0: least_conn alone, the default until a quiet run
     # shows the queue wins); rt_serve_old adds serve with least_conn alone as a third target
     # (serve-lc), alternating: old vs new in one run (scripts/bench-quiet.sh sets both).
-    "rt_serve_slots": 0, "rt_serve_old": False,
+    "rt_serve_slots": 0, "rt_serve_old": False, "rt_hello_direct": True,
 }
 STAGES = ["ladder", "payments", "runtime"]
 
@@ -145,6 +146,9 @@ def main():
 
 
 if __name__ == "__main__":
+    # A SIGTERM (kill, a CI time-out) unwinds like Ctrl-C, so every stage's `finally` stops
+    # the servers, pm2 and load generators it started instead of leaving them running.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         sys.exit(main())
     except KeyboardInterrupt:

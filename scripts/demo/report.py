@@ -160,8 +160,11 @@ def runtime_section(d, ab, css_sink):
     rows = []
     for w in d["workloads"]:
         lb = w["rps_lower_bound"]
-        mx = lambda t: (">= " if lb[t] else "") + c.fmt_num(w["rps"][t])
-        rows.append([w["name"], mx("pm2"), mx("serve"),
+        start = w.get("ramp_start")
+        mx = lambda t: (f"< {start:,}" if not w["rps"][t] and start else
+                        (">= " if lb[t] else "") + c.fmt_num(w["rps"][t]))
+        label = w["name"] + (" (serve: direct mode)" if w.get("serve_mode") == "direct" else "")
+        rows.append([label, mx("pm2"), mx("serve"),
                      c.fmt_ratio(c.ratio(w["rps"]["serve"], w["rps"]["pm2"])),
                      f"{w['fixed_rps']:,}", c.fmt_ms(w["p99_ms"]["pm2"]), c.fmt_ms(w["p99_ms"]["serve"]),
                      c.fmt_ratio(c.ratio(w["p99_ms"]["serve"], w["p99_ms"]["pm2"])),

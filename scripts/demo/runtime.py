@@ -76,9 +76,14 @@ def serve_config(path, listen, admin, apps, routes=""):
     text = f'[server]\nlisten = "127.0.0.1:{listen}"\nadmin = "127.0.0.1:{admin}"\n'
     for app in apps:
         text += (f'\n[[app]]\nname = "{app["name"]}"\ncommand = {json.dumps(app["command"])}\n'
-                 f'workers = {app["workers"]}\nport_base = {app["port_base"]}\n'
-                 f'balance = "{app.get("balance", "least_conn")}"\n')
-        if app.get("max_in_flight_per_worker"):
+                 f'workers = {app["workers"]}\nport_base = {app["port_base"]}\n')
+        if app.get("mode") == "direct":
+            # Direct mode: the workers accept on serve's socket themselves (no balancer hop),
+            # so balance and the worker-slot queue do not apply.
+            text += f'mode = "direct"\nlisten = "{app["listen"]}"\n'
+        else:
+            text += f'balance = "{app.get("balance", "least_conn")}"\n'
+        if app.get("max_in_flight_per_worker") and app.get("mode") != "direct":
             text += f'max_in_flight_per_worker = {app["max_in_flight_per_worker"]}\n'
         if app.get("health"):
             text += f'\n[app.health]\npath = "{app["health"]}"\n'
@@ -147,9 +152,18 @@ def workload(cfg, out, pm2, procs, name, what, app, template, lines, slo):
     # `rt_serve_slots` requests on a worker at once, the rest in serve's FIFO queue for the
     # first worker that frees (docs/serve.md, max_in_flight_per_worker; 0: least_conn alone).
     slots = cfg["rt_serve_slots"]
+    # Light requests: the mode serve's guide recommends for them (docs/serve.md, direct mode):
+    # the workers accept on serve's socket, no per-request hop, as pm2's do after the handshake.
+    direct = name == "hello" and cfg.get("rt_hello_direct", True)
+    app_conf = {"name": name, "command": app, "workers": 2, "port_base": base, "health": health,
+                "max_in_flight_per_worker": slots}
+    if direct:
+        (direct_port,) = c.free_ports(1)
+        app_conf.update(mode="direct", listen=f"127.0.0.1:{direct_port}")
+        listen = direct_port
+        slots = 0
     cfg_path = os.path.join(out, f"serve-{name}.toml")
-    serve_config(cfg_path, listen, admin, [{"name": name, "command": app, "workers": 2, "port_base": base,
-                                             "health": health, "max_in_flight_per_worker": slots}])
+    serve_config(cfg_path, listen if not direct else c.free_ports(1)[0], admin, [app_conf])
     sp, _ = procs.start(f"serve-{name}", [c.SCALPEL, "serve", "--config", cfg_path], cpu=None,
                         ready=f"http://127.0.0.1:{listen}{health}")
     names = ["pm2", "serve"]
@@ -157,8 +171,8 @@ def workload(cfg, out, pm2, procs, name, what, app, template, lines, slo):
     extra_targets = []
     old_sp = None
     if cfg["rt_serve_old"]:
-        # The same serve with least_conn alone (before max_in_flight_per_worker), alternating
-        # with the other two: old vs new in one run.
+        # The same serve with least_conn alone (before max_in_flight_per_worker; for a direct
+        # app, serve's proxy mode), alternating with the other two: old vs new in one run.
         old_listen, old_admin = c.free_ports(2)
         old_base = c.port_block(4)
         old_path = os.path.join(out, f"serve-{name}-least-conn.toml")
@@ -169,9 +183,9 @@ def workload(cfg, out, pm2, procs, name, what, app, template, lines, slo):
         names.append("serve-lc")
         extra_targets = ["--target", f"serve-lc=http://127.0.0.1:{old_listen}"]
         watch += ["--watch-pid", f"serve-lc={old_sp.pid}"]
-    c.log(f"runtime: {name}: pm2 cluster (2 workers) on :{pm2_port}, scalpel serve (2 workers, least_conn, "
-          f"max_in_flight_per_worker = {slots or 'none'}) on :{listen}"
-          + (", serve with least_conn alone as serve-lc" if old_sp else ""))
+    how = "direct mode" if direct else f"least_conn, max_in_flight_per_worker = {slots or 'none'}"
+    c.log(f"runtime: {name}: pm2 cluster (2 workers) on :{pm2_port}, scalpel serve (2 workers, {how}) on :{listen}"
+          + (f", serve {'in proxy mode' if direct else 'with least_conn alone'} as serve-lc" if old_sp else ""))
     try:
         targets = (["--target", f"pm2=http://127.0.0.1:{pm2_port}", "--target", f"serve=http://127.0.0.1:{listen}"]
                    + extra_targets + watch)
@@ -222,7 +236,9 @@ def workload(cfg, out, pm2, procs, name, what, app, template, lines, slo):
         "what": what,
         "slo": slo,
         "serve_max_in_flight_per_worker": slots or None,
+        "serve_mode": "direct" if direct else "proxy",
         "probe_rps": top,
+        "ramp_start": lo,
         "rps": {t: c.median(maxima[t]) for t in names},
         "rps_all": maxima,
         "rps_lower_bound": lower,
@@ -243,7 +259,10 @@ def print_workload(w):
     c.section(f"3. Runtime: {w['what']}: pm2 cluster mode vs scalpel serve, 2 workers each")
     lb = w["rps_lower_bound"]
     old = "serve-lc" in w["rps"]
-    mx = lambda t: (">= " if lb[t] else "") + c.fmt_num(w["rps"][t])
+    # A target that missed the SLO at the ramp's first step held no step: say so, not "0".
+    start = w.get("ramp_start")
+    mx = lambda t: (f"< {start:,}" if not w["rps"][t] and start else
+                    (">= " if lb[t] else "") + c.fmt_num(w["rps"][t]))
     ms = lambda key: lambda t: c.fmt_ms(w[key][t])
     num = lambda key, digits=1: lambda t: c.fmt_num(w[key][t], digits)
 
@@ -266,9 +285,12 @@ def print_workload(w):
     head = ["figure", "pm2", "serve", "serve/pm2"]
     if old:
         rows[3][5] = ""
-        head += ["serve, least_conn alone", "/pm2"]
+        head += ["serve, proxy mode" if w.get("serve_mode") == "direct" else "serve, least_conn alone", "/pm2"]
     slots = w.get("serve_max_in_flight_per_worker")
-    print(f"serve: max_in_flight_per_worker = {slots}" if slots else "serve: least_conn alone")
+    if w.get("serve_mode") == "direct":
+        print("serve: mode = \"direct\" (the workers accept on serve's socket, no balancer hop)")
+    else:
+        print(f"serve: max_in_flight_per_worker = {slots}" if slots else "serve: least_conn alone")
     print(c.table(head, rows))
 
 
