@@ -32,10 +32,12 @@ QUICK = {
     "rt_probe": "2s", "rt_ramp": (0.2, 0.15, 1.55), "rt_step": "2s", "rt_fixed": "5s", "rt_repeats": 1,
     "ab_duration": "8s",
     "rt_workloads": ["hello", "qr", "uneven"], "rt_ab": True,
-    # serve's max_in_flight_per_worker (0: least_conn alone, the default until a quiet run
-    # shows the queue wins); rt_serve_old adds serve with least_conn alone as a third target
-    # (serve-lc), alternating: old vs new in one run (scripts/bench-quiet.sh sets both).
-    "rt_serve_slots": 0, "rt_serve_old": False, "rt_hello_direct": True,
+    # serve's max_in_flight_per_worker for the CPU-heavy workloads (0: least_conn alone; 1 since
+    # the quiet --full run of 2026-12-02 00:05: on the uneven workload p99 0.48x pm2's against
+    # 0.54x for least_conn alone, docs/BENCHMARKS.md); rt_serve_old adds serve with least_conn
+    # alone as a third target (serve-lc), alternating: old vs new in one run; rt_hello_direct
+    # runs hello world under serve's direct mode (serve-lc is then its proxy mode).
+    "rt_serve_slots": 1, "rt_serve_old": False, "rt_hello_direct": True,
 }
 FULL = {
     "mode": "full",
@@ -46,10 +48,12 @@ FULL = {
     "rt_probe": "5s", "rt_ramp": (0.3, 0.1, 1.6), "rt_step": "5s", "rt_fixed": "15s", "rt_repeats": 3,
     "ab_duration": "30s",
     "rt_workloads": ["hello", "qr", "uneven"], "rt_ab": True,
-    # serve's max_in_flight_per_worker (0: least_conn alone, the default until a quiet run
-    # shows the queue wins); rt_serve_old adds serve with least_conn alone as a third target
-    # (serve-lc), alternating: old vs new in one run (scripts/bench-quiet.sh sets both).
-    "rt_serve_slots": 0, "rt_serve_old": False, "rt_hello_direct": True,
+    # serve's max_in_flight_per_worker for the CPU-heavy workloads (0: least_conn alone; 1 since
+    # the quiet --full run of 2026-12-02 00:05: on the uneven workload p99 0.48x pm2's against
+    # 0.54x for least_conn alone, docs/BENCHMARKS.md); rt_serve_old adds serve with least_conn
+    # alone as a third target (serve-lc), alternating: old vs new in one run; rt_hello_direct
+    # runs hello world under serve's direct mode (serve-lc is then its proxy mode).
+    "rt_serve_slots": 1, "rt_serve_old": False, "rt_hello_direct": True,
 }
 STAGES = ["ladder", "payments", "runtime"]
 
