@@ -25,10 +25,21 @@ pub fn app_js() -> PathBuf {
 /// up): a port probed free now must still be free when a replacement worker binds it
 /// seconds later, and outgoing connections (the tests' clients, the balancer's pool) take
 /// their local ports from the ephemeral range — one landed on a reload's spare port once.
+///
+/// A range is never handed out twice in one test process: a bind probe cannot see a range
+/// given to another app of the same config (or a parallel test) whose workers have not
+/// bound it yet, and two random ranges overlapped once (a config refused as invalid).
 pub fn free_base(count: u16) -> u16 {
+    static GIVEN: std::sync::Mutex<Vec<(u16, u16)>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
     for _ in 0..200 {
         let base = 20_000 + (rand::random::<u16>() % 12_000);
+        let end = base + count; // exclusive
+        if given.iter().any(|&(b, e)| base < e && b < end) {
+            continue;
+        }
         if (0..count).all(|i| TcpListener::bind(("127.0.0.1", base + i)).is_ok()) {
+            given.push((base, end));
             return base;
         }
     }
