@@ -267,22 +267,9 @@ pub(crate) fn parse_pss_kib(text: &str) -> Option<u64> {
 
 /// Inodes of TCP sockets in LISTEN state on `port`, from one `/proc/net/tcp*` table.
 pub(crate) fn listening_inodes(table: &str, port: u16) -> Vec<u64> {
-    const LISTEN: &str = "0A";
-    table
-        .lines()
-        .skip(1)
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_ascii_whitespace().collect();
-            // sl local rem st tx:rx tr:when retrnsmt uid timeout inode
-            let local = fields.get(1)?;
-            let state = fields.get(3)?;
-            let inode = fields.get(9)?;
-            let local_port = u16::from_str_radix(local.rsplit(':').next()?, 16).ok()?;
-            (local_port == port && *state == LISTEN)
-                .then(|| inode.parse::<u64>().ok())
-                .flatten()
-                .filter(|&i| i != 0)
-        })
+    crate::sockets::tcp_rows(table)
+        .filter(|r| r.listening() && r.local_port == port)
+        .filter_map(|r| r.inode)
         .collect()
 }
 

@@ -47,30 +47,54 @@ pub fn tcp_queues(port: u16) -> Result<Vec<TcpQueue>, ProcStatError> {
     Ok(out)
 }
 
+/// `st` of a listening socket in `/proc/net/tcp*`.
+const LISTEN: &str = "0A";
+
+/// One line of a `/proc/net/tcp*` table, the fields this crate reads.
+pub(crate) struct TcpRow<'a> {
+    pub(crate) local_port: u16,
+    pub(crate) remote_port: u16,
+    pub(crate) state: &'a str,
+    /// `tx_queue:rx_queue`, hexadecimal.
+    queues: &'a str,
+    /// `None` when absent or 0 (a `TIME_WAIT` entry has no inode).
+    pub(crate) inode: Option<u64>,
+}
+
+impl TcpRow<'_> {
+    pub(crate) fn listening(&self) -> bool {
+        self.state == LISTEN
+    }
+}
+
+/// The rows of one `/proc/net/tcp*` table (the heading and malformed lines skipped): the
+/// one parser of the format for every reader in this crate.
+pub(crate) fn tcp_rows(table: &str) -> impl Iterator<Item = TcpRow<'_>> {
+    let port_of = |addr: &str| u16::from_str_radix(addr.rsplit(':').next()?, 16).ok();
+    table.lines().skip(1).filter_map(move |line| {
+        // sl local rem st tx:rx tr:when retrnsmt uid timeout inode
+        let f: Vec<&str> = line.split_ascii_whitespace().collect();
+        let (local, remote, state, queues) = (f.get(1)?, f.get(2)?, f.get(3)?, f.get(4)?);
+        Some(TcpRow {
+            local_port: port_of(local)?,
+            remote_port: port_of(remote)?,
+            state,
+            queues,
+            inode: f.get(9).and_then(|i| i.parse().ok()).filter(|&i| i != 0),
+        })
+    })
+}
+
 /// The entries of one `/proc/net/tcp*` table with `port` on either end, except listening
 /// sockets.
 pub(crate) fn parse_queues(table: &str, port: u16) -> Vec<TcpQueue> {
-    const LISTEN: &str = "0A";
-    let port_of = |addr: &str| u16::from_str_radix(addr.rsplit(':').next()?, 16).ok();
-    table
-        .lines()
-        .skip(1)
-        .filter_map(|line| {
-            let mut f = line.split_ascii_whitespace();
-            // sl local rem st tx:rx ...
-            let (_, local, remote, state, queues) =
-                (f.next()?, f.next()?, f.next()?, f.next()?, f.next()?);
-            if state == LISTEN {
-                return None;
-            }
-            let (local_port, remote_port) = (port_of(local)?, port_of(remote)?);
-            if local_port != port && remote_port != port {
-                return None;
-            }
-            let (tx, rx) = queues.split_once(':')?;
+    tcp_rows(table)
+        .filter(|r| !r.listening() && (r.local_port == port || r.remote_port == port))
+        .filter_map(|r| {
+            let (tx, rx) = r.queues.split_once(':')?;
             Some(TcpQueue {
-                local_port,
-                remote_port,
+                local_port: r.local_port,
+                remote_port: r.remote_port,
                 tx_queue: u64::from_str_radix(tx, 16).ok()?,
                 rx_queue: u64::from_str_radix(rx, 16).ok()?,
             })
@@ -213,21 +237,9 @@ pub fn connections_held(pid: u32, port: u16) -> Result<Vec<HeldConnection>, Proc
 /// `/proc/net/tcp*` table (listening sockets and sockets without an inode, such as
 /// `TIME_WAIT` ones, left out).
 pub(crate) fn connected_inodes(table: &str, port: u16) -> Vec<(u64, u16)> {
-    const LISTEN: &str = "0A";
-    let port_of = |addr: &str| u16::from_str_radix(addr.rsplit(':').next()?, 16).ok();
-    table
-        .lines()
-        .skip(1)
-        .filter_map(|line| {
-            let f: Vec<&str> = line.split_ascii_whitespace().collect();
-            // sl local rem st tx:rx tr:when retrnsmt uid timeout inode
-            let (local, remote, state, inode) = (f.get(1)?, f.get(2)?, f.get(3)?, f.get(9)?);
-            if *state == LISTEN || port_of(local)? != port {
-                return None;
-            }
-            let inode = inode.parse::<u64>().ok().filter(|&i| i != 0)?;
-            Some((inode, port_of(remote)?))
-        })
+    tcp_rows(table)
+        .filter(|r| !r.listening() && r.local_port == port)
+        .filter_map(|r| Some((r.inode?, r.remote_port)))
         .collect()
 }
 

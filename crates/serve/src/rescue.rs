@@ -176,27 +176,20 @@ fn connect_address(listen: SocketAddr) -> SocketAddr {
 /// worker accepts it) until both close or the idle time-out. When the app's socket
 /// cannot be reached, the client gets 503 `no_worker` (it had sent nothing anyone read).
 async fn serve_rescued(client: TcpStream, target: SocketAddr) {
-    let worker = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(target)).await {
-        Ok(Ok(w)) => w,
-        Ok(Err(e)) => {
-            let detail = format!("the app's socket {target} refused the rescued connection: {e}");
-            return answer_and_close(
-                client,
-                StatusCode::SERVICE_UNAVAILABLE,
-                "no_worker",
-                &detail,
-            )
-            .await;
-        }
-        Err(_) => {
-            let detail = format!("the app's socket {target} did not accept within 5 s");
-            return answer_and_close(
-                client,
-                StatusCode::SERVICE_UNAVAILABLE,
-                "no_worker",
-                &detail,
-            )
-            .await;
+    let connected = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(target)).await {
+        Ok(Ok(w)) => Ok(w),
+        Ok(Err(e)) => Err(format!(
+            "the app's socket {target} refused the rescued connection: {e}"
+        )),
+        Err(_) => Err(format!(
+            "the app's socket {target} did not accept within 5 s"
+        )),
+    };
+    let worker = match connected {
+        Ok(w) => w,
+        Err(detail) => {
+            let status = StatusCode::SERVICE_UNAVAILABLE;
+            return answer_and_close(client, status, "no_worker", &detail).await;
         }
     };
     let _ = worker.set_nodelay(true);
