@@ -130,10 +130,18 @@ def free_ports(n):
             s.close()
 
 
+_BLOCKS_GIVEN = []
+
+
 def port_block(count, lo=20000, hi=40000):
-    """A base port with `count` consecutive free ports (scalpel serve's port_base)."""
+    """A base port with `count` consecutive free ports (scalpel serve's port_base), never
+    overlapping a block given before in this run: a probe cannot see a block whose
+    workers have not bound it yet."""
     for base in range(lo, hi, count + 7):
+        if any(base < end and b < base + count for b, end in _BLOCKS_GIVEN):
+            continue
         if all(not port_in_use(p) for p in range(base, base + count)):
+            _BLOCKS_GIVEN.append((base, base + count))
             return base
     raise DemoError(f"no {count} consecutive free ports")
 

@@ -165,7 +165,7 @@ def runtime_section(d, ab, css_sink):
                         (">= " if lb[t] else "") + c.fmt_num(w["rps"][t]))
         label = w["name"] + (" (serve: direct mode)" if w.get("serve_mode") == "direct" else "")
         rows.append([label, mx("pm2"), mx("serve"),
-                     c.fmt_ratio(c.ratio(w["rps"]["serve"], w["rps"]["pm2"])),
+                     c.fmt_ratio(c.ratio(w["rps"]["serve"] or None, w["rps"]["pm2"] or None)),
                      f"{w['fixed_rps']:,}", c.fmt_ms(w["p99_ms"]["pm2"]), c.fmt_ms(w["p99_ms"]["serve"]),
                      c.fmt_ratio(c.ratio(w["p99_ms"]["serve"], w["p99_ms"]["pm2"])),
                      f"{c.fmt_num(w['cpu_percent']['pm2'])} / {c.fmt_num(w['cpu_percent']['serve'])}",
@@ -215,7 +215,7 @@ def cards(data):
                         f"{cost.get('vcpu_saved')} vCPU freed at {cost['fleet_qps']:,.0f} req/s", "#1e7b34"))
     rt = data.get("runtime")
     if rt and rt.get("rps"):
-        out.append(card("runtime", c.fmt_ratio(c.ratio(rt["rps"]["serve"], rt["rps"]["pm2"])),
+        out.append(card("runtime", c.fmt_ratio(c.ratio(rt["rps"]["serve"] or None, rt["rps"]["pm2"] or None)),
                         "serve / pm2 max req/s, uneven mix",
                         f"p99 at 80% of pm2's max: {c.fmt_ratio(c.ratio(rt['p99_ms']['serve'], rt['p99_ms']['pm2']))}",
                         "#7c3aed"))

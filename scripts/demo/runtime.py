@@ -157,13 +157,16 @@ def workload(cfg, out, pm2, procs, name, what, app, template, lines, slo):
     direct = name == "hello" and cfg.get("rt_hello_direct", True)
     app_conf = {"name": name, "command": app, "workers": 2, "port_base": base, "health": health,
                 "max_in_flight_per_worker": slots}
+    server_listen = listen
     if direct:
-        (direct_port,) = c.free_ports(1)
+        # Two more ports at once, so they differ: the app's socket, and serve's own
+        # (unused) balancer listener.
+        direct_port, server_listen = c.free_ports(2)
         app_conf.update(mode="direct", listen=f"127.0.0.1:{direct_port}")
         listen = direct_port
         slots = 0
     cfg_path = os.path.join(out, f"serve-{name}.toml")
-    serve_config(cfg_path, listen if not direct else c.free_ports(1)[0], admin, [app_conf])
+    serve_config(cfg_path, server_listen, admin, [app_conf])
     sp, _ = procs.start(f"serve-{name}", [c.SCALPEL, "serve", "--config", cfg_path], cpu=None,
                         ready=f"http://127.0.0.1:{listen}{health}")
     names = ["pm2", "serve"]
@@ -267,9 +270,11 @@ def print_workload(w):
     num = lambda key, digits=1: lambda t: c.fmt_num(w[key][t], digits)
 
     def row(label, key, show):
-        cells = [label, show("pm2"), show("serve"), c.fmt_ratio(c.ratio(w[key]["serve"], w[key]["pm2"]))]
+        # A max of 0 is "below the ramp's first step": no ratio can be taken from it.
+        val = lambda t: (w[key][t] or None) if key == "rps" else w[key][t]
+        cells = [label, show("pm2"), show("serve"), c.fmt_ratio(c.ratio(val("serve"), val("pm2")))]
         if old:
-            cells += [show("serve-lc"), c.fmt_ratio(c.ratio(w[key]["serve-lc"], w[key]["pm2"]))]
+            cells += [show("serve-lc"), c.fmt_ratio(c.ratio(val("serve-lc"), val("pm2")))]
         return cells
 
     rows = [
