@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs everything CI checks, in order: formatting, lints, the release build, the Rust
-# tests, the Go tests, the Node tests and the browser tests. Stops at the first failure.
+# tests, the Go tests, the Node tests, the demo's Python tests and the browser tests. Stops
+# at the first failure.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -56,6 +57,9 @@ step "go: gofmt, vet, test"
 
 step "node tests (qr/node)"
 (cd qr/node && node --test)
+
+step "demo-py: the demo's Python (scripts/demo/tests, unittest; release scalpel)"
+python3 -m unittest discover -s scripts/demo/tests
 
 step "browser tests (tests/browser: the live pages in chromium, release scalpel)"
 (cd tests/browser && node --test)

@@ -58,6 +58,28 @@ FULL = {
 STAGES = ["ladder", "payments", "runtime"]
 
 
+def same_shape(value, like):
+    """Whether a --set value fits where the profile has `like`: bools for bools, integers
+    for integers, any number for a float, strings for strings, a list as long as a ramp
+    tuple (element by element), a list of strings for a list of strings."""
+    if isinstance(like, bool):
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return False
+    if isinstance(like, int):
+        return isinstance(value, int)
+    if isinstance(like, float):
+        return isinstance(value, (int, float))
+    if isinstance(like, str):
+        return isinstance(value, str)
+    if isinstance(like, tuple):
+        return (isinstance(value, list) and len(value) == len(like)
+                and all(same_shape(v, w) for v, w in zip(value, like)))
+    if isinstance(like, list):
+        return isinstance(value, list) and all(same_shape(v, like[0]) for v in value) if like else True
+    return False
+
+
 def main():
     parser = argparse.ArgumentParser(prog="./run demo", description=__doc__.splitlines()[0])
     parser.add_argument("--full", action="store_true", help="the recorded figures: longer steps, repeats")
@@ -79,11 +101,16 @@ def main():
                   file=sys.stderr)
             return 2
         try:
-            cfg[key] = json.loads(value)
+            parsed = json.loads(value)
         except ValueError:
-            cfg[key] = value
-        if isinstance(cfg[key], list) and isinstance(FULL[key], tuple):
-            cfg[key] = tuple(cfg[key])
+            parsed = value
+        # Checked now, not by a stage minutes into the run: the value must have the shape
+        # of the profile's own (a number for a number, a 3-number ramp for a ramp, ...).
+        if not same_shape(parsed, FULL[key]):
+            print(f"demo: --set {item!r}: {key} takes a value like {json.dumps(FULL[key])}",
+                  file=sys.stderr)
+            return 2
+        cfg[key] = tuple(parsed) if isinstance(FULL[key], tuple) else parsed
     only = [s.strip() for s in args.only.split(",") if s.strip()]
     bad = [s for s in only if s not in STAGES]
     if bad:

@@ -133,22 +133,47 @@ def free_ports(n):
 _BLOCKS_GIVEN = []
 
 
-def port_block(count, lo=20000, hi=40000):
+def ephemeral_low():
+    """The first port of the kernel's ephemeral range (outgoing connections take their local
+    ports from it); 32768 when it cannot be read."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def port_block(count, lo=20000, hi=None):
     """A base port with `count` consecutive free ports (scalpel serve's port_base), never
     overlapping a block given before in this run: a probe cannot see a block whose
-    workers have not bound it yet."""
-    for base in range(lo, hi, count + 7):
+    workers have not bound it yet. Free means bindable (a socket bound but not listening,
+    or an outgoing connection's local port, refuses no connection yet takes the port), and
+    the block lies below the ephemeral range (`hi` defaults to its start), where no
+    outgoing connection takes a port between the probe and the workers' bind."""
+    hi = ephemeral_low() if hi is None else hi
+    for base in range(lo, hi - count + 1, count + 7):
         if any(base < end and b < base + count for b, end in _BLOCKS_GIVEN):
             continue
-        if all(not port_in_use(p) for p in range(base, base + count)):
+        if ports_bindable(range(base, base + count)):
             _BLOCKS_GIVEN.append((base, base + count))
             return base
-    raise DemoError(f"no {count} consecutive free ports")
+    raise DemoError(f"no {count} consecutive free ports in {lo}..{hi}")
 
 
-def port_in_use(port):
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
+def ports_bindable(ports):
+    """Whether every port can be bound on 127.0.0.1 now (all held together while probed)."""
+    socks = []
+    try:
+        for p in ports:
+            s = socket.socket()
+            socks.append(s)
+            s.bind(("127.0.0.1", p))
+        return True
+    except OSError:
+        return False
+    finally:
+        for s in socks:
+            s.close()
 
 
 class Procs:
@@ -293,12 +318,30 @@ def cpu_us_per_request(step):
 
 def breaking_rps(target):
     """The rate that held the SLO (the ramp's top when it never broke), and whether the
-    ramp's top was reached without breaking (a lower bound)."""
+    ramp's top was reached without breaking (a lower bound). Only a step judged held counts
+    (`slo_held` true: answers that met the SLO); a target with no such step held nothing
+    (0, not a lower bound), whatever else the file says."""
     bp = target.get("breaking_point")
+    held = [s["offered_rps"] for s in target.get("steps", []) if s.get("slo_held") is True]
     if bp is None:
-        held = [s["offered_rps"] for s in target["steps"] if s.get("slo_held")]
-        return (max(held) if held else 0.0), True
+        return (max(held), True) if held else (0.0, False)
     return bp["rps"], False
+
+
+def max_ratio(a, b):
+    """a / b for two rates held at an SLO; None when either is missing or 0: a maximum of 0
+    is "below the ramp's first step", a bound and not a figure, so no ratio is taken."""
+    return ratio(a or None, b or None)
+
+
+def fmt_max(v, lower_bound=False, first_step=None):
+    """A rate held at an SLO: "< FIRST" when it held not even the ramp's first step, ">= V"
+    when the ramp's top held (a lower bound), else the figure."""
+    if v is None:
+        return "-"
+    if not v:
+        return f"< {fmt_num(first_step, 0)}" if first_step else "< first step"
+    return (">= " if lower_bound else "") + fmt_num(v)
 
 
 def median(xs):

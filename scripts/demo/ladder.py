@@ -114,6 +114,7 @@ def run(cfg, report):
                      url + TEMPLATE], path)
                 held, lower_bound = c.breaking_rps(result["targets"][0])
                 ramps.append((tier, held, lower_bound, path))
+                rows[tier]["ramp_start"] = lo
         for tier, _, _ in TIERS:
             mine = [(h, lb) for t, h, lb, _ in ramps if t == tier]
             rows[tier]["slo_rps"] = c.median([h for h, _ in mine])
@@ -175,7 +176,8 @@ def summarize(rows, outputs, closed_path):
         vs_0 = {
             "rps": c.ratio(r["rps"], base_0["rps"]),
             "rps_per_core": c.ratio(r["rps_per_core"], base_0["rps_per_core"]),
-            "slo_rps": c.ratio(r["slo_rps"], base_0["slo_rps"]),
+            # A tier that held not even its ramp's first step gives no ratio.
+            "slo_rps": c.max_ratio(r["slo_rps"], base_0["slo_rps"]),
         }
         a = r["article"]
         article = None if a is None else dict(zip(["rps", "mean_ms", "p99_ms", "bytes", "memory"], a))
@@ -208,9 +210,7 @@ def print_tables(result):
     print(result["outputs"]["note"])
     rows = []
     for t in result["tiers"]:
-        slo = c.fmt_num(t["slo_rps"]) if t["slo_rps"] is not None else "-"
-        if t["slo_rps_lower_bound"]:
-            slo = ">= " + slo
+        slo = c.fmt_max(t["slo_rps"], t["slo_rps_lower_bound"], t.get("ramp_start"))
         rows.append([t["tier"], t["how"], c.fmt_num(t["rps"]), c.fmt_ms(t["mean_ms"]), c.fmt_ms(t["p99_ms"]),
                      c.fmt_num(t["bytes"], 0), c.fmt_num(t["pss_mb"]), c.fmt_num(t["cpu_us_per_request"]),
                      c.fmt_num(t["rps_per_core"]), slo])

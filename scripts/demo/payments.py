@@ -89,7 +89,7 @@ def run(cfg, report):
                 for name in ("go", "rust"):
                     fixed[name].append(c.target_of(res, name)["steps"][0])
             endpoints[ep] = summarize_endpoint(ep, maxima, lower, top_cpu, rate, fixed, ramp_files,
-                                               fixed_files)
+                                               fixed_files, ramp_start=cfg["pay_ramp"][0])
     finally:
         procs.stop_all()
 
@@ -156,7 +156,7 @@ def cpu_at_held(target, held):
     return steps[0].get("cpu_percent") if steps else None
 
 
-def summarize_endpoint(ep, maxima, lower, top_cpu, rate, fixed, ramp_files, fixed_files):
+def summarize_endpoint(ep, maxima, lower, top_cpu, rate, fixed, ramp_files, fixed_files, ramp_start=None):
     pick = lambda name, get: c.median([get(s) for s in fixed[name]])
     fig = {
         "rps": {n: pick(n, lambda s: s["achieved_rps"]) for n in ("go", "rust")},
@@ -175,7 +175,9 @@ def summarize_endpoint(ep, maxima, lower, top_cpu, rate, fixed, ramp_files, fixe
         "max_rps_all": maxima,
         "max_rps_lower_bound": lower,
         "cpu_percent_at_max": {n: c.median(top_cpu[n]) for n in ("go", "rust")},
-        "max_ratio": c.ratio(mx["rust"], mx["go"]),
+        # A max of 0 (below the ramp's first step) gives no ratio.
+        "max_ratio": c.max_ratio(mx["rust"], mx["go"]),
+        "ramp_start": ramp_start,
         "fixed": fig,
         "ramp_files": ramp_files,
         "fixed_files": fixed_files,
@@ -210,7 +212,7 @@ def print_tables(result):
     for ep, e in result["endpoints"].items():
         f = e["fixed"]
         lb = e["max_rps_lower_bound"]
-        mark = lambda n: (">= " if lb[n] else "") + c.fmt_num(e["max_rps"][n])
+        mark = lambda n: c.fmt_max(e["max_rps"][n], lb[n], e.get("ramp_start"))
         print(f"\n/v1/users/{{id}}/{ep}: both ramped under {result['slo']}, then a fixed "
               f"{f['offered_rps']:,} req/s (half of Go's max)")
         rows = [

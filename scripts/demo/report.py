@@ -63,10 +63,10 @@ def ladder_section(d, css_sink):
         return '<section class="story"><h2>1. The tier ladder, served</h2><p class="note">not run</p></section>'
     rows = []
     for t in d["tiers"]:
-        slo = c.fmt_num(t["slo_rps"]) if t["slo_rps"] is not None else "-"
+        slo = c.fmt_max(t["slo_rps"], t["slo_rps_lower_bound"], t.get("ramp_start"))
         rows.append([t["tier"], t["how"], c.fmt_num(t["rps"]), c.fmt_ms(t["mean_ms"]), c.fmt_ms(t["p99_ms"]),
                      c.fmt_num(t["bytes"], 0), c.fmt_num(t["pss_mb"]), c.fmt_num(t["cpu_us_per_request"]),
-                     c.fmt_num(t["rps_per_core"]), (">= " if t["slo_rps_lower_bound"] else "") + slo])
+                     c.fmt_num(t["rps_per_core"]), slo])
     main = html_table(["tier", "how", "req/s", "mean ms", "p99 ms", "bytes", "PSS MiB", "CPU µs/request",
                        "req/s per core", f"req/s at {d['slo']}"], rows, left=2)
     rows = []
@@ -118,7 +118,7 @@ both services and compared field by field: {sh['compared']:,} pairs, {sh['matche
     for ep, e in d["endpoints"].items():
         f = e["fixed"]
         lb = e["max_rps_lower_bound"]
-        mark = lambda n: (">= " if lb[n] else "") + c.fmt_num(e["max_rps"][n])
+        mark = lambda n: c.fmt_max(e["max_rps"][n], lb[n], e.get("ramp_start"))
         rows = [
             ["max req/s at the SLO", mark("go"), mark("rust"), c.fmt_ratio(e["max_ratio"]), "85k vs >150k (1.8x)"],
             ["fixed load: achieved req/s", c.fmt_num(f["rps"]["go"]), c.fmt_num(f["rps"]["rust"]), "", "80k"],
@@ -160,12 +160,10 @@ def runtime_section(d, ab, css_sink):
     rows = []
     for w in d["workloads"]:
         lb = w["rps_lower_bound"]
-        start = w.get("ramp_start")
-        mx = lambda t: (f"< {start:,}" if not w["rps"][t] and start else
-                        (">= " if lb[t] else "") + c.fmt_num(w["rps"][t]))
+        mx = lambda t: c.fmt_max(w["rps"][t], lb[t], w.get("ramp_start"))
         label = w["name"] + (" (serve: direct mode)" if w.get("serve_mode") == "direct" else "")
         rows.append([label, mx("pm2"), mx("serve"),
-                     c.fmt_ratio(c.ratio(w["rps"]["serve"] or None, w["rps"]["pm2"] or None)),
+                     c.fmt_ratio(c.max_ratio(w["rps"]["serve"], w["rps"]["pm2"])),
                      f"{w['fixed_rps']:,}", c.fmt_ms(w["p99_ms"]["pm2"]), c.fmt_ms(w["p99_ms"]["serve"]),
                      c.fmt_ratio(c.ratio(w["p99_ms"]["serve"], w["p99_ms"]["pm2"])),
                      f"{c.fmt_num(w['cpu_percent']['pm2'])} / {c.fmt_num(w['cpu_percent']['serve'])}",
@@ -206,8 +204,8 @@ def cards(data):
                         f"{pay['shadow']['compared']:,} pairs", "#1e7b34"))
         e = pay["endpoints"][pay["endpoint"]]
         out.append(card("payments", c.fmt_ratio(e["max_ratio"]), f"Rust / Go max req/s ({pay['endpoint']})",
-                        f"Go {c.fmt_num(e['max_rps']['go'])}, Rust "
-                        f"{'>= ' if e['max_rps_lower_bound']['rust'] else ''}{c.fmt_num(e['max_rps']['rust'])}",
+                        f"Go {c.fmt_max(e['max_rps']['go'], e['max_rps_lower_bound']['go'], e.get('ramp_start'))}, "
+                        f"Rust {c.fmt_max(e['max_rps']['rust'], e['max_rps_lower_bound']['rust'], e.get('ramp_start'))}",
                         "#1e7b34"))
         cost = pay["cost"]
         saving = cost.get("yearly_saving")
@@ -215,7 +213,7 @@ def cards(data):
                         f"{cost.get('vcpu_saved')} vCPU freed at {cost['fleet_qps']:,.0f} req/s", "#1e7b34"))
     rt = data.get("runtime")
     if rt and rt.get("rps"):
-        out.append(card("runtime", c.fmt_ratio(c.ratio(rt["rps"]["serve"] or None, rt["rps"]["pm2"] or None)),
+        out.append(card("runtime", c.fmt_ratio(c.max_ratio(rt["rps"]["serve"], rt["rps"]["pm2"])),
                         "serve / pm2 max req/s, uneven mix",
                         f"p99 at 80% of pm2's max: {c.fmt_ratio(c.ratio(rt['p99_ms']['serve'], rt['p99_ms']['pm2']))}",
                         "#7c3aed"))

@@ -263,18 +263,16 @@ def print_workload(w):
     lb = w["rps_lower_bound"]
     old = "serve-lc" in w["rps"]
     # A target that missed the SLO at the ramp's first step held no step: say so, not "0".
-    start = w.get("ramp_start")
-    mx = lambda t: (f"< {start:,}" if not w["rps"][t] and start else
-                    (">= " if lb[t] else "") + c.fmt_num(w["rps"][t]))
+    mx = lambda t: c.fmt_max(w["rps"][t], lb[t], w.get("ramp_start"))
     ms = lambda key: lambda t: c.fmt_ms(w[key][t])
     num = lambda key, digits=1: lambda t: c.fmt_num(w[key][t], digits)
 
     def row(label, key, show):
         # A max of 0 is "below the ramp's first step": no ratio can be taken from it.
-        val = lambda t: (w[key][t] or None) if key == "rps" else w[key][t]
-        cells = [label, show("pm2"), show("serve"), c.fmt_ratio(c.ratio(val("serve"), val("pm2")))]
+        div = c.max_ratio if key == "rps" else c.ratio
+        cells = [label, show("pm2"), show("serve"), c.fmt_ratio(div(w[key]["serve"], w[key]["pm2"]))]
         if old:
-            cells += [show("serve-lc"), c.fmt_ratio(c.ratio(val("serve-lc"), val("pm2")))]
+            cells += [show("serve-lc"), c.fmt_ratio(div(w[key]["serve-lc"], w[key]["pm2"]))]
         return cells
 
     rows = [

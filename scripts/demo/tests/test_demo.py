@@ -1,0 +1,328 @@
+"""Tests of the demo's own logic (scripts/demo), standard library `unittest` only:
+
+    python3 -m unittest discover -s scripts/demo/tests      (./run test, step "demo-py")
+
+Real counterparts throughout: ports are bound, `scalpel load` (the release build under
+$CARGO_TARGET_DIR) ramps against small HTTP servers on loopback through the demo's own
+`scalpel_load`, and the CLI runs as a subprocess. Each test writes under its own DEMO_OUT."""
+
+import contextlib
+import http.server
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import importlib.util
+import threading
+import unittest
+import unittest.mock
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEMO = os.path.dirname(HERE)
+# Set before `common` is imported: it reads DEMO_OUT once.
+_OUT = tempfile.TemporaryDirectory(prefix="demo-test-")
+os.environ["DEMO_OUT"] = _OUT.name
+sys.path.insert(0, DEMO)
+
+import common as c  # noqa: E402
+import report  # noqa: E402
+import runtime  # noqa: E402
+
+_spec = importlib.util.spec_from_file_location("demo_main", os.path.join(DEMO, "__main__.py"))
+DEMO_MAIN = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(DEMO_MAIN)
+
+
+def bind_all(ports):
+    """Binds every port on 127.0.0.1 at once (raises OSError if one is taken); the sockets."""
+    socks = []
+    try:
+        for p in ports:
+            s = socket.socket()
+            socks.append(s)
+            s.bind(("127.0.0.1", p))
+    except OSError:
+        for s in socks:
+            s.close()
+        raise
+    return socks
+
+
+class PortBlock(unittest.TestCase):
+    def test_blocks_are_never_handed_out_twice_and_every_port_binds(self):
+        blocks = [(b, b + n) for n in (4, 12, 4, 12, 4, 4) for b in [c.port_block(n)]]
+        for i, (b1, e1) in enumerate(blocks):
+            for b2, e2 in blocks[i + 1:]:
+                self.assertFalse(b1 < e2 and b2 < e1, f"blocks overlap: {blocks}")
+        # All of them bound together: the ports are free, and distinct.
+        socks = bind_all([p for b, e in blocks for p in range(b, e)])
+        for s in socks:
+            s.close()
+
+    def test_a_port_bound_but_not_listening_is_not_free(self):
+        # A socket bound without listening refuses connections, yet the port is taken: a
+        # worker told to listen there would fail. The connect probe took it for free.
+        holder = socket.socket()
+        holder.bind(("127.0.0.1", 0))  # a port no block was given from: the kernel's pick
+        probe = holder.getsockname()[1]
+        try:
+            base = c.port_block(4, lo=probe, hi=probe + 200)
+            self.assertFalse(base <= probe < base + 4, f"block {base}..{base + 3} holds taken {probe}")
+            for s in bind_all(range(base, base + 4)):
+                s.close()
+        finally:
+            holder.close()
+
+    def test_blocks_stay_below_the_ephemeral_range(self):
+        low = c.ephemeral_low()
+        base = c.port_block(4)
+        self.assertLessEqual(base + 4, low)
+        # A block that would cross into the range is not given at all.
+        with self.assertRaises(c.DemoError):
+            c.port_block(4, lo=low - 2)
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    # Per server: answer 500 to every `fail_every`-th request (0: never); a silent one
+    # answers the first request (`scalpel load`'s reachability probe), then closes every
+    # connection without an answer.
+    def do_GET(self):
+        srv = self.server
+        with srv.lock:
+            srv.count += 1
+            fail = srv.fail_every and srv.count % srv.fail_every == 0
+        if srv.silent and srv.count > 1:
+            self.close_connection = True
+            return
+        body = b"no" if fail else b"ok"
+        self.send_response(500 if fail else 200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@contextlib.contextmanager
+def server(fail_every=0, silent=False):
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    srv.daemon_threads = True
+    srv.lock, srv.count, srv.fail_every, srv.silent = threading.Lock(), 0, fail_every, silent
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}"
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+RAMP_START = 20
+
+
+class RealRamp:
+    """One real `scalpel load` ramp (20 then 40 req/s, 500 ms steps) over four targets: one
+    that always answers, one that fails every third request, one that always fails, and
+    one that answers nothing (closes every connection). Run once for the tests that read
+    it; a failure is kept, not retried by every test."""
+
+    result = None
+    path = None
+    error = None
+
+    @classmethod
+    def get(cls):
+        if cls.error is not None:
+            raise AssertionError(cls.error)
+        if cls.result is None:
+            cls.error = "the ramp failed (see the first test that ran it)"
+            if not os.path.exists(c.SCALPEL):
+                raise AssertionError(f"{c.SCALPEL} is not built: run scripts/build.sh (./run test does)")
+            d = os.path.join(c.OUT, "ramp")
+            os.makedirs(d, exist_ok=True)
+            cls.path = os.path.join(d, "ramp.json")
+            with server() as ok, server(3) as flaky, server(1) as failing, server(silent=True) as silent:
+                cls.result = c.scalpel_load(
+                    ["--ramp", f"{RAMP_START},{RAMP_START},{2 * RAMP_START}", "--step-duration", "500ms",
+                     "--slo", "p99<2s,errors<1%", "-c", "4", "--rounds", "1", "--timeout", "2s",
+                     "--target", f"ok={ok}", "--target", f"flaky={flaky}", "--target", f"failing={failing}",
+                     "--target", f"silent={silent}", "/"], cls.path, cpu=None)
+            cls.error = None
+        return cls.result
+
+
+class SloVerdict(unittest.TestCase):
+    """The demo's reading of `scalpel load`'s verdicts (c.breaking_rps) fails closed."""
+
+    def test_a_target_that_answers_holds_the_ramp_top_as_a_lower_bound(self):
+        self.assertEqual(c.breaking_rps(c.target_of(RealRamp.get(), "ok")), (2.0 * RAMP_START, True))
+
+    def test_failed_requests_or_no_answers_hold_nothing(self):
+        res = RealRamp.get()
+        for name in ("flaky", "failing", "silent"):
+            t = c.target_of(res, name)
+            self.assertIs(t["steps"][0]["slo_held"], False, name)
+            held, lower_bound = c.breaking_rps(t)
+            self.assertEqual((held, lower_bound), (0, False), name)
+            self.assertEqual(c.fmt_max(held, lower_bound, RAMP_START), f"< {RAMP_START}")
+
+    def test_steps_without_a_verdict_are_not_a_pass(self):
+        # An interrupted run: its only step is partial (no verdict), no breaking point.
+        # Nothing held, so nothing is a lower bound (it was ">= 0").
+        t = {"breaking_point": None, "steps": [{"offered_rps": 100.0, "slo_held": None, "partial": True}]}
+        self.assertEqual(c.breaking_rps(t), (0.0, False))
+        t = {"breaking_point": None, "steps": []}
+        self.assertEqual(c.breaking_rps(t), (0.0, False))
+
+
+class Ratios(unittest.TestCase):
+    def test_no_ratio_from_a_max_below_the_first_step(self):
+        self.assertIsNone(c.max_ratio(0.0, 1000.0))
+        self.assertIsNone(c.max_ratio(1000.0, 0.0))
+        self.assertIsNone(c.max_ratio(None, 1000.0))
+        self.assertAlmostEqual(c.max_ratio(1500.0, 1000.0), 1.5)
+        self.assertEqual(c.fmt_ratio(c.max_ratio(0.0, 1000.0)), "-")
+
+    def test_max_shown_as_bound_or_figure(self):
+        self.assertEqual(c.fmt_max(0.0, False, 1000), "< 1,000")
+        self.assertEqual(c.fmt_max(0.0, False, None), "< first step")
+        self.assertEqual(c.fmt_max(None), "-")
+        self.assertEqual(c.fmt_max(4000.0, True, 1000), ">= 4,000")
+        self.assertEqual(c.fmt_max(300.0, False, 100), "300.0")
+
+    def test_payments_ratio_refuses_a_zero_max(self):
+        import payments
+        e = payments.summarize_endpoint(
+            "stats", {"go": [0.0], "rust": [3000.0]}, {"go": False, "rust": False}, {"go": [None], "rust": [50.0]},
+            100, {"go": [], "rust": []}, [], [], ramp_start=1000)
+        self.assertIsNone(e["max_ratio"], "Rust / a Go max below the first step is no ratio")
+        self.assertEqual(e["ramp_start"], 1000)
+
+
+def workload_from(res):
+    """The runtime stage's result structure (runtime.workload's) for one workload, built
+    from a real ramp: pm2 is the target that answered, serve the one that failed every
+    third request (it held not even the first step)."""
+    names = {"pm2": "ok", "serve": "flaky"}
+    steps = {t: c.target_of(res, n)["steps"][0] for t, n in names.items()}
+    held = {t: c.breaking_rps(c.target_of(res, n)) for t, n in names.items()}
+    per = lambda get: {t: get(steps[t]) for t in names}
+    return {
+        "name": "uneven", "what": "a test workload", "slo": "p99<2s,errors<1%",
+        "serve_max_in_flight_per_worker": 1, "serve_mode": "proxy", "probe_rps": 100.0,
+        "ramp_start": RAMP_START,
+        "rps": {t: h for t, (h, _) in held.items()}, "rps_all": {t: [h] for t, (h, _) in held.items()},
+        "rps_lower_bound": {t: lb for t, (_, lb) in held.items()},
+        "fixed_rps": RAMP_START,
+        "p99_ms": per(lambda s: c.latency(s, "p99")), "p99_ms_all": {t: [] for t in names},
+        "p50_ms": per(lambda s: c.latency(s, "p50")), "errors": per(lambda s: s["errors"]),
+        "cpu_percent": per(lambda s: s.get("cpu_percent")), "pss_mb": per(lambda s: s.get("pss_mb")),
+        "cpu_us_per_request": per(c.cpu_us_per_request),
+        "ramp_files": [RealRamp.path], "fixed_files": [RealRamp.path],
+    }
+
+
+def run_cli(*args, out):
+    env = dict(os.environ, DEMO_OUT=out)
+    return subprocess.run([sys.executable, DEMO] + list(args), capture_output=True, text=True, env=env,
+                          timeout=120)
+
+
+class Report(unittest.TestCase):
+    def test_the_runtime_table_prints_a_bound_and_no_ratio(self):
+        w = workload_from(RealRamp.get())
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            runtime.print_workload(w)
+        line = next(x for x in buf.getvalue().splitlines() if x.startswith("max req/s"))
+        self.assertIn(f">= {c.fmt_num(2.0 * RAMP_START)}", line)
+        self.assertIn(f"< {RAMP_START}", line)
+        self.assertTrue(line.rstrip().endswith("-"), f"a ratio from a max below the first step: {line}")
+
+    def test_report_only_renders_a_recorded_results_file(self):
+        w = workload_from(RealRamp.get())
+        with tempfile.TemporaryDirectory(prefix="demo-report-") as out:
+            data = {"format": 1, "mode": "quick", "started_at": "2026-12-02T00:00:00+00:00",
+                    "machine": {"cpus": 2, "cpu_model": "test"}, "pinning": "not pinned (test)", "loadavg_start": c.loadavg(),
+                    "loadavg_end": c.loadavg(), "duration_s": 3.0, "stages_run": ["runtime"],
+                    "runtime": {"rps": w["rps"], "p99_ms": w["p99_ms"], "workloads": [w], "note": "a test"},
+                    "failures": ["payments: a stage that failed"]}
+            c.write_json(os.path.join(out, "report.json"), data)
+            r = run_cli("--report-only", out=out)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            page = c.read(os.path.join(out, "index.html"))
+        self.assertIn("<h2>1. The tier ladder, served</h2><p class=\"note\">not run</p>", page)
+        row = page[page.index("<th class=\"left\">uneven</th>"):]
+        row = row[:row.index("</tr>")]
+        cells = [x.split("<")[0] for x in row.split("<td>")[1:]]
+        self.assertEqual(cells[:3], [f"&gt;= {c.fmt_num(2.0 * RAMP_START)}", f"&lt; {RAMP_START}", "-"])
+        # The ramp's own page (`scalpel report html` on the recorded file) is folded in.
+        folded = page[page.index("<details><summary>uneven: the ramp"):]
+        self.assertIn('<div class="embedded">', folded[:200])
+        self.assertIn("flaky", folded, "the ramp page names its targets")
+        self.assertIn("Stages that failed", page)
+        self.assertIn("payments: a stage that failed", page)
+
+    def test_report_only_without_results_says_so_in_one_line(self):
+        with tempfile.TemporaryDirectory(prefix="demo-report-") as out:
+            r = run_cli("--report-only", out=out)
+        self.assertEqual(r.returncode, 2)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+        self.assertIn("report.json", r.stderr)
+
+
+class Cli(unittest.TestCase):
+    def assert_refused(self, *args, want):
+        with tempfile.TemporaryDirectory(prefix="demo-cli-") as parent:
+            out = os.path.join(parent, "out")
+            r = run_cli(*args, out=out)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+            self.assertIn(want, r.stderr)
+            self.assertFalse(os.path.exists(out), "refused after it started")
+
+    def test_set_rejects_an_unknown_key(self):
+        self.assert_refused("--set", "no_such_key=1", want="--set 'no_such_key=1': expected KEY=VALUE")
+
+    def test_set_rejects_a_missing_value(self):
+        self.assert_refused("--set", "pay_step", want="expected KEY=VALUE")
+
+    def test_set_rejects_a_value_of_the_wrong_shape(self):
+        # These were taken and failed minutes later, inside a stage (or, for the string,
+        # matched workload names by substring). One through the process, the rest through
+        # the same main() in this one (each process start costs a second on a busy machine).
+        self.assert_refused("--set", "ladder_rounds=two", want="ladder_rounds takes a value like 4")
+        for item, want in [("pay_ramp=[1000,2000]", "pay_ramp takes a value like [1000, 1000, 160000]"),
+                           ("rt_workloads=uneven", "rt_workloads takes a value like"),
+                           ("rt_ab=1", "rt_ab takes a value like true"),
+                           ("rt_serve_slots=true", "rt_serve_slots takes a value like 1"),
+                           ("pay_step=3", "pay_step takes a value like \"5s\"")]:
+            err = io.StringIO()
+            with tempfile.TemporaryDirectory(prefix="demo-cli-") as out, \
+                    unittest.mock.patch.object(sys, "argv", ["demo", "--set", item]), \
+                    unittest.mock.patch.object(c, "OUT", os.path.join(out, "out")), \
+                    contextlib.redirect_stderr(err):
+                self.assertEqual(DEMO_MAIN.main(), 2, item)
+                self.assertFalse(os.path.exists(c.OUT), "refused after it started")
+            self.assertEqual(len(err.getvalue().strip().splitlines()), 1, err.getvalue())
+            self.assertIn(want, err.getvalue())
+
+    def test_only_rejects_an_unknown_stage(self):
+        self.assert_refused("--only", "ladder,nope", want="unknown stage 'nope'")
+
+    def test_set_takes_the_forms_bench_quiet_uses(self):
+        with tempfile.TemporaryDirectory(prefix="demo-cli-") as out:
+            c.write_json(os.path.join(out, "report.json"), {"format": 1, "machine": {}})
+            r = run_cli("--report-only", "--set", "pay_step=1s", "--set", "pay_ramp=[2000,4000,30000]",
+                        "--set", "ladder_ramp=[0.5,0.5,1.5]", "--set", 'rt_workloads=["uneven"]',
+                        "--set", "rt_ab=false", "--set", "rt_serve_slots=1", out=out)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertTrue(os.path.exists(os.path.join(out, "index.html")))
+
+
+if __name__ == "__main__":
+    unittest.main()
