@@ -755,27 +755,37 @@ async fn connections_closed_by_idle_workers_are_replaced_before_use() {
 }
 
 /// With `prestart`, a frozen worker's successor starts at its first failed probe and
-/// takes over before the frozen one is declared unhealthy (six failures here, so the
-/// order does not depend on how fast Node starts on a busy machine); the frozen one then
-/// leaves, and no request fails.
+/// takes over before the frozen one is declared unhealthy; the frozen one then leaves,
+/// and no request fails.
+///
+/// The worker is frozen before the load starts: a request it had *read* when frozen is
+/// never resent (it may be what stopped it) and gets a 504 by design, and under CPU load
+/// the freeze landed inside such a request about one run in thirty. Requests sent to it
+/// after the freeze wait unread in its socket and must all go to the successor. Twenty
+/// failures (about ten seconds of probes) leave Node time to start on a loaded 2-core
+/// machine (about 2 s at load average 9, against the 2.5 s six failures gave).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prestart_admits_a_frozen_workers_successor_before_ejecting_it() {
     let h = start(&format!(
-        "{SERVER}{}[app.health]\nprestart = true\nfailures = 6\n",
+        "{SERVER}{}[app.health]\nprestart = true\nfailures = 20\n",
         node_app("web", 2, "least_conn", "")
     ))
     .await;
     let victim = h.server.status().apps[0].workers[0].pid.unwrap();
-    let load = Load::start(h.server.listen_addr(), "/", 2);
-    tokio::time::sleep(Duration::from_millis(300)).await;
     kill(Pid::from_raw(victim as i32), Signal::SIGSTOP).unwrap();
+    // The signal takes effect asynchronously: no request before the worker is stopped.
+    assert!(
+        eventually(Duration::from_secs(30), || process_stopped(victim)).await,
+        "worker {victim} not stopped"
+    );
+    let load = Load::start(h.server.listen_addr(), "/", 2);
     let unhealthy = || {
         h.server
             .metrics_text()
             .contains("scalpel_serve_restarts_total{app=\"web\",reason=\"unhealthy\"} 1")
     };
     let mut early = false;
-    let replaced = eventually(Duration::from_secs(10), || {
+    let replaced = eventually(Duration::from_secs(60), || {
         let s = h.server.status();
         let done = s.apps[0].ready == 2
             && s.apps[0].workers[0].pid != Some(victim)
@@ -791,7 +801,7 @@ async fn prestart_admits_a_frozen_workers_successor_before_ejecting_it() {
     );
     assert!(early, "the successor took over only after the ejection");
     assert!(
-        eventually(Duration::from_secs(10), unhealthy).await,
+        eventually(Duration::from_secs(60), unhealthy).await,
         "the frozen worker was never declared unhealthy"
     );
     let (ok, failed, failures) = load.finish().await;
@@ -799,7 +809,7 @@ async fn prestart_admits_a_frozen_workers_successor_before_ejecting_it() {
     assert_eq!(failed, 0, "failed requests: {failures:?}");
     assert!(ok > 0);
     assert!(
-        eventually(Duration::from_secs(20), || !process_alive(victim)).await,
+        eventually(Duration::from_secs(30), || !process_alive(victim)).await,
         "frozen worker {victim} still alive"
     );
     h.server.shutdown().await;

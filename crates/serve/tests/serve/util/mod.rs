@@ -270,13 +270,20 @@ impl Load {
 
 pub fn process_alive(pid: u32) -> bool {
     // A zombie still has a /proc entry; its state letter is Z.
+    process_state(pid).is_some_and(|c| c != 'Z')
+}
+
+/// Stopped by a signal (SIGSTOP): state letter T.
+pub fn process_stopped(pid: u32) -> bool {
+    process_state(pid) == Some('T')
+}
+
+/// The state letter of `/proc/PID/stat`; `None` when the process is gone.
+fn process_state(pid: u32) -> Option<char> {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| {
-            s.rsplit_once(')')
-                .and_then(|(_, rest)| rest.trim_start().chars().next())
-                .is_some_and(|c| c != 'Z')
-        })
-        .unwrap_or(false)
+        .ok()?
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.trim_start().chars().next())
 }
 
 /// The balancer's own log lines (tracing, every test of this binary), from a subscriber
