@@ -733,6 +733,49 @@ async fn reloads_stop_a_workers_setsid_children_with_it() {
     h.server.shutdown().await;
 }
 
+/// Several test processes on one machine (other worktrees' runs of these tests at the same
+/// time, the load of a shared 2-core machine): a port one of them claimed is never handed
+/// to another, even while nothing is bound to it. A range's spare port (a reload's next
+/// port, a successor's) is unbound between two incarnations, and a bind probe of another
+/// process took it then; the reload after that failed on "port in use".
+#[test]
+fn a_port_claimed_by_another_test_process_is_not_handed_out() {
+    // A port this process was never given and nobody holds: claimed and released at once.
+    let port = (0..1000)
+        .map(|_| 20_000 + rand::random::<u16>() % 12_000)
+        .find(|&p| {
+            std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()
+                && matches!(claim_port(p), Claim::Held(_))
+        })
+        .expect("a free port");
+    // Another process holds its lock (waiting for it, should this one still hold it; `-o`:
+    // flock alone holds it, not the `sleep` it runs, so killing it releases it).
+    let other = KillOnDrop(
+        std::process::Command::new("flock")
+            .arg("-o")
+            .arg(port_lock_dir().join(port.to_string()))
+            .args(["sleep", "120"])
+            .spawn()
+            .expect("flock (util-linux) runs"),
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !matches!(claim_port(port), Claim::Taken) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "flock never took the lock"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        free_base_from(1, [port]),
+        None,
+        "port {port} handed out while another process claims it"
+    );
+    // Free again once that process is gone.
+    drop(other);
+    assert_eq!(free_base_from(1, [port]), Some(port));
+}
+
 /// Issue 18, item 17 — a worker line longer than `log_line_max_bytes` is cut (and
 /// counted), so a worker writing without newlines cannot grow the balancer's memory.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -28,22 +28,82 @@ pub fn app_js() -> PathBuf {
 ///
 /// A range is never handed out twice in one test process: a bind probe cannot see a range
 /// given to another app of the same config (or a parallel test) whose workers have not
-/// bound it yet, and two random ranges overlapped once (a config refused as invalid).
+/// bound it yet, and two random ranges overlapped once (a config refused as invalid). Nor
+/// to two test processes at once (several worktrees' runs of these tests on one machine):
+/// each port is claimed with a lock file held until the process ends ([`claim_port`]),
+/// since a range's spare port stays unbound between a worker and its successor.
 pub fn free_base(count: u16) -> u16 {
+    let candidates = std::iter::repeat_with(|| 20_000 + (rand::random::<u16>() % 12_000));
+    free_base_from(count, candidates.take(200))
+        .unwrap_or_else(|| panic!("no free port range of {count}"))
+}
+
+/// [`free_base`] over the given candidate bases; `None` when none is free.
+pub fn free_base_from(count: u16, candidates: impl IntoIterator<Item = u16>) -> Option<u16> {
     static GIVEN: std::sync::Mutex<Vec<(u16, u16)>> = std::sync::Mutex::new(Vec::new());
+    // The lock files of the claimed ports, open (so held) for the life of the process.
+    static CLAIMED: std::sync::Mutex<Vec<std::fs::File>> = std::sync::Mutex::new(Vec::new());
     let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
-    for _ in 0..200 {
-        let base = 20_000 + (rand::random::<u16>() % 12_000);
+    for base in candidates {
         let end = base + count; // exclusive
         if given.iter().any(|&(b, e)| base < e && b < end) {
             continue;
         }
-        if (0..count).all(|i| TcpListener::bind(("127.0.0.1", base + i)).is_ok()) {
+        let mut claims = Vec::new();
+        let all_claimed = (base..end).all(|p| match claim_port(p) {
+            Claim::Held(f) => {
+                claims.push(f);
+                true
+            }
+            Claim::Unavailable => true,
+            Claim::Taken => false,
+        });
+        if all_claimed && (base..end).all(|p| TcpListener::bind(("127.0.0.1", p)).is_ok()) {
             given.push((base, end));
-            return base;
+            CLAIMED
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .extend(claims);
+            return Some(base);
         }
+        // Dropping `claims` releases them.
     }
-    panic!("no free port range of {count}");
+    None
+}
+
+pub enum Claim {
+    /// This process holds the port's lock (while the file stays open).
+    Held(std::fs::File),
+    /// Another process holds it.
+    Taken,
+    /// No lock could be made (the directory is not writable): the bind probe alone decides.
+    Unavailable,
+}
+
+/// The machine-wide lock directory of the test ports.
+pub fn port_lock_dir() -> PathBuf {
+    std::env::temp_dir().join("scalpel-test-ports")
+}
+
+/// Claims `port` for this process with an exclusive `flock` on its lock file, which the
+/// kernel releases when the file is closed or the process ends, however it ends.
+pub fn claim_port(port: u16) -> Claim {
+    let dir = port_lock_dir();
+    let file = std::fs::create_dir_all(&dir).and_then(|()| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(port.to_string()))
+    });
+    let Ok(file) = file else {
+        return Claim::Unavailable;
+    };
+    match file.try_lock() {
+        Ok(()) => Claim::Held(file),
+        Err(std::fs::TryLockError::WouldBlock) => Claim::Taken,
+        Err(std::fs::TryLockError::Error(_)) => Claim::Unavailable,
+    }
 }
 
 /// An `[[app]]` table running tests/apps/app.js.
