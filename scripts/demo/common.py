@@ -100,12 +100,22 @@ def pinning():
     return True, f"servers pinned to CPU {SERVER_CPU}, load generator to CPU {LOAD_CPU} (taskset)"
 
 
-PINNED, PINNING_NOTE = pinning()
+_PINNING = []
+
+
+def __getattr__(name):
+    # PINNED and PINNING_NOTE, found out on first use: a run that measures nothing (bad
+    # arguments, --report-only, the tests) starts no taskset on a possibly busy CPU.
+    if name in ("PINNED", "PINNING_NOTE"):
+        if not _PINNING:
+            _PINNING.extend(pinning())
+        return _PINNING[0] if name == "PINNED" else _PINNING[1]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def on_cpu(cpu, argv):
     """argv run on one CPU when pinning is allowed."""
-    if PINNED and cpu is not None:
+    if __getattr__("PINNED") and cpu is not None:
         return ["taskset", "-c", cpu] + list(argv)
     return list(argv)
 

@@ -275,41 +275,53 @@ class Report(unittest.TestCase):
         self.assertIn("report.json", r.stderr)
 
 
+def run_main(*args, out):
+    """The CLI's main() in this process (a process start costs a second or two on a busy
+    machine): (exit code, stderr)."""
+    err = io.StringIO()
+    with unittest.mock.patch.object(sys, "argv", ["demo"] + list(args)), \
+            unittest.mock.patch.object(c, "OUT", out), contextlib.redirect_stderr(err), \
+            contextlib.redirect_stdout(io.StringIO()):
+        code = DEMO_MAIN.main()
+    return code, err.getvalue()
+
+
 class Cli(unittest.TestCase):
-    def assert_refused(self, *args, want):
+    """The refusals: one line on stderr, exit 2, before anything starts (DEMO_OUT is not
+    even created). The first through a real process (its exit code), the rest through the
+    same main() in this one."""
+
+    def assert_refused(self, *args, want, process=False):
         with tempfile.TemporaryDirectory(prefix="demo-cli-") as parent:
             out = os.path.join(parent, "out")
-            r = run_cli(*args, out=out)
-            self.assertEqual(r.returncode, 2, r.stderr)
-            self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
-            self.assertIn(want, r.stderr)
+            if process:
+                r = run_cli(*args, out=out)
+                code, err = r.returncode, r.stderr
+            else:
+                code, err = run_main(*args, out=out)
+            self.assertEqual(code, 2, err)
+            self.assertEqual(len(err.strip().splitlines()), 1, err)
+            self.assertIn(want, err)
             self.assertFalse(os.path.exists(out), "refused after it started")
 
     def test_set_rejects_an_unknown_key(self):
-        self.assert_refused("--set", "no_such_key=1", want="--set 'no_such_key=1': expected KEY=VALUE")
+        self.assert_refused("--set", "no_such_key=1", want="--set 'no_such_key=1': expected KEY=VALUE",
+                            process=True)
 
     def test_set_rejects_a_missing_value(self):
         self.assert_refused("--set", "pay_step", want="expected KEY=VALUE")
 
     def test_set_rejects_a_value_of_the_wrong_shape(self):
         # These were taken and failed minutes later, inside a stage (or, for the string,
-        # matched workload names by substring). One through the process, the rest through
-        # the same main() in this one (each process start costs a second on a busy machine).
-        self.assert_refused("--set", "ladder_rounds=two", want="ladder_rounds takes a value like 4")
-        for item, want in [("pay_ramp=[1000,2000]", "pay_ramp takes a value like [1000, 1000, 160000]"),
+        # matched workload names by substring).
+        for item, want in [("ladder_rounds=two", "ladder_rounds takes a value like 4"),
+                           ("pay_ramp=[1000,2000]", "pay_ramp takes a value like [1000, 1000, 160000]"),
                            ("rt_workloads=uneven", "rt_workloads takes a value like"),
                            ("rt_ab=1", "rt_ab takes a value like true"),
                            ("rt_serve_slots=true", "rt_serve_slots takes a value like 1"),
                            ("pay_step=3", "pay_step takes a value like \"5s\"")]:
-            err = io.StringIO()
-            with tempfile.TemporaryDirectory(prefix="demo-cli-") as out, \
-                    unittest.mock.patch.object(sys, "argv", ["demo", "--set", item]), \
-                    unittest.mock.patch.object(c, "OUT", os.path.join(out, "out")), \
-                    contextlib.redirect_stderr(err):
-                self.assertEqual(DEMO_MAIN.main(), 2, item)
-                self.assertFalse(os.path.exists(c.OUT), "refused after it started")
-            self.assertEqual(len(err.getvalue().strip().splitlines()), 1, err.getvalue())
-            self.assertIn(want, err.getvalue())
+            with self.subTest(item):
+                self.assert_refused("--set", item, want=want)
 
     def test_only_rejects_an_unknown_stage(self):
         self.assert_refused("--only", "ladder,nope", want="unknown stage 'nope'")
@@ -317,10 +329,10 @@ class Cli(unittest.TestCase):
     def test_set_takes_the_forms_bench_quiet_uses(self):
         with tempfile.TemporaryDirectory(prefix="demo-cli-") as out:
             c.write_json(os.path.join(out, "report.json"), {"format": 1, "machine": {}})
-            r = run_cli("--report-only", "--set", "pay_step=1s", "--set", "pay_ramp=[2000,4000,30000]",
-                        "--set", "ladder_ramp=[0.5,0.5,1.5]", "--set", 'rt_workloads=["uneven"]',
-                        "--set", "rt_ab=false", "--set", "rt_serve_slots=1", out=out)
-            self.assertEqual(r.returncode, 0, r.stderr)
+            code, err = run_main("--report-only", "--set", "pay_step=1s", "--set", "pay_ramp=[2000,4000,30000]",
+                                 "--set", "ladder_ramp=[0.5,0.5,1.5]", "--set", 'rt_workloads=["uneven"]',
+                                 "--set", "rt_ab=false", "--set", "rt_serve_slots=1", out=out)
+            self.assertEqual(code, 0, err)
             self.assertTrue(os.path.exists(os.path.join(out, "index.html")))
 
 
