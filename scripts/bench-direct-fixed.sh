@@ -111,8 +111,10 @@ for r in $(seq "$REPEATS"); do
   if [ $((r % 2)) = 1 ]; then run_direct "$r"; run_pm2 "$r"; else run_pm2 "$r"; run_direct "$r"; fi
 done
 echo "load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
-python3 - "$RUNS" <<'PY'
-import math, statistics, sys
+python3 - "$RUNS" "$ROOT/scripts/lib" <<'PY'
+import statistics, sys
+sys.path.insert(0, sys.argv[2])
+from paired import describe, interval  # the one paired-interval helper (bench-tls.sh uses it too)
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
 by = {}
 for setup, pair, total, sup, work, n, err in rows:
@@ -131,20 +133,14 @@ dropped = len(set(by.get("direct", {})) | set(by.get("pm2", {}))) - len(pairs)
 if dropped:
     print(f"\n{dropped} pair(s) left out: one of its runs was not counted")
 r = sorted(by["direct"][p][0] / by["pm2"][p][0] for p in pairs)
+_, lo, hi, cover = interval(r)
 n = len(r)
-# Largest k with P(Binomial(n, 1/2) <= k-1) <= 2.5%: [r_k, r_{n+1-k}] covers the median ≥ 95%.
-k, cover = 1, None
-for j in range(1, n // 2 + 1):
-    tail = sum(math.comb(n, i) for i in range(j)) / 2 ** n
-    if tail <= 0.025:
-        k, cover = j, 1 - 2 * tail
-lo, hi = r[k - 1], r[n - k]
 verdict = "le-shown" if hi <= 1.0 else ("gt-shown" if lo > 1.0 else "tie")
 words = {"le-shown": "direct ≤ pm2 shown (the whole interval ≤ 1.00)",
          "gt-shown": "direct > pm2 shown (the whole interval > 1.00)",
          "tie": "a tie: the interval holds 1.00, neither ≤ nor > is shown"}[verdict]
 print()
-what = f"~{cover * 100:.0f}% interval" if cover else "min–max (too few pairs for a 95% interval)"
+what = describe(cover)
 print(f"paired direct/pm2 over {n} pairs: median {med(r):.3f}x, {what} "
       f"{lo:.3f}–{hi:.3f}x (all pairs {r[0]:.3f}–{r[-1]:.3f}x): {words}")
 print(f"RESULT direct-fixed ratio={med(r):.3f} lo={lo:.3f} hi={hi:.3f} min={r[0]:.3f} max={r[-1]:.3f} "
