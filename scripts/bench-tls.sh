@@ -2,7 +2,7 @@
 # TLS and HTTP/2 benchmark of `scalpel load` (issue #12) against nginx with TLS and http2 on
 # loopback, one command:
 #
-#   scripts/bench-tls.sh          # all three comparisons (~4 min with the defaults on a quiet machine)
+#   scripts/bench-tls.sh          # the three comparisons and ngxcost (~5 min at the defaults, quiet machine)
 #   ./run bench tls               # the same
 #   PARTS=tls ./run bench quiet   # the same, as part of the quiet-machine run
 #
@@ -33,7 +33,7 @@
 # ECDSA P-256 certificate made here with openssl, `return 200` with a 14-byte body,
 # keepalive_requests high enough that no connection is ended during a run.
 #
-# TLS_PARTS picks the comparisons (not PARTS: bench-quiet.sh uses that name) (default "h1 h2 hs"); four more can be added:
+# TLS_PARTS picks the parts (not PARTS: bench-quiet.sh uses that name) (default "h1 h2 hs ngxcost"); more:
 #   cost  the https HTTP/1.1 comparison in figures a loaded machine does not blur: for
 #         scalpel and wrk against the same nginx, system calls per request (strace -c -f),
 #         user-space instructions per request (callgrind, 2 connections: under valgrind
@@ -47,17 +47,18 @@
 #         h2load (callgrind, (2n - n) requests with n = COST_N / 2), and nginx's CPU per
 #         request during an ordinary DUR run of each;
 #   ngxcost  nginx's own user-space instructions per request under each client (nginx as
-#         one process under callgrind, instructions over a window of NGX_WINDOW s (8) ÷ the
+#         one process under callgrind, instructions over a window of NGX_WINDOW s (4) ÷ the
 #         requests nginx's stub_status counted in it): whether one client's traffic costs the
 #         server more than the other's, as a count (~1 min);
 #   old   OLD_SCALPEL=PATH (another build, e.g. main's) joins the h1 and h2 pairs (and the
 #         cost parts), so old and new are compared in one run, with their own paired ratio:
 #         `TLS_PARTS="h1 h2 old" OLD_SCALPEL=... ./run bench tls`.
 #
-# Installs wrk, h2load (nghttp2-client) and nginx with apt-get if missing. Honors
+# Installs wrk, h2load (nghttp2-client) and nginx (and valgrind and strace for the count
+# parts) with apt-get if missing. Honors
 # CARGO_TARGET_DIR and SKIP_BUILD=1. Environment: DUR (4s: each run), PAIRS (9: pairs of h1
 # and h2), REPEATS (5: rounds of hs), CONNS (50), H2_CONNS (4), H2_STREAMS (16), HS_CONNS (16),
-# TLS_PARTS ("h1 h2 hs"), COST_N (20000: requests of the cost runs).
+# TLS_PARTS ("h1 h2 hs ngxcost"), NGX_WINDOW (4: seconds of each ngxcost window), COST_N (20000: requests of the cost runs).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -69,7 +70,7 @@ CONNS="${CONNS:-50}"
 H2_CONNS="${H2_CONNS:-4}"
 H2_STREAMS="${H2_STREAMS:-16}"
 HS_CONNS="${HS_CONNS:-16}"
-TLS_PARTS="${TLS_PARTS:-h1 h2 hs}"
+TLS_PARTS="${TLS_PARTS:-h1 h2 hs ngxcost}"
 COST_N="${COST_N:-20000}"
 OLD_SCALPEL="${OLD_SCALPEL:-}"
 SECS="${DUR%s}"
@@ -79,6 +80,11 @@ need() { command -v "$1" >/dev/null 2>&1 || [[ -x "/usr/sbin/$1" ]]; }
 if ! need wrk || ! need nginx || ! need h2load; then
   echo "installing wrk, nginx and nghttp2-client" >&2
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk nginx nghttp2-client) >&2
+fi
+# The count parts need valgrind (callgrind) and strace.
+if { has ngxcost || has cost || has h2cost; } && { ! need valgrind || ! need strace; }; then
+  echo "installing valgrind and strace" >&2
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind strace) >&2
 fi
 NGINX="$(command -v nginx || echo /usr/sbin/nginx)"
 
@@ -431,15 +437,15 @@ h2cost_h2load() {
 # --- ngxcost: nginx's own instructions per request under each client (callgrind) ---
 # A second nginx, the same configuration as a single process (master_process off) under
 # callgrind on cpu 1, with a plain-HTTP stub_status listener: nginx's own count of the
-# requests it handled. Each client runs against it; once its handshakes are done (the
-# count has moved by NGX_WARM requests), callgrind's counters are zeroed, NGX_WINDOW
-# seconds pass, and nginx's instructions over that window ÷ the requests nginx counted in
-# it is its work per request with that client's traffic — a count a loaded machine does not
-# blur, with handshakes and start-up outside the window. Under valgrind nginx is the
+# requests it handled. Each client runs against it; once its connections are accepted and
+# NGX_WARM requests answered, callgrind's counters are zeroed, NGX_WINDOW seconds pass, and
+# nginx's instructions over that window ÷ the requests nginx counted in it is its work per
+# request with that client's traffic — a count a loaded machine does not blur, with
+# handshakes and start-up outside the window (windows are repeated until two agree). Under valgrind nginx is the
 # bottleneck for every client (each finds as many requests per read as it sends): the
 # server-bound regime the req/s comparison is about.
-NGX_WINDOW="${NGX_WINDOW:-8}"
-NGX_WARM="${NGX_WARM:-500}"
+NGX_WINDOW="${NGX_WINDOW:-4}"
+NGX_WARM="${NGX_WARM:-1000}"
 ngx_cg_start() {
   NGX_CG_PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
   NGX_ST_PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
@@ -451,7 +457,9 @@ ngx_cg_start() {
   for _ in $(seq 200); do ngx_handled >/dev/null 2>&1 && break; sleep 0.3; done
   CG_URL="https://127.0.0.1:$NGX_CG_PORT/"
 }
-ngx_handled() { curl -sf -m 10 "http://127.0.0.1:$NGX_ST_PORT/status" | awk 'NR == 3 {print $3}'; }
+ngx_status() { curl -sf -m 10 "http://127.0.0.1:$NGX_ST_PORT/status"; }
+ngx_handled() { ngx_status | awk 'NR == 3 {print $3}'; }
+ngx_active() { ngx_status | awk 'NR == 1 {print $3}'; }
 ngx_cg_dump() { # nginx's instructions since the last dump (the dump zeroes the counters)
   local before; before=$(ls "$WORK"/ngx.cg.* 2>/dev/null | wc -l)
   callgrind_control -d "$NGX_CG_PID" >/dev/null 2>&1
@@ -460,34 +468,46 @@ ngx_cg_dump() { # nginx's instructions since the last dump (the dump zeroes the 
   awk '/^(summary|totals):/ {print $2; exit}' "$(ls -t "$WORK"/ngx.cg.* | head -1)"
 }
 ngx_cg_stop() { kill "$NGX_CG_PID" 2>/dev/null; wait "$NGX_CG_PID" 2>/dev/null || true; }
-ngx_cost() { # LABEL COMMAND...: the client runs in the background while the window is measured
-  local label=$1 cp r0 r1 i start; shift
-  start=$(ngx_handled)
+ngx_cost() { # LABEL CONNECTIONS COMMAND...: the client runs in the background while windows are measured
+  local label=$1 conns=$2 cp r0 r1 i n per prev="" k figs="" steady=""; shift 2
   "${PIN[@]}" "$@" >/dev/null 2>&1 & cp=$!
-  for _ in $(seq 600); do (( $(ngx_handled) - start >= NGX_WARM )) && break; sleep 0.1; done
-  r0=$(ngx_handled); ngx_cg_dump >/dev/null
-  sleep "$NGX_WINDOW"
-  r1=$(ngx_handled); i=$(ngx_cg_dump)
-  kill -INT "$cp" 2>/dev/null; wait "$cp" 2>/dev/null || true
-  # the status request r1 itself is in the window: one request of the count is not the client's
-  awk -v l="$label" -v i="$i" -v n="$((r1 - r0 - 1))" 'BEGIN {
-    if (n < 100) { printf "[ngxcost] %s: only %d requests in the window, no figure\n", l, n; exit }
-    printf "[ngxcost] nginx instructions per request with %s: %.0f (callgrind on nginx, %d instructions / %d requests in %s s)\n", l, i / n, i, n, "'"$NGX_WINDOW"'" }'
+  # every connection accepted (the status request itself is one more), then NGX_WARM requests
+  for _ in $(seq 600); do (( $(ngx_active) > conns )) && break; sleep 0.1; done
+  r0=$(ngx_handled)
+  for _ in $(seq 600); do (( $(ngx_handled) - r0 >= NGX_WARM )) && break; sleep 0.1; done
+  # Windows until two in a row agree within 3% (a handshake still running in a window, under
+  # valgrind ~2M instructions, would show as a jump): the last one is the figure.
+  for k in 1 2 3 4 5 6; do
+    r0=$(ngx_handled); ngx_cg_dump >/dev/null
+    sleep "$NGX_WINDOW"
+    r1=$(ngx_handled); i=$(ngx_cg_dump)
+    n=$((r1 - r0 - 1)) # the status request r1 is in the window
+    (( n >= 100 )) || break
+    per=$((i / n)); figs="$figs $per"
+    if [[ -n "$prev" ]] && (( 100 * (per > prev ? per - prev : prev - per) <= 3 * prev )); then steady=1; break; fi
+    prev=$per
+  done
+  kill -TERM "$cp" 2>/dev/null; wait "$cp" 2>/dev/null || true  # TERM: a background job of a script ignores INT
+  if [[ -n "$steady" ]]; then
+    echo "[ngxcost] nginx instructions per request with $label: $per (callgrind on nginx, $i instructions / $n requests in $NGX_WINDOW s; windows:$figs)"
+  else
+    echo "[ngxcost] nginx instructions per request with $label: not steady, no figure (windows:$figs)"
+  fi
 }
 if has ngxcost; then
   echo
   echo "## nginx's instructions per request under each client (callgrind on nginx; https HTTP/1.1 -c $CONNS, HTTP/2 $H2_CONNS x $H2_STREAMS)"
   ngx_cg_start
-  long=$((NGX_WINDOW * 10 + 60))
-  ngx_cost "scalpel (HTTP/1.1)" "$SCALPEL" load --no-progress --threads 1 -c "$CONNS" -d "${long}s" "${TLS[@]}" \
+  long=$((NGX_WINDOW * 20 + 120))
+  ngx_cost "scalpel (HTTP/1.1)" "$CONNS" "$SCALPEL" load --no-progress --threads 1 -c "$CONNS" -d "${long}s" "${TLS[@]}" \
     --timeout 30s --connect-timeout 30s "$CG_URL"
-  ngx_cost "wrk (HTTP/1.1)" wrk -t1 -c "$CONNS" --timeout 30s -d "${long}s" "$CG_URL"
+  ngx_cost "wrk (HTTP/1.1)" "$CONNS" wrk -t1 -c "$CONNS" --timeout 30s -d "${long}s" "$CG_URL"
   # wrk sends no User-Agent, scalpel sends `User-Agent: scalpel`: the same wrk with it
   # says what that one header costs nginx.
-  ngx_cost "wrk -H 'User-Agent: scalpel' (HTTP/1.1)" wrk -t1 -c "$CONNS" --timeout 30s -d "${long}s" -H "User-Agent: scalpel" "$CG_URL"
-  ngx_cost "scalpel (HTTP/2)" "$SCALPEL" load --no-progress --threads 1 --http2 -c "$H2_CONNS" --streams "$H2_STREAMS" \
+  ngx_cost "wrk -H 'User-Agent: scalpel' (HTTP/1.1)" "$CONNS" wrk -t1 -c "$CONNS" --timeout 30s -d "${long}s" -H "User-Agent: scalpel" "$CG_URL"
+  ngx_cost "scalpel (HTTP/2)" "$H2_CONNS" "$SCALPEL" load --no-progress --threads 1 --http2 -c "$H2_CONNS" --streams "$H2_STREAMS" \
     -d "${long}s" "${TLS[@]}" --timeout 30s --connect-timeout 30s "$CG_URL"
-  ngx_cost "h2load (HTTP/2)" h2load -t1 -c "$H2_CONNS" -m "$H2_STREAMS" -D "$long" "$CG_URL"
+  ngx_cost "h2load (HTTP/2)" "$H2_CONNS" h2load -t1 -c "$H2_CONNS" -m "$H2_STREAMS" -D "$long" "$CG_URL"
   ngx_cg_stop
 fi
 
