@@ -45,11 +45,9 @@ BASE=${BASE:-18100}
 QR_TEXT=${QR_TEXT:-https://example.com/some/fairly/long/path?with=query}
 SCENARIOS=${SCENARIOS:-1 2 3}
 want() { [[ " $SCENARIOS " == *" $1 "* ]]; }
-cpu_ticks() { # pids... -> utime+stime summed
-  local s=0 p
-  for p in "$@"; do s=$((s + $(awk '{print $14+$15}' /proc/"$p"/stat 2>/dev/null || echo 0))); done
-  echo "$s"
-}
+# shellcheck source=scripts/lib/proc-ticks.sh
+source "$ROOT/scripts/lib/proc-ticks.sh"
+cpu_ticks() { proc_ticks "$@"; } # pids... -> utime+stime summed (pm2's names hold spaces)
 mkdir -p "$OUT"
 RESULTS=$OUT/results.md
 : >"$RESULTS"
