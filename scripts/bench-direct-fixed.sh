@@ -232,6 +232,8 @@ run_direct() { # ROUND SETUP
   local launch=(setsid); [ "$2" = direct-nosid ] && launch=()
   "${launch[@]}" "$SV" serve --config "$PM2_HOME/direct-fixed.toml" >"$PM2_HOME/direct-fixed.log" 2>&1 & local sp=$!
   SETUP_PID=$sp
+  # setsid, not a process-group leader here, execs serve in place: $! must be serve itself.
+  sleep 0.1; [ "$(cat /proc/"$sp"/comm 2>/dev/null)" = scalpel ] || { echo "bench-direct-fixed: pid $sp is not serve" >&2; exit 1; }
   wait_up
   for _ in $(seq 100); do [ "$(pgrep -c -P "$sp")" = 2 ] && break; sleep 0.1; done; sleep 0.5
   # serve's own process, and every process under it (the workers and anything they start).
@@ -332,8 +334,6 @@ if "direct" in by and "pm2" in by:
         print(f"{len(all_rounds) - len(rounds)} round(s) left out: one of its runs was not counted")
     c = paired("direct", "pm2", "cpu")
     low = paired("direct", "pm2", lowkey) if perf else None
-    if not pmu:
-        print("no hardware counters here: the low-noise figure is perf's task-clock, not instructions")
     # Fail closed: ≤ is shown only when both the headline (CPU time) and the low-noise interval
     # lie wholly at or below 1.00; without perf there is no corroboration, so no ≤.
     # A verdict needs a ≥95% interval: with too few rounds (< 6) there is none, and no verdict.
