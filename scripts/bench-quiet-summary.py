@@ -187,7 +187,7 @@ def tls():
         raise ValueError("no [hs] summary line")
     out_lines.append("")
     # which side was the limit, nginx's cost per request, and the optional parts (cost, h2cost, old)
-    for m in re.finditer(r"^\[(h1|h2)\] (nginx worker CPU.*|with .*)$", text, re.M):
+    for m in re.finditer(r"^\[(h1|h2)\] (nginx worker CPU.*|ceiling .*|with .*)$", text, re.M):
         out_lines.append(f"- {m.group(1)}: {m.group(2)}")
     for m in re.finditer(r"^\[(cost|ngxcost|h2cost)\] (.*)$", text, re.M):
         out_lines.append(f"- {m.group(2)}")

@@ -234,6 +234,12 @@ rs = sorted(A[p]["rps"] / B[p]["rps"] for p in pairs)
 # nginx's CPU per request under B over under A: > 1 means A's traffic costs nginx less.
 nm, nlo, nhi, _ = interval([B[p]["us"] / A[p]["us"] for p in pairs])
 errors = int(sum(A[p]["err"] + B[p]["err"] for p in pairs))
+# The ceiling: the req/s a client would reach over B's if it kept nginx 100% busy at the
+# lower of the two nginx times per request of the pair (nginx is cheaper per request the
+# harder it is driven, so the lower one is the generous bound) — (1 / that time) ÷ B's
+# req/s, with B's req/s = B's nginx busy share / B's nginx time per request. When the whole
+# interval is below the target, no client reaches it in this layout: the server is the limit.
+cm, clo, chi, ccover = interval([B[p]["us"] / (min(A[p]["us"], B[p]["us"]) * B[p]["nb"]) for p in pairs])
 if target == "-":
     verdict, words = "none", "no target"
 else:
@@ -263,6 +269,11 @@ print(f"[{part}] {a} median {med(A, 'rps'):,.0f} req/s, {b} median {med(B, 'rps'
       f"(pairs {rs[0]:.3f}–{rs[-1]:.3f}x); target ≥ {target}x: {words}")
 print(f"[{part}] nginx worker CPU per request: {a} {med(A, 'us'):.2f} us, {b} {med(B, 'us'):.2f} us "
       f"(paired {b}/{a} {nm:.3f}x, {nlo:.3f}–{nhi:.3f}x: above 1 means {a}'s traffic costs nginx less)")
+if target != "-":
+    reach = ("out of reach in this layout: the whole interval is below the target, the server is the limit"
+             if ccover and chi < float(target) else "not excluded by the server's capacity")
+    print(f"[{part}] ceiling over {b} (a client keeping nginx 100% busy at the lower nginx time per request "
+          f"of each pair): median {cm:.3f}x, {clo:.3f}–{chi:.3f}x: {target}x is {reach}")
 for name, d in ((a, A), (b, B)):
     print(f"[{part}] with {name}: nginx busy {100 * med(d, 'nb'):.0f}% of the run, the client's own CPU "
           f"{100 * med(d, 'cb'):.0f}% of a core (cpu0 {100 * med(d, 'k0'):.0f}%, cpu1 {100 * med(d, 'k1'):.0f}% busy, "
@@ -270,7 +281,8 @@ for name, d in ((a, A), (b, B)):
 print(f"RESULT tls-{part} a={a} b={b} ratio={m:.3f} lo={lo:.3f} hi={hi:.3f} min={rs[0]:.3f} max={rs[-1]:.3f} "
       f"pairs={len(pairs)} cover={cover or 0:.3f} verdict={verdict} target={target} errors={errors} "
       f"a_rps={med(A, 'rps'):.0f} b_rps={med(B, 'rps'):.0f} a_nginx_us={med(A, 'us'):.3f} b_nginx_us={med(B, 'us'):.3f} "
-      f"nginx_ratio={nm:.3f} nginx_lo={nlo:.3f} nginx_hi={nhi:.3f} a_nginx_busy={med(A, 'nb'):.3f} "
+      f"nginx_ratio={nm:.3f} nginx_lo={nlo:.3f} nginx_hi={nhi:.3f} ceiling={cm:.3f} ceiling_lo={clo:.3f} "
+      f"ceiling_hi={chi:.3f} a_nginx_busy={med(A, 'nb'):.3f} "
       f"b_nginx_busy={med(B, 'nb'):.3f} a_client_busy={med(A, 'cb'):.3f} b_client_busy={med(B, 'cb'):.3f}")
 PY
 }
