@@ -158,8 +158,9 @@ def tls():
     # h1 and h2: paired median ratio over alternating pairs with its interval (bench-tls.sh's
     # RESULT lines); the verdict is the script's own, which fails closed.
     out_lines = ["| comparison | scalpel median req/s | peer median req/s | paired ratio, interval (pairs) | "
-                 "nginx µs/request scalpel / peer | nginx busy scalpel / peer | client core busy scalpel / peer | status |",
-                 "|---|---|---|---|---|---|---|---|"]
+                 "nginx µs/request scalpel / peer | client µs/request scalpel / peer | nginx busy scalpel / peer | "
+                 "client core busy scalpel / peer | status |",
+                 "|---|---|---|---|---|---|---|---|---|"]
     words = {"met": "**met**", "not-met": "**NOT met**", "not-shown": "**not shown**"}
     for key, label in (("h1", "https HTTP/1.1, one thread each: scalpel load vs wrk (≥ 1.1x)"),
                        ("h2", "HTTP/2, 4 connections × 16 streams, one thread each: scalpel load vs h2load (≥ 1.1x)")):
@@ -173,6 +174,7 @@ def tls():
             f"| {label} | {fnum(f('a_rps'))} | {kv['b']} {fnum(f('b_rps'))} | **{f('ratio'):.2f}x**, {cover} "
             f"{f('lo'):.2f}–{f('hi'):.2f}x ({kv['pairs']}, all {f('min'):.2f}–{f('max'):.2f}x) | "
             f"{f('a_nginx_us'):.2f} / {f('b_nginx_us'):.2f} (paired {f('nginx_ratio'):.2f}x) | "
+            f"{f('a_client_us'):.2f} / {f('b_client_us'):.2f} | "
             f"{100 * f('a_nginx_busy'):.0f}% / {100 * f('b_nginx_busy'):.0f}% | "
             f"{100 * f('a_client_busy'):.0f}% / {100 * f('b_client_busy'):.0f}% | {words[kv['verdict']]} |")
     # handshakes: REPEATS alternating rounds, medians (a floor of 0.9x)

@@ -150,7 +150,8 @@ json() { python3 -c "import json,sys; s=json.load(open('$WORK/s.json'))['targets
 # One run: the tool's req/s and answered requests (its own count), nginx's worker CPU over the
 # run (/proc/PID/schedstat, nanoseconds) per answered request and as a share of the run's wall
 # time, the client's own CPU (bash's `time`: user + system of the tool and its threads) as a
-# share of the wall time, and each core's busy and steal share (/proc/stat). A row of
+# share of the wall time and per request answered, and each core's busy and steal share
+# (/proc/stat). A row of
 # $WORK/runs.tsv and a printed line. Which side was the limit is then a measurement: nginx
 # busy ~100% means the server was saturated and the client could not have gone faster.
 TIMEFORMAT='%U %S'
@@ -181,9 +182,10 @@ measured() { # PART PAIR TOOL PARSER COMMAND...
     t0 = (b0[1] - a0[1]) + (b0[2] - a0[2]) + (b0[3] - a0[3]); t1 = (b1[1] - a1[1]) + (b1[2] - a1[2]) + (b1[3] - a1[3])
     k0 = t0 ? (b0[1] - a0[1]) / t0 : 0; k1 = t1 ? (b1[1] - a1[1]) / t1 : 0
     s0 = t0 ? (b0[3] - a0[3]) / t0 : 0; s1 = t1 ? (b1[3] - a1[3]) / t1 : 0
-    printf "%s\t%d\t%s\t%s\t%s\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%s\n", part, pair, tool, rps, n, err, us, nb, cb, k0, k1, s0, s1, la >> out
-    printf "    %-16s %7.0f req/s  errors %s | nginx %5.2f us/request, busy %3.0f%% | client busy %3.0f%% | cpu0 %3.0f%% cpu1 %3.0f%% busy, steal %.0f%%/%.0f%%  (load %s)\n",
-      tool, rps, err, us, 100 * nb, 100 * cb, 100 * k0, 100 * k1, 100 * s0, 100 * s1, la
+    cu = (u[1] + u[2]) * 1e6 / n
+    printf "%s\t%d\t%s\t%s\t%s\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%s\n", part, pair, tool, rps, n, err, us, nb, cb, k0, k1, s0, s1, cu, la >> out
+    printf "    %-16s %7.0f req/s  errors %s | nginx %5.2f us/request, busy %3.0f%% | client %5.2f us/request, busy %3.0f%% | cpu0 %3.0f%% cpu1 %3.0f%% busy, steal %.0f%%/%.0f%%  (load %s)\n",
+      tool, rps, err, us, 100 * nb, cu, 100 * cb, 100 * k0, 100 * k1, 100 * s0, 100 * s1, la
   }'
 }
 wrk_h1() { measured h1 "$1" wrk parse_wrk wrk -t1 -c "$CONNS" -d "$DUR" "$URL"; }
@@ -218,12 +220,12 @@ import statistics, sys
 sys.path.insert(0, sys.argv[2])
 from paired import describe, interval, verdict_at_least
 runs, _, part, a, b, target = sys.argv[1:7]
-cols = ("rps", "n", "err", "us", "nb", "cb", "k0", "k1", "s0", "s1")
+cols = ("rps", "n", "err", "us", "nb", "cb", "k0", "k1", "s0", "s1", "cu")
 by = {}
 for line in open(runs):
     f = line.rstrip("\n").split("\t")
     if f[0] == part:
-        by.setdefault(f[2], {})[int(f[1])] = dict(zip(cols, map(float, f[3:13])))
+        by.setdefault(f[2], {})[int(f[1])] = dict(zip(cols, map(float, f[3:14])))
 A, B = by.get(a, {}), by.get(b, {})
 pairs = sorted(set(A) & set(B))
 if not pairs:
@@ -286,14 +288,15 @@ if target != "-":
           f"of each pair): median {cm:.3f}x, {clo:.3f}–{chi:.3f}x: {target}x is {reach}")
 for name, d in ((a, A), (b, B)):
     print(f"[{part}] with {name}: nginx busy {100 * med(d, 'nb'):.0f}% of the run, the client's own CPU "
-          f"{100 * med(d, 'cb'):.0f}% of a core (cpu0 {100 * med(d, 'k0'):.0f}%, cpu1 {100 * med(d, 'k1'):.0f}% busy, "
+          f"{med(d, 'cu'):.2f} us per request (nginx's {med(d, 'us'):.2f}), {100 * med(d, 'cb'):.0f}% of a core (cpu0 {100 * med(d, 'k0'):.0f}%, cpu1 {100 * med(d, 'k1'):.0f}% busy, "
           f"steal {100 * med(d, 's0'):.0f}%/{100 * med(d, 's1'):.0f}%): the limit is {limit(d)}")
 print(f"RESULT tls-{part} a={a} b={b} ratio={m:.3f} lo={lo:.3f} hi={hi:.3f} min={rs[0]:.3f} max={rs[-1]:.3f} "
       f"pairs={len(pairs)} cover={cover or 0:.3f} verdict={verdict} target={target} errors={errors} "
       f"a_rps={med(A, 'rps'):.0f} b_rps={med(B, 'rps'):.0f} a_nginx_us={med(A, 'us'):.3f} b_nginx_us={med(B, 'us'):.3f} "
       f"nginx_ratio={nm:.3f} nginx_lo={nlo:.3f} nginx_hi={nhi:.3f} ceiling={cm:.3f} ceiling_lo={clo:.3f} "
       f"ceiling_hi={chi:.3f} a_nginx_busy={med(A, 'nb'):.3f} "
-      f"b_nginx_busy={med(B, 'nb'):.3f} a_client_busy={med(A, 'cb'):.3f} b_client_busy={med(B, 'cb'):.3f}")
+      f"b_nginx_busy={med(B, 'nb'):.3f} a_client_busy={med(A, 'cb'):.3f} b_client_busy={med(B, 'cb'):.3f} "
+      f"a_client_us={med(A, 'cu'):.3f} b_client_us={med(B, 'cu'):.3f}")
 PY
 }
 
