@@ -151,9 +151,9 @@ json() { python3 -c "import json,sys; s=json.load(open('$WORK/s.json'))['targets
 # run (/proc/PID/schedstat, nanoseconds) per answered request and as a share of the run's wall
 # time, the client's own CPU (bash's `time`: user + system of the tool and its threads) as a
 # share of the wall time and per request answered, and each core's busy and steal share
-# (/proc/stat). A row of
-# $WORK/runs.tsv and a printed line. Which side was the limit is then a measurement: nginx
-# busy ~100% means the server was saturated and the client could not have gone faster.
+# (/proc/stat): a row of $WORK/runs.tsv and a printed line. Which side was the limit is then
+# a measurement: nginx busy ~100% means the server was saturated and the client could not
+# have gone faster.
 TIMEFORMAT='%U %S'
 nginx_ns() { awk '{print $1}' "/proc/$NGINX_WORKER/schedstat"; }
 cpu_jiffies() { awk -v c="cpu$1" '$1 == c {print $2 + $3 + $4 + $7 + $8, $5 + $6, $9}' /proc/stat; } # busy idle steal
