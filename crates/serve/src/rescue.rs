@@ -437,9 +437,7 @@ fn state_of(k: Kernel) -> State {
         // The client's data came strictly after the worker's last data (a tick apart: a
         // tie orders nothing), the client had all of it, and the worker read it all.
         (1.., _)
-            if k.unread == 0
-                && k.unacknowledged == 0
-                && k.since_received_ms < k.since_sent_ms =>
+            if k.unread == 0 && k.unacknowledged == 0 && k.since_received_ms < k.since_sent_ms =>
         {
             State::ReadAfterAnswer
         }
@@ -543,9 +541,17 @@ mod tests {
             wait_acked(s);
         };
         let (mut c1, mut idle) = pair();
-        exchange(&mut c1, &mut idle, b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok");
+        exchange(
+            &mut c1,
+            &mut idle,
+            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok",
+        );
         let (mut c2, mut cut) = pair();
-        exchange(&mut c2, &mut cut, b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nfirst");
+        exchange(
+            &mut c2,
+            &mut cut,
+            b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nfirst",
+        );
         for (name, s) in [("idle", &idle), ("cut", &cut)] {
             let k = tcp_counts(s).unwrap();
             assert_eq!(k.unacknowledged, 0, "{name}: {k:?}");
@@ -555,9 +561,14 @@ mod tests {
         // The next request, sent well over a tick (<= 10 ms at 100 Hz) after the
         // answer, and read by the worker: answered 504 then, not closed.
         std::thread::sleep(Duration::from_millis(50));
-        c1.write_all(b"GET /next HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        c1.write_all(b"GET /next HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
         wait_unread(&idle, 31);
-        assert_eq!(classify(&idle).unwrap(), State::InUse, "unread: where it began is unknown");
+        assert_eq!(
+            classify(&idle).unwrap(),
+            State::InUse,
+            "unread: where it began is unknown"
+        );
         let mut buf = [0u8; 31];
         idle.read_exact(&mut buf).unwrap();
         assert_eq!(classify(&idle).unwrap(), State::ReadAfterAnswer);
@@ -598,9 +609,21 @@ mod tests {
             since_sent_ms,
         };
         assert_eq!(state_of(after(0, 0, 4, 104)), State::ReadAfterAnswer);
-        assert_eq!(state_of(after(0, 0, 104, 104)), State::InUse, "one tick: no order");
-        assert_eq!(state_of(after(0, 0, 108, 104)), State::InUse, "answered last");
-        assert_eq!(state_of(after(0, 1, 4, 104)), State::InUse, "answer not all acked");
+        assert_eq!(
+            state_of(after(0, 0, 104, 104)),
+            State::InUse,
+            "one tick: no order"
+        );
+        assert_eq!(
+            state_of(after(0, 0, 108, 104)),
+            State::InUse,
+            "answered last"
+        );
+        assert_eq!(
+            state_of(after(0, 1, 4, 104)),
+            State::InUse,
+            "answer not all acked"
+        );
         assert_eq!(state_of(after(120, 0, 4, 104)), State::InUse, "unread");
         let server_first = Kernel {
             sent: 300,

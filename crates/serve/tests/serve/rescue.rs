@@ -248,7 +248,10 @@ async fn direct_mode_a_request_read_after_an_answer_gets_504_and_idle_connection
         .await
         .unwrap();
     let began = read_until(&mut stream, "data: 1\n").await;
-    assert!(began.contains("data: 1\n"), "the stream did not begin: {began:?}");
+    assert!(
+        began.contains("data: 1\n"),
+        "the stream did not begin: {began:?}"
+    );
     // Well over a kernel tick after the answer: the next request freezes the worker.
     tokio::time::sleep(Duration::from_millis(200)).await;
     next.write_all(b"GET /block?ms=600000 HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -289,7 +292,11 @@ async fn direct_mode_a_request_read_after_an_answer_gets_504_and_idle_connection
     };
     assert_eq!(at("read_after_answer"), 1.0, "{m}");
     assert_eq!(at("in_use"), 2.0, "{m}");
-    assert_eq!(at("rescued") + at("half_read") + at("not_taken"), 0.0, "{m}");
+    assert_eq!(
+        at("rescued") + at("half_read") + at("not_taken"),
+        0.0,
+        "{m}"
+    );
     let log = trace_text();
     assert!(
         log.lines().any(|l| l.contains("worker restart")
