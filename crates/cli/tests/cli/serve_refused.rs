@@ -1,6 +1,7 @@
 //! Issue 14 — direct mode on a machine whose kernel refuses `pidfd_getfd(2)` (a container
-//! runtime's seccomp profile, Yama): the real `scalpel serve` runs under a seccomp filter
-//! that answers `EPERM` to that one system call, two real Node workers serve a keep-alive
+//! runtime's seccomp profile, Yama) or `pidfd_open(2)` (older seccomp profiles answer
+//! `EPERM` to every system call they do not know): the real `scalpel serve` runs under a
+//! seccomp filter that answers `EPERM` to that one system call, two real Node workers serve a keep-alive
 //! load, and one freezes (its event loop blocked). serve cannot take the frozen worker's
 //! accepted connections over, and must fall back to what it did before the rescue: replace
 //! the worker, send new connections to the live one, say so in one log line and count the
@@ -22,7 +23,9 @@ use std::time::Duration;
 
 use crate::serve_cli::{Running, app_js, free_base, free_port, http, poll, wait_exit};
 
-/// `pidfd_getfd`'s number: the same in the generic table (aarch64) and on x86_64.
+/// `pidfd_open`'s and `pidfd_getfd`'s numbers: the same in the generic table (aarch64)
+/// and on x86_64.
+const SYS_PIDFD_OPEN: u32 = 434;
 const SYS_PIDFD_GETFD: u32 = 438;
 /// `AUDIT_ARCH_*` of this build's system-call table: the filter judges only it.
 #[cfg(target_arch = "x86_64")]
@@ -30,9 +33,9 @@ const AUDIT_ARCH: u32 = 0xC000_003E;
 #[cfg(target_arch = "aarch64")]
 const AUDIT_ARCH: u32 = 0xC000_00B7;
 
-/// A classic-BPF seccomp program: `pidfd_getfd` → `EPERM`, everything else allowed.
+/// A classic-BPF seccomp program: system call `nr` → `EPERM`, everything else allowed.
 /// `seccomp_data` begins with `nr` (offset 0) and `arch` (offset 4).
-fn deny_pidfd_getfd() -> Vec<libc::sock_filter> {
+fn deny(nr: u32) -> Vec<libc::sock_filter> {
     let op = |code: u32, k: u32, jt: u8, jf: u8| libc::sock_filter {
         code: code as u16,
         jt,
@@ -49,16 +52,16 @@ fn deny_pidfd_getfd() -> Vec<libc::sock_filter> {
         op(jeq, AUDIT_ARCH, 1, 0),
         op(ret, libc::SECCOMP_RET_ALLOW, 0, 0), // another ABI's numbers: not judged
         op(ld, 0, 0, 0),
-        op(jeq, SYS_PIDFD_GETFD, 0, 1),
+        op(jeq, nr, 0, 1),
         op(ret, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32, 0, 0),
         op(ret, libc::SECCOMP_RET_ALLOW, 0, 0),
     ]
 }
 
-/// `scalpel serve --config PATH` under the filter (inherited by its workers, which never
-/// call `pidfd_getfd`), stderr collected by a thread.
-fn spawn_filtered(path: &std::path::Path) -> (Running, Arc<Mutex<Vec<String>>>) {
-    let filter = deny_pidfd_getfd();
+/// `scalpel serve --config PATH` under the filter denying system call `nr` (inherited by
+/// its workers, which never call it), stderr collected by a thread.
+fn spawn_filtered(path: &std::path::Path, nr: u32) -> (Running, Arc<Mutex<Vec<String>>>) {
+    let filter = deny(nr);
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_scalpel"));
     cmd.args(["serve", "--config"])
         .arg(path)
@@ -154,6 +157,19 @@ fn status(admin: u16) -> serde_json::Value {
 #[test]
 fn direct_mode_a_refused_pidfd_getfd_still_replaces_the_frozen_worker_and_fails_only_its_connections()
  {
+    refused(SYS_PIDFD_GETFD, "pidfd_getfd");
+}
+
+/// Refused earlier, before the worker is stopped: the same for the user.
+#[test]
+fn direct_mode_a_refused_pidfd_open_still_replaces_the_frozen_worker_and_fails_only_its_connections()
+ {
+    refused(SYS_PIDFD_OPEN, "pidfd_open");
+}
+
+/// Freezes a worker of a direct app under load with system call `nr` (`name`) refused,
+/// and checks what a user must get (see the module doc).
+fn refused(nr: u32, name: &str) {
     let (listen, admin, base) = (free_port(), free_port(), free_base(4));
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("serve.toml");
@@ -169,7 +185,7 @@ fn direct_mode_a_refused_pidfd_getfd_still_replaces_the_frozen_worker_and_fails_
         ),
     )
     .unwrap();
-    let (mut child, stderr) = spawn_filtered(&path);
+    let (mut child, stderr) = spawn_filtered(&path, nr);
     let mut st = serde_json::Value::Null;
     assert!(
         poll(Duration::from_secs(60), || {
@@ -321,7 +337,7 @@ fn direct_mode_a_refused_pidfd_getfd_still_replaces_the_frozen_worker_and_fails_
         .collect();
     assert_eq!(refusals.len(), 1, "{}", lines.join("\n"));
     assert!(
-        refusals[0].contains("pidfd_getfd") && refusals[0].contains("os error 1"),
+        refusals[0].contains(&format!("{name}: ")) && refusals[0].contains("os error 1"),
         "the line does not name the refused call: {}",
         refusals[0]
     );
