@@ -29,8 +29,8 @@
 //!   so a strict difference is a strict order of two kernel ticks). It relies on what an
 //!   HTTP/1.1 client does: it sends its next request once it has the whole answer (no
 //!   pipelining, which no browser, curl, Go, Node or wrk does by default). A pipelining
-//!   client whose earlier answer was cut mid-body sees the 504 as a malformed body, an
-//!   error, as it would see the close.
+//!   client whose earlier answer was cut mid-body sees the 504 as a malformed body, and a
+//!   WebSocket client that spoke last as an invalid frame: an error, as the close would be.
 //! - **in use** — anything else the worker had answered on: its last act was to send
 //!   (an idle kept-alive connection after a complete answer — or an answer it was
 //!   streaming when it froze: the kernel's counts are the same for both, see the test
