@@ -272,8 +272,9 @@ fn refused(nr: u32, name: &str) {
     }
 
     // Freeze the victim: a request on its health port blocks its event loop. Once the
-    // victim has read it (nothing left in its receive queue), it accepts nothing more,
-    // and the connections it holds are the ones that will close with it.
+    // victim has read it — acknowledged by its kernel (nothing in our send queue) and
+    // nothing left in its receive queue: Node runs the handler from that read — it
+    // accepts nothing more, and the connections it holds are the ones that close with it.
     let mut block = connect(victim_port);
     block
         .write_all(b"GET /block?ms=600000 HTTP/1.1\r\nHost: t\r\n\r\n")
@@ -282,9 +283,13 @@ fn refused(nr: u32, name: &str) {
     assert!(
         poll(Duration::from_secs(30), || {
             scalpel_procstat::tcp_queues(victim_port).is_ok_and(|q| {
-                q.iter().any(|q| {
+                let read = q.iter().any(|q| {
                     q.local_port == victim_port && q.remote_port == block_port && q.rx_queue == 0
-                })
+                });
+                let delivered = q.iter().any(|q| {
+                    q.local_port == block_port && q.remote_port == victim_port && q.tx_queue == 0
+                });
+                read && delivered
             })
         }),
         "the victim did not read the blocking request"
