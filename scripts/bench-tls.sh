@@ -175,7 +175,9 @@ report() { # TITLE FILE_A FILE_B
 }
 
 # --- cost: figures of the https HTTP/1.1 comparison that a loaded machine does not blur ---
-ticks() { awk '{print $14 + $15}' "/proc/$NGINX_WORKER/stat"; }
+# shellcheck source=scripts/lib/proc-ticks.sh
+source "$ROOT/scripts/lib/proc-ticks.sh"
+ticks() { proc_ticks "$NGINX_WORKER"; }
 HZ="$(getconf CLK_TCK)"
 wrk_count() { awk '/requests in/ {print $1}'; }
 nginx_cpu() { # LABEL TICKS REQUESTS SECONDS

@@ -54,6 +54,9 @@ step "go: gofmt, vet, test"
     go test -count=1 ./...
 )
 
+step "bench helpers (scripts/lib/proc-ticks-test.sh: CPU time of processes named with spaces)"
+bash scripts/lib/proc-ticks-test.sh
+
 step "node tests (qr/node)"
 (cd qr/node && node --test)
 
