@@ -164,8 +164,11 @@ def tls():
     words = {"met": "**met**", "not-met": "**NOT met**", "not-shown": "**not shown**"}
     for key, label in (("h1", "https HTTP/1.1, one thread each: scalpel load vs wrk (≥ 1.1x)"),
                        ("h2", "HTTP/2, 4 connections × 16 streams, one thread each: scalpel load vs h2load (≥ 1.1x)")):
-        m = re.search(rf"^RESULT tls-{key} a=scalpel (.*)$", text, re.M)
+        # the comparison with the peer (with OLD_SCALPEL a second line compares old and new)
+        m = re.search(rf"^RESULT tls-{key} a=scalpel (b=(?!scalpel-old).*)$", text, re.M)
         if not m:
+            if not re.search(rf"^## {1 if key == 'h1' else 2}\. ", text, re.M):
+                continue  # not run (TLS_PARTS without it)
             raise ValueError(f"no RESULT tls-{key} line")
         kv = dict(x.split("=", 1) for x in m.group(1).split())
         f = lambda k: float(kv[k])
@@ -193,8 +196,8 @@ def tls():
         out_lines.append(f"- {m.group(1)}: {m.group(2)}")
     for m in re.finditer(r"^\[(cost|ngxcost|h2cost)\] (.*)$", text, re.M):
         out_lines.append(f"- {m.group(2)}")
-    for m in re.finditer(r"^RESULT tls-h1 a=scalpel b=scalpel-old (.*)$", text, re.M):
-        out_lines.append(f"- h1 new/old scalpel: {m.group(1)}")
+    for m in re.finditer(r"^RESULT tls-(h1|h2) a=scalpel b=scalpel-old (.*)$", text, re.M):
+        out_lines.append(f"- {m.group(1)} new/old scalpel: {m.group(2)}")
     for m in re.finditer(r"^\[hs\] (\S+) session resumption.*?: (.*)$", text, re.M):
         out_lines.append(f"- {m.group(1)} TLS sessions in nginx's log (count, reused, protocol): {m.group(2)}")
     head = [l for l in text.splitlines() if l.startswith("# ")]
