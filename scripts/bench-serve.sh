@@ -45,11 +45,9 @@ BASE=${BASE:-18100}
 QR_TEXT=${QR_TEXT:-https://example.com/some/fairly/long/path?with=query}
 SCENARIOS=${SCENARIOS:-1 2 3}
 want() { [[ " $SCENARIOS " == *" $1 "* ]]; }
-cpu_ticks() { # pids... -> utime+stime summed
-  local s=0 p
-  for p in "$@"; do s=$((s + $(awk '{print $14+$15}' /proc/"$p"/stat 2>/dev/null || echo 0))); done
-  echo "$s"
-}
+# shellcheck source=scripts/lib/proc-ticks.sh
+source "$ROOT/scripts/lib/proc-ticks.sh"
+cpu_ticks() { proc_ticks "$@"; } # pids... -> utime+stime summed (pm2's names hold spaces)
 mkdir -p "$OUT"
 RESULTS=$OUT/results.md
 : >"$RESULTS"
@@ -151,8 +149,13 @@ http {
 }
 EOF
 }
-start_serve() { # config logfile -> sets SERVE_PID
-  "$SCALPEL" serve --config "$1" >/dev/null 2>"$2" &
+start_serve() { # config logfile [own] -> sets SERVE_PID
+  # `own`: serve in a session of its own (setsid), as a service manager starts it and as
+  # pm2's daemon puts itself: with the kernel's autogroup scheduling a session is one
+  # scheduling group, so against pm2 both setups must be alike (docs/serve.md, "CPU per
+  # request against pm2"). Not a group leader here, setsid execs serve in place: $! is serve.
+  local launch=(); [ "${3:-}" = own ] && launch=(setsid)
+  "${launch[@]}" "$SCALPEL" serve --config "$1" >/dev/null 2>"$2" &
   SERVE_PID=$!
   PIDS+=("$SERVE_PID")
 }
@@ -217,7 +220,7 @@ cpu_per_req() { # ticks-before ticks-after -> µs of CPU per request of the last
   python3 -c "print(($2-$1)/$(getconf CLK_TCK)*1e6/$n)"
 }
 for r in $(seq 1 "$REPEATS"); do
-  start_serve "$OUT/direct.toml" "$OUT/serve-direct.log"
+  start_serve "$OUT/direct.toml" "$OUT/serve-direct.log" own
   wait_http "http://127.0.0.1:$P_DLISTEN/"
   sleep 0.5
   TREE=$(tree_pids "$SERVE_PID" | xargs)
@@ -243,7 +246,7 @@ for r in $(seq 1 "$REPEATS"); do
   DCPU[pm2]+=" $(cpu_per_req "$T0" "$T1")"
   "$PM2" delete all >/dev/null
   # serve proxy mode
-  start_serve "$OUT/proxy.toml" "$OUT/serve-proxy.log"
+  start_serve "$OUT/proxy.toml" "$OUT/serve-proxy.log" own
   wait_http "http://127.0.0.1:$P_DBAL/"
   sleep 0.5
   TREE=$(tree_pids "$SERVE_PID" | xargs)

@@ -77,27 +77,36 @@ pub(crate) enum AtReplacement {
     Rescued,
     /// The worker had read (part of) its request and answered nothing: answered 504.
     HalfRead,
-    /// The worker had already answered on it (a kept-alive connection): closed with the
-    /// worker, as its state cannot be told.
+    /// The worker had answered on it, then read the client's next request (or part of
+    /// it) without answering: answered 504.
+    ReadAfterAnswer,
+    /// The worker had already answered on it (a kept-alive connection, idle or cut
+    /// mid-answer): closed with the worker, as its state cannot be told.
     InUse,
     /// Past the limit of connections taken from one worker: closed with the worker.
     OverLimit,
+    /// The kernel refused `pidfd_getfd` (or `pidfd_open`): closed with the worker.
+    NotTaken,
 }
 
 impl AtReplacement {
-    pub(crate) const ALL: [AtReplacement; 4] = [
+    pub(crate) const ALL: [AtReplacement; 6] = [
         AtReplacement::Rescued,
         AtReplacement::HalfRead,
+        AtReplacement::ReadAfterAnswer,
         AtReplacement::InUse,
         AtReplacement::OverLimit,
+        AtReplacement::NotTaken,
     ];
 
     pub(crate) fn name(self) -> &'static str {
         match self {
             AtReplacement::Rescued => "rescued",
             AtReplacement::HalfRead => "half_read",
+            AtReplacement::ReadAfterAnswer => "read_after_answer",
             AtReplacement::InUse => "in_use",
             AtReplacement::OverLimit => "over_limit",
+            AtReplacement::NotTaken => "not_taken",
         }
     }
 }
@@ -127,7 +136,7 @@ pub(crate) struct AppMetrics {
     /// Requests answered with an error instead of resent, by [`NotResent`].
     pub(crate) not_resent: [AtomicU64; 3],
     /// Connections of a stuck direct-mode worker at its replacement, by [`AtReplacement`].
-    pub(crate) rescued: [AtomicU64; 4],
+    pub(crate) rescued: [AtomicU64; 6],
     /// Rescued connections still open.
     pub(crate) rescued_open: AtomicU64,
     /// Worker output lines dropped because scalpel's own output was not being read.

@@ -19,15 +19,34 @@
 //! - **half read** — the worker read (part of) a request and sent nothing: it may be the
 //!   request that froze it, so it is never resent; the client gets the standard 504
 //!   `worker_stalled` JSON error and the connection closes.
-//! - **in use** — the worker had already answered on it (a kept-alive connection, maybe
-//!   mid-answer): where its answer stopped cannot be told, so it is left to close with
-//!   the worker, as before.
+//! - **read after answer** — the worker had answered on it before, and then read (all of)
+//!   new bytes from the client that it did not answer: a kept-alive client's next request,
+//!   maybe the one that froze it. Answered like *half read* (504 `worker_stalled`, never
+//!   resent). Told by four counts: nothing unread, everything the worker wrote acknowledged
+//!   by the client (`tcpi_unacked`, `tcpi_notsent_bytes`), and the client's last data
+//!   received at least one clock tick after the worker's last data sent
+//!   (`tcpi_last_data_recv` < `tcpi_last_data_sent`, both in ms before the same instant,
+//!   so a strict difference is a strict order of two kernel ticks). It relies on what an
+//!   HTTP/1.1 client does: it sends its next request once it has the whole answer (no
+//!   pipelining, which no browser, curl, Go, Node or wrk does by default). A pipelining
+//!   client whose earlier answer was cut mid-body sees the 504 as a malformed body, and a
+//!   WebSocket client that spoke last as an invalid frame: an error, as the close would be.
+//! - **in use** — anything else the worker had answered on: its last act was to send
+//!   (an idle kept-alive connection after a complete answer — or an answer it was
+//!   streaming when it froze: the kernel's counts are the same for both, see the test
+//!   `an_idle_connection_and_a_cut_stream_look_alike`), the two last data events fell in
+//!   one clock tick, or bytes are unread after an answer (where the last request began
+//!   cannot be told). It closes with the worker, as before: handed to another worker, a
+//!   cut stream would wait for bytes that never come instead of seeing the close, and a
+//!   server closing an idle kept-alive connection is what every HTTP client handles.
 //!
 //! The worker's process tree is stopped (SIGSTOP) before anything is read, so its counts
 //! cannot move, and must be killed right after (SIGKILL, no grace): after a grace period
 //! it could read from sockets serve now serves. When the kernel refuses the system calls
 //! (seccomp, Yama's `ptrace_scope` 3, or 2 without `CAP_SYS_PTRACE`, Linux before 5.6), the tree
-//! is let go again and the replacement proceeds as before, with one log line.
+//! is let go again and the replacement proceeds as before, with one log line; the
+//! connections it held (read from `/proc`, which needs no ptrace attach) are counted
+//! `not_taken`.
 //!
 //! It must NOT take a connection the worker read from for another worker (a resend), nor
 //! hold more than [`MAX_TAKEN`] connections of one worker, nor keep one without a time-out.
@@ -69,6 +88,7 @@ const LINGER: Duration = Duration::from_secs(2);
 pub(crate) struct Counts {
     pub(crate) rescued: u64,
     pub(crate) half_read: u64,
+    pub(crate) read_after_answer: u64,
     pub(crate) in_use: u64,
     pub(crate) over_limit: u64,
 }
@@ -78,9 +98,9 @@ impl std::fmt::Display for Counts {
         write!(
             f,
             "its accepted connections: {} rescued (served on by another worker), {} half read \
-             (answered 504 worker_stalled, not resent), {} in use (closed with it), {} over the \
-             limit",
-            self.rescued, self.half_read, self.in_use, self.over_limit
+             (answered 504 worker_stalled, not resent), {} read after an answer (answered 504 \
+             worker_stalled, not resent), {} in use (closed with it), {} over the limit",
+            self.rescued, self.half_read, self.read_after_answer, self.in_use, self.over_limit
         )
     }
 }
@@ -93,14 +113,16 @@ pub(crate) enum Outcome {
     Taken(Counts),
     /// No process was left to take anything from.
     Gone,
-    /// The kernel refused; the tree runs again and is stopped as before.
-    Refused(String),
+    /// The kernel refused; the tree runs again and is stopped as before. `held`: the
+    /// connections it had accepted, which close with it (counted `not_taken`).
+    Refused { error: String, held: u64 },
 }
 
 /// The sockets taken from a stopped worker.
 struct Taken {
     fresh: Vec<std::net::TcpStream>,
     half_read: Vec<std::net::TcpStream>,
+    read_after_answer: Vec<std::net::TcpStream>,
     in_use: u64,
     over_limit: u64,
 }
@@ -111,26 +133,34 @@ struct Taken {
 pub(crate) async fn rescue(root: u32, listen: SocketAddr, metrics: &Arc<AppMetrics>) -> Outcome {
     let taken = match tokio::task::spawn_blocking(move || take(root, listen)).await {
         Ok(Ok(t)) => t,
-        Ok(Err(o)) => return o,
-        Err(e) => return Outcome::Refused(format!("rescue task failed: {e}")),
+        Ok(Err(o)) => {
+            if let Outcome::Refused { held, .. } = &o {
+                count(metrics, AtReplacement::NotTaken, *held);
+            }
+            return o;
+        }
+        Err(e) => {
+            return Outcome::Refused {
+                error: format!("rescue task failed: {e}"),
+                held: 0,
+            };
+        }
     };
     let counts = Counts {
         rescued: taken.fresh.len() as u64,
         half_read: taken.half_read.len() as u64,
+        read_after_answer: taken.read_after_answer.len() as u64,
         in_use: taken.in_use,
         over_limit: taken.over_limit,
     };
     for (outcome, n) in [
         (AtReplacement::Rescued, counts.rescued),
         (AtReplacement::HalfRead, counts.half_read),
+        (AtReplacement::ReadAfterAnswer, counts.read_after_answer),
         (AtReplacement::InUse, counts.in_use),
         (AtReplacement::OverLimit, counts.over_limit),
     ] {
-        let i = AtReplacement::ALL
-            .iter()
-            .position(|r| *r == outcome)
-            .unwrap_or(0);
-        metrics.rescued[i].fetch_add(n, Ordering::Relaxed);
+        count(metrics, outcome, n);
     }
     let target = connect_address(listen);
     for s in taken.fresh {
@@ -154,7 +184,26 @@ pub(crate) async fn rescue(root: u32, listen: SocketAddr, metrics: &Arc<AppMetri
             ));
         }
     }
+    for s in taken.read_after_answer {
+        if let Some(client) = into_tokio(s) {
+            tokio::spawn(answer_and_close(
+                client,
+                StatusCode::GATEWAY_TIMEOUT,
+                "worker_stalled",
+                "the worker answered on this connection before, then froze after reading this \
+                 request (or part of it) and was replaced; not resent",
+            ));
+        }
+    }
     Outcome::Taken(counts)
+}
+
+fn count(metrics: &AppMetrics, outcome: AtReplacement, n: u64) {
+    let i = AtReplacement::ALL
+        .iter()
+        .position(|r| *r == outcome)
+        .unwrap_or(0);
+    metrics.rescued[i].fetch_add(n, Ordering::Relaxed);
 }
 
 fn into_tokio(s: std::net::TcpStream) -> Option<TcpStream> {
@@ -231,15 +280,37 @@ fn take(root: u32, listen: SocketAddr) -> Result<Taken, Outcome> {
     let root_fd = match pidfd_open(root_pid, PidfdFlags::empty()) {
         Ok(fd) => fd,
         Err(Errno::SRCH) => return Err(Outcome::Gone),
-        Err(e) => return Err(Outcome::Refused(format!("pidfd_open: {e}"))),
+        Err(e) => {
+            let pids = scalpel_procstat::tree_pids(root).unwrap_or_default();
+            return Err(Outcome::Refused {
+                error: format!("pidfd_open: {e}"),
+                held: held_by(&pids, listen.port()),
+            });
+        }
     };
     let pids = scalpel_procstat::tree_pids(root).map_err(|_| Outcome::Gone)?;
     freeze(root, &pids, Signal::SIGSTOP);
-    let taken = take_stopped(&root_fd, root, &pids, listen);
+    let taken = take_stopped(&root_fd, root, &pids, listen).map_err(|error| Outcome::Refused {
+        error,
+        // Counted while the tree is still stopped: the figure is what closes with it.
+        held: held_by(&pids, listen.port()),
+    });
     if taken.is_err() {
         freeze(root, &pids, Signal::SIGCONT);
     }
     taken
+}
+
+/// How many distinct connections on `port` the processes `pids` hold (read from `/proc`,
+/// which a kernel that refuses `pidfd_getfd` still shows to the worker's parent).
+fn held_by(pids: &[u32], port: u16) -> u64 {
+    let mut inodes = HashSet::new();
+    for &pid in pids {
+        for h in scalpel_procstat::connections_held(pid, port).unwrap_or_default() {
+            inodes.insert(h.inode);
+        }
+    }
+    inodes.len() as u64
 }
 
 /// Sends `sig` to the worker's process group and every process of its tree (some may
@@ -256,10 +327,11 @@ fn take_stopped(
     root: u32,
     pids: &[u32],
     listen: SocketAddr,
-) -> Result<Taken, Outcome> {
+) -> Result<Taken, String> {
     let mut t = Taken {
         fresh: Vec::new(),
         half_read: Vec::new(),
+        read_after_answer: Vec::new(),
         in_use: 0,
         over_limit: 0,
     };
@@ -287,14 +359,14 @@ fn take_stopped(
             if !seen.insert(h.inode) {
                 continue; // the same socket in another process of the tree
             }
-            if t.fresh.len() + t.half_read.len() >= MAX_TAKEN {
+            if t.fresh.len() + t.half_read.len() + t.read_after_answer.len() >= MAX_TAKEN {
                 t.over_limit += 1;
                 continue;
             }
             let fd = match pidfd_getfd(pidfd, h.fd, PidfdGetfdFlags::empty()) {
                 Ok(fd) => fd,
                 Err(e @ (Errno::PERM | Errno::ACCESS | Errno::NOSYS)) => {
-                    return Err(Outcome::Refused(format!("pidfd_getfd: {e}")));
+                    return Err(format!("pidfd_getfd: {e}"));
                 }
                 Err(_) => continue, // closed meanwhile
             };
@@ -310,6 +382,7 @@ fn take_stopped(
             match classify(&s) {
                 Ok(State::Fresh) => t.fresh.push(s),
                 Ok(State::HalfRead) => t.half_read.push(s),
+                Ok(State::ReadAfterAnswer) => t.read_after_answer.push(s),
                 Ok(State::InUse) | Err(_) => t.in_use += 1,
             }
         }
@@ -324,26 +397,57 @@ enum State {
     Fresh,
     /// It read something and sent nothing.
     HalfRead,
-    /// It sent something.
+    /// It sent something, then read (all of) what the client sent after it.
+    ReadAfterAnswer,
+    /// Anything else it sent something on.
     InUse,
+}
+
+/// The kernel's figures for one connection, as [`state_of`] reads them.
+#[derive(Debug, Clone, Copy, Default)]
+struct Kernel {
+    /// Data bytes received from the client (`tcpi_bytes_received`).
+    received: u64,
+    /// Of those, not read by the worker (`FIONREAD`).
+    unread: u64,
+    /// Data bytes sent to the client, resends included (`tcpi_bytes_sent`).
+    sent: u64,
+    /// Segments sent and not acknowledged (`tcpi_unacked`) plus bytes written and not
+    /// sent yet (`tcpi_notsent_bytes`): 0 when the client has everything written.
+    unacknowledged: u64,
+    /// Milliseconds since the last data received and since the last data sent
+    /// (`tcpi_last_data_recv`, `tcpi_last_data_sent`), in kernel ticks (4 ms at 250 Hz).
+    since_received_ms: u32,
+    since_sent_ms: u32,
 }
 
 fn classify(s: &std::net::TcpStream) -> io::Result<State> {
     let unread = rustix::io::ioctl_fionread(s.as_fd())?;
-    let (received, sent) = tcp_bytes(s)?;
-    Ok(state_of(received, unread, sent))
+    Ok(state_of(Kernel {
+        unread,
+        ..tcp_counts(s)?
+    }))
 }
 
-fn state_of(received: u64, unread: u64, sent: u64) -> State {
-    match (received.saturating_sub(unread), sent) {
+fn state_of(k: Kernel) -> State {
+    let read = k.received.saturating_sub(k.unread);
+    match (read, k.sent) {
         (0, 0) => State::Fresh,
         (_, 0) => State::HalfRead,
+        // The client's data came strictly after the worker's last data (a tick apart: a
+        // tie orders nothing), the client had all of it, and the worker read it all.
+        (1.., _)
+            if k.unread == 0 && k.unacknowledged == 0 && k.since_received_ms < k.since_sent_ms =>
+        {
+            State::ReadAfterAnswer
+        }
         _ => State::InUse,
     }
 }
 
-/// `TCP_INFO`'s data bytes received and sent on the connection (Linux 4.1 and 4.19+).
-fn tcp_bytes(s: &std::net::TcpStream) -> io::Result<(u64, u64)> {
+/// `TCP_INFO`'s counts of the connection (`unread` left 0): needs Linux 4.19+ for
+/// `tcpi_bytes_sent`.
+fn tcp_counts(s: &std::net::TcpStream) -> io::Result<Kernel> {
     use std::os::fd::AsRawFd;
     let mut info = std::mem::MaybeUninit::<libc::tcp_info>::zeroed();
     let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
@@ -371,7 +475,14 @@ fn tcp_bytes(s: &std::net::TcpStream) -> io::Result<(u64, u64)> {
         // A kernel before 4.19 does not count the bytes sent: not enough to tell.
         return Err(io::Error::other("TCP_INFO without tcpi_bytes_sent"));
     }
-    Ok((info.tcpi_bytes_received, info.tcpi_bytes_sent))
+    Ok(Kernel {
+        received: info.tcpi_bytes_received,
+        unread: 0,
+        sent: info.tcpi_bytes_sent,
+        unacknowledged: u64::from(info.tcpi_unacked) + u64::from(info.tcpi_notsent_bytes),
+        since_received_ms: info.tcpi_last_data_recv,
+        since_sent_ms: info.tcpi_last_data_sent,
+    })
 }
 
 #[cfg(test)]
@@ -407,14 +518,120 @@ mod tests {
         panic!("the bytes never arrived");
     }
 
+    /// A connection whose worker answered a request and another whose worker was
+    /// streaming an answer when it froze give the kernel's counts the same shape (all
+    /// read, all acknowledged, the last data sent after the last received): which is
+    /// why neither is handed to another worker. A next request read after a complete
+    /// answer is told apart.
+    #[test]
+    fn an_idle_connection_and_a_cut_stream_look_alike() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let pair = || {
+            let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+            let (s, _) = l.accept().unwrap();
+            (c, s)
+        };
+        let exchange = |c: &mut std::net::TcpStream, s: &mut std::net::TcpStream, out: &[u8]| {
+            c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+            let mut buf = [0u8; 27];
+            s.read_exact(&mut buf).unwrap();
+            s.write_all(out).unwrap();
+            let mut got = vec![0u8; out.len()];
+            c.read_exact(&mut got).unwrap();
+            wait_acked(s);
+        };
+        let (mut c1, mut idle) = pair();
+        exchange(
+            &mut c1,
+            &mut idle,
+            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok",
+        );
+        let (mut c2, mut cut) = pair();
+        exchange(
+            &mut c2,
+            &mut cut,
+            b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nfirst",
+        );
+        for (name, s) in [("idle", &idle), ("cut", &cut)] {
+            let k = tcp_counts(s).unwrap();
+            assert_eq!(k.unacknowledged, 0, "{name}: {k:?}");
+            assert!(k.since_received_ms >= k.since_sent_ms, "{name}: {k:?}");
+            assert_eq!(classify(s).unwrap(), State::InUse, "{name}: {k:?}");
+        }
+        // The next request, sent well over a tick (<= 10 ms at 100 Hz) after the
+        // answer, and read by the worker: answered 504 then, not closed.
+        std::thread::sleep(Duration::from_millis(50));
+        c1.write_all(b"GET /next HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        wait_unread(&idle, 31);
+        assert_eq!(
+            classify(&idle).unwrap(),
+            State::InUse,
+            "unread: where it began is unknown"
+        );
+        let mut buf = [0u8; 31];
+        idle.read_exact(&mut buf).unwrap();
+        assert_eq!(classify(&idle).unwrap(), State::ReadAfterAnswer);
+    }
+
+    fn wait_acked(s: &std::net::TcpStream) {
+        for _ in 0..1000 {
+            if tcp_counts(s).unwrap().unacknowledged == 0 {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        panic!("never acknowledged");
+    }
+
     #[test]
     fn states_from_counts() {
-        assert_eq!(state_of(0, 0, 0), State::Fresh);
-        assert_eq!(state_of(120, 120, 0), State::Fresh);
-        assert_eq!(state_of(120, 20, 0), State::HalfRead);
-        assert_eq!(state_of(120, 0, 0), State::HalfRead);
-        assert_eq!(state_of(240, 120, 300), State::InUse);
-        assert_eq!(state_of(0, 0, 5), State::InUse);
+        let k = |received, unread, sent| Kernel {
+            received,
+            unread,
+            sent,
+            ..Kernel::default()
+        };
+        assert_eq!(state_of(k(0, 0, 0)), State::Fresh);
+        assert_eq!(state_of(k(120, 120, 0)), State::Fresh);
+        assert_eq!(state_of(k(120, 20, 0)), State::HalfRead);
+        assert_eq!(state_of(k(120, 0, 0)), State::HalfRead);
+        assert_eq!(state_of(k(240, 120, 300)), State::InUse);
+        assert_eq!(state_of(k(0, 0, 5)), State::InUse);
+        // Data received after the last sent (ms ago: smaller is later), all read, all
+        // acknowledged: a request read after an answer.
+        let after = |unread, unacknowledged, since_received_ms, since_sent_ms| Kernel {
+            received: 240,
+            unread,
+            sent: 300,
+            unacknowledged,
+            since_received_ms,
+            since_sent_ms,
+        };
+        assert_eq!(state_of(after(0, 0, 4, 104)), State::ReadAfterAnswer);
+        assert_eq!(
+            state_of(after(0, 0, 104, 104)),
+            State::InUse,
+            "one tick: no order"
+        );
+        assert_eq!(
+            state_of(after(0, 0, 108, 104)),
+            State::InUse,
+            "answered last"
+        );
+        assert_eq!(
+            state_of(after(0, 1, 4, 104)),
+            State::InUse,
+            "answer not all acked"
+        );
+        assert_eq!(state_of(after(120, 0, 4, 104)), State::InUse, "unread");
+        let server_first = Kernel {
+            sent: 300,
+            since_received_ms: 4,
+            since_sent_ms: 104,
+            ..Kernel::default()
+        };
+        assert_eq!(state_of(server_first), State::InUse, "nothing read");
     }
 
     #[test]

@@ -1484,8 +1484,10 @@ fn metrics_text(shared: &Shared) -> String {
         "counter",
         "Connections a stuck direct-mode worker had accepted when it was replaced: rescued \
          (it had read none of it; served on by another worker), half_read (it had read its \
-         request, or part of it: answered 504, not resent), in_use (it had answered on it: \
-         closed with it), over_limit.",
+         request, or part of it: answered 504, not resent), read_after_answer (it had \
+         answered on it, then read a next request: answered 504, not resent), in_use (it \
+         had answered on it: closed with it), over_limit, not_taken (the kernel refused \
+         pidfd_getfd: closed with it).",
     );
     for app in &table.apps {
         for (i, r) in crate::metrics::AtReplacement::ALL.iter().enumerate() {

@@ -842,18 +842,25 @@ impl SlotCtx {
                 self.eject(p, why);
                 grace
             }
-            crate::rescue::Outcome::Refused(error) => {
+            crate::rescue::Outcome::Refused { error, held } => {
                 warn!(
                     app = %self.cfg.name,
                     worker = self.slot.index,
                     pid = p.backend.pid(),
+                    connections = held,
                     %error,
                     "cannot take over the stuck worker's accepted connections (pidfd_getfd \
                      needs Linux 5.6+ and ptrace access to the worker: no seccomp filter \
                      against it, Yama ptrace_scope 0 or 1, or CAP_SYS_PTRACE at 2); they close \
                      with the worker"
                 );
-                self.eject(p, why);
+                self.eject(
+                    p,
+                    &format!(
+                        "{why}; its accepted connections: {held} not taken (the kernel \
+                         refused: closed with it)"
+                    ),
+                );
                 grace
             }
         }

@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_scalpel");
 
-fn app_js() -> PathBuf {
+pub(crate) fn app_js() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../serve/tests/apps/app.js")
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -22,7 +22,7 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn free_base(count: u16) -> u16 {
+pub(crate) fn free_base(count: u16) -> u16 {
     use std::hash::{BuildHasher, Hasher};
     for _ in 0..500 {
         let r = std::collections::hash_map::RandomState::new()
@@ -38,7 +38,7 @@ fn free_base(count: u16) -> u16 {
 }
 
 /// A raw HTTP/1.1 exchange with `Connection: close`; (status, body).
-fn http(port: u16, method: &str, path: &str) -> std::io::Result<(u16, String)> {
+pub(crate) fn http(port: u16, method: &str, path: &str) -> std::io::Result<(u16, String)> {
     let mut s = TcpStream::connect(("127.0.0.1", port))?;
     s.set_read_timeout(Some(Duration::from_secs(60)))?;
     write!(
@@ -59,7 +59,7 @@ fn http(port: u16, method: &str, path: &str) -> std::io::Result<(u16, String)> {
     Ok((status, body))
 }
 
-fn poll(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+pub(crate) fn poll(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;
     while Instant::now() < deadline {
         if cond() {
@@ -70,7 +70,7 @@ fn poll(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     false
 }
 
-fn signal(child: &Child, sig: &str) {
+pub(crate) fn signal(child: &Child, sig: &str) {
     let ok = Command::new("kill")
         .arg(format!("-{sig}"))
         .arg(child.id().to_string())
@@ -354,7 +354,7 @@ fn workers_die_with_a_sigkilled_balancer() {
 
 /// A `scalpel serve` of a test, killed (SIGKILL) however the test ends, so a failed
 /// test leaves no balancer behind.
-struct Running(Child);
+pub(crate) struct Running(pub(crate) Child);
 
 impl std::ops::Deref for Running {
     type Target = Child;
@@ -411,7 +411,7 @@ fn spawn_serve(
     (dir, child, lines)
 }
 
-fn wait_exit(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+pub(crate) fn wait_exit(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
     let deadline = Instant::now() + limit;
     loop {
         if let Some(st) = child.try_wait().unwrap() {

@@ -178,3 +178,140 @@ async fn direct_mode_frozen_workers_unread_connections_are_answered_by_another_w
     );
     h.server.shutdown().await;
 }
+
+/// Reads from `c` until `want` has arrived (or 60 s pass); what arrived.
+async fn read_until(c: &mut TcpStream, want: &str) -> String {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let _ = tokio::time::timeout(Duration::from_secs(60), async {
+        while !String::from_utf8_lossy(&buf).contains(want) {
+            match c.read(&mut chunk).await {
+                Ok(n) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+                _ => return,
+            }
+        }
+    })
+    .await;
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+/// Reads `c` to its end (or 60 s); (bytes, how it ended).
+async fn read_to_close(c: &mut TcpStream) -> (String, String) {
+    let mut got = Vec::new();
+    let end = match tokio::time::timeout(Duration::from_secs(60), c.read_to_end(&mut got)).await {
+        Ok(Ok(_)) => "closed".to_string(),
+        Ok(Err(e)) => format!("error: {e}"),
+        Err(_) => "no close in 60 s".to_string(),
+    };
+    (String::from_utf8_lossy(&got).into_owned(), end)
+}
+
+/// Issue 14 — kept-alive connections of a worker that froze: one on which it had answered
+/// a request and then read the next one (the request that froze it) gets the 504
+/// `worker_stalled` answer, not a bare close; one idle after a complete answer, and one
+/// whose streamed answer it was writing, close with it (the kernel's counts cannot tell
+/// those two apart, so neither is handed to another worker: the stream's client sees the
+/// cut, not a wait).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_mode_a_request_read_after_an_answer_gets_504_and_idle_connections_close() {
+    capture_traces();
+    let listen = SocketAddr::from(([127, 0, 0, 1], free_base(1)));
+    let h = start(&direct_config(listen)).await;
+    let status = h.server.status();
+    let victim = status.apps[0].workers[0].pid.unwrap();
+    let other = status.apps[0].workers[1].pid.unwrap();
+
+    // Only the victim accepts while the other is stopped: the three connections are its.
+    signal(other, Signal::SIGSTOP);
+    let mut next = TcpStream::connect(listen).await.expect("connect");
+    let mut idle = TcpStream::connect(listen).await.expect("connect");
+    let mut stream = TcpStream::connect(listen).await.expect("connect");
+    let accepted = eventually(Duration::from_secs(30), || {
+        scalpel_procstat::connections_held(victim, listen.port()).is_ok_and(|h| h.len() == 3)
+    })
+    .await;
+    signal(other, Signal::SIGCONT);
+    assert!(accepted, "the victim did not accept the three connections");
+
+    for (name, c) in [("next", &mut next), ("idle", &mut idle)] {
+        c.write_all(b"GET /pid HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let (head, body) = read_response(c)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(head.starts_with("HTTP/1.1 200"), "{name}: {head}");
+        assert_eq!(body.trim(), victim.to_string(), "{name}");
+    }
+    stream
+        .write_all(b"GET /sse?ms=600000&every=50 HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let began = read_until(&mut stream, "data: 1\n").await;
+    assert!(
+        began.contains("data: 1\n"),
+        "the stream did not begin: {began:?}"
+    );
+    // Well over a kernel tick after the answer: the next request freezes the worker.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    next.write_all(b"GET /block?ms=600000 HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+
+    let (got, end) = read_to_close(&mut next).await;
+    assert!(
+        got.starts_with("HTTP/1.1 504"),
+        "the request read after an answer: {got:?} ({end})"
+    );
+    let body = got.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let (kind, _) = scalpel_http::parse_error_body(body.as_bytes())
+        .unwrap_or_else(|| panic!("not the JSON error grammar: {got:?}"));
+    assert_eq!(kind, "worker_stalled");
+
+    let (got, end) = read_to_close(&mut idle).await;
+    assert_eq!(
+        (got.as_str(), end.as_str()),
+        ("", "closed"),
+        "the idle kept-alive connection"
+    );
+    let (got, end) = read_to_close(&mut stream).await;
+    assert_ne!(end, "no close in 60 s", "the cut stream hung: {got:?}");
+    assert!(
+        !got.ends_with("0\r\n\r\n"),
+        "the cut stream ended as if complete: {got:?}"
+    );
+
+    let m = h.server.metrics_text();
+    let at = |outcome: &str| {
+        metric(
+            &m,
+            &format!(
+                "scalpel_serve_direct_connections_at_replacement_total{{app=\"web\",outcome=\"{outcome}\"}}"
+            ),
+        )
+    };
+    assert_eq!(at("read_after_answer"), 1.0, "{m}");
+    assert_eq!(at("in_use"), 2.0, "{m}");
+    assert_eq!(
+        at("rescued") + at("half_read") + at("not_taken"),
+        0.0,
+        "{m}"
+    );
+    let log = trace_text();
+    assert!(
+        log.lines().any(|l| l.contains("worker restart")
+            && l.contains(&format!("pid={victim}"))
+            && l.contains("1 read after an answer")),
+        "no restart line with the counts:\n{log}"
+    );
+    // A new connection is served (by the other worker or the successor).
+    let mut fresh = TcpStream::connect(listen).await.expect("connect");
+    fresh
+        .write_all(b"GET /pid HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let (head, body) = read_response(&mut fresh).await.expect("a new connection");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert_ne!(body.trim(), victim.to_string());
+    h.server.shutdown().await;
+}
