@@ -1740,7 +1740,9 @@ fn metrics_text(shared: &Shared) -> String {
 }
 
 /// A worker's PSS (a walk of its page tables, under its memory lock, that stalls the
-/// worker's own page faults meanwhile) is read when the worker is new and then every this
+/// worker's own page faults meanwhile) is read at every sample until one is taken while the
+/// worker is ready (a reading from its start-up — a shell before its `exec`, a runtime
+/// still loading, slow on a busy machine — is far below what it will hold), then every this
 /// many samples; CPU and RSS (two small files per process) every sample. An app with
 /// `max_memory_mb` has its PSS read every sample: its limit is checked on it.
 const PSS_EVERY: u64 = 10;
@@ -1762,8 +1764,9 @@ async fn sample_resources(
 ) {
     let mut last: Vec<Option<(Vec<u32>, scalpel_procstat::TreeReading)>> = Vec::new();
     let mut generation = None;
-    // The latest PSS read of each worker (`None`: unreadable).
-    let mut pss_of: HashMap<u32, Option<u64>> = HashMap::new();
+    // The latest PSS read of each worker (`None`: unreadable), and whether it was read
+    // while the worker was ready (else it is read again at the next sample).
+    let mut pss_of: HashMap<u32, (Option<u64>, bool)> = HashMap::new();
     // Each worker's process tree, as last discovered (the worker first).
     let mut trees: HashMap<u32, Vec<u32>> = HashMap::new();
     let mut tick = tokio::time::interval(shared.cfg.sample_interval);
@@ -1801,6 +1804,14 @@ async fn sample_resources(
                 pids
             })
             .collect();
+        let ready: std::collections::HashSet<u32> = table
+            .apps
+            .iter()
+            .flat_map(|app| app.slots.iter())
+            .filter_map(|s| s.current.load_full())
+            .filter(|b| b.state() == WorkerState::Ready)
+            .map(|b| b.pid())
+            .collect();
         let roots: Vec<(u32, bool)> = table
             .apps
             .iter()
@@ -1808,7 +1819,10 @@ async fn sample_resources(
             .flat_map(|(app, pids)| {
                 let every = app.cfg.max_memory_bytes.is_some() || n.is_multiple_of(PSS_EVERY);
                 pids.iter()
-                    .map(|&pid| (pid, every || !pss_of.contains_key(&pid)))
+                    .map(|&pid| {
+                        let settled = pss_of.get(&pid).is_some_and(|&(_, ready)| ready);
+                        (pid, every || !settled)
+                    })
                     .collect::<Vec<_>>()
             })
             .collect();
@@ -1848,9 +1862,9 @@ async fn sample_resources(
                 continue;
             };
             if read_pss {
-                pss_of.insert(pid, reading.pss_bytes);
+                pss_of.insert(pid, (reading.pss_bytes, ready.contains(&pid)));
             }
-            reading.pss_bytes = pss_of.get(&pid).copied().flatten();
+            reading.pss_bytes = pss_of.get(&pid).and_then(|&(pss, _)| pss);
             now.insert(pid, reading);
         }
         pss_of.retain(|pid, _| now.contains_key(pid));

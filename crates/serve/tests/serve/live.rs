@@ -63,6 +63,36 @@ async fn the_live_page_is_public_but_its_data_and_reload_need_the_token() {
     h.server.shutdown().await;
 }
 
+/// A worker's PSS is read again once it is ready: a reading from its start-up was kept
+/// for ten samples, and under load the snapshot showed a ready Node worker of 47 MB RSS
+/// with half a MiB of PSS (its first reading, taken while it was still starting). Here
+/// the start-up is a shell that sleeps before it becomes Node (same pid, `exec`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workers_memory_is_read_again_once_it_is_ready() {
+    let toml = format!(
+        "{SERVER}\n[[app]]\nname = \"a\"\ncommand = [\"sh\", \"-c\", \"sleep 3; exec node {js}\"]\nworkers = 1\nport_base = {base}\nstart_timeout_ms = 60000\n",
+        js = app_js().display(),
+        base = free_base(2)
+    );
+    let h = start(&toml).await;
+    // The first sample that shows Node's memory (RSS, read at every sample) shows its PSS.
+    let mut w = serde_json::Value::Null;
+    for _ in 0..600 {
+        w = admin_get(&h, "/live/snapshot", None).await.json()["data"]["apps"][0]["workers"][0]
+            .clone();
+        if w["rss_bytes"].as_u64().is_some_and(|r| r > 16 << 20) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(w["rss_bytes"].as_u64().is_some_and(|r| r > 16 << 20), "{w}");
+    assert!(
+        w["pss_bytes"].as_u64().is_some_and(|p| p > 1 << 20),
+        "the PSS of its start-up: {w}"
+    );
+    h.server.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_snapshot_shows_workers_routes_and_rates_of_real_traffic() {
     let toml = format!(
