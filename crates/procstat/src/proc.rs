@@ -7,6 +7,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 use std::time::Instant;
 
+use crate::sockets::{holds_socket, listening_socket_links};
 use crate::{ProcStatError, TreeReading};
 
 /// Kernel clock ticks per second (`_SC_CLK_TCK`), the unit of the times in `/proc/PID/stat`.
@@ -265,33 +266,11 @@ pub(crate) fn parse_pss_kib(text: &str) -> Option<u64> {
         .and_then(|kib| kib.parse().ok())
 }
 
-/// Inodes of TCP sockets in LISTEN state on `port`, from one `/proc/net/tcp*` table.
-pub(crate) fn listening_inodes(table: &str, port: u16) -> Vec<u64> {
-    crate::sockets::tcp_rows(table)
-        .filter(|r| r.listening() && r.local_port == port)
-        .filter_map(|r| r.inode)
-        .collect()
-}
-
 pub(crate) fn pid_listening_on(port: u16) -> Result<u32, ProcStatError> {
-    let mut inodes = Vec::new();
-    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        match fs::read_to_string(table) {
-            Ok(text) => inodes.extend(listening_inodes(&text, port)),
-            // IPv6 may be disabled; tcp itself missing means no /proc at all.
-            Err(e) if e.kind() == ErrorKind::NotFound && table.ends_with('6') => {}
-            Err(source) => {
-                return Err(ProcStatError::Io {
-                    path: table.into(),
-                    source,
-                });
-            }
-        }
-    }
-    if inodes.is_empty() {
+    let wanted = listening_socket_links(port)?;
+    if wanted.is_empty() {
         return Err(ProcStatError::NotListening { port });
     }
-    let wanted: HashSet<String> = inodes.iter().map(|i| format!("socket:[{i}]")).collect();
 
     let mut holders = Vec::new();
     let mut denied = false;
@@ -315,13 +294,7 @@ pub(crate) fn pid_listening_on(port: u16) -> Result<u32, ProcStatError> {
             }
             Err(_) => continue, // exited meanwhile
         };
-        let holds = fds.flatten().any(|fd| {
-            fs::read_link(fd.path())
-                .ok()
-                .and_then(|target| target.to_str().map(|t| wanted.contains(t)))
-                .unwrap_or(false)
-        });
-        if holds {
+        if holds_socket(fds, &wanted) {
             holders.push(pid);
         }
     }
@@ -384,6 +357,7 @@ mod tests {
    0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 5555 1 0000000000000000 100 0 0 10 0\n\
    1: 0100007F:1F90 0100007F:D431 01 00000000:00000000 00:00000000 00000000  1000        0 6666 1 0000000000000000 20 4 30 10 -1\n\
    2: 00000000:0050 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 7777 1 0000000000000000 100 0 0 10 0\n";
+        use crate::sockets::listening_inodes;
         assert_eq!(listening_inodes(table, 8080), [5555]);
         assert_eq!(listening_inodes(table, 80), [7777]);
         assert!(listening_inodes(table, 81).is_empty());
