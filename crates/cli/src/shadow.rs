@@ -15,12 +15,14 @@ use scalpel_diff::{Comparer, NoiseRule, RouteNormalizer, SampleKey, Sampler};
 use scalpel_http::{HttpVersion, PeerOptions, Resolve, ServerTls};
 use scalpel_requests::{
     CaptureOptions, CaptureSink, CaptureStats, CaptureWriter, DataSet, Order, RecordedSource,
-    RequestSet, RequestTemplate, SourceFormat, SourceOptions,
+    RequestSet, RequestTemplate,
 };
 use scalpel_shadow::{
     CompareSettings, Proxy, ProxyConfig, Reach, Recorder, Redactor, Replay, ReplayConfig,
     ReplayProgress, ReplaySource, ReplayStats, Sample, Schedule, StoredRun, Summary, Upstream,
 };
+
+use crate::recorded::RecordedFlags;
 
 /// Arguments of `scalpel shadow`.
 #[derive(Debug, clap::Args)]
@@ -671,25 +673,16 @@ fn template_plan(a: &ReplayArgs) -> anyhow::Result<Plan> {
 }
 
 fn recorded_plan(a: &ReplayArgs, path: &Path) -> anyhow::Result<Plan> {
-    let mut options = SourceOptions::new().allow_unsafe(a.allow_unsafe);
-    if let Some(f) = &a.from_format {
-        options = options.format(f.parse::<SourceFormat>()?);
+    let options = RecordedFlags {
+        format: a.from_format.as_deref(),
+        include_path: &a.include_path,
+        exclude_path: &a.exclude_path,
+        methods: &a.method,
+        set_header: &a.set_header,
+        drop_header: &a.drop_header,
+        allow_unsafe: a.allow_unsafe,
     }
-    for p in &a.include_path {
-        options = options.include_path(p)?;
-    }
-    for p in &a.exclude_path {
-        options = options.exclude_path(p)?;
-    }
-    for m in &a.method {
-        options = options.method(m)?;
-    }
-    for h in &a.set_header {
-        options = options.set_header(h)?;
-    }
-    for h in &a.drop_header {
-        options = options.drop_header(h)?;
-    }
+    .source_options()?;
     if let Some(x) = a.speed
         && !(x.is_finite() && x > 0.0)
     {
