@@ -178,6 +178,23 @@ impl UpstreamArgs {
         let up = Upstream::parse(url).with_context(|| format!("--{role}"))?;
         Ok(up.with_options(self.options(role)?))
     }
+
+    /// The primary, the candidate and the optional secondary, each with its own
+    /// options; an error names the flag.
+    fn sides(
+        &self,
+        primary: &str,
+        candidate: &str,
+        secondary: Option<&str>,
+    ) -> anyhow::Result<(Upstream, Upstream, Option<Upstream>)> {
+        Ok((
+            self.upstream("primary", primary)?,
+            self.upstream("candidate", candidate)?,
+            secondary
+                .map(|s| self.upstream("secondary", s))
+                .transpose()?,
+        ))
+    }
 }
 
 /// Says what the check of each upstream found: one line each on stderr, a warning for
@@ -469,14 +486,9 @@ fn recorder(
 }
 
 fn run_proxy(a: ProxyArgs) -> anyhow::Result<ExitCode> {
-    let primary = a.upstreams.upstream("primary", &a.primary)?;
-    let candidate = a.upstreams.upstream("candidate", &a.candidate)?;
-    let secondary = a
-        .compare
-        .secondary
-        .as_deref()
-        .map(|s| a.upstreams.upstream("secondary", s))
-        .transpose()?;
+    let (primary, candidate, secondary) =
+        a.upstreams
+            .sides(&a.primary, &a.candidate, a.compare.secondary.as_deref())?;
     let sampler = Sampler::new(a.sample).context("--sample")?;
     let sample_key = a.sample_key.as_deref().map(SampleKey::parse).transpose()?;
     if a.queue == 0 || a.mirror_concurrency == 0 {
@@ -757,14 +769,9 @@ fn summary_counts(s: &scalpel_requests::SourceSummary) -> String {
 }
 
 fn run_replay(a: ReplayArgs) -> anyhow::Result<ExitCode> {
-    let primary = a.upstreams.upstream("primary", &a.primary)?;
-    let candidate = a.upstreams.upstream("candidate", &a.candidate)?;
-    let secondary = a
-        .compare
-        .secondary
-        .as_deref()
-        .map(|s| a.upstreams.upstream("secondary", s))
-        .transpose()?;
+    let (primary, candidate, secondary) =
+        a.upstreams
+            .sides(&a.primary, &a.candidate, a.compare.secondary.as_deref())?;
     check_min("min-consistency", a.min_consistency)?;
     let plan = match &a.from {
         Some(path) => recorded_plan(&a, path)?,
