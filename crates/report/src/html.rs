@@ -312,14 +312,7 @@ fn overview(result: &RunResult, out: &mut String) {
     out.push_str(
         r#"<h3>Ramp overview</h3><table class="overview"><thead><tr><th colspan="2"></th>"#,
     );
-    for (i, target) in result.targets.iter().enumerate() {
-        let _ = write!(
-            out,
-            r#"<th class="group" colspan="{span}" style="color:{c}">{n}</th>"#,
-            c = color(i),
-            n = escape_html(&target.name)
-        );
-    }
+    target_group_heads(result, span, out);
     out.push_str("</tr><tr><th>step</th><th>offered rps</th>");
     for _ in &result.targets {
         for h in &overview.per_target {
@@ -351,6 +344,18 @@ fn overview(result: &RunResult, out: &mut String) {
     out.push_str("</tbody></table>");
 }
 
+/// One heading cell per target, in its colour, over the `span` columns of its figures.
+fn target_group_heads(result: &RunResult, span: usize, out: &mut String) {
+    for (i, target) in result.targets.iter().enumerate() {
+        let _ = write!(
+            out,
+            r#"<th class="group" colspan="{span}" style="color:{c}">{n}</th>"#,
+            c = color(i),
+            n = escape_html(&target.name)
+        );
+    }
+}
+
 /// A step's table, then one per endpoint of a mix.
 fn section_table(result: &RunResult, section: &Section, out: &mut String) {
     figure_table(result, &section.rows, out);
@@ -373,14 +378,7 @@ fn glance_table(result: &RunResult, section: &Section, out: &mut String) {
     out.push_str(
         r#"<h4 class="endpoint">endpoints</h4><table class="overview"><thead><tr><th></th>"#,
     );
-    for (i, target) in result.targets.iter().enumerate() {
-        let _ = write!(
-            out,
-            r#"<th class="group" colspan="{span}" style="color:{c}">{n}</th>"#,
-            c = color(i),
-            n = escape_html(&target.name)
-        );
-    }
+    target_group_heads(result, span, out);
     out.push_str("</tr><tr><th>endpoint</th>");
     for _ in &result.targets {
         for (head, _) in figures::GLANCE {
