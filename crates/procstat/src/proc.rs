@@ -60,22 +60,22 @@ pub(crate) fn parse_stat(text: &str) -> Option<Stat> {
     })
 }
 
-/// Every visible process with its stat, in one pass over `/proc`.
-/// Processes that vanish while being read are left out.
-fn scan_all() -> Result<HashMap<u32, Stat>, ProcStatError> {
+/// The ids of every process now in `/proc` (its numeric entries).
+fn all_pids() -> Result<impl Iterator<Item = u32>, ProcStatError> {
     let entries = fs::read_dir("/proc").map_err(|source| ProcStatError::Io {
         path: "/proc".into(),
         source,
     })?;
+    Ok(entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok()))
+}
+
+/// Every visible process with its stat, in one pass over `/proc`.
+/// Processes that vanish while being read are left out.
+fn scan_all() -> Result<HashMap<u32, Stat>, ProcStatError> {
     let mut all = HashMap::new();
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
+    for pid in all_pids()? {
         if let Some(stat) = read_stat(pid) {
             all.insert(pid, stat);
         }
@@ -274,18 +274,7 @@ pub(crate) fn pid_listening_on(port: u16) -> Result<u32, ProcStatError> {
 
     let mut holders = Vec::new();
     let mut denied = false;
-    let entries = fs::read_dir("/proc").map_err(|source| ProcStatError::Io {
-        path: "/proc".into(),
-        source,
-    })?;
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
+    for pid in all_pids()? {
         let fds = match fs::read_dir(format!("/proc/{pid}/fd")) {
             Ok(fds) => fds,
             Err(e) if e.kind() == ErrorKind::PermissionDenied => {
