@@ -263,9 +263,11 @@ for r in $(seq "$REPEATS"); do
   done
 done
 echo "load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
-python3 - "$RUNS" "$PMU" "$PERF" "${SETUPS[@]}" <<'PY'
-import math, statistics, sys
-path, pmu, perf, *setups = sys.argv[1:]
+python3 - "$ROOT/scripts/lib" "$RUNS" "$PMU" "$PERF" "${SETUPS[@]}" <<'PY'
+import statistics, sys
+sys.path.insert(0, sys.argv[1])
+from paired import describe, interval  # the one paired-interval helper (bench-tls.sh uses it too)
+path, pmu, perf, *setups = sys.argv[2:]
 pmu, perf = pmu == "1", perf == "1"
 COLS = ["cpu", "sup", "work", "n", "err", "tc", "tc_sup", "tc_work", "instr", "instr_sup", "cyc", "gen",
         "ctxsw", "delay", "sysc", "rpw"]
@@ -307,16 +309,10 @@ def paired(a, b, key):
     n = len(r)
     if not n:
         return None
-    # Largest k with P(Binomial(n, 1/2) <= k-1) <= 2.5%: [r_k, r_{n+1-k}] covers the median ≥ 95%.
-    k, cover = 1, None
-    for j in range(1, n // 2 + 1):
-        tail = sum(math.comb(n, i) for i in range(j)) / 2 ** n
-        if tail <= 0.025:
-            k, cover = j, 1 - 2 * tail
-    return dict(ratio=statistics.median(r), lo=r[k - 1], hi=r[n - k], min=r[0], max=r[-1], n=n, cover=cover,
-                rounds=rounds)
+    ratio, lo, hi, cover = interval(r)
+    return dict(ratio=ratio, lo=lo, hi=hi, min=r[0], max=r[-1], n=n, cover=cover, rounds=rounds)
 def say(name, a, b, p):
-    what = f"~{p['cover'] * 100:.0f}% interval" if p["cover"] else "min–max (too few rounds for a 95% interval)"
+    what = describe(p["cover"]).replace("pairs", "rounds")
     print(f"{name} {a}/{b} over {p['n']} rounds: median {p['ratio']:.3f}x, {what} {p['lo']:.3f}–{p['hi']:.3f}x "
           f"(all rounds {p['min']:.3f}–{p['max']:.3f}x)")
 print()

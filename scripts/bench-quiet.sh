@@ -15,8 +15,11 @@
 #   frozen    #14  a direct-mode worker frozen under new-connection load: failed requests,
 #                  the frozen worker's share of new connections (SCENARIOS=frozen-direct bench-serve)
 #   shards    #16  two shards vs one process, rate error and merged p99   (bench-shards.sh rate)
-#   tls       #12  https h1 vs wrk, h2 4x16 vs h2load, --no-reuse handshakes vs h2load --h1,
-#                  and the h1 and h2 cost per request (nginx busy %, syscalls, instructions; bench-tls.sh)
+#   tls       #12  https h1 vs wrk and h2 4x16 vs h2load: 9 alternating pairs of 4 s each, the
+#                  paired median ratio with its ~96% interval, nginx's CPU per request and each
+#                  side's busy share; --no-reuse handshakes vs h2load --h1; nginx's
+#                  instructions per request under each client (bench-tls.sh, ~5 min;
+#                  TLS_PARTS="h1 h2 hs ngxcost cost h2cost" adds the clients' own counts)
 #   serve-tls #12  serve TLS+h2 vs nginx TLS/h2, 2 Node hello workers: req/s, CPU per request
 #                  (SCENARIOS=tls bench-serve.sh)
 #   ladder    #13  the QR ladder served: tier 4 vs tier 3 and tier 0   (scripts/demo --only ladder)
@@ -45,7 +48,7 @@ SMOKE="${SMOKE:-0}"
 # Any of these can be set from the environment.
 if [ "$SMOKE" = 1 ]; then
     : "${DIRECT_DUR:=2}" "${DIRECT_REPEATS:=1}" "${FIXED_DUR:=2}" "${FIXED_REPEATS:=1}" "${FROZEN_DUR:=6}" "${FROZEN_REPEATS:=1}"
-    : "${SHARDS_DUR:=2s}" "${SHARDS_REPEATS:=1}" "${TLS_DUR:=2s}" "${TLS_REPEATS:=1}"
+    : "${SHARDS_DUR:=2s}" "${SHARDS_REPEATS:=1}" "${TLS_DUR:=2s}" "${TLS_PAIRS:=1}" "${TLS_REPEATS:=1}" "${TLS_NGX_WINDOW:=2}"
     : "${SERVE_TLS_DUR:=2}" "${SERVE_TLS_REPEATS:=1}"
     DEMO_LADDER=(--set ladder_closed=2s --set ladder_rounds=1 --set ladder_step=1s --set ladder_ramp_rounds=1
                  --set 'ladder_ramp=[0.5,0.5,1.5]')
@@ -55,7 +58,7 @@ if [ "$SMOKE" = 1 ]; then
                   --set rt_serve_old=true)
 else
     : "${DIRECT_DUR:=8}" "${DIRECT_REPEATS:=3}" "${FIXED_DUR:=8}" "${FIXED_REPEATS:=9}" "${FROZEN_DUR:=10}" "${FROZEN_REPEATS:=3}"
-    : "${SHARDS_DUR:=8s}" "${SHARDS_REPEATS:=3}" "${TLS_DUR:=6s}" "${TLS_REPEATS:=3}"
+    : "${SHARDS_DUR:=8s}" "${SHARDS_REPEATS:=3}" "${TLS_DUR:=4s}" "${TLS_PAIRS:=9}" "${TLS_REPEATS:=3}" "${TLS_NGX_WINDOW:=4}"
     : "${SERVE_TLS_DUR:=8}" "${SERVE_TLS_REPEATS:=3}"
     DEMO_LADDER=(--set ladder_closed=8s --set ladder_rounds=4 --set ladder_step=2s --set ladder_ramp_rounds=1
                  --set 'ladder_ramp=[0.3,0.1,1.5]')
@@ -129,8 +132,8 @@ for p in $PARTS; do
         frozen) part frozen 14 env SKIP_BUILD=1 OUT="$OUT/serve-frozen" SCENARIOS=frozen-direct \
                     FROZEN_DUR="$FROZEN_DUR" REPEATS="$FROZEN_REPEATS" bash scripts/bench-serve.sh ;;
         shards) part shards 16 env SKIP_BUILD=1 DUR="$SHARDS_DUR" REPEATS="$SHARDS_REPEATS" bash scripts/bench-shards.sh rate ;;
-        tls) part tls 12 env SKIP_BUILD=1 DUR="$TLS_DUR" REPEATS="$TLS_REPEATS" \
-                 TLS_PARTS="${TLS_PARTS:-h1 h2 hs cost h2cost}" bash scripts/bench-tls.sh ;;
+        tls) part tls 12 env SKIP_BUILD=1 DUR="$TLS_DUR" PAIRS="$TLS_PAIRS" REPEATS="$TLS_REPEATS" NGX_WINDOW="$TLS_NGX_WINDOW" \
+                 TLS_PARTS="${TLS_PARTS:-h1 h2 hs ngxcost}" bash scripts/bench-tls.sh ;;
         serve-tls) part serve-tls 12 env SKIP_BUILD=1 OUT="$OUT/serve-tls" SCENARIOS=tls DUR="$SERVE_TLS_DUR" \
                        REPEATS="$SERVE_TLS_REPEATS" H2_CONNS=8 H2_STREAMS=10 bash scripts/bench-serve.sh ;;
         ladder) part ladder 13 env DEMO_OUT="$OUT/demo-ladder" python3 scripts/demo --only ladder "${DEMO_LADDER[@]}" ;;

@@ -54,8 +54,9 @@ step "go: gofmt, vet, test"
     go test -count=1 ./...
 )
 
-step "bench helpers (scripts/lib/proc-ticks-test.sh: CPU time of processes named with spaces)"
+step "bench helpers (scripts/lib/proc-ticks-test.sh: CPU time of processes named with spaces; scripts/lib/paired.py: the paired interval's coverage and verdicts)"
 bash scripts/lib/proc-ticks-test.sh
+python3 scripts/lib/paired.py
 
 step "node tests (qr/node)"
 (cd qr/node && node --test)
