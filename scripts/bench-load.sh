@@ -38,43 +38,24 @@ if ! need wrk || ! need nginx; then
   echo "installing wrk and nginx" >&2
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk nginx) >&2
 fi
-NGINX="$(command -v nginx || echo /usr/sbin/nginx)"
 
 (cd "$ROOT" && cargo build --release -q -p scalpel && cargo build --release -q -p scalpel-load --example hyper_vs_lean)
 SCALPEL="$TARGET_DIR/release/scalpel"
 HYPER_VS_LEAN="$TARGET_DIR/release/examples/hyper_vs_lean"
 
 WORK="$(mktemp -d)"
-PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
-cat >"$WORK/nginx.conf" <<EOF
-worker_processes 1;
-daemon off;
-pid $WORK/nginx.pid;
-error_log $WORK/error.log;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  keepalive_requests 10000000;
-  keepalive_timeout 75s;
-  client_body_temp_path $WORK; proxy_temp_path $WORK; fastcgi_temp_path $WORK;
-  uwsgi_temp_path $WORK; scgi_temp_path $WORK;
-  server {
-    listen 127.0.0.1:$PORT;
-    location / { default_type text/plain; return 200 "hello scalpel\n"; }
-  }
-}
-EOF
-"$NGINX" -c "$WORK/nginx.conf" -p "$WORK" &
-NGINX_PID=$!
+# shellcheck source=scripts/lib/bench-basics.sh
+source "$ROOT/scripts/lib/bench-basics.sh"   # load1, machine_line, free_port
+# shellcheck source=scripts/lib/nginx-hello.sh
+source "$ROOT/scripts/lib/nginx-hello.sh"    # nginx_hello_start: sets PORT, NGINX_PID
+nginx_hello_start "$WORK"
 trap 'kill $NGINX_PID 2>/dev/null; rm -rf "$WORK"' EXIT
-for _ in $(seq 50); do curl -sf "http://127.0.0.1:$PORT/" >/dev/null && break; sleep 0.1; done
 NGINX_WORKER="$(pgrep -P "$NGINX_PID" | head -1)"
 URL="http://127.0.0.1:$PORT/"
 
-echo "# machine: $(nproc) cpus, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), kernel $(uname -r), $(date -u +%Y-%m-%dT%H:%MZ)"
+machine_line
 echo "# nginx worker_processes 1, body 14 bytes; -c $CONNS, $DUR per run"
 
-load1() { cut -d' ' -f1 /proc/loadavg; }
 median() { sort -g | awk '{a[NR]=$1} END {m=(NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2; printf "%.0f", m}'; }
 minmax() { sort -g | awk 'NR==1{mn=$1} {mx=$1} END {printf "%.0f–%.0f", mn, mx}'; }
 median2() { sort -g | awk '{a[NR]=$1} END {m=(NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2; printf "%+.2f", m}'; }

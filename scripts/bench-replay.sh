@@ -55,8 +55,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-load1() { cut -d' ' -f1 /proc/loadavg; }
-echo "# machine: $(nproc) cpus, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), kernel $(uname -r), $(date -u +%Y-%m-%dT%H:%MZ)"
+# shellcheck source=scripts/lib/bench-basics.sh
+source "$ROOT/scripts/lib/bench-basics.sh"   # load1, machine_line, free_port
+machine_line
 
 start_nginx() {
     nginx="$(command -v nginx || echo /usr/sbin/nginx)"
@@ -65,7 +66,7 @@ start_nginx() {
         (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx) >&2
         nginx="$(command -v nginx || echo /usr/sbin/nginx)"
     }
-    PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+    PORT="$(free_port)"
     mkdir -p "$WORK/ng"
     # The memory mode's nginx logs nothing: a million lines would only fill the disk.
     local log="access_log $WORK/ng/access.log t;"

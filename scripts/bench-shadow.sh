@@ -38,7 +38,8 @@ else
   LAYOUT=free; ON_LOAD=""; ON_PRIMARY=""
 fi
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# shellcheck source=scripts/lib/bench-basics.sh
+source "$ROOT/scripts/lib/bench-basics.sh"   # free_port (load1, machine_line)
 P_PRIMARY=$(free_port); P_CAND=$(free_port)
 P_NOMIRROR=$(free_port); P_PROXY=$(free_port); P_ADMIN=$(free_port)
 P_OLD=$(free_port); P_OLD_ADMIN=$(free_port)

@@ -43,8 +43,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-load1() { cut -d' ' -f1 /proc/loadavg; }
-echo "# machine: $(nproc) cpus, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), kernel $(uname -r), $(date -u +%Y-%m-%dT%H:%MZ)"
+# shellcheck source=scripts/lib/bench-basics.sh
+source "$ROOT/scripts/lib/bench-basics.sh"   # load1, machine_line, free_port
+# shellcheck source=scripts/lib/nginx-hello.sh
+source "$ROOT/scripts/lib/nginx-hello.sh"    # nginx_hello_start: sets PORT, NGINX_PID
+machine_line
 
 bench_merge() {
     local repeats="${REPEATS:-5}"
@@ -79,32 +82,7 @@ start_nginx() {
         echo "installing nginx" >&2
         (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx) >&2
     }
-    local nginx
-    nginx="$(command -v nginx || echo /usr/sbin/nginx)"
-    PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
-    cat >"$WORK/nginx.conf" <<EOF
-worker_processes 1;
-daemon off;
-pid $WORK/nginx.pid;
-error_log $WORK/error.log;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  keepalive_requests 10000000;
-  keepalive_timeout 75s;
-  client_body_temp_path $WORK; proxy_temp_path $WORK; fastcgi_temp_path $WORK;
-  uwsgi_temp_path $WORK; scgi_temp_path $WORK;
-  server {
-    listen 127.0.0.1:$PORT;
-    location / { default_type text/plain; return 200 "hello scalpel\n"; }
-  }
-}
-EOF
-    "$nginx" -c "$WORK/nginx.conf" -p "$WORK" &
-    NGINX_PID=$!
-    for _ in $(seq 50); do curl -sf "http://127.0.0.1:$PORT/" >/dev/null && return; sleep 0.1; done
-    echo "nginx did not start" >&2
-    exit 1
+    nginx_hello_start "$WORK"
 }
 
 # Error of the achieved rate against RATE in %, and p99 in ms, of a result file.

@@ -23,10 +23,9 @@ use scalpel_load::{
     ResourceWatch, Shard, Slo, StartAt, StepLimit, Stop, Target,
 };
 use scalpel_procstat::{SampleMark, TreeSampler};
-use scalpel_requests::{
-    DataSet, Mix, Order, RecordedSource, RequestSet, RequestTemplate, SourceFormat, SourceOptions,
-};
+use scalpel_requests::{DataSet, Mix, Order, RecordedSource, RequestSet, RequestTemplate};
 
+use crate::recorded::RecordedFlags;
 use crate::sources::{MixSource, RecordedRequests, TemplateSource};
 
 use crate::dashboard::{DashTarget, Dashboard};
@@ -895,26 +894,17 @@ fn mix_source(args: &LoadArgs, path: &std::path::Path) -> anyhow::Result<(Arc<Mi
 
 /// `--from FILE` read with its filters and rewrites.
 fn recorded_source(args: &LoadArgs, path: &std::path::Path) -> anyhow::Result<RecordedRequests> {
-    let mut options = SourceOptions::new();
-    if let Some(format) = &args.from_format {
-        options = options.format(format.parse::<SourceFormat>()?);
+    let options = RecordedFlags {
+        format: args.from_format.as_deref(),
+        include_path: &args.include_path,
+        exclude_path: &args.exclude_path,
+        methods: &args.methods,
+        set_header: &args.set_header,
+        drop_header: &args.drop_header,
+        allow_unsafe: args.allow_unsafe,
     }
-    for p in &args.include_path {
-        options = options.include_path(p)?;
-    }
-    for p in &args.exclude_path {
-        options = options.exclude_path(p)?;
-    }
-    for m in &args.methods {
-        options = options.method(m)?;
-    }
-    for h in &args.set_header {
-        options = options.set_header(h)?;
-    }
-    for h in &args.drop_header {
-        options = options.drop_header(h)?;
-    }
-    let source = RecordedSource::open(path, options.allow_unsafe(args.allow_unsafe))?;
+    .source_options()?;
+    let source = RecordedSource::open(path, options)?;
     Ok(RecordedRequests::new(source))
 }
 

@@ -13,6 +13,7 @@ use clap::{Parser, Subcommand};
 mod dashboard;
 mod load;
 mod logs;
+mod recorded;
 mod report;
 mod serve;
 mod shadow;

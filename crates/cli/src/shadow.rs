@@ -15,12 +15,14 @@ use scalpel_diff::{Comparer, NoiseRule, RouteNormalizer, SampleKey, Sampler};
 use scalpel_http::{HttpVersion, PeerOptions, Resolve, ServerTls};
 use scalpel_requests::{
     CaptureOptions, CaptureSink, CaptureStats, CaptureWriter, DataSet, Order, RecordedSource,
-    RequestSet, RequestTemplate, SourceFormat, SourceOptions,
+    RequestSet, RequestTemplate,
 };
 use scalpel_shadow::{
     CompareSettings, Proxy, ProxyConfig, Reach, Recorder, Redactor, Replay, ReplayConfig,
     ReplayProgress, ReplaySource, ReplayStats, Sample, Schedule, StoredRun, Summary, Upstream,
 };
+
+use crate::recorded::RecordedFlags;
 
 /// Arguments of `scalpel shadow`.
 #[derive(Debug, clap::Args)]
@@ -175,6 +177,23 @@ impl UpstreamArgs {
     fn upstream(&self, role: &str, url: &str) -> anyhow::Result<Upstream> {
         let up = Upstream::parse(url).with_context(|| format!("--{role}"))?;
         Ok(up.with_options(self.options(role)?))
+    }
+
+    /// The primary, the candidate and the optional secondary, each with its own
+    /// options; an error names the flag.
+    fn sides(
+        &self,
+        primary: &str,
+        candidate: &str,
+        secondary: Option<&str>,
+    ) -> anyhow::Result<(Upstream, Upstream, Option<Upstream>)> {
+        Ok((
+            self.upstream("primary", primary)?,
+            self.upstream("candidate", candidate)?,
+            secondary
+                .map(|s| self.upstream("secondary", s))
+                .transpose()?,
+        ))
     }
 }
 
@@ -467,14 +486,9 @@ fn recorder(
 }
 
 fn run_proxy(a: ProxyArgs) -> anyhow::Result<ExitCode> {
-    let primary = a.upstreams.upstream("primary", &a.primary)?;
-    let candidate = a.upstreams.upstream("candidate", &a.candidate)?;
-    let secondary = a
-        .compare
-        .secondary
-        .as_deref()
-        .map(|s| a.upstreams.upstream("secondary", s))
-        .transpose()?;
+    let (primary, candidate, secondary) =
+        a.upstreams
+            .sides(&a.primary, &a.candidate, a.compare.secondary.as_deref())?;
     let sampler = Sampler::new(a.sample).context("--sample")?;
     let sample_key = a.sample_key.as_deref().map(SampleKey::parse).transpose()?;
     if a.queue == 0 || a.mirror_concurrency == 0 {
@@ -671,25 +685,16 @@ fn template_plan(a: &ReplayArgs) -> anyhow::Result<Plan> {
 }
 
 fn recorded_plan(a: &ReplayArgs, path: &Path) -> anyhow::Result<Plan> {
-    let mut options = SourceOptions::new().allow_unsafe(a.allow_unsafe);
-    if let Some(f) = &a.from_format {
-        options = options.format(f.parse::<SourceFormat>()?);
+    let options = RecordedFlags {
+        format: a.from_format.as_deref(),
+        include_path: &a.include_path,
+        exclude_path: &a.exclude_path,
+        methods: &a.method,
+        set_header: &a.set_header,
+        drop_header: &a.drop_header,
+        allow_unsafe: a.allow_unsafe,
     }
-    for p in &a.include_path {
-        options = options.include_path(p)?;
-    }
-    for p in &a.exclude_path {
-        options = options.exclude_path(p)?;
-    }
-    for m in &a.method {
-        options = options.method(m)?;
-    }
-    for h in &a.set_header {
-        options = options.set_header(h)?;
-    }
-    for h in &a.drop_header {
-        options = options.drop_header(h)?;
-    }
+    .source_options()?;
     if let Some(x) = a.speed
         && !(x.is_finite() && x > 0.0)
     {
@@ -764,14 +769,9 @@ fn summary_counts(s: &scalpel_requests::SourceSummary) -> String {
 }
 
 fn run_replay(a: ReplayArgs) -> anyhow::Result<ExitCode> {
-    let primary = a.upstreams.upstream("primary", &a.primary)?;
-    let candidate = a.upstreams.upstream("candidate", &a.candidate)?;
-    let secondary = a
-        .compare
-        .secondary
-        .as_deref()
-        .map(|s| a.upstreams.upstream("secondary", s))
-        .transpose()?;
+    let (primary, candidate, secondary) =
+        a.upstreams
+            .sides(&a.primary, &a.candidate, a.compare.secondary.as_deref())?;
     check_min("min-consistency", a.min_consistency)?;
     let plan = match &a.from {
         Some(path) => recorded_plan(&a, path)?,

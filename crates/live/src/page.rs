@@ -4,6 +4,7 @@ use std::borrow::Cow;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use scalpel_report::chart::Chart;
+use scalpel_report::escape_html;
 use serde::Serialize;
 
 /// Where the page polls for its [`Snapshot`] (relative to the page: `live/snapshot`).
@@ -157,9 +158,9 @@ impl Page {
     fn render(&self) -> String {
         let actions = serde_json::to_string(&self.actions).unwrap_or_else(|_| "[]".into());
         INDEX
-            .replace("{{TITLE}}", &escape(&self.title))
+            .replace("{{TITLE}}", &escape_html(&self.title))
             .replace("{{KIND}}", self.kind.name())
-            .replace("{{ACTIONS}}", &escape(&actions))
+            .replace("{{ACTIONS}}", &escape_html(&actions))
     }
 
     /// The answer to `method path` if it is one of the page's own resources: `/` (or
@@ -223,21 +224,6 @@ impl Page {
         let body = serde_json::to_vec(&envelope).unwrap_or_else(|_| b"{}".to_vec());
         Reply::new("application/json", Cow::Owned(body))
     }
-}
-
-fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 #[cfg(test)]

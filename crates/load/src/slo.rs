@@ -110,21 +110,9 @@ impl Slo {
                 rest = &rest[1..];
             }
             let value = rest.trim();
-            let metric = match name.as_str() {
-                "p50" => Metric::P50,
-                "p90" => Metric::P90,
-                "p99" => Metric::P99,
-                "p999" | "p99.9" => Metric::P999,
-                "max" => Metric::Max,
-                "mean" => Metric::Mean,
-                "errors" => Metric::Errors,
-                "rps" => Metric::Rps,
-                _ => {
-                    return Err(err(
-                        "unknown metric (use p50, p90, p99, p999, max, mean, errors or rps)",
-                    ));
-                }
-            };
+            let metric = Metric::from_name(&name).ok_or_else(|| {
+                err("unknown metric (use p50, p90, p99, p999, max, mean, errors or rps)")
+            })?;
             let limit = match metric {
                 Metric::Errors => {
                     if !less {
@@ -195,15 +183,7 @@ impl Slo {
     /// The limit in milliseconds this SLO puts on a latency figure (`p50`, `p90`, `p99`,
     /// `p999` or `p99.9`, `max`, `mean`), if it has one: the line a chart draws.
     pub fn latency_bound_ms(&self, figure: &str) -> Option<f64> {
-        let wanted = match figure {
-            "p50" => Metric::P50,
-            "p90" => Metric::P90,
-            "p99" => Metric::P99,
-            "p999" | "p99.9" => Metric::P999,
-            "max" => Metric::Max,
-            "mean" => Metric::Mean,
-            _ => return None,
-        };
+        let wanted = Metric::from_name(figure).filter(|m| m.is_latency())?;
         self.clauses
             .iter()
             .find(|c| c.metric == wanted && c.endpoint.is_none())
@@ -427,6 +407,29 @@ impl Latencies {
             return Err(no_answer());
         }
         Ok(h.value_at_quantile(at.min(1.0)) as f64 / 1000.0)
+    }
+}
+
+impl Metric {
+    /// The metric a clause or a chart names (`p999` or `p99.9`), lowercase; the one table
+    /// of names for parsing and for [`Slo::latency_bound_ms`].
+    fn from_name(name: &str) -> Option<Metric> {
+        Some(match name {
+            "p50" => Metric::P50,
+            "p90" => Metric::P90,
+            "p99" => Metric::P99,
+            "p999" | "p99.9" => Metric::P999,
+            "max" => Metric::Max,
+            "mean" => Metric::Mean,
+            "errors" => Metric::Errors,
+            "rps" => Metric::Rps,
+            _ => return None,
+        })
+    }
+
+    /// A latency figure (its limit is in milliseconds), not the error share or the rate.
+    fn is_latency(self) -> bool {
+        !matches!(self, Metric::Errors | Metric::Rps)
     }
 }
 

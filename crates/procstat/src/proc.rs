@@ -7,6 +7,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 use std::time::Instant;
 
+use crate::sockets::{holds_socket, listening_socket_links};
 use crate::{ProcStatError, TreeReading};
 
 /// Kernel clock ticks per second (`_SC_CLK_TCK`), the unit of the times in `/proc/PID/stat`.
@@ -59,22 +60,22 @@ pub(crate) fn parse_stat(text: &str) -> Option<Stat> {
     })
 }
 
-/// Every visible process with its stat, in one pass over `/proc`.
-/// Processes that vanish while being read are left out.
-fn scan_all() -> Result<HashMap<u32, Stat>, ProcStatError> {
+/// The ids of every process now in `/proc` (its numeric entries).
+fn all_pids() -> Result<impl Iterator<Item = u32>, ProcStatError> {
     let entries = fs::read_dir("/proc").map_err(|source| ProcStatError::Io {
         path: "/proc".into(),
         source,
     })?;
+    Ok(entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok()))
+}
+
+/// Every visible process with its stat, in one pass over `/proc`.
+/// Processes that vanish while being read are left out.
+fn scan_all() -> Result<HashMap<u32, Stat>, ProcStatError> {
     let mut all = HashMap::new();
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
+    for pid in all_pids()? {
         if let Some(stat) = read_stat(pid) {
             all.insert(pid, stat);
         }
@@ -265,48 +266,15 @@ pub(crate) fn parse_pss_kib(text: &str) -> Option<u64> {
         .and_then(|kib| kib.parse().ok())
 }
 
-/// Inodes of TCP sockets in LISTEN state on `port`, from one `/proc/net/tcp*` table.
-pub(crate) fn listening_inodes(table: &str, port: u16) -> Vec<u64> {
-    crate::sockets::tcp_rows(table)
-        .filter(|r| r.listening() && r.local_port == port)
-        .filter_map(|r| r.inode)
-        .collect()
-}
-
 pub(crate) fn pid_listening_on(port: u16) -> Result<u32, ProcStatError> {
-    let mut inodes = Vec::new();
-    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        match fs::read_to_string(table) {
-            Ok(text) => inodes.extend(listening_inodes(&text, port)),
-            // IPv6 may be disabled; tcp itself missing means no /proc at all.
-            Err(e) if e.kind() == ErrorKind::NotFound && table.ends_with('6') => {}
-            Err(source) => {
-                return Err(ProcStatError::Io {
-                    path: table.into(),
-                    source,
-                });
-            }
-        }
-    }
-    if inodes.is_empty() {
+    let wanted = listening_socket_links(port)?;
+    if wanted.is_empty() {
         return Err(ProcStatError::NotListening { port });
     }
-    let wanted: HashSet<String> = inodes.iter().map(|i| format!("socket:[{i}]")).collect();
 
     let mut holders = Vec::new();
     let mut denied = false;
-    let entries = fs::read_dir("/proc").map_err(|source| ProcStatError::Io {
-        path: "/proc".into(),
-        source,
-    })?;
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
+    for pid in all_pids()? {
         let fds = match fs::read_dir(format!("/proc/{pid}/fd")) {
             Ok(fds) => fds,
             Err(e) if e.kind() == ErrorKind::PermissionDenied => {
@@ -315,13 +283,7 @@ pub(crate) fn pid_listening_on(port: u16) -> Result<u32, ProcStatError> {
             }
             Err(_) => continue, // exited meanwhile
         };
-        let holds = fds.flatten().any(|fd| {
-            fs::read_link(fd.path())
-                .ok()
-                .and_then(|target| target.to_str().map(|t| wanted.contains(t)))
-                .unwrap_or(false)
-        });
-        if holds {
+        if holds_socket(fds, &wanted) {
             holders.push(pid);
         }
     }
@@ -384,6 +346,7 @@ mod tests {
    0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 5555 1 0000000000000000 100 0 0 10 0\n\
    1: 0100007F:1F90 0100007F:D431 01 00000000:00000000 00:00000000 00000000  1000        0 6666 1 0000000000000000 20 4 30 10 -1\n\
    2: 00000000:0050 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 7777 1 0000000000000000 100 0 0 10 0\n";
+        use crate::sockets::listening_inodes;
         assert_eq!(listening_inodes(table, 8080), [5555]);
         assert_eq!(listening_inodes(table, 80), [7777]);
         assert!(listening_inodes(table, 81).is_empty());

@@ -7,7 +7,7 @@ use std::fs;
 use std::io::ErrorKind;
 
 use crate::ProcStatError;
-use crate::proc::{listening_inodes, tree_pids};
+use crate::proc::tree_pids;
 
 /// One TCP connection as the kernel reports it in `/proc/net/tcp` or `tcp6`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,9 +32,17 @@ pub struct TcpQueue {
 /// [`ProcStatError::Io`] when `/proc/net/tcp` cannot be read.
 pub fn tcp_queues(port: u16) -> Result<Vec<TcpQueue>, ProcStatError> {
     let mut out = Vec::new();
+    for_each_tcp_table(|text| out.extend(parse_queues(text, port)))?;
+    Ok(out)
+}
+
+/// Calls `each` with the text of `/proc/net/tcp`, then of `/proc/net/tcp6`: the one
+/// reading of this namespace's socket tables. A missing `tcp6` is skipped (IPv6 may be
+/// disabled); a missing `tcp` means no /proc at all, an error.
+fn for_each_tcp_table(mut each: impl FnMut(&str)) -> Result<(), ProcStatError> {
     for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
         match fs::read_to_string(table) {
-            Ok(text) => out.extend(parse_queues(&text, port)),
+            Ok(text) => each(&text),
             Err(e) if e.kind() == ErrorKind::NotFound && table.ends_with('6') => {}
             Err(source) => {
                 return Err(ProcStatError::Io {
@@ -44,7 +52,34 @@ pub fn tcp_queues(port: u16) -> Result<Vec<TcpQueue>, ProcStatError> {
             }
         }
     }
-    Ok(out)
+    Ok(())
+}
+
+/// Inodes of TCP sockets in LISTEN state on `port`, from one `/proc/net/tcp*` table.
+pub(crate) fn listening_inodes(table: &str, port: u16) -> Vec<u64> {
+    tcp_rows(table)
+        .filter(|r| r.listening() && r.local_port == port)
+        .filter_map(|r| r.inode)
+        .collect()
+}
+
+/// What a `/proc/PID/fd` link of a socket listening on `port` points to (`socket:[INODE]`),
+/// IPv4 and IPv6; empty when nothing listens there.
+pub(crate) fn listening_socket_links(port: u16) -> Result<HashSet<String>, ProcStatError> {
+    let mut inodes = Vec::new();
+    for_each_tcp_table(|text| inodes.extend(listening_inodes(text, port)))?;
+    Ok(inodes.iter().map(|i| format!("socket:[{i}]")).collect())
+}
+
+/// Does one of the descriptors of a `/proc/PID/fd` listing link to a socket in `wanted`?
+/// A descriptor closed meanwhile has no link and counts as not holding one.
+pub(crate) fn holds_socket(fds: fs::ReadDir, wanted: &HashSet<String>) -> bool {
+    fds.flatten().any(|fd| {
+        fs::read_link(fd.path())
+            .ok()
+            .and_then(|target| target.to_str().map(|t| wanted.contains(t)))
+            .unwrap_or(false)
+    })
 }
 
 /// `st` of a listening socket in `/proc/net/tcp*`.
@@ -112,34 +147,15 @@ pub(crate) fn parse_queues(table: &str, port: u16) -> Vec<TcpQueue> {
 /// [`ProcStatError::NoSuchProcess`] when `root` is gone; [`ProcStatError::Io`] when the
 /// socket tables cannot be read.
 pub fn listening_in_tree(root: u32, port: u16) -> Result<bool, ProcStatError> {
-    let mut inodes = Vec::new();
-    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        match fs::read_to_string(table) {
-            Ok(text) => inodes.extend(listening_inodes(&text, port)),
-            Err(e) if e.kind() == ErrorKind::NotFound && table.ends_with('6') => {}
-            Err(source) => {
-                return Err(ProcStatError::Io {
-                    path: table.into(),
-                    source,
-                });
-            }
-        }
-    }
-    if inodes.is_empty() {
+    let wanted = listening_socket_links(port)?;
+    if wanted.is_empty() {
         return Ok(false);
     }
-    let wanted: HashSet<String> = inodes.iter().map(|i| format!("socket:[{i}]")).collect();
     for pid in tree_pids(root)? {
         let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fd")) else {
             continue; // exited meanwhile
         };
-        let holds = fds.flatten().any(|fd| {
-            fs::read_link(fd.path())
-                .ok()
-                .and_then(|t| t.to_str().map(|t| wanted.contains(t)))
-                .unwrap_or(false)
-        });
-        if holds {
+        if holds_socket(fds, &wanted) {
             return Ok(true);
         }
     }

@@ -1,7 +1,8 @@
-//! Escaping text for HTML and SVG.
+//! Escaping text for HTML and SVG: the one escaper of the toolkit's pages (the report,
+//! the live pages, the shadow report).
 
 /// Escapes the five characters that matter in text and attribute values.
-pub(crate) fn escape(text: &str) -> String {
+pub fn escape_html(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {

@@ -261,18 +261,25 @@ fn latency_cell(step: &StepResult, get: impl Fn(&LatencySummary) -> f64) -> Opti
     step.latency_ms.as_ref().map(get)
 }
 
-/// The figures of a step per target; `endpoint`: of one endpoint of a mix, whose share of
-/// the offered rate is not known ahead (its picks are random), so it has no offered row.
-fn rows(steps: &[Option<&StepResult>], endpoint: bool) -> Vec<Row> {
-    let present = || steps.iter().flatten();
-    let mut rows = Vec::new();
-    let mut add = |label: &str,
-                   indent: bool,
-                   better: Better,
-                   get: &dyn Fn(&StepResult) -> Option<f64>,
-                   fmt: &dyn Fn(f64) -> String| {
-        let values: Vec<Option<f64>> = steps.iter().map(|s| s.and_then(get)).collect();
-        rows.push(Row {
+/// The rows of a figures table being built, each figure over the same steps.
+struct Rows<'a> {
+    steps: &'a [Option<&'a StepResult>],
+    rows: Vec<Row>,
+}
+
+impl Rows<'_> {
+    /// Adds a row of one figure: `get` reads it from a step (`-` where a target has no
+    /// step or no figure), `fmt` writes it, `better` says which way its ratios lean.
+    fn add(
+        &mut self,
+        label: &str,
+        indent: bool,
+        better: Better,
+        get: &dyn Fn(&StepResult) -> Option<f64>,
+        fmt: &dyn Fn(f64) -> String,
+    ) {
+        let values: Vec<Option<f64>> = self.steps.iter().map(|s| s.and_then(get)).collect();
+        self.rows.push(Row {
             label: label.to_owned(),
             indent,
             cells: values
@@ -281,10 +288,20 @@ fn rows(steps: &[Option<&StepResult>], endpoint: bool) -> Vec<Row> {
                 .collect(),
             ratios: ratios(&values, better),
         });
+    }
+}
+
+/// The figures of a step per target; `endpoint`: of one endpoint of a mix, whose share of
+/// the offered rate is not known ahead (its picks are random), so it has no offered row.
+fn rows(steps: &[Option<&StepResult>], endpoint: bool) -> Vec<Row> {
+    let present = || steps.iter().flatten();
+    let mut rows = Rows {
+        steps,
+        rows: Vec::new(),
     };
     let open = present().any(|s| s.offered_rps.is_some());
     if open && !endpoint {
-        add(
+        rows.add(
             "offered rps",
             false,
             Better::NoRatio,
@@ -292,35 +309,35 @@ fn rows(steps: &[Option<&StepResult>], endpoint: bool) -> Vec<Row> {
             &fmt_rate,
         );
     }
-    add(
+    rows.add(
         "achieved rps",
         false,
         Better::Higher,
         &|s| Some(s.achieved_rps),
         &fmt_rate,
     );
-    add(
+    rows.add(
         "requests",
         false,
         Better::Neither,
         &|s| Some(s.requests as f64),
         &fmt_count,
     );
-    add(
+    rows.add(
         "sent",
         false,
         Better::Neither,
         &|s| Some(s.sent as f64),
         &fmt_count,
     );
-    add(
+    rows.add(
         "answered",
         false,
         Better::Higher,
         &|s| Some(s.answered as f64),
         &fmt_count,
     );
-    add(
+    rows.add(
         "no answer",
         false,
         Better::Lower,
@@ -347,7 +364,7 @@ fn rows(steps: &[Option<&StepResult>], endpoint: bool) -> Vec<Row> {
             ratios: ratios(&values, Better::Lower),
         }
     };
-    rows.push(errors_row);
+    rows.rows.push(errors_row);
     // The generator's own failures (`local:*`) are not the target's errors: they are
     // listed under "not sent", where they are counted.
     let mut kinds: Vec<&String> = present().flat_map(|s| s.error_kinds.keys()).collect();
@@ -355,24 +372,8 @@ fn rows(steps: &[Option<&StepResult>], endpoint: bool) -> Vec<Row> {
     kinds.dedup();
     let (local, kinds): (Vec<&String>, Vec<&String>) =
         kinds.into_iter().partition(|k| k.starts_with("local:"));
-    let mut add = |label: &str,
-                   indent: bool,
-                   better: Better,
-                   get: &dyn Fn(&StepResult) -> Option<f64>,
-                   fmt: &dyn Fn(f64) -> String| {
-        let values: Vec<Option<f64>> = steps.iter().map(|s| s.and_then(get)).collect();
-        rows.push(Row {
-            label: label.to_owned(),
-            indent,
-            cells: values
-                .iter()
-                .map(|v| v.map_or_else(|| "-".to_owned(), fmt))
-                .collect(),
-            ratios: ratios(&values, better),
-        });
-    };
     for kind in kinds {
-        add(
+        rows.add(
             kind,
             true,
             Better::Lower,
@@ -381,7 +382,7 @@ fn rows(steps: &[Option<&StepResult>], endpoint: bool) -> Vec<Row> {
         );
     }
     if open {
-        add(
+        rows.add(
             "late",
             false,
             Better::Lower,
@@ -390,7 +391,7 @@ fn rows(steps: &[Option<&StepResult>], endpoint: bool) -> Vec<Row> {
         );
     }
     if open || present().any(|s| s.not_sent > 0) {
-        add(
+        rows.add(
             "not sent",
             false,
             Better::Lower,
@@ -398,7 +399,7 @@ fn rows(steps: &[Option<&StepResult>], endpoint: bool) -> Vec<Row> {
             &fmt_count,
         );
         for kind in local {
-            add(
+            rows.add(
                 kind,
                 true,
                 Better::Lower,
@@ -408,7 +409,7 @@ fn rows(steps: &[Option<&StepResult>], endpoint: bool) -> Vec<Row> {
         }
     }
     if present().any(|s| s.interrupted > 0) {
-        add(
+        rows.add(
             "cut at interrupt",
             false,
             Better::NoRatio,
@@ -416,42 +417,42 @@ fn rows(steps: &[Option<&StepResult>], endpoint: bool) -> Vec<Row> {
             &fmt_count,
         );
     }
-    add(
+    rows.add(
         "latency mean ms",
         false,
         Better::Lower,
         &|s| latency_cell(s, |l| l.mean),
         &fmt_ms,
     );
-    add(
+    rows.add(
         "latency p50 ms",
         false,
         Better::Lower,
         &|s| latency_cell(s, |l| l.p50),
         &fmt_ms,
     );
-    add(
+    rows.add(
         "latency p90 ms",
         false,
         Better::Lower,
         &|s| latency_cell(s, |l| l.p90),
         &fmt_ms,
     );
-    add(
+    rows.add(
         "latency p99 ms",
         false,
         Better::Lower,
         &|s| latency_cell(s, |l| l.p99),
         &fmt_ms,
     );
-    add(
+    rows.add(
         "latency p99.9 ms",
         false,
         Better::Lower,
         &|s| latency_cell(s, |l| l.p999),
         &fmt_ms,
     );
-    add(
+    rows.add(
         "latency max ms",
         false,
         Better::Lower,
@@ -460,7 +461,7 @@ fn rows(steps: &[Option<&StepResult>], endpoint: bool) -> Vec<Row> {
     );
     // Connections and TLS handshakes, measured apart from request latency.
     if present().any(|s| s.handshake_ms.is_some() || s.h2.is_some()) {
-        add(
+        rows.add(
             "connections opened",
             false,
             Better::Neither,
@@ -470,21 +471,21 @@ fn rows(steps: &[Option<&StepResult>], endpoint: bool) -> Vec<Row> {
     }
     if present().any(|s| s.handshake_ms.is_some()) {
         let hs = |s: &StepResult, get: fn(&LatencySummary) -> f64| s.handshake_ms.as_ref().map(get);
-        add(
+        rows.add(
             "TLS handshake p50 ms",
             false,
             Better::Lower,
             &|s| hs(s, |l| l.p50),
             &fmt_ms,
         );
-        add(
+        rows.add(
             "TLS handshake p99 ms",
             false,
             Better::Lower,
             &|s| hs(s, |l| l.p99),
             &fmt_ms,
         );
-        add(
+        rows.add(
             "TLS handshake max ms",
             false,
             Better::Lower,
@@ -496,14 +497,14 @@ fn rows(steps: &[Option<&StepResult>], endpoint: bool) -> Vec<Row> {
     if present().any(|s| s.h2.is_some()) {
         let h2 =
             |s: &StepResult, get: &dyn Fn(&H2Events) -> u64| s.h2.as_ref().map(|e| get(e) as f64);
-        add(
+        rows.add(
             "h2 GOAWAY",
             false,
             Better::Lower,
             &|s| h2(s, &|e| e.goaway),
             &fmt_count,
         );
-        add(
+        rows.add(
             "h2 RST_STREAM",
             false,
             Better::Lower,
@@ -517,7 +518,7 @@ fn rows(steps: &[Option<&StepResult>], endpoint: bool) -> Vec<Row> {
         reasons.sort();
         reasons.dedup();
         for reason in reasons {
-            add(
+            rows.add(
                 reason,
                 true,
                 Better::Lower,
@@ -525,14 +526,14 @@ fn rows(steps: &[Option<&StepResult>], endpoint: bool) -> Vec<Row> {
                 &fmt_count,
             );
         }
-        add(
+        rows.add(
             "h2 waited for a stream",
             false,
             Better::Lower,
             &|s| h2(s, &|e| e.stalled_on_streams),
             &fmt_count,
         );
-        add(
+        rows.add(
             "h2 waited for window",
             false,
             Better::Lower,
@@ -541,21 +542,21 @@ fn rows(steps: &[Option<&StepResult>], endpoint: bool) -> Vec<Row> {
         );
     }
     if present().any(|s| s.cpu_percent.is_some()) {
-        add(
+        rows.add(
             "CPU % mean",
             false,
             Better::Lower,
             &|s| s.cpu_percent,
             &fmt_amount,
         );
-        add(
+        rows.add(
             "CPU % peak",
             false,
             Better::Lower,
             &|s| s.cpu_percent_peak,
             &fmt_amount,
         );
-        add(
+        rows.add(
             "rps per CPU core",
             false,
             Better::Higher,
@@ -564,14 +565,14 @@ fn rows(steps: &[Option<&StepResult>], endpoint: bool) -> Vec<Row> {
         );
     }
     if present().any(|s| s.rss_mb.is_some()) {
-        add(
+        rows.add(
             "RSS MiB mean",
             false,
             Better::Lower,
             &|s| s.rss_mb,
             &fmt_amount,
         );
-        add(
+        rows.add(
             "RSS MiB peak",
             false,
             Better::Lower,
@@ -580,14 +581,14 @@ fn rows(steps: &[Option<&StepResult>], endpoint: bool) -> Vec<Row> {
         );
     }
     if present().any(|s| s.pss_mb.is_some()) {
-        add(
+        rows.add(
             "PSS MiB mean",
             false,
             Better::Lower,
             &|s| s.pss_mb,
             &fmt_amount,
         );
-        add(
+        rows.add(
             "PSS MiB peak",
             false,
             Better::Lower,
@@ -596,7 +597,7 @@ fn rows(steps: &[Option<&StepResult>], endpoint: bool) -> Vec<Row> {
         );
     }
     if present().any(|s| s.slo_held.is_some()) {
-        rows.push(Row {
+        rows.rows.push(Row {
             label: "SLO held".to_owned(),
             indent: false,
             cells: steps
@@ -606,7 +607,7 @@ fn rows(steps: &[Option<&StepResult>], endpoint: bool) -> Vec<Row> {
             ratios: vec![(String::new(), Verdict::Unknown); steps.len().saturating_sub(1)],
         });
     }
-    rows
+    rows.rows
 }
 
 /// How a target was connected to, in one line, when it was anything but plain HTTP/1.1

@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use scalpel_load::result::{RunResult, StepResult, TargetResult, decode_histogram};
 
-use crate::escape::escape;
+use crate::escape::escape_html;
 use crate::figures::{
     self, Row, Section, Verdict, fmt_amount, fmt_ms, fmt_rate, held_text, step_indices, step_of,
 };
@@ -29,7 +29,7 @@ pub fn html(result: &RunResult) -> String {
 <body><main>
 <header><h1>{t}</h1>{meta}</header>
 "#,
-        t = escape(&title),
+        t = escape_html(&title),
         meta = meta(result)
     );
     cards(result, &mut out);
@@ -42,8 +42,8 @@ pub fn html(result: &RunResult) -> String {
         r#"<footer>Written by {tool}. Percentiles come from HdrHistograms (1 µs resolution, 3 significant digits); merged runs add histograms, never average percentiles. Ratios are each target divided by {first}.</footer>
 </main></body></html>
 "#,
-        tool = escape(&result.tool),
-        first = escape(names.first().copied().unwrap_or("the first target"))
+        tool = escape_html(&result.tool),
+        first = escape_html(names.first().copied().unwrap_or("the first target"))
     );
     out
 }
@@ -133,8 +133,8 @@ fn meta(result: &RunResult) -> String {
         let _ = write!(
             out,
             "<div><dt>{}</dt><dd>{}</dd></div>",
-            escape(key),
-            escape(&value)
+            escape_html(key),
+            escape_html(&value)
         );
     }
     out.push_str("</dl>");
@@ -179,22 +179,22 @@ fn cards(result: &RunResult, out: &mut String) {
             out,
             r#"<div class="card" style="border-top-color:{c}"><div class="card-name" style="color:{c}">{n}</div>"#,
             c = color(i),
-            n = escape(&target.name)
+            n = escape_html(&target.name)
         );
         if result.config.slo.is_some() {
             let row = &breaking[i];
             let _ = write!(
                 out,
                 r#"<div class="card-figure">{r}</div><div class="card-label">breaking point{ratio}</div><div class="card-note">{why}</div>"#,
-                r = escape(&row.rate),
+                r = escape_html(&row.rate),
                 ratio = ratio_span(&row.ratio),
-                why = escape(&row.why)
+                why = escape_html(&row.why)
             );
         } else if let Some(s) = step {
             let _ = write!(
                 out,
                 r#"<div class="card-figure">{r} rps</div><div class="card-label">achieved</div>"#,
-                r = escape(&fmt_rate(s.achieved_rps))
+                r = escape_html(&fmt_rate(s.achieved_rps))
             );
         }
         if let Some(s) = step {
@@ -212,7 +212,11 @@ fn cards(result: &RunResult, out: &mut String) {
             if let Some(rps) = s.offered_rps {
                 let _ = write!(note, " at {} rps", fmt_rate(rps));
             }
-            let _ = write!(out, r#"<div class="card-note">{}</div>"#, escape(&note));
+            let _ = write!(
+                out,
+                r#"<div class="card-note">{}</div>"#,
+                escape_html(&note)
+            );
         }
         out.push_str("</div>");
     }
@@ -230,7 +234,7 @@ fn ratio_span((text, verdict): &(String, Verdict)) -> String {
     };
     format!(
         r#" <span class="ratio {class}">{} {}</span>"#,
-        escape(text),
+        escape_html(text),
         verdict.word()
     )
 }
@@ -253,16 +257,16 @@ fn summary(result: &RunResult, out: &mut String) {
             let _ = write!(
                 out,
                 "<details{open}><summary>{}</summary>",
-                escape(&section.title)
+                escape_html(&section.title)
             );
             section_table(result, section, out);
             out.push_str("</details>");
         } else {
-            let _ = write!(out, "<h3>{}</h3>", escape(&section.title));
+            let _ = write!(out, "<h3>{}</h3>", escape_html(&section.title));
             section_table(result, section, out);
         }
         for note in &section.notes {
-            let _ = write!(out, r#"<p class="note">{}</p>"#, escape(note));
+            let _ = write!(out, r#"<p class="note">{}</p>"#, escape_html(note));
         }
     }
     out.push_str("</section>\n");
@@ -277,10 +281,10 @@ fn shards(result: &RunResult, out: &mut String) {
     let _ = write!(
         out,
         r#"<section><h2>Shards</h2><p class="note">{}</p><table class="shards"><thead><tr>"#,
-        escape(&table.title)
+        escape_html(&table.title)
     );
     for h in &table.head {
-        let _ = write!(out, "<th>{}</th>", escape(h));
+        let _ = write!(out, "<th>{}</th>", escape_html(h));
     }
     out.push_str("</tr></thead><tbody>");
     for (row, behind) in table.rows.iter().zip(&table.behind) {
@@ -291,13 +295,13 @@ fn shards(result: &RunResult, out: &mut String) {
                 (0, false) => r#" class="first""#,
                 _ => "",
             };
-            let _ = write!(out, "<td{class}>{}</td>", escape(cell));
+            let _ = write!(out, "<td{class}>{}</td>", escape_html(cell));
         }
         out.push_str("</tr>");
     }
     out.push_str("</tbody></table>");
     for flag in &table.flags {
-        let _ = write!(out, r#"<p class="note worse">{}</p>"#, escape(flag));
+        let _ = write!(out, r#"<p class="note worse">{}</p>"#, escape_html(flag));
     }
     out.push_str("</section>\n");
 }
@@ -308,18 +312,11 @@ fn overview(result: &RunResult, out: &mut String) {
     out.push_str(
         r#"<h3>Ramp overview</h3><table class="overview"><thead><tr><th colspan="2"></th>"#,
     );
-    for (i, target) in result.targets.iter().enumerate() {
-        let _ = write!(
-            out,
-            r#"<th class="group" colspan="{span}" style="color:{c}">{n}</th>"#,
-            c = color(i),
-            n = escape(&target.name)
-        );
-    }
+    target_group_heads(result, span, out);
     out.push_str("</tr><tr><th>step</th><th>offered rps</th>");
     for _ in &result.targets {
         for h in &overview.per_target {
-            let _ = write!(out, "<th>{}</th>", escape(h));
+            let _ = write!(out, "<th>{}</th>", escape_html(h));
         }
     }
     out.push_str("</tr></thead><tbody>");
@@ -327,8 +324,8 @@ fn overview(result: &RunResult, out: &mut String) {
         let _ = write!(
             out,
             "<tr><td>{}</td><td>{}</td>",
-            escape(&row.step),
-            escape(&row.offered)
+            escape_html(&row.step),
+            escape_html(&row.offered)
         );
         for cells in &row.per_target {
             for (j, cell) in cells.iter().enumerate() {
@@ -339,12 +336,24 @@ fn overview(result: &RunResult, out: &mut String) {
                 } else {
                     ""
                 };
-                let _ = write!(out, "<td{class}>{}</td>", escape(cell));
+                let _ = write!(out, "<td{class}>{}</td>", escape_html(cell));
             }
         }
         out.push_str("</tr>");
     }
     out.push_str("</tbody></table>");
+}
+
+/// One heading cell per target, in its colour, over the `span` columns of its figures.
+fn target_group_heads(result: &RunResult, span: usize, out: &mut String) {
+    for (i, target) in result.targets.iter().enumerate() {
+        let _ = write!(
+            out,
+            r#"<th class="group" colspan="{span}" style="color:{c}">{n}</th>"#,
+            c = color(i),
+            n = escape_html(&target.name)
+        );
+    }
 }
 
 /// A step's table, then one per endpoint of a mix.
@@ -357,7 +366,7 @@ fn section_table(result: &RunResult, section: &Section, out: &mut String) {
         let _ = write!(
             out,
             r#"<h4 class="endpoint">endpoint {}</h4>"#,
-            escape(name)
+            escape_html(name)
         );
         figure_table(result, rows, out);
     }
@@ -369,25 +378,18 @@ fn glance_table(result: &RunResult, section: &Section, out: &mut String) {
     out.push_str(
         r#"<h4 class="endpoint">endpoints</h4><table class="overview"><thead><tr><th></th>"#,
     );
-    for (i, target) in result.targets.iter().enumerate() {
-        let _ = write!(
-            out,
-            r#"<th class="group" colspan="{span}" style="color:{c}">{n}</th>"#,
-            c = color(i),
-            n = escape(&target.name)
-        );
-    }
+    target_group_heads(result, span, out);
     out.push_str("</tr><tr><th>endpoint</th>");
     for _ in &result.targets {
         for (head, _) in figures::GLANCE {
-            let _ = write!(out, "<th>{}</th>", escape(head));
+            let _ = write!(out, "<th>{}</th>", escape_html(head));
         }
     }
     out.push_str("</tr></thead><tbody>");
     for (name, cells) in figures::glance(&section.endpoints, result.targets.len()) {
-        let _ = write!(out, "<tr><td>{}</td>", escape(&name));
+        let _ = write!(out, "<tr><td>{}</td>", escape_html(&name));
         for cell in cells {
-            let _ = write!(out, "<td>{}</td>", escape(&cell));
+            let _ = write!(out, "<td>{}</td>", escape_html(&cell));
         }
         out.push_str("</tr>");
     }
@@ -402,10 +404,15 @@ fn figure_table(result: &RunResult, rows: &[Row], out: &mut String) {
             out,
             r#"<th style="color:{}">{}</th>"#,
             color(i),
-            escape(&target.name)
+            escape_html(&target.name)
         );
         if i > 0 {
-            let _ = write!(out, "<th>{} / {}</th>", escape(&target.name), escape(first));
+            let _ = write!(
+                out,
+                "<th>{} / {}</th>",
+                escape_html(&target.name),
+                escape_html(first)
+            );
         }
     }
     out.push_str("</tr></thead><tbody>");
@@ -417,9 +424,9 @@ fn figure_table(result: &RunResult, rows: &[Row], out: &mut String) {
     } in rows
     {
         let class = if *indent { r#" class="sub""# } else { "" };
-        let _ = write!(out, "<tr{class}><th>{}</th>", escape(label));
+        let _ = write!(out, "<tr{class}><th>{}</th>", escape_html(label));
         for (i, cell) in cells.iter().enumerate() {
-            let _ = write!(out, "<td>{}</td>", escape(cell));
+            let _ = write!(out, "<td>{}</td>", escape_html(cell));
             if i > 0 {
                 let (text, verdict) = &ratios[i - 1];
                 let class = match verdict {
@@ -431,7 +438,7 @@ fn figure_table(result: &RunResult, rows: &[Row], out: &mut String) {
                 let _ = write!(
                     out,
                     r#"<td class="{class}">{}{}</td>"#,
-                    escape(text),
+                    escape_html(text),
                     if word.is_empty() {
                         String::new()
                     } else {

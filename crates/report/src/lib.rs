@@ -49,6 +49,7 @@ pub use cost::{
     CostError, CostOptions, CostProjection, HOURS_PER_YEAR, VcpuHourPrice, cost_projection,
 };
 pub use error::ReportError;
+pub use escape::escape_html;
 pub use html::html;
 pub use json::{
     check_writable, read_json, read_json_for_merge, to_json_line, to_json_string, write_html,

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use crate::escape::escape;
+use crate::escape::escape_html;
 
 /// Colours per target (Tableau 10): distinct, colour-blind friendly, print well.
 pub(crate) const PALETTE: [&str; 8] = [
@@ -193,7 +193,7 @@ fn open_svg(out: &mut String, title: &str, width: f64) {
     let _ = write!(
         out,
         r#"<svg class="chart" viewBox="0 0 {width} {HEIGHT}" width="{width}" height="{HEIGHT}" role="img" aria-label="{t}"><title>{t}</title><text class="chart-title" x="{LEFT}" y="18">{t}</text>"#,
-        t = escape(title)
+        t = escape_html(title)
     );
 }
 
@@ -208,7 +208,7 @@ fn legend(out: &mut String, entries: &[(String, &'static str, Option<&'static st
             r#"<line x1="{x}" y1="30" x2="{x2}" y2="30" stroke="{color}" stroke-width="2.5"{dash_attr}/><text class="legend" x="{tx}" y="34">{name}</text>"#,
             x2 = x + 18.0,
             tx = x + 22.0,
-            name = escape(name)
+            name = escape_html(name)
         );
         x += 30.0 + 6.5 * name.chars().count() as f64;
     }
@@ -271,7 +271,7 @@ impl LineChart {
                 x2 = self.width - RIGHT,
                 tx = LEFT - 6.0,
                 ty = py + 4.0,
-                l = escape(&tick_label(*t))
+                l = escape_html(&tick_label(*t))
             );
         }
         let x_ticks: Vec<(f64, String)> = match &self.x_ticks {
@@ -291,7 +291,7 @@ impl LineChart {
                 r#"<line class="grid" x1="{px:.1}" y1="{TOP}" x2="{px:.1}" y2="{y2}"/><text class="tick" x="{px:.1}" y="{ty}" text-anchor="middle">{l}</text>"#,
                 y2 = HEIGHT - BOTTOM,
                 ty = HEIGHT - BOTTOM + 16.0,
-                l = escape(label)
+                l = escape_html(label)
             );
         }
         self.frame_and_labels(&mut out);
@@ -314,7 +314,7 @@ impl LineChart {
                 x2 = self.width - RIGHT,
                 tx = self.width - RIGHT - 4.0,
                 ty = py - 4.0,
-                l = escape(label)
+                l = escape_html(label)
             );
         }
         for series in &self.series {
@@ -330,13 +330,17 @@ impl LineChart {
             let _ = write!(
                 out,
                 r#"<polyline class="series" data-series="{n}" fill="none" stroke="{c}" stroke-width="2" stroke-linejoin="round"{dash} points="{p}"/>"#,
-                n = escape(&series.name),
+                n = escape_html(&series.name),
                 c = series.color,
                 p = points.join(" ")
             );
             if series.markers {
                 for (i, (px, py)) in series.points.iter().enumerate() {
-                    let title = series.titles.get(i).map(|t| escape(t)).unwrap_or_default();
+                    let title = series
+                        .titles
+                        .get(i)
+                        .map(|t| escape_html(t))
+                        .unwrap_or_default();
                     let _ = write!(
                         out,
                         r#"<circle cx="{:.1}" cy="{:.1}" r="3.2" fill="{c}" stroke="white" stroke-width="1"><title>{title}</title></circle>"#,
@@ -366,8 +370,8 @@ impl LineChart {
             cx = (LEFT + self.width - RIGHT) / 2.0,
             ly = HEIGHT - 8.0,
             cy = (TOP + HEIGHT - BOTTOM) / 2.0,
-            xl = escape(&self.x_label),
-            yl = escape(&self.y_label)
+            xl = escape_html(&self.x_label),
+            yl = escape_html(&self.y_label)
         );
     }
 }
@@ -408,7 +412,7 @@ impl BarChart {
                 x2 = WIDTH - RIGHT,
                 tx = LEFT - 6.0,
                 ty = py + 4.0,
-                l = escape(&tick_label(t))
+                l = escape_html(&tick_label(t))
             );
         }
         let _ = write!(
@@ -417,7 +421,7 @@ impl BarChart {
             w = WIDTH - LEFT - RIGHT,
             h = HEIGHT - TOP - BOTTOM,
             cy = (TOP + HEIGHT - BOTTOM) / 2.0,
-            yl = escape(&self.y_label)
+            yl = escape_html(&self.y_label)
         );
         let n = self.categories.len().max(1) as f64;
         let slot = (WIDTH - LEFT - RIGHT) / n;
@@ -429,7 +433,7 @@ impl BarChart {
                 out,
                 r#"<text class="tick" x="{center:.1}" y="{ty}" text-anchor="middle">{l}</text>"#,
                 ty = HEIGHT - BOTTOM + 16.0,
-                l = escape(category)
+                l = escape_html(category)
             );
             for (g, (name, color, values)) in self.groups.iter().enumerate() {
                 let Some(v) = values.get(c).copied().flatten() else {
@@ -443,10 +447,10 @@ impl BarChart {
                     r#"<rect x="{x0:.1}" y="{top:.1}" width="{w:.1}" height="{h:.1}" fill="{color}"><title>{t}</title></rect><text class="bar-value" x="{tx:.1}" y="{vy:.1}" text-anchor="middle">{vl}</text>"#,
                     w = bar - 2.0,
                     h = (base - top).max(0.0),
-                    t = escape(&format!("{name} · {category}: {}", (self.value_label)(v))),
+                    t = escape_html(&format!("{name} · {category}: {}", (self.value_label)(v))),
                     tx = x0 + (bar - 2.0) / 2.0,
                     vy = top - 4.0,
-                    vl = escape(&(self.value_label)(v))
+                    vl = escape_html(&(self.value_label)(v))
                 );
             }
         }

@@ -4,6 +4,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use scalpel_report::escape_html;
+
 use crate::tally::{Sample, SampleResponse, Summary, body_text};
 
 const CSS: &str = "
@@ -19,21 +21,6 @@ pre{background:#fafafa;border:1px solid #eee;padding:.5em;overflow-x:auto;font-s
 pre span.d{background:#ffe0e0;display:block}
 code{font-size:12px}
 ";
-
-fn esc(s: &str) -> String {
-    let mut o = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '<' => o.push_str("&lt;"),
-            '>' => o.push_str("&gt;"),
-            '&' => o.push_str("&amp;"),
-            '"' => o.push_str("&quot;"),
-            '\'' => o.push_str("&#39;"),
-            c => o.push(c),
-        }
-    }
-    o
-}
 
 /// Renders the report. `meta` is shown as the run's settings.
 pub fn render_html(
@@ -53,8 +40,8 @@ pub fn render_html(
             let _ = write!(
                 h,
                 "<tr><th>{}</th><td><code>{}</code></td></tr>",
-                esc(k),
-                esc(v)
+                escape_html(k),
+                escape_html(v)
             );
         }
         h.push_str("</table>");
@@ -67,7 +54,7 @@ pub fn render_html(
     let _ = write!(
         h,
         "<p class=\"big {class}\">{} consistent</p><p>{} compared, {} matched, {} mismatched, {} skipped, {} errors{}</p>",
-        esc(&s.consistency_text()),
+        escape_html(&s.consistency_text()),
         s.compared,
         s.matched,
         s.mismatched,
@@ -82,7 +69,11 @@ pub fn render_html(
     if !s.skipped_by_reason.is_empty() || !s.errors_by_kind.is_empty() {
         h.push_str("<table><tr><th>not compared</th><th>count</th></tr>");
         for (k, v) in s.skipped_by_reason.iter().chain(&s.errors_by_kind) {
-            let _ = write!(h, "<tr><td>{}</td><td class=n>{v}</td></tr>", esc(k));
+            let _ = write!(
+                h,
+                "<tr><td>{}</td><td class=n>{v}</td></tr>",
+                escape_html(k)
+            );
         }
         h.push_str("</table>");
     }
@@ -97,12 +88,12 @@ pub fn render_html(
         let _ = write!(
             h,
             "<tr><td><code>{}</code></td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td class=\"n {c}\">{}</td></tr>",
-            esc(&ep.endpoint),
+            escape_html(&ep.endpoint),
             ep.compared,
             ep.matched,
             ep.mismatched,
             ep.errors,
-            esc(&ep.consistency_text())
+            escape_html(&ep.consistency_text())
         );
     }
     h.push_str("</table>");
@@ -123,8 +114,8 @@ pub fn render_html(
             let _ = write!(
                 h,
                 "<tr><td><code>{}</code></td><td class=bad><code>{}</code></td><td>{}</td><td class=n>{}</td>",
-                esc(&ep.endpoint),
-                esc(&f.path),
+                escape_html(&ep.endpoint),
+                escape_html(&f.path),
                 f.kind,
                 f.count
             );
@@ -150,8 +141,8 @@ pub fn render_html(
                 let _ = write!(
                     h,
                     "<tr><td><code>{}</code></td><td class=noise><code>{}</code></td><td>{}</td><td class=n>{}</td><td class=n>{}</td></tr>",
-                    esc(&f.endpoint),
-                    esc(&f.path),
+                    escape_html(&f.endpoint),
+                    escape_html(&f.path),
                     f.kind,
                     f.count,
                     f.noise_count
@@ -176,9 +167,9 @@ fn render_sample(h: &mut String, n: usize, sm: &Sample) {
     let _ = write!(
         h,
         "<div class=sample><h3>#{n} <code>{} {}</code> — <code>{}</code></h3>",
-        esc(&sm.method),
-        esc(&sm.target),
-        esc(&sm.endpoint)
+        escape_html(&sm.method),
+        escape_html(&sm.target),
+        escape_html(&sm.endpoint)
     );
     for (title, list, class) in [
         ("primary vs candidate", &sm.differences, "bad"),
@@ -195,10 +186,10 @@ fn render_sample(h: &mut String, n: usize, sm: &Sample) {
             let _ = write!(
                 h,
                 "<tr><td class={class}><code>{}</code></td><td>{}</td><td><code>{}</code></td><td><code>{}</code></td></tr>",
-                esc(d.path()),
+                escape_html(d.path()),
                 d.kind(),
-                esc(d.primary().unwrap_or("—")),
-                esc(d.candidate().unwrap_or("—"))
+                escape_html(d.primary().unwrap_or("—")),
+                escape_html(d.candidate().unwrap_or("—"))
             );
         }
         h.push_str("</table>");
@@ -220,14 +211,14 @@ fn render_sample(h: &mut String, n: usize, sm: &Sample) {
 fn column(h: &mut String, title: &str, r: &SampleResponse, lines: &[String], marks: &[bool]) {
     let _ = write!(h, "<div><b>{title}</b> — status {}<pre>", r.status);
     for (k, v) in &r.headers {
-        let _ = writeln!(h, "{}: {}", esc(k), esc(v));
+        let _ = writeln!(h, "{}: {}", escape_html(k), escape_html(v));
     }
     h.push_str("</pre><pre>");
     for (i, line) in lines.iter().enumerate() {
         if marks.get(i).copied().unwrap_or(false) {
-            let _ = write!(h, "<span class=d>{}</span>", esc(line));
+            let _ = write!(h, "<span class=d>{}</span>", escape_html(line));
         } else {
-            let _ = writeln!(h, "{}", esc(line));
+            let _ = writeln!(h, "{}", escape_html(line));
         }
     }
     h.push_str("</pre></div>");
@@ -329,7 +320,10 @@ mod tests {
 
     #[test]
     fn html_escapes_user_text() {
-        assert_eq!(esc("<script>&\"'"), "&lt;script&gt;&amp;&quot;&#39;");
+        assert_eq!(
+            escape_html("<script>&\"'"),
+            "&lt;script&gt;&amp;&quot;&#39;"
+        );
         assert_eq!(crate::tally::consistency_text(99_999, 100_000, 0), "99.99%");
         assert_eq!(crate::tally::consistency_text(5, 5, 0), "100.00%");
         // Never 100 % over requests that were not compared.

@@ -454,20 +454,11 @@ impl Recorder {
     ) -> RecentDifference {
         let r = &self.settings.redactor;
         RecentDifference {
-            at_ms: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64),
+            at_ms: now_ms(),
             endpoint: endpoint.to_string(),
             method: req.method.to_string(),
             target: r.target(&req.path_and_query),
-            fields: differences
-                .iter()
-                .cloned()
-                .map(|mut d| {
-                    r.difference(&mut d);
-                    d
-                })
-                .collect(),
+            fields: r.differences(differences),
         }
     }
 
@@ -501,19 +492,8 @@ impl Recorder {
                 Ok(b) => Bytes::copy_from_slice(&b),
                 Err(_) => req.body.clone(),
             };
-        let redact_all = |ds: &[Difference]| -> Vec<Difference> {
-            ds.iter()
-                .cloned()
-                .map(|mut d| {
-                    r.difference(&mut d);
-                    d
-                })
-                .collect()
-        };
         Sample {
-            recorded_at_ms: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64),
+            recorded_at_ms: now_ms(),
             endpoint: endpoint.to_string(),
             method: req.method.to_string(),
             target: r.target(&req.path_and_query),
@@ -522,8 +502,8 @@ impl Recorder {
             primary: resp(primary),
             candidate: resp(candidate),
             secondary: secondary.map(resp),
-            differences: redact_all(differences),
-            noise_differences: redact_all(noise_differences),
+            differences: r.differences(differences),
+            noise_differences: r.differences(noise_differences),
         }
     }
 }
@@ -582,6 +562,14 @@ fn compare_sides(cmp: &Comparer, a: &Side<'_>, b: &Side<'_>) -> Option<Vec<Diffe
         &scalpel_diff::Response::new(a.raw.status.as_u16(), &a.raw.headers, ab),
         &scalpel_diff::Response::new(b.raw.status.as_u16(), &b.raw.headers, bb),
     ))
+}
+
+/// The wall-clock time in milliseconds since the Unix epoch, as samples and recent
+/// differences carry it (0 on a clock before 1970).
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Headers for a sample: each value as text, or `base64:…` when it is not UTF-8 (never

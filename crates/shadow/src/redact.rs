@@ -136,6 +136,18 @@ impl Redactor {
             diff.redact_values(REDACTED);
         }
     }
+
+    /// Redacted copies of `diffs` (see [`Redactor::difference`]), for what is shown or kept.
+    pub fn differences(&self, diffs: &[Difference]) -> Vec<Difference> {
+        diffs
+            .iter()
+            .cloned()
+            .map(|mut d| {
+                self.difference(&mut d);
+                d
+            })
+            .collect()
+    }
 }
 
 /// The object keys along a concrete path like `$.user["api key"][2].token`.

@@ -118,54 +118,50 @@ impl AccessLog {
 
 impl Format for AccessLog {
     fn next(&mut self, out: &mut RenderedRequest) -> io::Result<Event> {
-        loop {
-            let kind = self.reader.read_line(&mut self.line, MAX_LINE)?;
-            if kind == Line::Eof {
-                return Ok(Event::Eof);
-            }
-            self.line_no += 1;
-            let line = self.line_no;
-            if self.line.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
-            let time = self.time_of_line()?;
-            let bad = |(reason, message): Bad| Event::Skip {
-                line,
-                reason,
-                message: Cow::Borrowed(message),
-            };
-            if kind == Line::TooLong {
-                return Ok(bad((MALFORMED, "line longer than 64 KiB")));
-            }
-            let fields = match parse_line(&self.line) {
-                Ok(f) => f,
-                Err(e) => return Ok(bad(e)),
-            };
-            let Some(time_ns) = time else {
-                return Ok(bad((
-                    MALFORMED,
-                    "the [time] field is not dd/Mon/yyyy:hh:mm:ss +zzzz",
-                )));
-            };
-            let Ok(method) = Method::from_bytes(&self.line[fields.method.clone()]) else {
-                return Ok(bad((MALFORMED, "invalid method")));
-            };
-            if method == Method::CONNECT {
-                return Ok(bad((SkipReason::NotReplayable, "CONNECT is not replayed")));
-            }
-            out.reset();
-            if let Err(e) = normalize_target(
-                &self.line[fields.target.clone()],
-                &mut self.scratch,
-                &mut out.path_and_query,
-            ) {
-                return Ok(bad(e));
-            }
-            out.method = method;
-            self.referer = fields.referer;
-            self.agent = fields.agent;
-            return Ok(Event::Record { line, time_ns });
+        let kind = self
+            .reader
+            .read_record_line(&mut self.line, MAX_LINE, &mut self.line_no)?;
+        if kind == Line::Eof {
+            return Ok(Event::Eof);
         }
+        let line = self.line_no;
+        let time = self.time_of_line()?;
+        let bad = |(reason, message): Bad| Event::Skip {
+            line,
+            reason,
+            message: Cow::Borrowed(message),
+        };
+        if kind == Line::TooLong {
+            return Ok(bad((MALFORMED, "line longer than 64 KiB")));
+        }
+        let fields = match parse_line(&self.line) {
+            Ok(f) => f,
+            Err(e) => return Ok(bad(e)),
+        };
+        let Some(time_ns) = time else {
+            return Ok(bad((
+                MALFORMED,
+                "the [time] field is not dd/Mon/yyyy:hh:mm:ss +zzzz",
+            )));
+        };
+        let Ok(method) = Method::from_bytes(&self.line[fields.method.clone()]) else {
+            return Ok(bad((MALFORMED, "invalid method")));
+        };
+        if method == Method::CONNECT {
+            return Ok(bad((SkipReason::NotReplayable, "CONNECT is not replayed")));
+        }
+        out.reset();
+        if let Err(e) = normalize_target(
+            &self.line[fields.target.clone()],
+            &mut self.scratch,
+            &mut out.path_and_query,
+        ) {
+            return Ok(bad(e));
+        }
+        out.method = method;
+        self.referer = fields.referer;
+        self.agent = fields.agent;
+        Ok(Event::Record { line, time_ns })
     }
 
     fn complete(&mut self, out: &mut RenderedRequest) {

@@ -126,15 +126,13 @@ impl CaptureReader {
 impl Format for CaptureReader {
     fn next(&mut self, out: &mut RenderedRequest) -> io::Result<Event> {
         loop {
-            let kind = self.r.read_line(&mut self.line, MAX_RECORD)?;
+            let kind = self
+                .r
+                .read_record_line(&mut self.line, MAX_RECORD, &mut self.line_no)?;
             if kind == Line::Eof {
                 return Ok(Event::Eof);
             }
-            self.line_no += 1;
             let line = self.line_no;
-            if self.line.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
             if kind == Line::TooLong {
                 return Ok(Event::Skip {
                     line,

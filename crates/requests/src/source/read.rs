@@ -165,6 +165,27 @@ impl PosReader {
         }
         Ok(Line::Full)
     }
+
+    /// Reads the next line that is not blank into `out`, as [`PosReader::read_line`] does,
+    /// counting every line read, blank ones too, in `line_no`: the one-record-a-line
+    /// formats skip blank lines, and a skipped record names its line.
+    pub(crate) fn read_record_line(
+        &mut self,
+        out: &mut Vec<u8>,
+        max: usize,
+        line_no: &mut u64,
+    ) -> io::Result<Line> {
+        loop {
+            let kind = self.read_line(out, max)?;
+            if kind == Line::Eof {
+                return Ok(Line::Eof);
+            }
+            *line_no += 1;
+            if !out.iter().all(u8::is_ascii_whitespace) {
+                return Ok(kind);
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -221,5 +242,26 @@ mod tests {
         r.seek(0);
         assert_eq!(r.read_line(&mut out, 10).unwrap(), Line::Full);
         assert_eq!(out, b"abc");
+    }
+
+    #[test]
+    fn record_lines_skip_blank_lines_and_count_them() {
+        let mut r = reader(b"\n  \r\nfirst\n\t\nsecond-is-long\n\n", 4);
+        let (mut out, mut line_no) = (Vec::new(), 0);
+        assert_eq!(
+            r.read_record_line(&mut out, 6, &mut line_no).unwrap(),
+            Line::Full
+        );
+        assert_eq!((out.as_slice(), line_no), (&b"first"[..], 3));
+        let kind = r.read_record_line(&mut out, 6, &mut line_no).unwrap();
+        assert_eq!(
+            (kind, out.as_slice(), line_no),
+            (Line::TooLong, &b"second"[..], 5)
+        );
+        assert_eq!(
+            r.read_record_line(&mut out, 6, &mut line_no).unwrap(),
+            Line::Eof
+        );
+        assert_eq!(line_no, 6, "the trailing blank line is counted too");
     }
 }
