@@ -740,26 +740,43 @@ async fn reloads_stop_a_workers_setsid_children_with_it() {
 /// process took it then; the reload after that failed on "port in use".
 #[test]
 fn a_port_claimed_by_another_test_process_is_not_handed_out() {
-    // A port this process was never given and nobody holds: claimed and released at once.
-    let port = (0..1000)
+    // A port this process was never given and nobody holds, claimed here, then handed
+    // straight to another process (it waits for the lock), so that no third process (a
+    // concurrent run of these tests) can take it in between.
+    let (port, mine) = (0..1000)
         .map(|_| 20_000 + rand::random::<u16>() % 12_000)
-        .find(|&p| {
-            std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()
-                && matches!(claim_port(p), Claim::Held(_))
+        .filter(|&p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
+        .find_map(|p| match claim_port(p) {
+            Claim::Held(f) => Some((p, f)),
+            _ => None,
         })
         .expect("a free port");
-    // Another process holds its lock (waiting for it, should this one still hold it; `-o`:
-    // flock alone holds it, not the `sleep` it runs, so killing it releases it).
+    let path = port_lock_dir().join(port.to_string());
+    // `-o`: flock alone holds the lock, not the `sleep` it runs, so killing it releases it.
     let other = KillOnDrop(
         std::process::Command::new("flock")
             .arg("-o")
-            .arg(port_lock_dir().join(port.to_string()))
+            .arg(&path)
             .args(["sleep", "120"])
             .spawn()
             .expect("flock (util-linux) runs"),
     );
+    drop(mine);
+    let inode = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&path).unwrap());
+    let held_by_other = || {
+        // /proc/locks: "1: FLOCK  ADVISORY  WRITE PID MAJ:MIN:INODE 0 EOF".
+        std::fs::read_to_string("/proc/locks")
+            .unwrap_or_default()
+            .lines()
+            .any(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                f.get(1) == Some(&"FLOCK")
+                    && f.get(4) == Some(&other.0.id().to_string().as_str())
+                    && f.get(5).is_some_and(|d| d.ends_with(&format!(":{inode}")))
+            })
+    };
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !matches!(claim_port(port), Claim::Taken) {
+    while !held_by_other() {
         assert!(
             std::time::Instant::now() < deadline,
             "flock never took the lock"
