@@ -206,7 +206,8 @@ pub enum TlsError {
     ServerFile {
         /// The file given.
         path: PathBuf,
-        /// Unreadable, or no PEM block of the right kind.
+        /// Unreadable, not PEM, no PEM block of the right kind, a certificate that does
+        /// not parse, or a key the provider cannot sign with.
         why: String,
     },
     /// A listener's key is not the key of its certificate.

@@ -7,7 +7,7 @@ pub mod h1;
 mod h2;
 mod hop;
 mod peer;
-mod server_tls;
+pub mod server_tls;
 mod stream;
 mod tls;
 

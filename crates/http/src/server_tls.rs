@@ -1,10 +1,13 @@
-//! The TLS settings of a listener: a certificate chain and its key from PEM files, ALPN
-//! `h2` then `http/1.1`. Every tool that listens with TLS (the shadow proxy's
-//! `--tls-cert`/`--tls-key`, serve's `[server.tls]`) loads them here, so a certificate
-//! problem reads the same everywhere and is found at start, never at the first client.
+//! The TLS settings of a listener: a certificate chain and its key from PEM files, the
+//! `ring` provider, TLS 1.2 and 1.3, ALPN `h2` then `http/1.1`. Every tool that listens
+//! with TLS loads its files here: the shadow proxy's `--tls-cert`/`--tls-key` through
+//! [`ServerTls::from_pem_files`], serve's `[server.tls]` and `[server.admin_tls]` through
+//! [`load_certified_key`] and [`server_config`] (its own resolver swaps the loaded key
+//! whole on reload). So a certificate problem reads the same everywhere and is found at
+//! start (or at a reload), never at the first client.
 //!
-//! This module only builds the configuration; accepting connections and serving them
-//! stays with the tool (hyper).
+//! This module only loads files and builds the configuration; accepting connections and
+//! serving them stays with the tool (hyper), and so does when to reload.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -12,6 +15,8 @@ use std::sync::Arc;
 use rustls::ServerConfig;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ParsedCertificate, ResolvesServerCert};
+use rustls::sign::{CertifiedKey, SingleCertAndKey};
 use tokio_rustls::TlsAcceptor;
 
 use crate::error::TlsError;
@@ -32,54 +37,17 @@ impl std::fmt::Debug for ServerTls {
 }
 
 impl ServerTls {
-    /// Reads `cert` (PEM: the server's certificate first, then any intermediates) and
-    /// `key` (PEM: PKCS#8, PKCS#1 or SEC1) and offers ALPN `h2` then `http/1.1` when
-    /// `h2` is true (`http/1.1` only otherwise).
+    /// Reads `cert` and `key` with [`load_certified_key`] and offers ALPN `h2` then
+    /// `http/1.1` when `h2` is true (`http/1.1` only otherwise).
     ///
     /// # Errors
     ///
-    /// [`TlsError::ServerFile`] naming the file and what is wrong with it (unreadable,
-    /// no PEM block of the right kind), or [`TlsError::KeyMismatch`] when the key is not
-    /// the certificate's.
+    /// The first problem [`load_certified_key`] finds (the certificate file's before the
+    /// key file's).
     pub fn from_pem_files(cert: &Path, key: &Path, h2: bool) -> Result<ServerTls, TlsError> {
-        let bad = |path: &Path, why: String| TlsError::ServerFile {
-            path: path.to_path_buf(),
-            why,
-        };
-        let cert_pem = std::fs::read(cert).map_err(|e| bad(cert, e.to_string()))?;
-        let chain = CertificateDer::pem_slice_iter(&cert_pem)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| bad(cert, format!("not PEM: {e}")))?;
-        if chain.is_empty() {
-            return Err(bad(cert, "no CERTIFICATE block in it".into()));
-        }
-        let key_pem = std::fs::read(key).map_err(|e| bad(key, e.to_string()))?;
-        let private = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| {
-            bad(
-                key,
-                format!("no usable PRIVATE KEY block in it (PKCS#8, PKCS#1 or SEC1): {e}"),
-            )
-        })?;
-        let mut config = ServerConfig::builder_with_provider(provider())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| TlsError::Handshake(e.to_string()))?
-            .with_no_client_auth()
-            .with_single_cert(chain, private)
-            .map_err(|e| match e {
-                rustls::Error::InconsistentKeys(_) => TlsError::KeyMismatch {
-                    cert: cert.to_path_buf(),
-                    key: key.to_path_buf(),
-                },
-                other => bad(key, other.to_string()),
-            })?;
-        config.alpn_protocols = if h2 {
-            vec![b"h2".to_vec(), b"http/1.1".to_vec()]
-        } else {
-            vec![b"http/1.1".to_vec()]
-        };
-        Ok(ServerTls {
-            config: Arc::new(config),
-        })
+        let certified = load_certified_key(cert, key).map_err(|mut all| all.remove(0))?;
+        let config = server_config(Arc::new(SingleCertAndKey::from(certified)), h2)?;
+        Ok(ServerTls { config })
     }
 
     /// An acceptor for incoming connections: `acceptor().accept(tcp).await`.
@@ -91,6 +59,104 @@ impl ServerTls {
     pub fn config(&self) -> &Arc<ServerConfig> {
         &self.config
     }
+}
+
+/// Reads `cert` (PEM: the server's certificate first, then any intermediates) and `key`
+/// (PEM: PKCS#8, PKCS#1 or SEC1) into a certificate chain and its signing key.
+///
+/// # Errors
+///
+/// Every problem found, at least one: both files are read even when the first is bad,
+/// so a user sees all at once. [`TlsError::ServerFile`] names the file and what is wrong
+/// with it (unreadable, not PEM, no PEM block of the right kind, a certificate that does
+/// not parse, a key the provider cannot sign with); [`TlsError::KeyMismatch`] when the
+/// key is not the certificate's.
+pub fn load_certified_key(cert: &Path, key: &Path) -> Result<CertifiedKey, Vec<TlsError>> {
+    let chain = read_chain(cert);
+    let private = read_key(key);
+    let (chain, private) = match (chain, private) {
+        (Ok(c), Ok(k)) => (c, k),
+        (c, k) => return Err([c.err(), k.err()].into_iter().flatten().collect()),
+    };
+    let signing = provider()
+        .key_provider
+        .load_private_key(private)
+        .map_err(|e| {
+            vec![bad(
+                key,
+                format!("not a key the ring provider can sign with: {e}"),
+            )]
+        })?;
+    let certified = CertifiedKey::new(chain, signing);
+    match certified.keys_match() {
+        // A key that cannot tell its public half is not proof of a mismatch (rustls's
+        // own `with_single_cert` accepts it too).
+        Ok(()) | Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => {
+            Ok(certified)
+        }
+        Err(rustls::Error::InconsistentKeys(_)) => Err(vec![TlsError::KeyMismatch {
+            cert: cert.to_path_buf(),
+            key: key.to_path_buf(),
+        }]),
+        Err(other) => Err(vec![bad(cert, other.to_string())]),
+    }
+}
+
+/// A listener's configuration: the `ring` provider, TLS 1.2 and 1.3, no client
+/// certificates, the certificate `resolver` picks for each handshake, and ALPN `h2` then
+/// `http/1.1` when `h2` is true (`http/1.1` only otherwise).
+///
+/// # Errors
+///
+/// [`TlsError::Handshake`] if the provider cannot do the default protocol versions
+/// (not with `ring`; kept an error rather than a panic).
+pub fn server_config(
+    resolver: Arc<dyn ResolvesServerCert>,
+    h2: bool,
+) -> Result<Arc<ServerConfig>, TlsError> {
+    let mut config = ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError::Handshake(e.to_string()))?
+        .with_no_client_auth()
+        .with_cert_resolver(resolver);
+    config.alpn_protocols = if h2 {
+        vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+    } else {
+        vec![b"http/1.1".to_vec()]
+    };
+    Ok(Arc::new(config))
+}
+
+fn bad(path: &Path, why: String) -> TlsError {
+    TlsError::ServerFile {
+        path: path.to_path_buf(),
+        why,
+    }
+}
+
+fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let pem = std::fs::read(path).map_err(|e| bad(path, e.to_string()))?;
+    let chain = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| bad(path, format!("not PEM: {e}")))?;
+    let Some(first) = chain.first() else {
+        return Err(bad(path, "no CERTIFICATE block in it".into()));
+    };
+    // The end-entity certificate must parse, or no client could use it; said here so
+    // the certificate file is named even when the key file is bad too.
+    ParsedCertificate::try_from(first)
+        .map_err(|e| bad(path, format!("its first certificate does not parse: {e}")))?;
+    Ok(chain)
+}
+
+fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    let pem = std::fs::read(path).map_err(|e| bad(path, e.to_string()))?;
+    PrivateKeyDer::from_pem_slice(&pem).map_err(|e| {
+        bad(
+            path,
+            format!("no usable PRIVATE KEY block in it (PKCS#8, PKCS#1 or SEC1): {e}"),
+        )
+    })
 }
 
 #[cfg(test)]
@@ -142,5 +208,33 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("does not belong to"), "{e}");
+    }
+
+    /// Both files are read even when the first is bad (serve prints every problem), and
+    /// a CERTIFICATE block that is not a certificate is found before any handshake.
+    #[test]
+    fn every_problem_of_both_files_is_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = pair(dir.path(), "a");
+        let missing = dir.path().join("missing.pem");
+        let all = load_certified_key(&missing, &cert).unwrap_err();
+        assert_eq!(all.len(), 2, "{all:?}");
+        assert!(all[0].to_string().contains("missing.pem"), "{all:?}");
+        assert!(all[1].to_string().contains("PRIVATE KEY"), "{all:?}");
+        let junk = dir.path().join("junk.crt");
+        std::fs::write(
+            &junk,
+            "-----BEGIN CERTIFICATE-----\nAAECAwQF\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        let e = ServerTls::from_pem_files(&junk, &key, true)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("cannot use") && e.contains("junk.crt") && e.contains("does not parse"),
+            "{e}"
+        );
+        let tls = ServerTls::from_pem_files(&cert, &key, false).unwrap();
+        assert_eq!(tls.config().alpn_protocols, [b"http/1.1".to_vec()]);
     }
 }

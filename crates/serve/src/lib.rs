@@ -20,7 +20,8 @@
 //! `POST /reload`: the config file is read again and applied by rolling replacement with
 //! no failed request, or refused with its file and line while the running one stays
 //! ([`Server::reload`], what SIGHUP does). With `[server.tls]` the client listener
-//! terminates TLS (rustls, ALPN `h2` and `http/1.1`; hyper serves both) and the
+//! terminates TLS (rustls, ALPN `h2` and `http/1.1`; hyper serves both; the PEM files
+//! read by `scalpel_http::server_tls`, as the shadow proxy's) and the
 //! certificate can be swapped while connections stay open ([`Server::reload_tls`]);
 //! workers stay plain HTTP/1.1 on loopback. An app in direct mode
 //! (`mode = "direct"`) skips the balancer: serve binds its `listen` address and hands the

@@ -148,9 +148,9 @@ pub(crate) struct Shared {
     pub(crate) rejected: Rejected,
     pub(crate) connections: Arc<crate::server::ConnCount>,
     /// The client listener's certificates (`[server.tls]`), reloaded on SIGHUP.
-    pub(crate) tls: Option<Arc<crate::tls::Certs>>,
+    pub(crate) tls: Option<crate::tls::Endpoint>,
     /// The admin address's certificates (`[server.admin_tls]`).
-    pub(crate) admin_tls: Option<Arc<crate::tls::Certs>>,
+    pub(crate) admin_tls: Option<crate::tls::Endpoint>,
     /// The config in use and what a live reload starts new apps with.
     pub(crate) running: crate::server::Running,
 }

@@ -25,7 +25,7 @@ use crate::mirror::start_mirror_thread;
 use crate::pool::WorkerState;
 use crate::proxy::{Client, ProxyBody, Route, Shared, Table, json_error};
 use crate::supervisor::{App, AppEnv, Hurry, LogSink, Slot, SlotCmd, WorkerLogs, start_app};
-use crate::tls::{Certs, TlsFiles};
+use crate::tls::{Endpoint, TlsFiles};
 use crate::upstream::Upstreams;
 
 /// What went wrong starting or running the server. The text of each names its cause
@@ -187,14 +187,16 @@ impl Server {
     pub async fn start(config: Config, options: ServeOptions) -> Result<Self, ServeError> {
         config.check_programs().map_err(ServeError::Config)?;
         let cfg = config.server.clone();
-        let certs = |files: &Option<TlsFiles>| -> Result<_, ServeError> {
+        let endpoint = |files: &Option<TlsFiles>, h2: bool| -> Result<_, ServeError> {
             files
                 .clone()
-                .map(Certs::new)
+                .map(|f| Endpoint::start(f, h2))
                 .transpose()
                 .map_err(ServeError::Tls)
         };
-        let (tls, admin_tls) = (certs(&cfg.tls)?, certs(&cfg.admin_tls)?);
+        // h2 first on the client listener: a client that speaks both gets multiplexing.
+        // The admin address speaks HTTP/1.1 only.
+        let (tls, admin_tls) = (endpoint(&cfg.tls, true)?, endpoint(&cfg.admin_tls, false)?);
         let bind = |addr: SocketAddr| async move {
             TcpListener::bind(addr)
                 .await
@@ -406,11 +408,11 @@ impl Server {
     /// [`ServeError::Tls`], one line per problem.
     pub fn reload_tls(&self) -> Result<(), ServeError> {
         let mut problems = Vec::new();
-        for certs in [&self.shared.tls, &self.shared.admin_tls]
+        for endpoint in [&self.shared.tls, &self.shared.admin_tls]
             .into_iter()
             .flatten()
         {
-            if let Err(p) = certs.reload() {
+            if let Err(p) = endpoint.certs.reload() {
                 problems.extend(p);
             }
         }
@@ -820,11 +822,10 @@ async fn accept_loop(
     builder.timer(TokioTimer::new()).keep_alive(true);
     let mut h2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     h2.timer(TokioTimer::new());
-    // h2 first: a client that speaks both gets multiplexing.
     let tls = shared
         .tls
         .as_ref()
-        .map(|c| TlsAcceptor::from(c.server_config(&[b"h2", b"http/1.1"])));
+        .map(|t| TlsAcceptor::from(t.config.clone()));
     let lingering = Arc::new(AtomicUsize::new(0));
     loop {
         let (stream, peer) = tokio::select! {
@@ -1095,7 +1096,7 @@ async fn admin_loop(
     let tls = shared
         .admin_tls
         .as_ref()
-        .map(|c| TlsAcceptor::from(c.server_config(&[b"http/1.1"])));
+        .map(|t| TlsAcceptor::from(t.config.clone()));
     loop {
         let stream = tokio::select! {
             r = listener.accept() => match r {

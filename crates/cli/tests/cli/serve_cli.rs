@@ -789,7 +789,7 @@ fn tls_check_reports_each_bad_file_on_one_line() {
     assert_eq!(code, Some(2));
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
-        err.contains("server.tls: tls key") && err.contains("does not match the certificate"),
+        err.contains("server.tls: the key") && err.contains("does not belong to the certificate"),
         "{err}"
     );
 
@@ -800,13 +800,82 @@ fn tls_check_reports_each_bad_file_on_one_line() {
     assert_eq!(code, Some(2));
     assert_eq!(err.lines().count(), 2, "{err}");
     assert!(
-        err.contains("server.admin_tls: tls cert") && err.contains("missing.pem: cannot read"),
+        err.contains("server.admin_tls: cannot use") && err.contains("missing.pem: No such file"),
         "{err}"
     );
     assert!(
-        err.contains("server.admin_tls: tls key") && err.contains("garbage.pem"),
+        err.contains("server.admin_tls: cannot use")
+            && err.contains("garbage.pem: no usable PRIVATE KEY block"),
         "{err}"
     );
+}
+
+/// One loader for every TLS listener (`scalpel_http::server_tls`): the same bad files
+/// given to `scalpel serve --check` (`[server.tls]`) and to `scalpel shadow proxy`
+/// (`--tls-cert`/`--tls-key`) read the same — a key that is not the certificate's, an
+/// empty certificate file, a key file without a key. Each names the file and the reason.
+#[test]
+fn serve_and_shadow_report_a_bad_tls_file_the_same_way() {
+    let dir = tempfile::tempdir().unwrap();
+    write_cert(dir.path(), "one");
+    let stray = tempfile::tempdir().unwrap();
+    write_cert(stray.path(), "stray");
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    let stray_key = stray.path().join("key.pem");
+    let empty = dir.path().join("empty.pem");
+    std::fs::write(&empty, "").unwrap();
+    let cases = [
+        (&cert, &stray_key, "does not belong to the certificate"),
+        (&empty, &key, "no CERTIFICATE block"),
+        (&cert, &cert, "no usable PRIVATE KEY block"),
+    ];
+    let config = dir.path().join("serve.toml");
+    for (c, k, why) in cases {
+        let tls = format!(
+            "[server.tls]\ncert = \"{}\"\nkey = \"{}\"\n",
+            c.display(),
+            k.display()
+        );
+        std::fs::write(&config, app_toml(8443, 9090, 3001, 1, &tls)).unwrap();
+        let serve = Command::new(BIN)
+            .args(["serve", "--check", "--config"])
+            .arg(&config)
+            .output()
+            .unwrap();
+        let serve_err = String::from_utf8_lossy(&serve.stderr).into_owned();
+        assert_eq!(serve.status.code(), Some(2), "{serve_err}");
+        // Port 9 (discard) is never dialled: the files are refused before listening.
+        let shadow = Command::new(BIN)
+            .args(["shadow", "proxy", "--listen", "127.0.0.1:0"])
+            .args(["--primary", "http://127.0.0.1:9"])
+            .args(["--candidate", "http://127.0.0.1:9"])
+            .arg("--tls-cert")
+            .arg(c)
+            .arg("--tls-key")
+            .arg(k)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let shadow_err = String::from_utf8_lossy(&shadow.stderr).into_owned();
+        assert_eq!(shadow.status.code(), Some(2), "{shadow_err}");
+        let said = |err: &str, after: &str| -> String {
+            let line = err.lines().next().unwrap_or_default();
+            line.split_once(after)
+                .map(|(_, p)| p.to_string())
+                .unwrap_or_else(|| panic!("no `{after}` in {err}"))
+        };
+        let by_serve = said(&serve_err, "server.tls: ");
+        let by_shadow = said(&shadow_err, "scalpel: ");
+        assert_eq!(
+            by_serve, by_shadow,
+            "serve: {serve_err}\nshadow: {shadow_err}"
+        );
+        let named = if why.contains("CERTIFICATE") { c } else { k };
+        assert!(
+            by_serve.contains(why) && by_serve.contains(&*named.to_string_lossy()),
+            "{by_serve}"
+        );
+    }
 }
 
 /// SIGHUP swaps the certificate: a TLS connection opened before it (curl, HTTP/2, a
