@@ -119,6 +119,14 @@ pub fn pid_listening_on(port: u16) -> Result<u32, ProcStatError> {
     proc::pid_listening_on(port)
 }
 
+/// Whether every thread of process `pid` has stopped (SIGSTOP or a tracer). A stop
+/// signal takes effect when each thread next enters the kernel, not when `kill` returns:
+/// a caller that must see a process's sockets stand still waits for `Some(true)`.
+/// `Some(false)` while one thread still runs or sleeps; `None` when the process is gone.
+pub fn all_threads_stopped(pid: u32) -> Option<bool> {
+    proc::all_threads_stopped(pid)
+}
+
 /// `root` and all its descendants now, parents before children.
 ///
 /// # Errors

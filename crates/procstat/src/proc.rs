@@ -60,6 +60,35 @@ pub(crate) fn parse_stat(text: &str) -> Option<Stat> {
     })
 }
 
+/// The state letter of one `/proc/PID/stat` (or `/proc/PID/task/TID/stat`) line: field 3,
+/// the first after the LAST ')'.
+pub(crate) fn parse_state(text: &str) -> Option<char> {
+    text[text.rfind(')')? + 1..]
+        .split_ascii_whitespace()
+        .next()?
+        .chars()
+        .next()
+}
+
+/// Whether every thread of `pid` is stopped (`T` by a signal, `t` by a tracer). `None`
+/// when the process is gone (or a zombie: nothing of it runs).
+pub(crate) fn all_threads_stopped(pid: u32) -> Option<bool> {
+    let tasks = fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut any = false;
+    for task in tasks.flatten() {
+        // A thread that exits between the listing and the read runs no more.
+        let Ok(text) = fs::read_to_string(task.path().join("stat")) else {
+            continue;
+        };
+        match parse_state(&text) {
+            Some('T' | 't' | 'Z' | 'X') => any = true,
+            Some(_) => return Some(false),
+            None => {}
+        }
+    }
+    any.then_some(true)
+}
+
 /// The ids of every process now in `/proc` (its numeric entries).
 fn all_pids() -> Result<impl Iterator<Item = u32>, ProcStatError> {
     let entries = fs::read_dir("/proc").map_err(|source| ProcStatError::Io {
@@ -318,6 +347,14 @@ mod tests {
                 ticks: 11 + 22 + 33 + 44
             })
         );
+    }
+
+    #[test]
+    fn state_is_read_after_the_last_parenthesis() {
+        assert_eq!(parse_state("7 (PM2 v5.4.3: God) S 1 7"), Some('S'));
+        assert_eq!(parse_state("7 (a) T) t 1 7"), Some('t'));
+        assert_eq!(parse_state("7 (x)"), None);
+        assert_eq!(parse_state("no parenthesis"), None);
     }
 
     #[test]

@@ -437,3 +437,44 @@ fn the_sampler_thread_runs_at_the_lowest_priority() {
     assert!(sampler.latest().is_some());
     sampler.stop();
 }
+
+/// SIGSTOP takes effect when each thread next enters the kernel; the rescue of a frozen
+/// worker's connections must wait for that (a real multi-threaded Node process: its
+/// libuv and V8 threads must all stop, not only the main one).
+#[test]
+fn a_stopped_process_reads_stopped_only_once_every_thread_has_stopped() {
+    let mut child = Command::new("node")
+        .args(["-e", "setInterval(() => {}, 1000)"])
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("node");
+    let pid = child.id();
+    let wait_for = |want: Option<bool>| {
+        let start = Instant::now();
+        while scalpel_procstat::all_threads_stopped(pid) != want {
+            assert!(start.elapsed() < DEADLINE, "pid {pid} never read {want:?}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    // Node starts its worker threads after exec: wait until there are several.
+    let start = Instant::now();
+    while std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count()) < 2 {
+        assert!(start.elapsed() < DEADLINE, "node never started its threads");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(scalpel_procstat::all_threads_stopped(pid), Some(false));
+    let signal = |sig: &str| {
+        let status = Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .expect("kill(1)");
+        assert!(status.success(), "kill {sig} {pid}");
+    };
+    signal("-STOP");
+    wait_for(Some(true));
+    signal("-CONT");
+    wait_for(Some(false));
+    child.kill().expect("kill node");
+    child.wait().expect("reap node");
+    assert_eq!(scalpel_procstat::all_threads_stopped(pid), None);
+}

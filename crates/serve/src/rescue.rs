@@ -40,9 +40,11 @@
 //!   cut stream would wait for bytes that never come instead of seeing the close, and a
 //!   server closing an idle kept-alive connection is what every HTTP client handles.
 //!
-//! The worker's process tree is stopped (SIGSTOP) before anything is read, so its counts
-//! cannot move, and must be killed right after (SIGKILL, no grace): after a grace period
-//! it could read from sockets serve now serves. When the kernel refuses the system calls
+//! The worker's process tree is stopped (SIGSTOP, then every thread seen stopped in
+//! `/proc`: the signal takes effect at each thread's next entry into the kernel, not when
+//! `kill` returns; a tree that does not stop within half a second is not rescued) before
+//! anything is read, so its counts cannot move, and must be killed right after (SIGKILL,
+//! no grace): after a grace period it could read from sockets serve now serves. When the kernel refuses the system calls
 //! (seccomp, Yama's `ptrace_scope` 3, or 2 without `CAP_SYS_PTRACE`, Linux before 5.6), the tree
 //! is let go again and the replacement proceeds as before, with one log line; the
 //! connections it held (read from `/proc`, which needs no ptrace attach) are counted
@@ -116,6 +118,9 @@ pub(crate) enum Outcome {
     /// The kernel refused; the tree runs again and is stopped as before. `held`: the
     /// connections it had accepted, which close with it (counted `not_taken`).
     Refused { error: String, held: u64 },
+    /// A thread of the tree did not stop within [`STOP_WAIT`]; the tree runs again and is
+    /// stopped as before, its `held` connections closing with it (counted `not_taken`).
+    NotStopped { held: u64 },
 }
 
 /// The sockets taken from a stopped worker.
@@ -134,7 +139,7 @@ pub(crate) async fn rescue(root: u32, listen: SocketAddr, metrics: &Arc<AppMetri
     let taken = match tokio::task::spawn_blocking(move || take(root, listen)).await {
         Ok(Ok(t)) => t,
         Ok(Err(o)) => {
-            if let Outcome::Refused { held, .. } = &o {
+            if let Outcome::Refused { held, .. } | Outcome::NotStopped { held } = &o {
                 count(metrics, AtReplacement::NotTaken, *held);
             }
             return o;
@@ -290,6 +295,13 @@ fn take(root: u32, listen: SocketAddr) -> Result<Taken, Outcome> {
     };
     let pids = scalpel_procstat::tree_pids(root).map_err(|_| Outcome::Gone)?;
     freeze(root, &pids, Signal::SIGSTOP);
+    if !all_stopped(&pids, STOP_WAIT) {
+        // A thread still running (or in uninterruptible sleep) could read from a socket
+        // after it was classified as untouched: no rescue, the connections close with it.
+        let held = held_by(&pids, listen.port());
+        freeze(root, &pids, Signal::SIGCONT);
+        return Err(Outcome::NotStopped { held });
+    }
     let taken = take_stopped(&root_fd, root, &pids, listen).map_err(|error| Outcome::Refused {
         error,
         // Counted while the tree is still stopped: the figure is what closes with it.
@@ -311,6 +323,29 @@ fn held_by(pids: &[u32], port: u16) -> u64 {
         }
     }
     inodes.len() as u64
+}
+
+/// How long the tree may take to stop after SIGSTOP: a running thread stops at its next
+/// entry into the kernel (microseconds); one in uninterruptible sleep only when it wakes.
+pub(crate) const STOP_WAIT: Duration = Duration::from_millis(500);
+
+/// Waits until every thread of `pids` has stopped (or gone): SIGSTOP takes effect when
+/// each thread next enters the kernel, not when `kill` returns, and until then a thread
+/// on the other core may still read from the sockets about to be classified.
+fn all_stopped(pids: &[u32], limit: Duration) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if pids
+            .iter()
+            .all(|&p| scalpel_procstat::all_threads_stopped(p) != Some(false))
+        {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 /// Sends `sig` to the worker's process group and every process of its tree (some may

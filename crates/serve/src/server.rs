@@ -1488,7 +1488,7 @@ fn metrics_text(shared: &Shared) -> String {
          request, or part of it: answered 504, not resent), read_after_answer (it had \
          answered on it, then read a next request: answered 504, not resent), in_use (it \
          had answered on it: closed with it), over_limit, not_taken (the kernel refused \
-         pidfd_getfd: closed with it).",
+         pidfd_getfd, or its threads did not stop: closed with it).",
     );
     for app in &table.apps {
         for (i, r) in crate::metrics::AtReplacement::ALL.iter().enumerate() {

@@ -842,6 +842,26 @@ impl SlotCtx {
                 self.eject(p, why);
                 grace
             }
+            crate::rescue::Outcome::NotStopped { held } => {
+                warn!(
+                    app = %self.cfg.name,
+                    worker = self.slot.index,
+                    pid = p.backend.pid(),
+                    connections = held,
+                    waited = ?crate::rescue::STOP_WAIT,
+                    "the stuck worker's threads did not all stop after SIGSTOP \
+                     (one in uninterruptible sleep?): its accepted connections are not taken \
+                     over and close with it"
+                );
+                self.eject(
+                    p,
+                    &format!(
+                        "{why}; its accepted connections: {held} not taken (its threads did \
+                         not stop: closed with it)"
+                    ),
+                );
+                grace
+            }
             crate::rescue::Outcome::Refused { error, held } => {
                 warn!(
                     app = %self.cfg.name,
