@@ -333,9 +333,9 @@ pub fn process_alive(pid: u32) -> bool {
     process_state(pid).is_some_and(|c| c != 'Z')
 }
 
-/// Stopped by a signal (SIGSTOP): state letter T.
+/// Stopped by a signal (SIGSTOP), every thread of it: the reading serve's rescue waits for.
 pub fn process_stopped(pid: u32) -> bool {
-    process_state(pid) == Some('T')
+    scalpel_procstat::all_threads_stopped(pid) == Some(true)
 }
 
 /// The state letter of `/proc/PID/stat`; `None` when the process is gone.
