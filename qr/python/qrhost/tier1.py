@@ -46,8 +46,10 @@ async def _feed(stdin, data):
         stdin.write(data)
         await stdin.drain()
         stdin.close()
-    except (BrokenPipeError, ConnectionResetError):
-        pass  # a child that died before reading: its exit status says why
+    except (OSError, RuntimeError):
+        # A child that died before reading (EPIPE; uvloop: the pipe's handle is closed):
+        # its exit status says why.
+        pass
 
 
 class CliTier:
