@@ -8,6 +8,11 @@
 //!   the host percent-decoded them). The GIL is released for the render, so other Python
 //!   threads run meanwhile (the host's thread-pool variant renders on a worker thread).
 //! * `MAX_TEXT_BYTES` — 512.
+//! * `bare_ns(text: str, calls: int) -> int` — for the per-call bench only
+//!   (`qr/python/bench/percall.py`): `calls` renders of `text` in a Rust loop, no Python in
+//!   between, the GIL released; the wall nanoseconds they took. It is the bare function,
+//!   timed in the same process as the binding, so the binding's overhead is a difference
+//!   of two figures taken side by side.
 //!
 //! Failures raise `ValueError` whose message is the wire code of every tier: `empty`,
 //! `too_long`, `invalid_utf8` (bytes only) or `encode: …`; another type is a `TypeError`.
@@ -52,9 +57,22 @@ fn png<'py>(py: Python<'py>, text: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Py
     Ok(PyBytes::new(py, &rendered.map_err(value_error)?))
 }
 
+/// `calls` bare renders of `text`, timed in Rust (the per-call bench's reference).
+#[pyfunction]
+fn bare_ns(py: Python<'_>, text: &str, calls: u64) -> PyResult<u64> {
+    py.detach(|| {
+        let start = std::time::Instant::now();
+        for _ in 0..calls {
+            qr_core::png(std::hint::black_box(text)).map_err(value_error)?;
+        }
+        Ok(u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX))
+    })
+}
+
 #[pymodule]
 fn qr_pyo3(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(png, m)?)?;
+    m.add_function(wrap_pyfunction!(bare_ns, m)?)?;
     m.add("MAX_TEXT_BYTES", qr_core::MAX_TEXT_BYTES)?;
     Ok(())
 }
