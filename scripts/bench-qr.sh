@@ -5,6 +5,7 @@
 #   bash scripts/bench-qr.sh            # the recorded run (~1 min Node, ~2 min Python)
 #   bash scripts/bench-qr.sh --quick    # a few seconds each (the per-call tables of the README)
 #   bash scripts/bench-qr.sh --python [--quick]  # the Python host's table only (qr/python/bench/percall.py)
+#   bash scripts/bench-qr.sh --pyo3-load  # Python tier 3 sync vs thread pool, served (~1 min)
 #   bash scripts/bench-qr.sh --napi-load  # the napi sync/async choice under HTTP load (wrk, ~2 min)
 #   bash scripts/bench-qr.sh --wasm-flags # wasm build flags (opt-level, simd128, wasm-opt), ~3 min
 #
@@ -64,6 +65,9 @@ for a in "$@"; do
     if [ "$prev" = "--json" ]; then python_args+=("$a.python.json"); else python_args+=("$a"); fi
     prev="$a"
 done
+if [ "${1:-}" = "--pyo3-load" ]; then
+    exec "$T/qr/venv/bin/python" qr/python/bench/native_mode.py "${python_args[@]:1}"
+fi
 if [ "${1:-}" = "--python" ]; then
     exec "$T/qr/venv/bin/python" qr/python/bench/percall.py "${python_args[@]:1}"
 fi
