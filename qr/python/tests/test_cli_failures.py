@@ -81,29 +81,17 @@ def test_a_hanging_cli_with_a_grandchild_is_killed_at_the_time_out(artifacts, sc
     assert h.request(s.base, "/healthz").status == 200, "the server still serves"
 
 
-def test_a_cli_exiting_non_zero_is_a_500_with_its_stderr_line(artifacts, scripts):
-    s, _ = start_fake(scripts, "exit1.sh", 10_000)
-    assert_500(h.request(s.base, h.qrcode_target("x")), "exited with 1: boom: fake failure")
-
-
-def test_a_cli_killed_by_a_signal_is_a_500(artifacts, scripts):
-    s, _ = start_fake(scripts, "killed.sh", 10_000)
-    assert_500(h.request(s.base, h.qrcode_target("x")), "killed by SIGKILL")
-
-
-def test_a_cli_exiting_0_without_a_png_is_a_500(artifacts, scripts):
-    s, _ = start_fake(scripts, "garbage.sh", 10_000)
-    assert_500(h.request(s.base, h.qrcode_target("x")), "did not write a PNG")
-
-
-def test_a_cli_writing_more_than_4_mib_is_a_500(artifacts, scripts):
-    s, _ = start_fake(scripts, "huge.sh", 10_000)
-    assert_500(h.request(s.base, h.qrcode_target("x")), "wrote more than 4194304 bytes")
-
-
-def test_a_missing_cli_is_a_500_not_a_crash(artifacts, scripts):
-    s, _ = start_fake(scripts, "no-such-cli", 10_000)
-    assert_500(h.request(s.base, h.qrcode_target("x")), "cannot run qr-cli")
+@pytest.mark.parametrize("script,fragment", [
+    ("exit1.sh", "exited with 1: boom: fake failure"),
+    ("killed.sh", "killed by SIGKILL"),
+    ("garbage.sh", "did not write a PNG"),
+    ("huge.sh", "wrote more than 4194304 bytes"),
+    ("no-such-cli", "cannot run qr-cli"),
+], ids=["exits non-zero: its stderr line", "killed by a signal", "exits 0 without a PNG",
+        "writes more than 4 MiB", "missing executable"])
+def test_a_misbehaving_cli_is_a_json_500_and_the_server_goes_on(artifacts, scripts, script, fragment):
+    s, _ = start_fake(scripts, script, 10_000)
+    assert_500(h.request(s.base, h.qrcode_target("x")), fragment)
     assert h.request(s.base, "/healthz").status == 200
 
 

@@ -63,6 +63,20 @@ def test_a_request_head_over_16_kib_is_431_and_the_server_goes_on(servers):
     assert h.request(s.base, "/healthz").status == 200
 
 
+def test_a_connection_that_sends_no_request_head_is_closed_at_the_head_time_out(artifacts):
+    import socket
+
+    s = h.start("3", env={"QR_HEAD_TIMEOUT_MS": "300"})
+    try:
+        idle = socket.create_connection(("127.0.0.1", s.port), timeout=20)
+        idle.sendall(b"GET /qrcode?text=a HTTP/1.1\r\nHost: t\r\n")  # a head that never ends
+        assert idle.recv(1) == b"", "the server closed the connection"
+        idle.close()
+        assert h.request(s.base, "/healthz").status == 200
+    finally:
+        s.stop()
+
+
 @pytest.mark.parametrize("tier", TIERS)
 def test_exits_0_on_sigterm(servers, tier):
     s = servers.pop(tier)
