@@ -1,6 +1,8 @@
 """Story 2, served: every tier of the QR ladder answering GET /qrcode over HTTP, one core,
 the same texts and schedule for all; closed model at the article's 100 connections (all
 tiers in one `scalpel load` run, alternating), then an open-model ramp per tier to the SLO.
+The Node host's tiers and the Python host's (ladder_python.py) run in the same runs; each
+host has its own table.
 """
 
 import hashlib
