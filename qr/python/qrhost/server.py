@@ -105,7 +105,9 @@ def main(argv=None):
         tier.close()
         return 1
 
+    # Everything the server needs is imported before the listening line is printed.
     import uvicorn
+    import uvloop  # noqa: F401 - the event loop uvicorn is told to use below
 
     from .app import make_app
     from .protocol import LimitedHttpToolsProtocol
