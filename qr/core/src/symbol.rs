@@ -16,7 +16,8 @@ use crate::QrError;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Modules {
     size: usize,
-    dark: Vec<bool>,
+    /// Bit `x` of `rows[y]` is the module at column `x`, row `y` (1 = dark).
+    rows: Vec<u128>,
     version: u8,
     mask: u8,
 }
@@ -39,7 +40,23 @@ impl Modules {
 
     /// Whether the module at column `x`, row `y` is dark. Out-of-range is light.
     pub fn is_dark(&self, x: usize, y: usize) -> bool {
-        x < self.size && y < self.size && self.dark[y * self.size + x]
+        x < self.size && y < self.size && self.rows[y] >> x & 1 == 1
+    }
+
+    /// Row `y` as bits: bit `x` is the module at column `x` (1 = dark).
+    pub(crate) fn row(&self, y: usize) -> u128 {
+        self.rows[y]
+    }
+
+    /// Any square of modules, for the render's tests (not a valid symbol).
+    #[cfg(test)]
+    pub(crate) fn from_rows(rows: Vec<u128>) -> Modules {
+        Modules {
+            size: rows.len(),
+            rows,
+            version: 0,
+            mask: 0,
+        }
     }
 }
 
@@ -89,13 +106,10 @@ pub(crate) fn encode(text: &str) -> Result<Modules, QrError> {
     let mut chosen = candidate;
     chosen.assign_masked(&unmasked, mask, &data);
     format_bits(size, mask, |x, y, v| chosen.set(x, y, v));
-    let mut dark = Vec::with_capacity(size * size);
-    for y in 0..size {
-        dark.extend((0..size).map(|x| chosen.get(x, y)));
-    }
+    chosen.rows.truncate(size);
     Ok(Modules {
         size,
-        dark,
+        rows: chosen.rows,
         version,
         mask,
     })
@@ -168,10 +182,6 @@ impl Bits {
             self.rows[y] &= !(1 << x);
             self.cols[x] &= !(1 << y);
         }
-    }
-
-    fn get(&self, x: usize, y: usize) -> bool {
-        self.rows[y] >> x & 1 == 1
     }
 
     /// npm qrcode's mask penalty (`lib/core/mask-pattern.js`, N1 + N2 + N3 + N4) on bit
@@ -495,7 +505,10 @@ mod tests {
                 .map(|i| char::from(b'a' + (i % 26) as u8))
                 .collect();
             let m = encode(&text).unwrap();
-            assert_eq!(m.dark, qrcodegen_with_mask(&text, m.mask), "len {len}");
+            let dark: Vec<bool> = (0..m.size * m.size)
+                .map(|i| m.is_dark(i % m.size, i / m.size))
+                .collect();
+            assert_eq!(dark, qrcodegen_with_mask(&text, m.mask), "len {len}");
         }
     }
 

@@ -83,11 +83,17 @@ fn corpus() -> Vec<(String, String)> {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let printable: Vec<char> = (b' '..=b'~').map(char::from).collect();
     for len in 1..=512 {
-        add(format!("ascii-{len}"), random_text(&mut rng, &printable, len));
+        add(
+            format!("ascii-{len}"),
+            random_text(&mut rng, &printable, len),
+        );
     }
 
     let digits: Vec<char> = ('0'..='9').collect();
-    let upper: Vec<char> = ('A'..='Z').chain('0'..='9').chain(" $%*+-./:".chars()).collect();
+    let upper: Vec<char> = ('A'..='Z')
+        .chain('0'..='9')
+        .chain(" $%*+-./:".chars())
+        .collect();
     let control: Vec<char> = (0u8..0x20).chain([0x7f]).map(char::from).collect();
     let two_byte: Vec<char> = "ąćęłńóśźżßéèüöäçñøåÆΩπЖж".chars().collect();
     let three_byte: Vec<char> = "日本語のテキスト€—·™✓中文한국어".chars().collect();
@@ -164,10 +170,17 @@ fn png_bytes_equal_the_golden_corpus() {
     if std::env::var_os("QR_GOLDEN_WRITE").is_some() {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/golden_png.txt");
         std::fs::write(path, got.join("\n") + "\n").unwrap();
-        panic!("wrote {} cases to {path}; unset QR_GOLDEN_WRITE to check", got.len());
+        panic!(
+            "wrote {} cases to {path}; unset QR_GOLDEN_WRITE to check",
+            got.len()
+        );
     }
     let want: Vec<&str> = GOLDEN.lines().collect();
-    assert_eq!(want.len(), cases.len(), "the corpus and the golden file differ in size");
+    assert_eq!(
+        want.len(),
+        cases.len(),
+        "the corpus and the golden file differ in size"
+    );
     let differing: Vec<(&str, &String)> = want
         .iter()
         .zip(&got)
@@ -184,5 +197,9 @@ fn png_bytes_equal_the_golden_corpus() {
     // The corpus is what it claims to be: hundreds of PNGs and the refusals.
     let refused = want.iter().filter(|l| l.starts_with("err:")).count();
     assert_eq!(refused, 5);
-    assert!(cases.len() - refused > 700, "{} PNG cases", cases.len() - refused);
+    assert!(
+        cases.len() - refused > 700,
+        "{} PNG cases",
+        cases.len() - refused
+    );
 }
