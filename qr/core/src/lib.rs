@@ -51,6 +51,7 @@
 //! assert!(matches!(qr_core::png(""), Err(qr_core::QrError::Empty)));
 //! ```
 
+mod codewords;
 mod deflate;
 mod render;
 mod symbol;
