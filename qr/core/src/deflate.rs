@@ -191,60 +191,59 @@ fn run(sink: &mut impl Sink, run: u32) {
     sink.put(bits, n);
 }
 
-/// Literals for every byte of `bytes` (at most 8), four to a put (at most 48 bits).
+/// Literals for the low `count` (1..=8) bytes of `word`, first byte lowest, four to a put
+/// (at most 48 bits).
 #[inline(always)]
-fn literals(sink: &mut impl Sink, bytes: &[u8]) {
-    debug_assert!(bytes.len() <= 8);
-    let (head, tail) = bytes.split_at(bytes.len().min(4));
-    for group in [head, tail] {
-        if group.is_empty() {
-            continue;
-        }
+fn literals(sink: &mut impl Sink, mut word: u64, count: u32) {
+    debug_assert!((1..=8).contains(&count));
+    let mut left = count;
+    while left > 0 {
+        let group = left.min(4);
         let (mut bits, mut n) = (0u64, 0u32);
-        for &b in group {
-            let (code, len) = literal(b);
+        for _ in 0..group {
+            let (code, len) = literal(word as u8);
             bits |= code << n;
             n += len;
+            word >>= 8;
         }
         sink.put(bits, n);
+        left -= group;
     }
 }
 
 /// fdeflate's `write_data` for one call: `data` is one filtered row, filter byte first.
+///
+/// Per 8-byte chunk (a little-endian word): all zeros extend the pending run; otherwise a
+/// pending run ends, taking the chunk's leading zero bytes with it, the bytes up to the
+/// chunk's trailing zeros are literals (its leading zeros too, when no run was pending),
+/// and the trailing zeros start the next run. The last `len % 8` bytes are literals.
 pub(crate) fn row(sink: &mut impl Sink, data: &[u8]) {
     let mut zeros = 0u32;
     let mut chunks = data.chunks_exact(8);
     for chunk in &mut chunks {
-        let chunk: &[u8; 8] = chunk.try_into().expect("chunks of 8");
-        let word = u64::from_le_bytes(*chunk);
+        let word = u64::from_le_bytes(chunk.try_into().expect("chunks of 8"));
         if word == 0 {
             zeros += 8;
             continue;
         }
-        if zeros > 0 {
-            // The run goes on into this chunk's leading zero bytes, then ends.
-            let lead = word.trailing_zeros() / 8;
-            run(sink, zeros + lead);
-            zeros = 0;
-            if lead > 0 {
-                let tail = word.leading_zeros() / 8;
-                literals(sink, &chunk[lead as usize..8 - tail as usize]);
-                zeros = tail;
-                continue;
-            }
-        }
         let tail = word.leading_zeros() / 8;
-        if tail > 0 {
-            literals(sink, &chunk[..8 - tail as usize]);
-            zeros = tail;
-            continue;
+        let mut start = 0;
+        if zeros > 0 {
+            start = word.trailing_zeros() / 8;
+            run(sink, zeros + start);
         }
-        literals(sink, chunk);
+        literals(sink, word >> (8 * start), 8 - tail - start);
+        zeros = tail;
     }
     if zeros > 0 {
         run(sink, zeros);
     }
-    literals(sink, chunks.remainder());
+    let rest = chunks.remainder();
+    if !rest.is_empty() {
+        let mut word = [0u8; 8];
+        word[..rest.len()].copy_from_slice(rest);
+        literals(sink, u64::from_le_bytes(word), rest.len() as u32);
+    }
 }
 
 impl<'a> BitWriter<'a> {

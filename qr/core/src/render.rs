@@ -16,10 +16,8 @@
 //!   row and the row above as bits ([`costs`]), and the chosen filter's bytes are written
 //!   four at a time from a table of what each filter makes of a module ([`MODULE_BYTES`]).
 //! * **No image buffer**, no copies: the stream is written straight into the PNG, the
-//!   chunk's length patched in afterwards; CRC-32 by `crc32fast`, Adler-32 by
-//!   `simd-adler32` (the crates the png crate and fdeflate use).
-
-use simd_adler32::Adler32;
+//!   chunk's length patched in afterwards; CRC-32 by `crc32fast` (the png crate's), the
+//!   zlib stream's Adler-32 from the sums of what each row was written with ([`Adler`]).
 
 use crate::deflate::{self, BitWriter, Recorded};
 use crate::{MARGIN_MODULES, Modules, PIXELS_PER_MODULE, QrError};
@@ -173,33 +171,74 @@ fn choose(costs: [u32; 4]) -> usize {
     best.1
 }
 
-/// Writes the filtered first pixel row of `cur` (filter type byte first) into `row`.
-fn filter_row(row: &mut [u8], filter: usize, cur: Line, prev: Line) {
-    row[0] = FILTERS[filter] as u8;
-    row[1..].fill(0);
-    let table = &MODULE_BYTES[filter];
-    // A module equal to its left, upper and upper-left neighbours is four zeros under every
-    // filter: only the others are looked up.
-    let mut busy = (cur.line ^ cur.left) | (cur.line ^ prev.line) | (cur.line ^ prev.left);
-    while busy != 0 {
-        let j = busy.trailing_zeros() as usize;
-        busy &= busy - 1;
-        let bit = |line: u128| (line >> j) as usize & 1;
-        let index = bit(cur.line) << 3 | bit(cur.left) << 2 | bit(prev.line) << 1 | bit(prev.left);
-        let at = 1 + j * PIXELS_PER_MODULE;
-        row[at..at + PIXELS_PER_MODULE].copy_from_slice(&table[index].to_le_bytes());
+/// Adler-32 arithmetic (RFC 1950) over rows of `len` bytes, each row given as its byte sum
+/// and position-weighted sum, so a row's checksum comes from what was written into it.
+#[derive(Debug, Clone, Copy)]
+struct Adler {
+    a: u64,
+    b: u64,
+}
+
+const ADLER_MOD: u64 = 65_521;
+
+impl Adler {
+    /// After a row of `len` bytes whose sum is `sum` and whose `Σ (len - i) · byte[i]` is
+    /// `weighted`: `a += sum`, `b += len · a + weighted`.
+    fn row(&mut self, len: usize, sum: u64, weighted: u64) {
+        self.b = (self.b + len as u64 * self.a + weighted) % ADLER_MOD;
+        self.a = (self.a + sum) % ADLER_MOD;
+    }
+
+    /// After `count` rows of `len` bytes that are the filter byte 2 and zeros.
+    fn zero_rows(&mut self, len: usize, count: usize) {
+        for _ in 0..count {
+            self.row(len, 2, 2 * len as u64);
+        }
+    }
+
+    fn value(self) -> u32 {
+        (self.b << 16 | self.a) as u32
     }
 }
 
-/// Adler-32 after `count` rows of `len` bytes that are the filter byte 2 and zeros.
-fn adler_zero_rows(adler: u32, len: usize, count: usize) -> u32 {
-    const MOD: u64 = 65_521;
-    let (mut a, mut b) = (u64::from(adler & 0xffff), u64::from(adler >> 16));
-    for _ in 0..count {
-        a = (a + 2) % MOD;
-        b = (b + len as u64 * a) % MOD;
+/// Writes the filtered first pixel row of `cur` (filter type byte first) into `row` and
+/// returns its byte sum and weighted sum for [`Adler::row`].
+fn filter_row(row: &mut [u8], filter: usize, cur: Line, prev: Line) -> (u64, u64) {
+    let len = row.len() as u64;
+    let kind = FILTERS[filter] as u8;
+    row[0] = kind;
+    row[1..].fill(0);
+    let (mut sum, mut weighted) = (u64::from(kind), len * u64::from(kind));
+    let width = (row.len() - 1) / PIXELS_PER_MODULE;
+    let valid = line_mask(width);
+    let pick = |line: u128, dark: bool| if dark { line } else { !line };
+    // Modules by neighbourhood: one mask per table entry. A module equal to its left, upper
+    // and upper-left neighbours (entries 0 and 15) is four zeros under every filter.
+    for (index, &bytes) in MODULE_BYTES[filter].iter().enumerate().take(15).skip(1) {
+        if bytes == 0 {
+            continue;
+        }
+        let mut modules = valid
+            & pick(cur.line, index & 8 != 0)
+            & pick(cur.left, index & 4 != 0)
+            & pick(prev.line, index & 2 != 0)
+            & pick(prev.left, index & 1 != 0);
+        let (mut count, mut positions) = (0u64, 0u64);
+        while modules != 0 {
+            let j = modules.trailing_zeros() as usize;
+            modules &= modules - 1;
+            let at = 1 + j * PIXELS_PER_MODULE;
+            row[at..at + PIXELS_PER_MODULE].copy_from_slice(&bytes.to_le_bytes());
+            count += 1;
+            positions += j as u64;
+        }
+        // Bytes [first, rest, rest, rest] at 1 + 4j: weights len - 1 - 4j, then -1, -2, -3.
+        let (first, rest) = (u64::from(bytes & 0xff), u64::from(bytes >> 8 & 0xff));
+        sum += count * (first + 3 * rest);
+        weighted += count * ((len - 1) * first + (3 * len - 9) * rest)
+            - positions * (4 * first + 12 * rest);
     }
-    (b << 16 | a) as u32
+    (sum, weighted)
 }
 
 /// The image's zlib stream (every pixel row filtered and deflated) appended to `out`.
@@ -212,7 +251,7 @@ fn write_image(out: &mut Vec<u8>, m: &Modules, width: usize) {
     deflate::row(&mut same, row);
 
     let mut w = BitWriter::start(out);
-    let mut adler = 1u32;
+    let mut adler = Adler { a: 1, b: 0 };
     // The png crate filters the first row against a row of zeros: all dark.
     let mut prev = Line::new(line_mask(width), width);
     let mut pending = 0; // rows equal to the one above, not yet written
@@ -225,14 +264,12 @@ fn write_image(out: &mut Vec<u8>, m: &Modules, width: usize) {
             for _ in 0..pending {
                 same.replay(&mut w);
             }
-            adler = adler_zero_rows(adler, row_len, pending);
+            adler.zero_rows(row_len, pending);
             pending = 0;
             let filter = choose(costs(cur, prev));
-            filter_row(row, filter, cur, prev);
+            let (sum, weighted) = filter_row(row, filter, cur, prev);
             deflate::row(&mut w, row);
-            let mut hash = Adler32::from_checksum(adler);
-            hash.write(row);
-            adler = hash.finish();
+            adler.row(row_len, sum, weighted);
         } else {
             pending += 1;
         }
@@ -242,7 +279,8 @@ fn write_image(out: &mut Vec<u8>, m: &Modules, width: usize) {
     for _ in 0..pending {
         same.replay(&mut w);
     }
-    w.finish(adler_zero_rows(adler, row_len, pending));
+    adler.zero_rows(row_len, pending);
+    w.finish(adler.value());
 }
 
 /// Appends a chunk whose data `data` appends; writes its length and CRC around it.
@@ -382,7 +420,7 @@ mod tests {
             let mut want = [0u32; 4];
             let mut row = [0u8; MAX_ROW_BYTES];
             for (f, cost) in want.iter_mut().enumerate() {
-                filter_row(&mut row[..1 + width * PIXELS_PER_MODULE], f, cur, prev);
+                let _ = filter_row(&mut row[..1 + width * PIXELS_PER_MODULE], f, cur, prev);
                 let pixels = &row[1..1 + width * PIXELS_PER_MODULE];
                 *cost = pixels
                     .iter()
@@ -393,19 +431,37 @@ mod tests {
         }
     }
 
+    /// The sums `filter_row` returns and the zero rows' closed form make the Adler-32 of
+    /// the bytes, as `simd-adler32` (fdeflate's) computes it.
     #[test]
-    fn zero_rows_advance_adler_as_the_bytes_do() {
-        for (len, count) in [(1usize, 1usize), (9, 3), (149, 15), (509, 40)] {
+    fn adler_from_row_sums_equals_adler_of_the_bytes() {
+        let mut rng = Rng(0x1405_7b7e_f767_814f);
+        for _ in 0..500 {
+            let width = 1 + (rng.next() % MAX_WIDTH as u64) as usize;
+            let len = 1 + width * PIXELS_PER_MODULE;
             let mut row = vec![0u8; len];
-            row[0] = 2;
-            let mut hash = Adler32::from_checksum(0x1234_5678 % 65_521);
-            for _ in 0..count {
-                hash.write(&row);
+            let mut ours = Adler {
+                a: rng.next() % ADLER_MOD,
+                b: rng.next() % ADLER_MOD,
+            };
+            let mut theirs = simd_adler32::Adler32::from_checksum(ours.value());
+            for _ in 0..3 {
+                let (d1, d2) = (rng.next() % 9, rng.next() % 9);
+                let cur = Line::new(rng.line(width, d1), width);
+                let prev = Line::new(rng.line(width, d2), width);
+                let filter = (rng.next() % 4) as usize;
+                let (sum, weighted) = filter_row(&mut row, filter, cur, prev);
+                ours.row(len, sum, weighted);
+                theirs.write(&row);
+                let zeros = (rng.next() % 16) as usize;
+                ours.zero_rows(len, zeros);
+                let mut zero = vec![0u8; len];
+                zero[0] = 2;
+                for _ in 0..zeros {
+                    theirs.write(&zero);
+                }
+                assert_eq!(ours.value(), theirs.finish(), "width {width}");
             }
-            assert_eq!(
-                adler_zero_rows(0x1234_5678 % 65_521, len, count),
-                hash.finish()
-            );
         }
     }
 

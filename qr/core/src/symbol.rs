@@ -760,9 +760,9 @@ mod tests {
                     (u128::from(seed) << 64 | u128::from(seed.rotate_left(29))) & line_mask(size);
             }
             let t = transpose(&rows, size);
-            for y in 0..size {
-                for x in 0..size {
-                    assert_eq!(t[x] >> y & 1, rows[y] >> x & 1, "size {size} ({x},{y})");
+            for (y, row) in rows.iter().enumerate().take(size) {
+                for (x, col) in t.iter().enumerate().take(size) {
+                    assert_eq!(col >> y & 1, row >> x & 1, "size {size} ({x},{y})");
                 }
             }
             assert!(t[size..].iter().all(|&l| l == 0));
