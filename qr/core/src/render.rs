@@ -20,6 +20,7 @@
 //!   zlib stream's Adler-32 from the sums of what each row was written with ([`Adler`]).
 
 use crate::deflate::{self, BitWriter, Recorded};
+use crate::symbol::line_mask;
 use crate::{MARGIN_MODULES, Modules, PIXELS_PER_MODULE, QrError};
 
 /// Side of the image in pixels for a symbol of `modules` modules.
@@ -101,15 +102,6 @@ const fn module_bytes() -> [[u32; 16]; 4] {
         f += 1;
     }
     table
-}
-
-/// The low `n` bits set.
-fn line_mask(n: usize) -> u128 {
-    if n >= 128 {
-        u128::MAX
-    } else {
-        (1u128 << n) - 1
-    }
 }
 
 /// One line of modules as the filters see it: bit `j` of `line` is module `j` (1 = dark),

@@ -467,7 +467,7 @@ const fn mask_lines() -> [([u128; 12], [u128; 12]); 8] {
 }
 
 /// The low `n` bits set.
-fn line_mask(n: usize) -> u128 {
+pub(crate) fn line_mask(n: usize) -> u128 {
     if n >= 128 {
         u128::MAX
     } else {
