@@ -144,7 +144,8 @@ pub fn modules(text: &str) -> Result<Modules, QrError> {
 /// [`QrError::Empty`] for `""`, [`QrError::TooLong`] above [`MAX_TEXT_BYTES`] UTF-8
 /// bytes, [`QrError::Encode`] if encoding fails.
 pub fn png(text: &str) -> Result<Vec<u8>, QrError> {
-    render::encode_png(&modules(text)?)
+    check(text)?;
+    render::encode_png(symbol::symbol(text)?.rows())
 }
 
 /// Side of the PNG in pixels for a symbol `modules` modules wide.

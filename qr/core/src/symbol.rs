@@ -43,9 +43,10 @@ impl Modules {
         x < self.size && y < self.size && self.rows[y] >> x & 1 == 1
     }
 
-    /// Row `y` as bits: bit `x` is the module at column `x` (1 = dark).
-    pub(crate) fn row(&self, y: usize) -> u128 {
-        self.rows[y]
+    /// The rows as bits: bit `x` of row `y` is the module at column `x` (1 = dark).
+    #[cfg(test)]
+    pub(crate) fn rows(&self) -> &[u128] {
+        &self.rows
     }
 
     /// Any square of modules, for the render's tests (not a valid symbol).
@@ -60,7 +61,33 @@ impl Modules {
     }
 }
 
+/// The chosen symbol in a fixed array: what the render reads, with no allocation.
+#[derive(Debug)]
+pub(crate) struct Symbol {
+    rows: [u128; MAX_BITS],
+    size: usize,
+    version: u8,
+    mask: u8,
+}
+
+impl Symbol {
+    /// Row `y` as bits: bit `x` is the module at column `x` (1 = dark).
+    pub(crate) fn rows(&self) -> &[u128] {
+        &self.rows[..self.size]
+    }
+}
+
 pub(crate) fn encode(text: &str) -> Result<Modules, QrError> {
+    let s = symbol(text)?;
+    Ok(Modules {
+        size: s.size,
+        rows: s.rows().to_vec(),
+        version: s.version,
+        mask: s.mask,
+    })
+}
+
+pub(crate) fn symbol(text: &str) -> Result<Symbol, QrError> {
     let version = codewords::version_for(text.len())?;
     let size = 4 * usize::from(version) + 17;
     // 512 bytes need version 18 (89 modules); a line of up to 128 modules is one u128.
@@ -86,9 +113,9 @@ pub(crate) fn encode(text: &str) -> Result<Modules, QrError> {
     let (_, mask) = best.expect("eight masks scored");
     candidate.assign_masked(&unmasked, mask, &data);
     format_bits(size, mask, |x, y, v| candidate.set(x, y, v));
-    Ok(Modules {
+    Ok(Symbol {
+        rows: candidate.rows,
         size,
-        rows: candidate.rows[..size].to_vec(),
         version,
         mask,
     })
