@@ -50,8 +50,8 @@
 //!   come from one filter choice per module row on bit lines, the three repeated pixel
 //!   rows appended as recorded bits, and fdeflate's compressor reproduced bit for bit
 //!   (`render.rs`, `deflate.rs`; the png crate and fdeflate are the tests' oracles, and a
-//!   golden corpus of 834 texts pins today's bytes). With the encoder above: 2.8–3.6x
-//!   faster per call than the png crate path on the ladder's texts (`docs/qr.md`).
+//!   golden corpus of 834 texts pins today's bytes). With the encoder above: 2.6–4.2x
+//!   faster per call than main's png crate path on the ladder's texts, three runs (`docs/qr.md`).
 //!
 //! # Example
 //!
