@@ -1,10 +1,10 @@
-//! The HTTP side: accept loop, limits, graceful shutdown, and the tail thread. Every
-//! connection's request heads pass the SPEC's checks (head.rs) before hyper reads them.
+//! The HTTP side: accept loop, limits, graceful shutdown, and the tail (a thread over
+//! SQLite, a task over the PostgreSQL pool). Every connection's request heads pass the
+//! SPEC's checks (head.rs) before hyper reads them.
 
 use std::cell::RefCell;
 use std::io::Write;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -18,22 +18,26 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use payments_core::{ReadModel, Scratch, Tailer};
+use payments_core::{Db, PgTailer, ReadModel, Scratch, Tailer};
 
 use crate::head::Checked;
+use crate::metrics::{self, Pool};
 use tokio::net::TcpListener;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{Semaphore, watch};
 
 /// How often the tail thread looks for new ledger rows (SPEC: 100 ms).
 const TAIL_EVERY: Duration = Duration::from_millis(100);
+/// Longest one PostgreSQL tail poll may take before it is given up (and retried).
+const TAIL_TIME_LIMIT: Duration = Duration::from_secs(10);
 /// How long shutdown waits for in-flight requests.
 const DRAIN_FOR: Duration = Duration::from_secs(10);
 
 /// What `serve` needs.
 #[derive(Debug)]
 pub(crate) struct Config {
-    pub(crate) db: PathBuf,
+    pub(crate) db: Db,
+    pub(crate) db_pool: usize,
     pub(crate) addr: SocketAddr,
     pub(crate) max_connections: u32,
     pub(crate) header_timeout: Duration,
@@ -46,7 +50,15 @@ thread_local! {
 
 /// Answers inline on the runtime thread: a whole request costs ~37 µs of CPU on average
 /// under load (docs/payments.md), about what a `spawn_blocking` hop would add.
-fn handle(model: &ReadModel, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+fn handle(model: &ReadModel, pool: &Pool, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+    if req.uri().path() == "/metrics" && req.method() == hyper::Method::GET {
+        let mut response = Response::new(Full::new(Bytes::from(metrics::render(pool, model))));
+        response.headers_mut().insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4"),
+        );
+        return response;
+    }
     let snapshot = model.snapshot();
     let (status, body) = SCRATCH.with_borrow_mut(|scratch| {
         let reply = payments_core::respond(
@@ -71,12 +83,8 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     // exit 0, not a kill by the default action. The abandoned load only reads.
     let mut sigterm = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
     let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
-    let db = config.db.clone();
-    let loading = tokio::task::spawn_blocking(move || payments_core::open(&db));
-    let (model, tailer) = tokio::select! {
-        loaded = loading => loaded
-            .context("loading the ledger")?
-            .with_context(|| format!("loading {}", config.db.display()))?,
+    let (model, follow) = tokio::select! {
+        loaded = load(&config) => loaded.with_context(|| format!("loading {}", config.db))?,
         _ = sigterm.recv() => {
             stopped_while_loading();
             return Ok(());
@@ -92,7 +100,27 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     let local = listener.local_addr().context("reading the bound address")?;
 
     let stop_tail = Arc::new(AtomicBool::new(false));
-    let tail_thread = spawn_tail(tailer, Arc::clone(&model), Arc::clone(&stop_tail))?;
+    let (tail, pool) = match follow {
+        Follow::Sqlite(tailer) => {
+            let busy = Arc::new(AtomicBool::new(false));
+            let thread = spawn_tail(
+                tailer,
+                Arc::clone(&model),
+                Arc::clone(&stop_tail),
+                Arc::clone(&busy),
+            )?;
+            (TailHandle::Thread(thread), Pool::Sqlite(busy))
+        }
+        Follow::Postgres(tailer, pool) => {
+            let task = tokio::spawn(tail_pg(
+                tailer,
+                pool.clone(),
+                Arc::clone(&model),
+                Arc::clone(&stop_tail),
+            ));
+            (TailHandle::Task(task), Pool::Postgres(pool))
+        }
+    };
 
     {
         let snapshot = model.snapshot();
@@ -141,11 +169,12 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         };
         let _ = stream.set_nodelay(true);
         let model = Arc::clone(&model);
+        let pool = pool.clone();
         let mut shutdown = shutdown_rx.clone();
         let conn = builder.serve_connection(
             TokioIo::new(Checked::new(stream)),
             service_fn(move |req| {
-                let response = handle(&model, &req);
+                let response = handle(&model, &pool, &req);
                 async move { Ok::<_, std::convert::Infallible>(response) }
             }),
         );
@@ -175,8 +204,90 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         tracing::warn!("some connections did not finish within {DRAIN_FOR:?}");
     }
     stop_tail.store(true, Ordering::Relaxed);
-    let _ = tokio::task::spawn_blocking(move || tail_thread.join()).await;
+    match tail {
+        TailHandle::Thread(thread) => {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
+        TailHandle::Task(task) => {
+            let _ = task.await;
+        }
+    }
     Ok(())
+}
+
+/// What keeps the read model current after loading.
+enum Follow {
+    Sqlite(Tailer),
+    Postgres(PgTailer, deadpool_postgres::Pool),
+}
+
+enum TailHandle {
+    Thread(std::thread::JoinHandle<()>),
+    Task(tokio::task::JoinHandle<()>),
+}
+
+/// Loads the ledger: an SQLite file on a blocking thread (rusqlite blocks), a PostgreSQL
+/// database over a pooled connection.
+async fn load(config: &Config) -> anyhow::Result<(Arc<ReadModel>, Follow)> {
+    match &config.db {
+        Db::Sqlite(path) => {
+            let path = path.clone();
+            let (model, tailer) = tokio::task::spawn_blocking(move || payments_core::open(&path))
+                .await
+                .context("loading the ledger")??;
+            Ok((model, Follow::Sqlite(tailer)))
+        }
+        Db::Postgres(pg) => {
+            let manager = deadpool_postgres::Manager::from_config(
+                pg.config().clone(),
+                deadpool_postgres::tokio_postgres::NoTls,
+                deadpool_postgres::ManagerConfig {
+                    // A connection the server dropped is noticed (is_closed) and replaced.
+                    recycling_method: deadpool_postgres::RecyclingMethod::Fast,
+                },
+            );
+            let pool = deadpool_postgres::Pool::builder(manager)
+                .max_size(config.db_pool)
+                .runtime(deadpool_postgres::Runtime::Tokio1)
+                .wait_timeout(Some(Duration::from_secs(5)))
+                .create_timeout(Some(Duration::from_secs(5)))
+                .build()
+                .context("building the PostgreSQL pool")?;
+            let mut client = pool.get().await.context("connecting")?;
+            let (model, tailer) = payments_core::open_pg(&mut client, &pg.to_string()).await?;
+            drop(client);
+            Ok((model, Follow::Postgres(tailer, pool)))
+        }
+    }
+}
+
+/// The PostgreSQL tail: every TAIL_EVERY, a pooled connection reads what is new. A lost
+/// connection fails one poll (logged) and the pool opens another for the next.
+async fn tail_pg(
+    mut tailer: PgTailer,
+    pool: deadpool_postgres::Pool,
+    model: Arc<ReadModel>,
+    stop: Arc<AtomicBool>,
+) {
+    let mut every = tokio::time::interval(TAIL_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    while !stop.load(Ordering::Relaxed) {
+        every.tick().await;
+        let polled = match pool.get().await {
+            Ok(client) => tokio::time::timeout(TAIL_TIME_LIMIT, tailer.poll(&**client, &model))
+                .await
+                .unwrap_or_else(|_| Err(payments_core::Error::TimedOut("tailing the ledger"))),
+            Err(e) => {
+                tracing::warn!(error = %e, "no PostgreSQL connection for tailing; retrying");
+                continue;
+            }
+        };
+        match polled {
+            Ok(0) => {}
+            Ok(n) => tracing::debug!(rows = n, seq = tailer.seq(), "applied new rows"),
+            Err(e) => tracing::warn!(error = %e, "tailing the ledger failed; retrying"),
+        }
+    }
 }
 
 fn stopped_while_loading() {
@@ -189,13 +300,17 @@ fn spawn_tail(
     mut tailer: Tailer,
     model: Arc<ReadModel>,
     stop: Arc<AtomicBool>,
+    busy: Arc<AtomicBool>,
 ) -> anyhow::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("ledger-tail".into())
         .spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 std::thread::sleep(TAIL_EVERY);
-                match tailer.poll(&model) {
+                busy.store(true, Ordering::Relaxed);
+                let polled = tailer.poll(&model);
+                busy.store(false, Ordering::Relaxed);
+                match polled {
                     Ok(0) => {}
                     Ok(n) => tracing::debug!(rows = n, seq = tailer.seq(), "applied new rows"),
                     Err(e) => tracing::warn!(error = %e, "tailing the ledger failed; retrying"),
