@@ -53,8 +53,8 @@ pub fn schema(store: StoreKind) -> String {
 pub enum Db {
     /// An SQLite ledger file.
     Sqlite(PathBuf),
-    /// A PostgreSQL database.
-    Postgres(PgDb),
+    /// A PostgreSQL database (boxed: a client configuration is large).
+    Postgres(Box<PgDb>),
 }
 
 /// A parsed PostgreSQL URL (`postgres://user@host/db?host=/socket/dir&port=N`).
@@ -94,7 +94,7 @@ impl FromStr for Db {
             if config.get_connect_timeout().is_none() {
                 config.connect_timeout(Duration::from_secs(5));
             }
-            return Ok(Db::Postgres(PgDb { config }));
+            return Ok(Db::Postgres(Box::new(PgDb { config })));
         }
         let path = s.strip_prefix("sqlite:").unwrap_or(s);
         if path.is_empty() {
@@ -156,10 +156,10 @@ mod tests {
     #[test]
     fn a_db_is_a_path_an_sqlite_url_or_a_postgres_url() {
         assert!(
-            matches!("ledger.db".parse::<Db>().unwrap(), Db::Sqlite(p) if p == PathBuf::from("ledger.db"))
+            matches!("ledger.db".parse::<Db>().unwrap(), Db::Sqlite(p) if p == std::path::Path::new("ledger.db"))
         );
         assert!(
-            matches!("sqlite:/x/l.db".parse::<Db>().unwrap(), Db::Sqlite(p) if p == PathBuf::from("/x/l.db"))
+            matches!("sqlite:/x/l.db".parse::<Db>().unwrap(), Db::Sqlite(p) if p == std::path::Path::new("/x/l.db"))
         );
         let db: Db = "postgres://alice:secret@/ledger?host=/tmp/pg.x&port=5433"
             .parse()
