@@ -226,7 +226,7 @@ func load(ctx context.Context, cfg config, log *slog.Logger, stderr io.Writer) (
 		model, err := readmodel.Load(ctx, l, log)
 		if err != nil {
 			l.Close()
-			done <- result{err: fmt.Errorf("loading %s: %w", db, err)}
+			done <- result{err: fmt.Errorf("loading %s: %w", ledger.Redact(db), err)}
 			return
 		}
 		done <- result{l: l, model: model}

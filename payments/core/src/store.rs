@@ -106,7 +106,8 @@ impl FromStr for Db {
     }
 }
 
-/// Shown in logs and errors: the path, or `postgres://user@host/db` without a password.
+/// Shown in logs and errors: the path, or `postgres://user@host/db` (`?host=DIR` for a
+/// unix socket) without a password.
 impl fmt::Display for Db {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -119,21 +120,18 @@ impl fmt::Display for Db {
 impl fmt::Display for PgDb {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let c = &self.config;
-        let host = c
-            .get_hosts()
-            .first()
-            .map(|h| match h {
-                tokio_postgres::config::Host::Tcp(name) => name.clone(),
-                tokio_postgres::config::Host::Unix(dir) => dir.display().to_string(),
-            })
-            .unwrap_or_default();
-        write!(
-            f,
-            "postgres://{}@{}/{}",
-            c.get_user().unwrap_or(""),
-            host,
-            c.get_dbname().unwrap_or("")
-        )
+        let (host, socket) = match c.get_hosts().first() {
+            Some(tokio_postgres::config::Host::Tcp(name)) => (name.clone(), None),
+            Some(tokio_postgres::config::Host::Unix(dir)) => (String::new(), Some(dir)),
+            None => (String::new(), None),
+        };
+        let user = c.get_user().unwrap_or("");
+        let db = c.get_dbname().unwrap_or("");
+        write!(f, "postgres://{user}@{host}/{db}")?;
+        if let Some(dir) = socket {
+            write!(f, "?host={}", dir.display())?;
+        }
+        Ok(())
     }
 }
 
@@ -175,7 +173,7 @@ mod tests {
         );
         assert_eq!(pg.config().get_application_name(), Some("payments"));
         // The password never reaches a log line.
-        assert_eq!(db.to_string(), "postgres://alice@/tmp/pg.x/ledger");
+        assert_eq!(db.to_string(), "postgres://alice@/ledger?host=/tmp/pg.x");
         for bad in [
             "",
             "sqlite:",

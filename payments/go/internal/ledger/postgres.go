@@ -59,15 +59,15 @@ func openPostgres(ctx context.Context, url string, opt Options) (Store, error) {
 		return nil, err
 	}
 	s := &sqlStore{d: postgresDialect, reader: reader, writer: writer}
-	if err := s.check(ctx, redact(url)); err != nil {
+	if err := s.check(ctx, Redact(url)); err != nil {
 		s.Close()
 		return nil, err
 	}
 	return s, nil
 }
 
-// redact drops a password from a URL before it is printed.
-func redact(url string) string {
+// Redact drops a password from a PostgreSQL URL before it is printed.
+func Redact(url string) string {
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil || cfg.Password == "" {
 		return url

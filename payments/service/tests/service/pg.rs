@@ -253,9 +253,11 @@ fn on_postgres_rust_answers_like_go_and_like_sqlite_and_follows_transfers() {
         std::thread::sleep(Duration::from_millis((i as u64 * 37) % 100));
         let s = transfer(&mut gc, &format!("lag-{i}"), pair);
         let t0 = Instant::now();
-        poll_until(Duration::from_secs(30), "rust to see a transfer", || {
-            (seq(&mut rc) >= s).then_some(())
-        });
+        // Asked every millisecond (poll_until's 50 ms would round the lag up).
+        while seq(&mut rc) < s {
+            assert!(t0.elapsed() < Duration::from_secs(30), "rust never saw seq {s}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
         lags.push(t0.elapsed());
         last = s;
     }
