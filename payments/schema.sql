@@ -4,9 +4,10 @@
 -- One schema for both stores. A line ending in `-- sqlite only` or `-- postgres only` is
 -- applied to that store alone (both services and the generator drop the other store's
 -- lines before applying the file); every other line is shared. The differences are these:
--- SQLite's WAL pragma and WITHOUT ROWID tables, and the `seq` column (SQLite's
--- AUTOINCREMENT rowid vs a PostgreSQL identity; both count 1, 2, 3 … from an empty
--- ledger). BIGINT is a 64-bit integer in both (SQLite's INTEGER affinity).
+-- SQLite's WAL pragma and WITHOUT ROWID tables, the `seq` column (SQLite's AUTOINCREMENT
+-- rowid vs a PostgreSQL identity; both count 1, 2, 3 … from an empty ledger), and
+-- PostgreSQL's NOTIFY trigger. BIGINT is a 64-bit integer in both (SQLite's INTEGER
+-- affinity).
 PRAGMA journal_mode = WAL; -- sqlite only
 
 CREATE TABLE IF NOT EXISTS users (
@@ -38,6 +39,11 @@ CREATE TABLE IF NOT EXISTS transactions (
 );
 
 CREATE INDEX IF NOT EXISTS transactions_by_user ON transactions (user_id, seq);
+
+-- Every insert into transactions wakes the readers that LISTEN (the Rust service's tail):
+-- one notification per statement, delivered at commit; the rows are still read by seq.
+CREATE OR REPLACE FUNCTION payments_ledger_notify() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_notify('payments_ledger', ''); RETURN NULL; END $$; -- postgres only
+CREATE OR REPLACE TRIGGER transactions_notify AFTER INSERT ON transactions FOR EACH STATEMENT EXECUTE FUNCTION payments_ledger_notify(); -- postgres only
 
 CREATE TABLE IF NOT EXISTS transfers (
     idempotency_key TEXT PRIMARY KEY,

@@ -10,7 +10,8 @@
 //! `deadpool-postgres` pool (small: the load at start and the tail use one connection at a
 //! time; `--db-pool` sizes it, `/metrics` shows it): a connection the server dropped (a
 //! restart, `pg_terminate_backend`) is replaced on the next tail instead of failing it for
-//! good, which a single long-lived client would need hand-written reconnects for.
+//! good, which a single long-lived client would need hand-written reconnects for. One more
+//! connection LISTENs for the ledger's NOTIFY to wake the tail (pgtail.rs).
 //!
 //! The contract is `payments/SPEC.md`; the logic is in `payments-core`, this binary only
 //! parses flags and moves bytes between sockets and the core.
@@ -28,6 +29,7 @@ use clap::{Parser, Subcommand};
 
 mod head;
 mod metrics;
+mod pgtail;
 mod serve;
 
 #[derive(Debug, Parser)]

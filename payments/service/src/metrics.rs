@@ -14,8 +14,8 @@ use payments_core::ReadModel;
 pub(crate) enum Pool {
     /// The SQLite tail thread's one connection; `true` while a poll runs.
     Sqlite(Arc<AtomicBool>),
-    /// The PostgreSQL pool.
-    Postgres(deadpool_postgres::Pool),
+    /// The PostgreSQL pool, and whether the LISTEN connection is up.
+    Postgres(deadpool_postgres::Pool, Arc<AtomicBool>),
 }
 
 /// The pool's figures now: (max, open, in use, idle, waiting).
@@ -25,7 +25,7 @@ fn figures(pool: &Pool) -> (usize, usize, usize, usize, usize) {
             let busy = usize::from(busy.load(Ordering::Relaxed));
             (1, 1, busy, 1 - busy, 0)
         }
-        Pool::Postgres(pool) => {
+        Pool::Postgres(pool, _) => {
             let s = pool.status();
             (
                 s.max_size,
@@ -42,7 +42,7 @@ fn figures(pool: &Pool) -> (usize, usize, usize, usize, usize) {
 pub(crate) fn render(pool: &Pool, model: &ReadModel) -> String {
     let store = match pool {
         Pool::Sqlite(_) => "sqlite",
-        Pool::Postgres(_) => "postgres",
+        Pool::Postgres(..) => "postgres",
     };
     let (max, open, in_use, idle, waiting) = figures(pool);
     let mut out = String::new();
@@ -68,6 +68,14 @@ pub(crate) fn render(pool: &Pool, model: &ReadModel) -> String {
         let _ = writeln!(
             out,
             "# HELP {name} {help}\n# TYPE {name} gauge\n{name}{{store=\"{store}\",pool=\"reader\"}} {value}"
+        );
+    }
+    if let Pool::Postgres(_, listening) = pool {
+        let _ = writeln!(
+            out,
+            "# HELP payments_db_listening 1 while the LISTEN connection (tail wake-ups) is up.\n\
+             # TYPE payments_db_listening gauge\npayments_db_listening{{store=\"postgres\"}} {}",
+            u8::from(listening.load(Ordering::Relaxed))
         );
     }
     let _ = writeln!(

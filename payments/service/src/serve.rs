@@ -22,14 +22,13 @@ use payments_core::{Db, PgTailer, ReadModel, Scratch, Tailer};
 
 use crate::head::Checked;
 use crate::metrics::{self, Pool};
+use crate::pgtail;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{Semaphore, watch};
 
-/// How often the tail thread looks for new ledger rows (SPEC: 100 ms).
-const TAIL_EVERY: Duration = Duration::from_millis(100);
-/// Longest one PostgreSQL tail poll may take before it is given up (and retried).
-const TAIL_TIME_LIMIT: Duration = Duration::from_secs(10);
+/// How often the tail looks for new ledger rows (SPEC: 100 ms).
+pub(crate) const TAIL_EVERY: Duration = Duration::from_millis(100);
 /// How long shutdown waits for in-flight requests.
 const DRAIN_FOR: Duration = Duration::from_secs(10);
 
@@ -120,14 +119,16 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
             )?;
             (TailHandle::Thread(thread), Pool::Sqlite(busy))
         }
-        Follow::Postgres(tailer, pool) => {
-            let task = tokio::spawn(tail_pg(
+        Follow::Postgres(tailer, pool, listen) => {
+            let listening = Arc::new(AtomicBool::new(false));
+            let task = tokio::spawn(pgtail::follow(
                 tailer,
                 pool.clone(),
+                pgtail::Wakeups::listen(*listen, Arc::clone(&listening)),
                 Arc::clone(&model),
                 Arc::clone(&stop_tail),
             ));
-            (TailHandle::Task(task), Pool::Postgres(pool))
+            (TailHandle::Task(task), Pool::Postgres(pool, listening))
         }
     };
 
@@ -227,7 +228,12 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
 /// What keeps the read model current after loading.
 enum Follow {
     Sqlite(Tailer),
-    Postgres(PgTailer, deadpool_postgres::Pool),
+    /// The tailer, its pool, and the configuration of the LISTEN connection.
+    Postgres(
+        PgTailer,
+        deadpool_postgres::Pool,
+        Box<deadpool_postgres::tokio_postgres::Config>,
+    ),
 }
 
 enum TailHandle {
@@ -236,7 +242,7 @@ enum TailHandle {
 }
 
 /// Loads the ledger: an SQLite file on a blocking thread (rusqlite blocks), a PostgreSQL
-/// database over a pooled connection.
+/// database over a pooled connection (pgtail.rs).
 async fn load(config: &Config) -> anyhow::Result<(Arc<ReadModel>, Follow)> {
     match &config.db {
         Db::Sqlite(path) => {
@@ -247,54 +253,9 @@ async fn load(config: &Config) -> anyhow::Result<(Arc<ReadModel>, Follow)> {
             Ok((model, Follow::Sqlite(tailer)))
         }
         Db::Postgres(pg) => {
-            let manager = deadpool_postgres::Manager::from_config(
-                pg.config().clone(),
-                deadpool_postgres::tokio_postgres::NoTls,
-                deadpool_postgres::ManagerConfig {
-                    // A connection the server dropped is noticed (is_closed) and replaced.
-                    recycling_method: deadpool_postgres::RecyclingMethod::Fast,
-                },
-            );
-            let pool = deadpool_postgres::Pool::builder(manager)
-                .max_size(config.db_pool)
-                .runtime(deadpool_postgres::Runtime::Tokio1)
-                .wait_timeout(Some(Duration::from_secs(5)))
-                .create_timeout(Some(Duration::from_secs(5)))
-                .build()
-                .context("building the PostgreSQL pool")?;
-            let mut client = pool.get().await.context("connecting")?;
-            let (model, tailer) = payments_core::open_pg(&mut client, &pg.to_string()).await?;
-            drop(client);
-            Ok((model, Follow::Postgres(tailer, pool)))
-        }
-    }
-}
-
-/// The PostgreSQL tail: every TAIL_EVERY, a pooled connection reads what is new. A lost
-/// connection fails one poll (logged) and the pool opens another for the next.
-async fn tail_pg(
-    mut tailer: PgTailer,
-    pool: deadpool_postgres::Pool,
-    model: Arc<ReadModel>,
-    stop: Arc<AtomicBool>,
-) {
-    let mut every = tokio::time::interval(TAIL_EVERY);
-    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    while !stop.load(Ordering::Relaxed) {
-        every.tick().await;
-        let polled = match pool.get().await {
-            Ok(client) => tokio::time::timeout(TAIL_TIME_LIMIT, tailer.poll(&**client, &model))
-                .await
-                .unwrap_or_else(|_| Err(payments_core::Error::TimedOut("tailing the ledger"))),
-            Err(e) => {
-                tracing::warn!(error = %e, "no PostgreSQL connection for tailing; retrying");
-                continue;
-            }
-        };
-        match polled {
-            Ok(0) => {}
-            Ok(n) => tracing::debug!(rows = n, seq = tailer.seq(), "applied new rows"),
-            Err(e) => tracing::warn!(error = %e, "tailing the ledger failed; retrying"),
+            let (model, tailer, pool) = pgtail::load(pg, config.db_pool).await?;
+            let listen = pg.config().clone();
+            Ok((model, Follow::Postgres(tailer, pool, Box::new(listen))))
         }
     }
 }

@@ -1,7 +1,8 @@
 //! The ledger on PostgreSQL: the generator writes the same rows as into SQLite; the Rust
 //! service on PostgreSQL answers byte for byte like the Go service on PostgreSQL and like
 //! the Rust service on SQLite; it follows transfers written through Go, also after the
-//! PostgreSQL backend serving it was terminated and after it was SIGKILLed itself.
+//! PostgreSQL backends serving it (the pool's and the LISTEN connection) were terminated
+//! and after it was SIGKILLed itself.
 //!
 //! One cluster for the whole test binary (util::pg); each test makes its own database.
 
@@ -246,6 +247,19 @@ fn on_postgres_rust_answers_like_go_and_like_sqlite_and_follows_transfers() {
         || (seq(&mut rc) == last).then_some(()),
     );
 
+    // The tail's LISTEN connection was terminated too: it is made again (then a transfer
+    // wakes the tail at once instead of at the next 100 ms poll).
+    poll_until(
+        Duration::from_secs(30),
+        "the LISTEN connection to be back",
+        || {
+            rc.get("/metrics")
+                .text()
+                .contains("payments_db_listening{store=\"postgres\"} 1")
+                .then_some(())
+        },
+    );
+
     // How long a transfer takes to show in the Rust read model (printed, not asserted).
     let mut lags = Vec::new();
     for (i, pair) in pairs[5..25].iter().enumerate() {
@@ -255,7 +269,10 @@ fn on_postgres_rust_answers_like_go_and_like_sqlite_and_follows_transfers() {
         let t0 = Instant::now();
         // Asked every millisecond (poll_until's 50 ms would round the lag up).
         while seq(&mut rc) < s {
-            assert!(t0.elapsed() < Duration::from_secs(30), "rust never saw seq {s}");
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "rust never saw seq {s}"
+            );
             std::thread::sleep(Duration::from_millis(1));
         }
         lags.push(t0.elapsed());
