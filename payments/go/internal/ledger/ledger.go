@@ -153,12 +153,17 @@ type dialect struct {
 	tables string
 }
 
-// bind rewrites ? placeholders for the dialect (no query here has a ? inside
-// a string literal).
+// bind rewrites ? placeholders for the dialect.
 func (d dialect) bind(query string) string {
 	if !d.dollar {
 		return query
 	}
+	return Dollar(query)
+}
+
+// Dollar rewrites a query's ? placeholders as PostgreSQL's $1, $2 … (no query
+// here has a ? inside a string literal).
+func Dollar(query string) string {
 	var b strings.Builder
 	n := 0
 	for _, r := range query {

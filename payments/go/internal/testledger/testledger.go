@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"testing"
 
 	_ "github.com/mattn/go-sqlite3" // the "sqlite3" driver
@@ -83,17 +82,7 @@ func (b *Builder) Q(query string) string {
 	if b.Kind != "postgres" {
 		return query
 	}
-	var out strings.Builder
-	n := 0
-	for _, r := range query {
-		if r == '?' {
-			n++
-			fmt.Fprintf(&out, "$%d", n)
-			continue
-		}
-		out.WriteRune(r)
-	}
-	return out.String()
+	return ledger.Dollar(query)
 }
 
 // QueryRow runs a one-row query written with ? placeholders.

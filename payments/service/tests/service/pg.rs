@@ -161,11 +161,7 @@ fn on_postgres_rust_answers_like_go_and_like_sqlite_and_follows_transfers() {
         let (_, err, status) = generate(&args);
         assert!(status.success(), "{err}");
     }
-    let users: Vec<String> = std::fs::read_to_string(&ids)
-        .unwrap()
-        .lines()
-        .map(String::from)
-        .collect();
+    let users = util::read_ids(&ids);
     let pay = util::payments_bin().as_ref();
     let serve_pg = ["serve", "--db", url.as_str(), "--port", "0"];
     let rust_pg = Service::start("rust-pg", pay, &serve_pg, dir.path());

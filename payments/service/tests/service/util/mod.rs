@@ -54,6 +54,15 @@ pub fn generate(args: &[&str]) -> (String, String, ExitStatus) {
     )
 }
 
+/// The user ids `payments generate --ids-out` wrote, one per line.
+pub fn read_ids(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
 /// A service process on a free port; SIGTERM on drop.
 #[derive(Debug)]
 pub struct Service {
