@@ -108,29 +108,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     let local = listener.local_addr().context("reading the bound address")?;
 
     let stop_tail = Arc::new(AtomicBool::new(false));
-    let (tail, pool) = match follow {
-        Follow::Sqlite(tailer) => {
-            let busy = Arc::new(AtomicBool::new(false));
-            let thread = spawn_tail(
-                tailer,
-                Arc::clone(&model),
-                Arc::clone(&stop_tail),
-                Arc::clone(&busy),
-            )?;
-            (TailHandle::Thread(thread), Pool::Sqlite(busy))
-        }
-        Follow::Postgres(tailer, pool, listen) => {
-            let listening = Arc::new(AtomicBool::new(false));
-            let task = tokio::spawn(pgtail::follow(
-                tailer,
-                pool.clone(),
-                pgtail::Wakeups::listen(*listen, Arc::clone(&listening)),
-                Arc::clone(&model),
-                Arc::clone(&stop_tail),
-            ));
-            (TailHandle::Task(task), Pool::Postgres(pool, listening))
-        }
-    };
+    let (tail, pool) = start_tail(follow, &model, &stop_tail)?;
 
     {
         let snapshot = model.snapshot();
@@ -239,6 +217,38 @@ enum Follow {
 enum TailHandle {
     Thread(std::thread::JoinHandle<()>),
     Task(tokio::task::JoinHandle<()>),
+}
+
+/// Starts what keeps `model` current: the SQLite tail thread, or the PostgreSQL tail task
+/// with its LISTEN connection. Returns its handle and where /metrics reads the pool from.
+fn start_tail(
+    follow: Follow,
+    model: &Arc<ReadModel>,
+    stop: &Arc<AtomicBool>,
+) -> anyhow::Result<(TailHandle, Pool)> {
+    Ok(match follow {
+        Follow::Sqlite(tailer) => {
+            let busy = Arc::new(AtomicBool::new(false));
+            let thread = spawn_tail(
+                tailer,
+                Arc::clone(model),
+                Arc::clone(stop),
+                Arc::clone(&busy),
+            )?;
+            (TailHandle::Thread(thread), Pool::Sqlite(busy))
+        }
+        Follow::Postgres(tailer, pool, listen) => {
+            let listening = Arc::new(AtomicBool::new(false));
+            let task = tokio::spawn(pgtail::follow(
+                tailer,
+                pool.clone(),
+                pgtail::Wakeups::listen(*listen, Arc::clone(&listening)),
+                Arc::clone(model),
+                Arc::clone(stop),
+            ));
+            (TailHandle::Task(task), Pool::Postgres(pool, listening))
+        }
+    })
 }
 
 /// Loads the ledger: an SQLite file on a blocking thread (rusqlite blocks), a PostgreSQL
