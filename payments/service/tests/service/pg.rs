@@ -215,6 +215,14 @@ fn on_postgres_rust_answers_like_go_and_like_sqlite_and_follows_transfers() {
         }
     }
 
+    // Any other method on /metrics: the same JSON 405 from both.
+    let (r, g) = (
+        rc.send("POST", "/metrics", &[], b""),
+        gc.send("POST", "/metrics", &[], b""),
+    );
+    assert_eq!((r.status, r.text()), (g.status, g.text()), "POST /metrics");
+    assert_eq!(r.status, 405);
+
     // The backend serving the Rust service is terminated; its pool opens another and the
     // tail carries on.
     let pairs = funded_pairs(&url);
