@@ -90,6 +90,25 @@ fn generate_writes_the_same_ledger_into_postgres_as_into_sqlite() {
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     let (_, err, status) = generate(&["--users", "5", "--db", "postgres://u@/db?port=x"]);
     assert_eq!(status.code(), Some(2), "{err}");
+
+    // Serving a database that holds no ledger: exit 2, one line, nothing created.
+    let empty = database();
+    let out = std::process::Command::new(util::payments_bin())
+        .args(["serve", "--db", &empty, "--port", "0"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("users"), "{err}");
+    assert_eq!(
+        psql(
+            &empty,
+            "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'"
+        )
+        .trim(),
+        "0"
+    );
 }
 
 /// Status and body from each client, which must all be equal.
