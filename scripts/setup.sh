@@ -37,6 +37,21 @@ if [ ${#missing[@]} -gt 0 ]; then
     fi
 fi
 
+step "python 3.11+ with venv (qr/python's virtual environment is made by scripts/build-qr.sh)"
+if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+    echo "setup: qr/python needs python3 >= 3.11 (the PyO3 wheel is abi3 from 3.11 on)" >&2
+    exit 2
+fi
+if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
+    if [ "$(id -u)" = 0 ] && need apt-get; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
+    else
+        echo "setup: python3's venv module is missing; install python3-venv" >&2
+        exit 2
+    fi
+fi
+
 step "rust components and targets"
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 rustup target add wasm32-unknown-unknown >/dev/null
