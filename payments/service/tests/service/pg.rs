@@ -346,3 +346,42 @@ fn on_postgres_rust_answers_like_go_and_like_sqlite_and_follows_transfers() {
         assert!(status.success(), "{name} exit {status:?}");
     }
 }
+
+/// scripts/lib/pg.sh's watcher (what stops every test binary's cluster, also after a panic
+/// or a kill): once the owner process has exited, the server is stopped and its directory
+/// removed.
+#[test]
+fn a_cluster_is_stopped_once_its_owner_exits() {
+    let mut owner = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    let script = util::workspace_root().join("scripts/lib/pg.sh");
+    let out = std::process::Command::new("bash")
+        .arg(&script)
+        .args(["start", "--watch", &owner.id().to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let (dir, url) = text.trim_end().split_once('\n').unwrap();
+    assert_eq!(psql(url, "SELECT 1").trim(), "1");
+    let pid_file = std::path::Path::new(dir).join("data/postmaster.pid");
+    let postmaster = std::fs::read_to_string(&pid_file).unwrap();
+    let postmaster = postmaster.lines().next().unwrap().trim().to_string();
+    let _ = owner.kill();
+    let _ = owner.wait();
+    poll_until(
+        Duration::from_secs(30),
+        "the watcher to stop the cluster",
+        || {
+            let gone = !std::path::Path::new(dir).exists()
+                && !std::path::Path::new(&format!("/proc/{postmaster}")).exists();
+            gone.then_some(())
+        },
+    );
+}

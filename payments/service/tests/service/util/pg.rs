@@ -57,12 +57,6 @@ pub fn database() -> String {
     c.url.replacen("/postgres?", &format!("/{name}?"), 1)
 }
 
-/// The postmaster's pid (its backends are its children).
-pub fn postmaster_pid() -> u32 {
-    let text = std::fs::read_to_string(format!("{}/data/postmaster.pid", cluster().dir)).unwrap();
-    text.lines().next().unwrap().trim().parse().unwrap()
-}
-
 /// Runs `sql` with psql (unaligned, tuples only) and returns its output; panics on an error.
 pub fn psql(url: &str, sql: &str) -> String {
     let out = Command::new("psql")
