@@ -129,7 +129,7 @@ def payments_section(d, css_sink):
         return '<section class="story"><h2>2. Payments</h2><p class="note">not run</p></section>'
     sh = d["shadow"]
     parts = [f"""<section class="story"><h2>2. Payments — the hot endpoints moved from Go to Rust</h2>
-<p class="note">{esc(d['pinning'])}. {d['users']:,} users; every user on every hot endpoint and window replayed to
+<p class="note">{esc(d['pinning'])}. {d['users']:,} users, the ledger in {esc(d.get('store', 'sqlite'))}; every user on every hot endpoint and window replayed to
 both services and compared field by field: {sh['compared']:,} pairs, {sh['matched']:,} matched,
 {sh['mismatched']} differ, {sh['errors']} errors.</p><pre>{esc(sh['table'].strip())}</pre>"""]
     for ep, e in d["endpoints"].items():
