@@ -3,7 +3,7 @@
 //! and, where the input has one, the line.
 
 use std::collections::{BTreeMap, HashMap};
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::ipnet::IpNet;
 pub(crate) use crate::sticky::StickyKey;
 use crate::tls::TlsFiles;
 
@@ -47,7 +48,7 @@ impl ConfigError {
 /// How the next worker of an app is chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Balance {
+pub(crate) enum Balance {
     /// Each worker in turn.
     RoundRobin,
     /// The worker with the fewest requests in flight (ties in turn).
@@ -59,7 +60,7 @@ pub enum Balance {
 
 impl Balance {
     /// The name used in the config and in `/status`.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Balance::RoundRobin => "round_robin",
             Balance::LeastConn => "least_conn",
@@ -71,7 +72,7 @@ impl Balance {
 /// How clients reach an app's workers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
-pub enum Mode {
+pub(crate) enum Mode {
     /// Through the balancer, request by request (routes, A/B, mirroring, stuck-worker
     /// avoidance per request).
     #[default]
@@ -83,7 +84,7 @@ pub enum Mode {
 
 impl Mode {
     /// The name used in the config and in `/status`.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Mode::Proxy => "proxy",
             Mode::Direct => "direct",
@@ -380,51 +381,6 @@ pub(crate) struct ServerConfig {
     pub(crate) tls: Option<TlsFiles>,
     /// The admin address speaks TLS with these files (`[server.admin_tls]`).
     pub(crate) admin_tls: Option<TlsFiles>,
-}
-
-/// An address range: `127.0.0.1/32`, `10.0.0.0/8`, `::1/128`; a bare address is one host.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct IpNet {
-    addr: IpAddr,
-    prefix: u8,
-}
-
-impl IpNet {
-    pub(crate) fn parse(text: &str) -> Option<Self> {
-        let (a, p) = match text.trim().split_once('/') {
-            Some((a, p)) => (a, Some(p)),
-            None => (text.trim(), None),
-        };
-        let addr: IpAddr = a.parse().ok()?;
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        let prefix = match p {
-            Some(p) if p.bytes().all(|b| b.is_ascii_digit()) && !p.is_empty() => p.parse().ok()?,
-            Some(_) => return None,
-            None => max,
-        };
-        (prefix <= max).then_some(Self { addr, prefix })
-    }
-
-    /// Is `ip` inside the range? An IPv4 peer seen as `::ffff:a.b.c.d` (a dual-stack
-    /// listener) is compared as IPv4.
-    pub(crate) fn contains(&self, ip: IpAddr) -> bool {
-        let ip = ip.to_canonical();
-        let bits = |a: IpAddr| -> (u128, u32) {
-            match a {
-                IpAddr::V4(v) => (u128::from(u32::from(v)), 32),
-                IpAddr::V6(v) => (u128::from(v), 128),
-            }
-        };
-        let ((net, width), (host, host_width)) = (bits(self.addr), bits(ip));
-        if width != host_width {
-            return false;
-        }
-        let shift = width - u32::from(self.prefix);
-        if shift >= 128 {
-            return true;
-        }
-        (net >> shift) == (host >> shift)
-    }
 }
 
 #[derive(Debug, Clone)]

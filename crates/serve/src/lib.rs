@@ -110,24 +110,39 @@
 //! data plane; worker output goes to scalpel's stdout through a bounded, lossy writer
 //! thread, so a reader that stops never blocks supervision.
 
+mod accept;
+mod admin;
+mod backend;
+mod clock;
 mod config;
+mod counters;
+mod error;
 mod h1;
 mod health;
+mod ipnet;
 mod live;
 mod metrics;
 mod mirror;
+mod mirror_thread;
 mod pool;
 mod proxy;
+mod reload;
 mod rescue;
+mod rng;
+mod route;
+mod sampler;
+mod selection;
 mod server;
+mod state;
+mod status;
 mod sticky;
 mod supervisor;
 mod tls;
 mod tunnel;
 mod upstream;
 
-pub use config::{ADMIN_TOKEN_ENV, Balance, Config, ConfigError, Mode};
-pub use health::{HealthCheck, HttpHealthCheck};
-pub use pool::{Backend, LeastConn, PowerOfTwo, RoundRobin, Selection, WorkerState};
-pub use server::{AppStatus, MirrorReport, ServeError, ServeOptions, Server, Status, WorkerStatus};
+pub use config::{ADMIN_TOKEN_ENV, Config, ConfigError};
+pub use error::ServeError;
+pub use server::{ServeOptions, Server};
+pub use status::{AppStatus, MirrorReport, Status, WorkerStatus};
 pub use supervisor::{LogBuffer, WorkerLogs};

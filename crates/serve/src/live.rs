@@ -15,9 +15,10 @@ use scalpel_live::{Action, Chart, History, Kind, Line, Page, Snapshot};
 use serde::Serialize;
 use tokio::sync::watch;
 
-use crate::metrics::MAX_LATENCY_US;
-use crate::proxy::{Shared, Table};
-use crate::server::{MirrorReport, Status};
+use crate::counters::MAX_LATENCY_US;
+use crate::route::Route;
+use crate::state::{Shared, Table};
+use crate::status::{MirrorReport, Status, WorkerStatus};
 
 const TICK: Duration = Duration::from_secs(1);
 /// Points kept per series: five minutes of one-second ticks.
@@ -132,7 +133,7 @@ fn route_series(table: &Table) -> Vec<RouteSeries> {
 
 /// A series that starts now: its first point counts from the counters' current values
 /// (carried over a reload, they are not zero).
-fn fresh_route_series(route: &crate::proxy::Route) -> RouteSeries {
+fn fresh_route_series(route: &Route) -> RouteSeries {
     RouteSeries {
         counters: route.arm_requests.clone(),
         prev: route
@@ -591,7 +592,7 @@ struct AppOut {
 #[derive(Serialize)]
 struct WorkerOut {
     #[serde(flatten)]
-    status: crate::server::WorkerStatus,
+    status: WorkerStatus,
     last_restart: Option<LastRestart>,
     cpu_percent: Option<f64>,
     rss_bytes: Option<u64>,

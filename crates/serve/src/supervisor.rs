@@ -20,10 +20,11 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{error, info, warn};
 
+use crate::backend::{Backend, Eject, WorkerState};
 use crate::config::AppConfig;
+use crate::counters::{AppMetrics, RestartReason};
 use crate::health::{HealthCheck, HttpHealthCheck};
-use crate::metrics::{AppMetrics, RestartReason};
-use crate::pool::{Backend, Eject, Pool, WorkerState};
+use crate::pool::Pool;
 
 /// Where the workers' stdout and stderr lines go, each prefixed with `[app#index]`.
 #[derive(Debug, Clone, Default)]
@@ -288,7 +289,7 @@ struct SlotCtx {
 
 /// Starts the slots of `cfg`; each begins spawning its worker at once.
 pub(crate) fn start_app(cfg: Arc<AppConfig>, env: AppEnv) -> App {
-    let pool = Arc::new(Pool::new(cfg.balance));
+    let pool = Arc::new(Pool::new(cfg.balance, cfg.sticky_worker.is_some()));
     pool.set_limit(cfg.max_in_flight_per_worker, cfg.max_queued);
     let metrics = Arc::new(AppMetrics::new());
     let slots = (0..cfg.workers)
