@@ -24,7 +24,7 @@ use crate::route::Route;
 use crate::sampler::sample_resources;
 use crate::state::{ConnCount, Running, Shared, Table};
 use crate::status::{MirrorReport, Status, mirror_reports, status};
-use crate::supervisor::{AppEnv, Hurry, LogSink, SlotCmd, WorkerLogs, start_app};
+use crate::supervisor::{App, AppEnv, Hurry, LogSink, SlotCmd, WorkerLogs, start_app};
 use crate::tls::{Endpoint, TlsFiles};
 
 /// Settings of a server that are not part of the config file.
@@ -154,28 +154,8 @@ impl Server {
             (None, None)
         };
         let hurry = Arc::new(Hurry::default());
-        let logs = match options.worker_logs {
-            WorkerLogs::Inherit => {
-                LogSink::stdio(cfg.log_buffer_bytes).map_err(ServeError::Threads)?
-            }
-            WorkerLogs::Discard => LogSink::Discard,
-            WorkerLogs::Capture(b) => LogSink::Capture(b),
-        };
-        let apps = config
-            .apps
-            .iter()
-            .zip(bound.direct)
-            .map(|(a, sock)| {
-                let env = AppEnv::new(
-                    logs.clone(),
-                    cfg.log_line_max_bytes,
-                    cfg.drain_timeout,
-                    hurry.clone(),
-                    sock,
-                );
-                Arc::new(start_app(a.clone(), env))
-            })
-            .collect();
+        let logs = log_sink(options.worker_logs, cfg.log_buffer_bytes)?;
+        let apps = start_apps(&config, bound.direct, &logs, &hurry);
         let shared = Arc::new(Shared {
             table: ArcSwap::from_pointee(Table {
                 generation: 0,
@@ -377,6 +357,40 @@ impl Server {
             }
         }
     }
+}
+
+/// Where worker output goes.
+fn log_sink(logs: WorkerLogs, buffer_bytes: usize) -> Result<LogSink, ServeError> {
+    Ok(match logs {
+        WorkerLogs::Inherit => LogSink::stdio(buffer_bytes).map_err(ServeError::Threads)?,
+        WorkerLogs::Discard => LogSink::Discard,
+        WorkerLogs::Capture(b) => LogSink::Capture(b),
+    })
+}
+
+/// Every app of `config` started (each with its direct socket, if any, in `direct`).
+fn start_apps(
+    config: &Config,
+    direct: Vec<Option<Arc<std::net::TcpListener>>>,
+    logs: &LogSink,
+    hurry: &Arc<Hurry>,
+) -> Vec<Arc<App>> {
+    let cfg = &config.server;
+    config
+        .apps
+        .iter()
+        .zip(direct)
+        .map(|(a, sock)| {
+            let env = AppEnv::new(
+                logs.clone(),
+                cfg.log_line_max_bytes,
+                cfg.drain_timeout,
+                hurry.clone(),
+                sock,
+            );
+            Arc::new(start_app(a.clone(), env))
+        })
+        .collect()
 }
 
 /// On the caller's runtime: the admin server and the live page's ticker (with an admin
