@@ -13,11 +13,7 @@ mod server;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-#[cfg(test)]
-use std::time::Duration;
 
-#[cfg(test)]
-use crate::ipnet::IpNet;
 pub(crate) use app::AppConfig;
 pub use error::ConfigError;
 use error::Fail;
@@ -26,6 +22,12 @@ use raw::RawConfig;
 pub(crate) use route::{MirrorConfig, RouteConfig};
 pub use server::ADMIN_TOKEN_ENV;
 pub(crate) use server::ServerConfig;
+
+// What the tests (`use super::*`) name besides the config's own types.
+#[cfg(test)]
+use crate::ipnet::IpNet;
+#[cfg(test)]
+use std::time::Duration;
 
 /// A checked configuration, ready to start.
 #[derive(Debug, Clone)]
