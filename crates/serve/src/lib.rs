@@ -33,9 +33,9 @@
 //!
 //! It must NOT compare responses or sample processes itself: responses are compared by
 //! `scalpel-diff` (through `scalpel-shadow`'s recorder), and every read of a process's
-//! state, its sockets or `/proc/net/tcp` goes through `scalpel-procstat` — the one file
-//! serve reads in `/proc` is the kernel's ephemeral port range, once at start, for a
-//! warning. Nor does it parse command lines or print to the terminal beyond the workers'
+//! state, its sockets or `/proc/net/tcp` goes through `scalpel-procstat` (the kernel's
+//! ephemeral port range and the proof that a worker takes connections from its socket
+//! among them): serve reads nothing in `/proc` itself. Nor does it parse command lines or print to the terminal beyond the workers'
 //! prefixed output (the `scalpel` binary does that), nor ever resend a request its worker
 //! had taken.
 //!
@@ -158,6 +158,7 @@ mod live;
 mod metrics;
 mod mirror;
 mod mirror_thread;
+mod pm2;
 mod pool;
 mod proxy;
 mod reload;
@@ -177,6 +178,7 @@ mod upstream;
 
 pub use config::{ADMIN_TOKEN_ENV, Config, ConfigError};
 pub use error::ServeError;
+pub use pm2::toml_from_pm2;
 pub use server::{ServeOptions, Server};
 pub use status::{AppStatus, MirrorReport, Status, WorkerStatus};
 pub use supervisor::{LogBuffer, WorkerLogs};

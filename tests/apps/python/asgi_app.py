@@ -1,6 +1,6 @@
 """A plain ASGI app, no framework, as uvicorn serves it: `uvicorn asgi_app:app`.
 
-It knows nothing of scalpel. GET / answers who served it; GET /block?ms=N blocks the event
+It knows nothing of scalpel. GET / answers who served it; GET …/block?ms=N blocks the event
 loop for N ms (a handler that never returns, for any N longer than the test).
 """
 
@@ -19,7 +19,7 @@ async def app(scope, receive, send):
             elif message["type"] == "lifespan.shutdown":
                 await send({"type": "lifespan.shutdown.complete"})
                 return
-    if scope["path"] == "/block":
+    if scope["path"].endswith("/block"):
         ms = int(parse_qs(scope["query_string"].decode()).get("ms", ["10000"])[0])
         time.sleep(ms / 1000)  # blocks the whole event loop, as a sync call in async code does
     body = json.dumps({"app": "asgi", "pid": os.getpid()}).encode()

@@ -136,6 +136,18 @@ pub struct Harness {
 }
 
 pub async fn start(toml: &str) -> Harness {
+    let h = start_unready(toml).await;
+    assert!(
+        h.server.wait_ready(Duration::from_secs(60)).await,
+        "workers not ready: {:?}\nlogs: {:?}",
+        h.server.status(),
+        h.logs.lines()
+    );
+    h
+}
+
+/// A server from `toml`, its workers maybe not ready yet.
+pub async fn start_unready(toml: &str) -> Harness {
     let dir = tempfile::tempdir().expect("temp dir");
     let config_path = dir.path().join("test.toml");
     std::fs::write(&config_path, toml).expect("config written");
@@ -149,12 +161,6 @@ pub async fn start(toml: &str) -> Harness {
     )
     .await
     .expect("server starts");
-    assert!(
-        server.wait_ready(Duration::from_secs(60)).await,
-        "workers not ready: {:?}\nlogs: {:?}",
-        server.status(),
-        logs.lines()
-    );
     Harness {
         server,
         logs,
@@ -162,6 +168,58 @@ pub async fn start(toml: &str) -> Harness {
         config_path,
         _dir: dir,
     }
+}
+
+/// The repository's test apps (tests/apps: Node, Python and Go apps as users write them).
+pub fn test_apps() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/apps")
+}
+
+/// The build's target directory (this test binary is `<target>/<profile>/deps/…`).
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    exe.ancestors().nth(3).expect("target dir").to_path_buf()
+}
+
+/// A program of the test apps' Python environment (`./run setup` makes it).
+pub fn venv_bin(name: &str) -> PathBuf {
+    let bin = target_dir().join("apps/venv/bin").join(name);
+    assert!(
+        bin.exists(),
+        "{} is missing: run ./run setup (it installs tests/apps/python/requirements.txt)",
+        bin.display()
+    );
+    bin
+}
+
+/// The Node test apps' directory, its packages installed (`./run setup`).
+pub fn node_apps() -> PathBuf {
+    let dir = test_apps().join("node");
+    assert!(
+        dir.join("node_modules/express").is_dir(),
+        "{}/node_modules is missing: run ./run setup (npm ci in tests/apps/node)",
+        dir.display()
+    );
+    dir
+}
+
+/// `tests/apps/go/NAME/main.go` built into `dir` (standard library only).
+pub fn go_build(name: &str, dir: &Path) -> PathBuf {
+    let bin = dir.join(name);
+    let src = test_apps().join("go").join(name).join("main.go");
+    let built = std::process::Command::new("go")
+        .arg("build")
+        .arg("-o")
+        .arg(&bin)
+        .arg(&src)
+        .env("GO111MODULE", "off")
+        .status();
+    assert!(
+        matches!(built, Ok(s) if s.success()),
+        "go build {}: {built:?}",
+        src.display()
+    );
+    bin
 }
 
 impl Harness {
