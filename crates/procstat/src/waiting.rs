@@ -73,7 +73,7 @@ mod nr {
 pub fn waits_on_socket(root: u32, inode: u64) -> Result<SocketWait, ProcStatError> {
     let link = format!("socket:[{inode}]");
     let mut selects = false;
-    for pid in tree_pids(root)? {
+    for pid in root_then_tree(root)? {
         if epoll_watches(pid, inode) {
             return Ok(SocketWait::Polls { pid });
         }
@@ -97,6 +97,30 @@ pub fn waits_on_socket(root: u32, inode: u64) -> Result<SocketWait, ProcStatErro
         }
     }
     Ok(SocketWait::Unseen { selects })
+}
+
+/// `root` first, then (lazily, a pass over all of `/proc`) its descendants: the worker
+/// itself usually answers, and a supervisor asks every few hundred milliseconds.
+fn root_then_tree(root: u32) -> Result<impl Iterator<Item = u32>, ProcStatError> {
+    if !std::path::Path::new(&format!("/proc/{root}")).exists() {
+        return Err(ProcStatError::NoSuchProcess { pid: root });
+    }
+    let mut rest: Option<std::vec::IntoIter<u32>> = None;
+    let mut first = Some(root);
+    Ok(std::iter::from_fn(move || {
+        if let Some(r) = first.take() {
+            return Some(r);
+        }
+        let it = rest.get_or_insert_with(|| {
+            tree_pids(root)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|&p| p != root)
+                .collect::<Vec<_>>()
+                .into_iter()
+        });
+        it.next()
+    }))
 }
 
 /// Does an epoll instance of `pid` watch the file with inode `inode`?
@@ -158,7 +182,7 @@ pub fn accepted_in_tree(root: u32, port: u16, peer_port: u16) -> Result<bool, Pr
         // Not in the tables yet (or already closed): nobody holds it.
         return Ok(false);
     }
-    for pid in tree_pids(root)? {
+    for pid in root_then_tree(root)? {
         let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fd")) else {
             continue;
         };

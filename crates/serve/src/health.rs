@@ -47,11 +47,37 @@ pub(crate) fn for_kind(
     }
 }
 
-/// The Node preload's heartbeat: the worker's event loop turned within the time-out. A
-/// loop blocked longer sends nothing, however busy its port's backlog looks.
+/// The Node preload's heartbeat: the worker's event loop turns within the time-out of the
+/// probe — as an HTTP probe is answered when the loop next runs, and fails when it does
+/// not within its time-out. A loop blocked longer sends nothing, however busy its port's
+/// backlog looks.
 #[derive(Debug, Clone)]
 pub(crate) struct HeartbeatCheck {
     pub(crate) timeout: Duration,
+}
+
+impl HeartbeatCheck {
+    async fn probe(&self, beat: &crate::supervisor::Beat) -> Result<(), String> {
+        // Fresh: within two beats (the preload beats every `timeout / 4`).
+        let fresh = self.timeout / 2;
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            if beat.age().is_some_and(|age| age <= fresh) {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(match beat.age() {
+                    Some(age) => format!(
+                        "no heartbeat for {} ms (event loop blocked; last lag {} ms)",
+                        age.as_millis(),
+                        beat.lag().as_millis()
+                    ),
+                    None => "no heartbeat from the Node preload yet".into(),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
 }
 
 impl HealthCheck for HeartbeatCheck {
@@ -60,17 +86,9 @@ impl HealthCheck for HeartbeatCheck {
         target: &'a Target,
     ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>> {
         Box::pin(async move {
-            let Some(beat) = &target.beat else {
-                return Err("no heartbeat pipe (the Node preload is not loaded)".into());
-            };
-            match beat.age() {
-                Some(age) if age <= self.timeout => Ok(()),
-                Some(age) => Err(format!(
-                    "no heartbeat for {} ms (event loop blocked; last lag {} ms)",
-                    age.as_millis(),
-                    beat.lag().as_millis()
-                )),
-                None => Err("no heartbeat from the Node preload yet".into()),
+            match &target.beat {
+                Some(beat) => self.probe(beat).await,
+                None => Err("no heartbeat pipe (the Node preload is not loaded)".into()),
             }
         })
     }

@@ -5,9 +5,15 @@
 //! on the port it is given) started as N worker processes; worker *i* is told its own
 //! port through `PORT` and its index through `WORKER_INDEX`, so no worker depends on
 //! the kernel's `SO_REUSEPORT` hash. A supervisor owns every process: it admits a
-//! worker to rotation once its health check passes, probes it at an interval, and
-//! replaces it — out of rotation at once, SIGTERM, SIGKILL after a grace period — when
-//! it exits or fails N probes in a row (a blocked event loop). The balancer routes by
+//! worker to rotation only with proof that it takes connections (never because it is
+//! merely alive), probes it at an interval, and replaces it — out of rotation at once,
+//! SIGTERM, SIGKILL after a grace period — when it exits or fails N probes in a row (a
+//! blocked event loop). Apps run unchanged, with no health route: Node workers get a
+//! preload (`NODE_OPTIONS=--require`, shipped in the binary) that reports the event
+//! loop's heartbeat and, in direct mode, serves the app's own `$PORT` server on the shared
+//! socket; other workers are probed by a TCP accept check (a connection their processes
+//! accepted, not a handshake the kernel completed); `[app.health] path` probes a route.
+//! [`toml_from_pm2`] turns a pm2 ecosystem file's apps into a config. The balancer routes by
 //! path prefix, method and header to apps, splits a route between apps by weight
 //! (sticky by a key) for A/B tests, and picks a worker with round robin, least
 //! connections or power of two choices — or, with `sticky_worker`, the same worker for
@@ -135,13 +141,14 @@
 //! | `status` | `/status` and `/mirror`: the types and the code that builds them |
 //! | `mirror_thread` | the mirror thread: sends copies, compares |
 //! | `state` | the runtime state every part reads (`Shared`, `Table`) |
-//! | `supervisor` | worker processes: `slot`, `task`, `prestart`, `spawn` (command and environment), `logs` |
+//! | `supervisor` | worker processes: `slot`, `task`, `prestart`, `spawn` (command and environment), `preload` (the Node preload and its heartbeat pipe), `ready` (the proof before traffic), `logs` |
 //! | `route` | a route at run time: rule, arms, counters, mirror |
 //! | `pool`, `selection`, `backend`, `health` | the ready set and its queue; which worker next; one worker as the balancer sees it; the health probe |
 //! | `mirror`, `rescue`, `tunnel` | the data plane's side of a mirror; taking over a stuck direct worker's connections; a switched connection |
 //! | `upstream`, `h1` | the exchange with a worker over `scalpel_http::h1` |
 //! | `error` | [`ServeError`] |
 //! | `config` | the TOML: raw sections (`raw`), one check per section (`server`, `app`, `route`), errors with their line (`error`) |
+//! | `pm2` | a pm2 ecosystem's apps (evaluated by `node`) as serve.toml |
 //! | `counters`, `sticky`, `ipnet`, `tls`, `clock`, `rng` | per-app counters; sticky keys; address ranges; certificate swap; a µs clock; a cheap RNG |
 
 mod accept;

@@ -88,10 +88,10 @@ impl SlotCtx {
     /// One look: the shared socket first (direct mode), then the worker's own port.
     async fn look(&self, p: &Proc, shared: Option<Shared>) -> Look {
         let target = p.target();
-        if let Some(s) = shared {
-            if !takes_from(&target, s).await {
-                return Look::NotYet("not taking connections from fd 3 yet".into());
-            }
+        if let Some(s) = shared
+            && !takes_from(&target, s).await
+        {
+            return Look::NotYet("not taking connections from fd 3 yet".into());
         }
         let port = target.addr.port();
         // Whose listener is on the port, asked after the probe that needs it: a worker
@@ -118,6 +118,16 @@ impl SlotCtx {
             // The accept check's proof is a connection held by the worker's own processes.
             HealthKind::Accept => match self.health.check(&target).await {
                 Ok(()) => Look::Ready { shared_only: false },
+                // Someone listens, and not the worker: a stranger holds its port. Asked in
+                // this order so that a worker that starts listening between the two reads
+                // is not taken for a stranger.
+                Err(_) if listened(port).await && matches!(own().await, Ok(false)) => {
+                    Look::Fail(format!(
+                        "port {port} answers, but not from this worker's processes ({}); \
+                         the worker's own listen failed",
+                        super::spawn::port_holder(port)
+                    ))
+                }
                 Err(e) => Look::NotYet(e),
             },
             HealthKind::Http(_) => match self.health.check(&target).await {
@@ -271,6 +281,13 @@ pub(super) async fn still_polls(target: &Target, inode: u64) -> Result<(), Strin
         Ok(Err(e)) => Err(e.to_string()),
         Err(e) => Err(e.to_string()),
     }
+}
+
+/// Whether any process listens on `port`.
+async fn listened(port: u16) -> bool {
+    tokio::task::spawn_blocking(move || scalpel_procstat::pid_listening_on(port).is_ok())
+        .await
+        .unwrap_or(false)
 }
 
 /// Whether the socket listening on `port` belongs to `pid`'s process tree.
