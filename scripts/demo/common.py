@@ -411,16 +411,18 @@ def verdict(values, want, bounds=None):
 
 
 def verdict_text(v):
-    """One line: "MET: 1.52x (1.45–1.61x, min–max of 2 repeats) >= 1.4x" and the like."""
+    """One line: "MET: 1.52x (1.45x–1.61x, min–max of 2 repeats), target >= 1.40x", "undecided (the
+    interval straddles the target): ..." and the like."""
     n = v["repeats"]
     if v["median"] is None:
         figure = f"no figure ({n} repeat{'s' if n != 1 else ''})"
     else:
         kind = "min–max" if not v["coverage"] else f"~{v['coverage'] * 100:.0f}% interval"
-        lb = " (>= : lower bounds)" if "at_least" in v["bounds"] else ""
-        ub = " (<= : upper bounds)" if "at_most" in v["bounds"] else ""
+        lb = ", some repeats lower bounds (the first side held the ramp's top)" if "at_least" in v["bounds"] else ""
+        ub = ", some repeats upper bounds (the second side held the ramp's top)" if "at_most" in v["bounds"] else ""
+        got = len([x for x in v["values"] if x is not None])
         figure = (f"{fmt_ratio(v['median'])} ({fmt_ratio(v['lo'])}–{fmt_ratio(v['hi'])}, {kind} of "
-                  f"{len([x for x in v['values'] if x is not None])} repeat{'s' if n != 1 else ''}){lb}{ub}")
+                  f"{got} repeat{'s' if got != 1 else ''}){lb}{ub}")
     if v["verdict"] is None:
         return figure
     head = v["verdict"] if v["verdict"] != "undecided" else f"undecided ({v['why']})"
