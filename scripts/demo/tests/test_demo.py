@@ -6,7 +6,6 @@ Real counterparts throughout: ports are bound, `scalpel load` (the release build
 $CARGO_TARGET_DIR) ramps against small HTTP servers on loopback through the demo's own
 `scalpel_load`, and the CLI runs as a subprocess. Each test writes under its own DEMO_OUT."""
 
-import collections
 import contextlib
 import http.server
 import io
@@ -90,17 +89,14 @@ class PortBlock(unittest.TestCase):
 class _Handler(http.server.BaseHTTPRequestHandler):
     # Per server: answer 500 to every `fail_every`-th request (0: never); a silent one
     # answers the first request (`scalpel load`'s reachability probe), then closes every
-    # connection without an answer; one with a `limit` answers 500 while the rate of its
-    # last 10 requests is above it (a service at its capacity, without the CPU noise).
+    # connection without an answer; one with `fail_after` answers 500 once it has answered
+    # that many requests (a quota used up: where a ramp breaks it depends on the requests
+    # sent, never on the machine's timing).
     def do_GET(self):
         srv = self.server
         with srv.lock:
             srv.count += 1
-            fail = srv.fail_every and srv.count % srv.fail_every == 0
-            now = time.monotonic()
-            srv.times.append(now)
-            if srv.limit and len(srv.times) == srv.times.maxlen and now > srv.times[0]:
-                fail = fail or (len(srv.times) - 1) / (now - srv.times[0]) > srv.limit
+            fail = (srv.fail_every and srv.count % srv.fail_every == 0) or 0 < srv.fail_after < srv.count
         if srv.silent and srv.count > 1:
             self.close_connection = True
             return
@@ -115,11 +111,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 
 @contextlib.contextmanager
-def server(fail_every=0, silent=False, limit=0):
+def server(fail_every=0, silent=False, fail_after=0):
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     srv.daemon_threads = True
     srv.lock, srv.count, srv.fail_every, srv.silent = threading.Lock(), 0, fail_every, silent
-    srv.limit, srv.times = limit, collections.deque(maxlen=10)
+    srv.fail_after = fail_after
     t = threading.Thread(target=srv.serve_forever, daemon=True)
     t.start()
     try:
@@ -132,73 +128,74 @@ def server(fail_every=0, silent=False, limit=0):
 RAMP_START = 20
 
 
-class RealRamp:
-    """One real `scalpel load` ramp (20 then 40 req/s, 500 ms steps) over four targets: one
-    that always answers, one that fails every third request, one that always fails, and
-    one that answers nothing (closes every connection). Run once for the tests that read
-    it; a failure is kept, not retried by every test."""
+class Once:
+    """A real run that several tests read: made by the first test that asks (`make`), kept;
+    a failure is kept too, not retried by every test."""
 
-    result = None
-    path = None
+    value = None
     error = None
 
     @classmethod
     def get(cls):
         if cls.error is not None:
             raise AssertionError(cls.error)
-        if cls.result is None:
-            cls.error = "the ramp failed (see the first test that ran it)"
+        if cls.value is None:
+            cls.error = f"{cls.__name__} failed (see the first test that ran it)"
             if not os.path.exists(c.SCALPEL):
                 raise AssertionError(f"{c.SCALPEL} is not built: run scripts/build.sh (./run test does)")
-            d = os.path.join(c.OUT, "ramp")
-            os.makedirs(d, exist_ok=True)
-            cls.path = os.path.join(d, "ramp.json")
-            with server() as ok, server(3) as flaky, server(1) as failing, server(silent=True) as silent:
-                cls.result = c.scalpel_load(
-                    ["--ramp", f"{RAMP_START},{RAMP_START},{2 * RAMP_START}", "--step-duration", "500ms",
-                     "--slo", "p99<2s,errors<1%", "-c", "4", "--rounds", "1", "--timeout", "2s",
-                     "--target", f"ok={ok}", "--target", f"flaky={flaky}", "--target", f"failing={failing}",
-                     "--target", f"silent={silent}", "/"], cls.path, cpu=None)
+            cls.value = cls.make()
             cls.error = None
-        return cls.result
+        return cls.value
+
+
+class RealRamp(Once):
+    """One real `scalpel load` ramp (20 then 40 req/s, 500 ms steps) over four targets: one
+    that always answers, one that fails every third request, one that always fails, and
+    one that answers nothing (closes every connection)."""
+
+    path = None
+
+    @classmethod
+    def make(cls):
+        d = os.path.join(c.OUT, "ramp")
+        os.makedirs(d, exist_ok=True)
+        cls.path = os.path.join(d, "ramp.json")
+        with server() as ok, server(3) as flaky, server(1) as failing, server(silent=True) as silent:
+            return c.scalpel_load(
+                ["--ramp", f"{RAMP_START},{RAMP_START},{2 * RAMP_START}", "--step-duration", "500ms",
+                 "--slo", "p99<2s,errors<1%", "-c", "4", "--rounds", "1", "--timeout", "2s",
+                 "--target", f"ok={ok}", "--target", f"flaky={flaky}", "--target", f"failing={failing}",
+                 "--target", f"silent={silent}", "/"], cls.path, cpu=None)
 
 
 RATE_RAMP = (20, 20, 120)
-# What the limited servers hold on RATE_RAMP: the last step below their limit.
-LOW_LIMIT, LOW_HOLDS = 50, 40.0
-HIGH_LIMIT, HIGH_HOLDS = 90, 80.0
+# RATE_RAMP's 500 ms steps send 10, 20, 30, ... requests: a server that answers the
+# reachability probe and the first two steps (+ 5 to spare) holds 40 req/s, one that
+# answers the first four holds 80.
+LOW_QUOTA, LOW_HOLDS = 1 + 10 + 20 + 5, 40.0
+HIGH_QUOTA, HIGH_HOLDS = 1 + 10 + 20 + 30 + 40 + 5, 80.0
 
 
-class RateRamps:
+class RateRamps(Once):
     """Two real `scalpel load` ramps (20 to 120 req/s by 20, 500 ms steps, the targets one
     after the other in each step), the repeats of one measurement, over four targets: one
-    that always answers (holds the top: a lower bound), two that answer 500 above 50 and
-    90 req/s (hold 40 and 80: ratios of exactly 2 and 0.5), one that answers nothing. Run
-    once for the tests that read them."""
-
-    results = None
-    error = None
+    that always answers (holds the top: a lower bound), two that answer 500 once their quota
+    is used up (hold 40 and 80: ratios of exactly 2 and 0.5), one that answers nothing."""
 
     @classmethod
-    def get(cls):
-        if cls.error is not None:
-            raise AssertionError(cls.error)
-        if cls.results is None:
-            cls.error = "the rate ramps failed (see the first test that ran them)"
-            d = os.path.join(c.OUT, "rate-ramps")
-            os.makedirs(d, exist_ok=True)
-            results = []
-            for r in range(2):
-                with server() as fast, server(limit=LOW_LIMIT) as low, server(limit=HIGH_LIMIT) as high, \
-                        server(silent=True) as silent:
-                    results.append(c.scalpel_load(
-                        ["--ramp", ",".join(map(str, RATE_RAMP)), "--step-duration", "500ms", "--rounds", "1",
-                         "--slo", "p99<2s,errors<1%", "-c", "4", "--timeout", "2s", "--target", f"fast={fast}",
-                         "--target", f"low={low}", "--target", f"high={high}", "--target", f"silent={silent}", "/"],
-                        os.path.join(d, f"ramp-{r + 1}.json"), cpu=None))
-            cls.results = results
-            cls.error = None
-        return cls.results
+    def make(cls):
+        d = os.path.join(c.OUT, "rate-ramps")
+        os.makedirs(d, exist_ok=True)
+        results = []
+        for r in range(2):
+            with server() as fast, server(fail_after=LOW_QUOTA) as low, server(fail_after=HIGH_QUOTA) as high, \
+                    server(silent=True) as silent:
+                results.append(c.scalpel_load(
+                    ["--ramp", ",".join(map(str, RATE_RAMP)), "--step-duration", "500ms", "--rounds", "1",
+                     "--slo", "p99<2s,errors<1%", "-c", "4", "--timeout", "2s", "--target", f"fast={fast}",
+                     "--target", f"low={low}", "--target", f"high={high}", "--target", f"silent={silent}", "/"],
+                    os.path.join(d, f"ramp-{r + 1}.json"), cpu=None))
+        return results
 
     @classmethod
     def maxima(cls, repeats=2):
@@ -258,6 +255,12 @@ class VerdictRule(unittest.TestCase):
             self.assertEqual(v["verdict"], "undecided", (after, before, v))
             self.assertIsNone(v["median"])
             self.assertIn("2 of 2 repeats gave no figure", v["text"])
+        # One repeat above the target and one where BEFORE answered nothing: still undecided.
+        m = {"after": self.maxima["high"], "before": [self.maxima["low"][0], self.maxima["silent"][1]]}
+        lb = {"after": self.lower["high"], "before": [self.lower["low"][0], self.lower["silent"][1]]}
+        v = runtime.rate_verdict(m, lb, "after", "before", 1.4)
+        self.assertEqual((v["verdict"], v["values"]), ("undecided", [2.0, None]), v)
+        self.assertIn("1 of 2 repeats gave no figure", v["text"])
 
     def test_bounds_decide_only_the_side_they_bound(self):
         # fast held the ramp's top: fast / high >= 1.5 is a lower bound. It cannot show
