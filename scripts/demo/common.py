@@ -413,20 +413,23 @@ def verdict(values, want, bounds=None):
 def verdict_text(v):
     """One line: "MET: 1.52x (1.45x–1.61x, min–max of 2 repeats), target >= 1.40x", "undecided (the
     interval straddles the target): ..." and the like."""
+    if v["verdict"] is None:
+        return verdict_figure(v)
+    head = v["verdict"] if v["verdict"] != "undecided" else f"undecided ({v['why']})"
+    return f"{head}: {verdict_figure(v)}, target >= {fmt_ratio(v['want'])}"
+
+
+def verdict_figure(v):
+    """The figure a verdict rests on: "1.52x (1.45x–1.61x, min–max of 2 repeats)"."""
     n = v["repeats"]
     if v["median"] is None:
-        figure = f"no figure ({n} repeat{'s' if n != 1 else ''})"
-    else:
-        kind = "min–max" if not v["coverage"] else f"~{v['coverage'] * 100:.0f}% interval"
-        lb = ", some repeats lower bounds (the first side held the ramp's top)" if "at_least" in v["bounds"] else ""
-        ub = ", some repeats upper bounds (the second side held the ramp's top)" if "at_most" in v["bounds"] else ""
-        got = len([x for x in v["values"] if x is not None])
-        figure = (f"{fmt_ratio(v['median'])} ({fmt_ratio(v['lo'])}–{fmt_ratio(v['hi'])}, {kind} of "
-                  f"{got} repeat{'s' if got != 1 else ''}){lb}{ub}")
-    if v["verdict"] is None:
-        return figure
-    head = v["verdict"] if v["verdict"] != "undecided" else f"undecided ({v['why']})"
-    return f"{head}: {figure}, target >= {fmt_ratio(v['want'])}"
+        return f"no figure ({n} repeat{'s' if n != 1 else ''})"
+    kind = "min–max" if not v["coverage"] else f"~{v['coverage'] * 100:.0f}% interval"
+    lb = ", some repeats lower bounds (the first side held the ramp's top)" if "at_least" in v["bounds"] else ""
+    ub = ", some repeats upper bounds (the second side held the ramp's top)" if "at_most" in v["bounds"] else ""
+    got = len([x for x in v["values"] if x is not None])
+    return (f"{fmt_ratio(v['median'])} ({fmt_ratio(v['lo'])}–{fmt_ratio(v['hi'])}, {kind} of "
+            f"{got} repeat{'s' if got != 1 else ''}){lb}{ub}")
 
 
 def served_target(label, num, den, want):
@@ -437,15 +440,14 @@ def served_target(label, num, den, want):
     pairs = list(zip(num["repeats"], den["repeats"]))
     by_rps = verdict([ratio(a["rps"], b["rps"]) for a, b in pairs], want)
     by_core = verdict([ratio(b["cpu_us_per_request"], a["cpu_us_per_request"]) for a, b in pairs], None)
-    text = by_rps["text"]
     if by_rps["verdict"] != "MET" and by_core["lo"] is not None and by_core["lo"] >= want:
-        text += (f"; per CPU-second {by_core['text']}, wholly above: on a shared core req/s follows the CPU "
-                 "share each server got")
+        note = (f"per CPU-second {verdict_figure(by_core)}, wholly above: on a shared core req/s follows the "
+                "CPU share each server got")
     else:
-        text += f"; per CPU-second {fmt_ratio(by_core['median'])}"
+        note = f"per CPU-second {fmt_ratio(by_core['median'])}"
     return {"target": label, "req_s_ratio": by_rps["median"], "per_core_ratio": by_core["median"], "want": want,
             "met": by_rps["verdict"] == "MET", "decision": by_rps["verdict"], "interval": by_rps,
-            "per_core": by_core, "verdict": text}
+            "per_core": by_core, "note": note, "verdict": f"{by_rps['text']}; {note}"}
 
 
 def repeats(cfg, what, undecided, minimum):

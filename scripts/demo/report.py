@@ -73,6 +73,20 @@ def verdict_span(v):
     return f'<span class="{cls}">{esc(word)}</span>'
 
 
+def verdict_line(v):
+    """The decision, coloured, then what it rests on and, when undecided, why."""
+    why = f" — {esc(v['why'])}" if v.get("verdict") == "undecided" else ""
+    want = f", target &gt;= {esc(c.fmt_ratio(v['want']))}" if v.get("want") is not None else ""
+    return f"{verdict_span(v)}: {esc(c.verdict_figure(v))}{want}{why}"
+
+
+def span_range(v):
+    """ "1.21x–1.52x (2 of 2)": the interval and how many repeats gave a figure, for a table cell."""
+    got = len([x for x in v["values"] if x is not None])
+    rng = "-" if v["lo"] is None else f"{c.fmt_ratio(v['lo'])}–{c.fmt_ratio(v['hi'])}"
+    return f"{rng} ({got} of {v['repeats']})"
+
+
 def interval_words(v):
     """ "1.21x–1.52x, min–max of 2 repeats; target >= 1.40x" (or why there is no interval)."""
     n = v["repeats"]
@@ -92,7 +106,7 @@ def interval_words(v):
 def target_items(targets):
     """The <li> lines of a stage's targets (common.served_target's); a target recorded
     before verdicts had intervals is shown as it was written, marked so."""
-    return "".join(f'<li>{esc(t["target"])}: {verdict_span(t["interval"])} — {esc(t["verdict"])}</li>'
+    return "".join(f'<li>{esc(t["target"])}: {verdict_line(t["interval"])}; {esc(t.get("note", ""))}</li>'
                    if "interval" in t else
                    f'<li>{esc(t["target"])}: {esc(t["verdict"])} (an older report: one run, no interval)</li>'
                    for t in targets)
@@ -187,7 +201,7 @@ both services and compared field by field: {sh['compared']:,} pairs, {sh['matche
         parts.append(html_table(["figure", "Go", "Rust", "Rust/Go", "the story"], rows))
         if e.get("target"):
             parts.append(f'<p>Target: Rust\'s max &gt;= {esc(c.fmt_ratio(e["target"]["want"]))} Go\'s: '
-                         f'{verdict_span(e["target"])} — {esc(e["target"]["text"])}</p>')
+                         f'{verdict_line(e["target"])}</p>')
         cpu = e.get("cpu_percent_at_max") or {}
         parts.append(f'<p class="note">CPU at the last step that held: Go {esc(c.fmt_num(cpu.get("go")))}%, Rust '
                      f'{esc(c.fmt_num(cpu.get("rust")))}% of a core. A maximum marked "&gt;=" held at the ramp\'s '
@@ -254,17 +268,19 @@ def workload_block(w):
     rows = []
     for k, label in w["setups"].items():
         v = w["verdict"] if k == "serve" else w["variants"].get(k)
-        ratio = "" if v is None else f"{c.fmt_ratio(v['median'])} ({interval_words(v)}): {v.get('verdict') or ''}"
         pr = w["p99_ratio"].get(k)
         rows.append([f"{k}: {label}", c.fmt_max(w["rps"][k], w["rps_lower_bound"][k], start),
                      " ".join(c.fmt_max(x, b, start) for x, b in zip(w["rps_all"][k], w["rps_lower_bound_all"][k])),
-                     ratio, c.fmt_ms(w["p99_ms"][k]), " ".join(c.fmt_ms(x) for x in w["p99_ms_all"][k]),
-                     "" if pr is None else f"{c.fmt_ratio(pr['median'])} ({interval_words(pr)})",
+                     "" if v is None else c.fmt_ratio(v["median"]), "" if v is None else span_range(v),
+                     c.fmt_ms(w["p99_ms"][k]), " ".join(c.fmt_ms(x) for x in w["p99_ms_all"][k]),
+                     "" if pr is None else f"{c.fmt_ratio(pr['median'])} ({span_range(pr)})",
                      c.fmt_num(w["cpu_percent"][k]), c.fmt_num(w["cpu_us_per_request"][k]), c.fmt_num(w["pss_mb"][k])])
-    head = ["setup", "max req/s at the SLO", "each ramp", f"/ {before}", f"{which} ms at {w['fixed_rps']:,} req/s",
-            "each run", f"/ {before}", "CPU %", "CPU µs/req", "PSS MiB"]
-    target = (f"<p>Target: {esc(w['target'])}: {verdict_span(w['verdict'])} — {esc(w['verdict']['text'])}</p>"
-              if w.get("target") else "")
+    head = ["setup", "max req/s at the SLO", "each ramp", f"/ {before}", "interval (repeats)",
+            f"{which} ms at {w['fixed_rps']:,} req/s", "each run", f"/ {before} (interval)", "CPU %", "CPU µs/req",
+            "PSS MiB"]
+    target = f"<p>Target: {esc(w['target'])}: {verdict_line(w['verdict'])}</p>" if w.get("target") else ""
+    target += "".join(f"<p>{esc(k)} / {esc(before)}, the same target: {verdict_line(v)}</p>"
+                      for k, v in w["variants"].items())
     return (f"<h3>{esc(w['name'])}: {esc(w['what'])}; SLO {esc(w['slo'])}</h3>{html_table(head, rows)}"
             f'<p class="note">{esc(which)} at equal load: {w["fixed_rps"]:,} req/s, 80% of {esc(before)}\'s rate '
             f"at the SLO. A rate marked &gt;= held at the ramp's top (a lower bound); &lt; held not even its first "
@@ -308,12 +324,13 @@ def cards(data):
                     f"{before} {c.fmt_ms(w['p99_ms'][before])} ms ({c.fmt_ratio(p['median'])}, {interval_words(p)})")
             for k, x in w["variants"].items():
                 note += f"; {k} {c.fmt_ratio(x['median'])} the rate ({x.get('verdict')})"
-            out.append(card("runtime", c.fmt_ratio(v["median"]), f"serve / {before}, rate at {w['slo']}",
-                            note, "#7c3aed", v))
+            out.append(card("runtime", c.fmt_ratio(v["median"]), f"serve / {before}, rate held at the SLO",
+                            f"uneven mix, SLO {w['slo']}; " + note, "#7c3aed", v))
         else:
-            out.append(card("runtime", c.fmt_ratio(v["median"]), f"serve direct mode / {before}, rate at {w['slo']} "
-                            "(hello world)", f"p99 at {w['fixed_rps']:,} req/s: serve {c.fmt_ms(w['p99_ms']['serve'])} "
-                            f"ms, {before} {c.fmt_ms(w['p99_ms'][before])} ms", "#7c3aed", v))
+            out.append(card("runtime", c.fmt_ratio(v["median"]), f"serve direct mode / {before} alone, rate held "
+                            "at the SLO", f"hello world, SLO {w['slo']}; p99 at {w['fixed_rps']:,} req/s: serve "
+                            f"{c.fmt_ms(w['p99_ms']['serve'])} ms, {before} {c.fmt_ms(w['p99_ms'][before])} ms",
+                            "#7c3aed", v))
     out.append("</section>")
     return "".join(out)
 

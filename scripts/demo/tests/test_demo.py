@@ -390,7 +390,9 @@ class Report(unittest.TestCase):
                              page[page.index(f'<th class="left">{key}: '):].split("</tr>")[0].split("<td>")[1:]]
         self.assertEqual(cells("nginx-pm2")[0], f"&gt;= {c.fmt_num(2.0 * RAMP_START)}")
         self.assertEqual(cells("serve")[0], f"&lt; {RAMP_START}")
-        self.assertIn("no figure in 1 repeat; target &gt;= 1.40x): undecided", cells("serve")[2])
+        self.assertEqual(cells("serve")[2:4], ["-", "- (0 of 1)"], "no ratio, no interval")
+        self.assertIn('<span class="target-open">undecided</span>: no figure (1 repeat), target &gt;= 1.40x — '
+                      "1 of 1 repeats gave no figure", page)
         # The headline card: the verdict with what its interval rests on, never MET.
         card = page[page.index('<div class="card-name" style="color:#7c3aed">runtime'):]
         card = card[:card.index('<div class="card-note">')]
