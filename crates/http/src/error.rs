@@ -8,7 +8,32 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
 
-use crate::h1::WireError;
+use crate::h1::wire::WireError;
+
+/// RST_STREAM reasons by code (RFC 9113 §7), and one slot for codes beyond them.
+pub(crate) const REASONS: [&str; 15] = [
+    "no_error",
+    "protocol_error",
+    "internal_error",
+    "flow_control_error",
+    "settings_timeout",
+    "stream_closed",
+    "frame_size_error",
+    "refused_stream",
+    "cancel",
+    "compression_error",
+    "connect_error",
+    "enhance_your_calm",
+    "inadequate_security",
+    "http_1_1_required",
+    "other",
+];
+
+/// The stable name of an RST_STREAM or GOAWAY reason (`cancel`, `refused_stream`, …;
+/// `other` for codes RFC 9113 does not define).
+pub(crate) fn reason_name(reason: h2::Reason) -> &'static str {
+    REASONS[(u32::from(reason) as usize).min(REASONS.len() - 1)]
+}
 
 /// What went wrong, in the words of a results table: each kind has a stable short name
 /// ([`ErrorKind::name`]) used as a JSON key and table column, and a side
@@ -387,7 +412,7 @@ impl Error {
     pub fn reset_by_peer(&self) -> Option<&'static str> {
         match self {
             Error::H2 { source, .. } if source.is_reset() && source.is_remote() => {
-                source.reason().map(crate::h2::reason_name)
+                source.reason().map(reason_name)
             }
             _ => None,
         }
