@@ -13,7 +13,7 @@ use scalpel_http::{
 };
 use util::*;
 
-fn get(path: &str, host: &str) -> Vec<u8> {
+pub(crate) fn get(path: &str, host: &str) -> Vec<u8> {
     let mut out = Vec::new();
     let mut w = RequestWriter::new(&mut out, "GET", "", path);
     w.header(b"Host", host.as_bytes());
@@ -43,14 +43,18 @@ async fn fetch(conn: &mut H1Conn, path: &str, host: &str) -> Result<(u16, Bytes)
     Ok((head.status.as_u16(), body))
 }
 
-fn request(c: &Connector, path: &str) -> Request<()> {
+pub(crate) fn request(c: &Connector, path: &str) -> Request<()> {
     Request::builder()
         .uri(c.peer().uri(path).unwrap())
         .body(())
         .unwrap()
 }
 
-async fn fetch2(conn: &mut H2Conn, c: &Connector, path: &str) -> Result<(u16, Bytes), Error> {
+pub(crate) async fn fetch2(
+    conn: &mut H2Conn,
+    c: &Connector,
+    path: &str,
+) -> Result<(u16, Bytes), Error> {
     let mut res = conn.send(request(c, path), Bytes::new()).await?;
     let body = res.read_body(1 << 20).await?.expect("under the limit");
     Ok((res.status().as_u16(), body))
@@ -65,7 +69,7 @@ fn tls_error(r: Result<impl std::fmt::Debug, Error>) -> TlsError {
 
 /// Polls `check` until it holds, for at most 10 s (the machine is loaded: no tight
 /// margins).
-async fn eventually(mut check: impl FnMut() -> bool) -> bool {
+pub(crate) async fn eventually(mut check: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
         if check() {
@@ -398,7 +402,7 @@ async fn an_idle_tls_connection_closed_by_nginx_is_noticed_before_reuse() {
 // ---------------------------------------------------------------------------------------
 // Node
 
-const NODE_SERVERS: &str = r#"
+pub(crate) const NODE_SERVERS: &str = r#"
 import http2 from 'node:http2';
 import https from 'node:https';
 import fs from 'node:fs';
