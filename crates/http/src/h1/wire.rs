@@ -140,6 +140,18 @@ impl<'a> RequestWriter<'a> {
         self.header(b"Content-Length", digits.format(n).as_bytes())
     }
 
+    /// The body's framing: `Content-Length: n` for a body of `Some(n)` bytes (none for an
+    /// empty body of a method that sends no length, see [`sends_length`]),
+    /// `Transfer-Encoding: chunked` for a body of unknown length (`None`), sent with
+    /// [`crate::h1::H1Conn::write_body`] in chunks.
+    pub fn body_length(&mut self, method: &[u8], length: Option<u64>) -> &mut Self {
+        match length {
+            Some(n) if n > 0 || sends_length(method, 0) => self.content_length(n),
+            Some(_) => self,
+            None => self.header(b"Transfer-Encoding", b"chunked"),
+        }
+    }
+
     /// Ends the head (the blank line); the body, if any, follows in the same buffer or
     /// its own write.
     pub fn finish(self) {
