@@ -29,8 +29,9 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, Method, StatusCode};
 use scalpel_diff::{NoiseRule, RouteNormalizer};
+use scalpel_http::ErrorKind;
 use scalpel_shadow::{
-    CompareSettings, Failure, Recorder, Redactor, ShadowRequest, ShadowResponse, SkipReason,
+    CompareSettings, Recorder, Redactor, ShadowRequest, ShadowResponse, SkipReason,
 };
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 
@@ -322,14 +323,14 @@ async fn send_copy(
     up: &Arc<Upstreams>,
     app: &str,
     copy: &Copy,
-) -> Result<(ShadowResponse, Option<Held>), Failure> {
+) -> Result<(ShadowResponse, Option<Held>), ErrorKind> {
     let table = shared.table.load_full();
     let app = table
         .apps
         .iter()
         .find(|a| &*a.cfg.name == app)
-        .ok_or(Failure::Connect)?;
-    let backend = app.pool.select(None, None).ok_or(Failure::Connect)?;
+        .ok_or(ErrorKind::Connect)?;
+    let backend = app.pool.select(None, None).ok_or(ErrorKind::Connect)?;
     // Not held to the app's `max_in_flight_per_worker` (the mirror's own queue bounds
     // copies), but counted in its workers' slots.
     let in_flight = app.pool.begin(&backend);
@@ -351,20 +352,20 @@ async fn send_copy(
         .mirror_queue
         .as_ref()
         .map(|q| q.budget.clone())
-        .ok_or(Failure::Connect)?;
+        .ok_or(ErrorKind::Connect)?;
     let exchange = async {
         let mut answer = up
             .send(backend.addr(), &req, &Attempt::default())
             .await
-            .map_err(|_| Failure::Connect)?;
+            .map_err(|_| ErrorKind::Connect)?;
         in_flight.head_received();
         let limit = max.min(budget.available());
         let body = answer
             .body
             .read_up_to(limit)
             .await
-            .map_err(|_| Failure::Connect)?
-            .ok_or(Failure::TooLarge)?;
+            .map_err(|_| ErrorKind::Connect)?
+            .ok_or(ErrorKind::TooLarge)?;
         let held = budget.reserve(body.len());
         Ok((
             ShadowResponse::new(answer.status, answer.headers, body, start.elapsed()),
@@ -373,7 +374,7 @@ async fn send_copy(
     };
     tokio::time::timeout(lim.upstream_timeout, exchange)
         .await
-        .unwrap_or(Err(Failure::Timeout))
+        .unwrap_or(Err(ErrorKind::Timeout))
 }
 
 /// Copies a served body as it streams, up to a limit and within the mirror budget, and
