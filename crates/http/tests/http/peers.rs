@@ -402,7 +402,7 @@ async fn an_idle_tls_connection_closed_by_nginx_is_noticed_before_reuse() {
 // ---------------------------------------------------------------------------------------
 // Node
 
-pub(crate) const NODE_SERVERS: &str = r#"
+const NODE_SERVERS: &str = r#"
 import http2 from 'node:http2';
 import https from 'node:https';
 import fs from 'node:fs';
@@ -449,16 +449,18 @@ h2.listen(0, '127.0.0.1', () => {
 });
 "#;
 
+/// The Node servers, and a connector to their h2 one (TLS, the test CA, h2 required).
+pub(crate) async fn node_h2(certs: &Certs) -> (Server, Connector) {
+    let node = node(NODE_SERVERS, certs);
+    let url = format!("https://localhost:{}", node.ports[0]);
+    let c = connector(&url, h2_with(&certs.ca)).await.unwrap();
+    (node, c)
+}
+
 #[tokio::test]
 async fn streams_reset_by_node_are_errors_and_counted_by_reason() {
     let certs = certs();
-    let node = node(NODE_SERVERS, &certs);
-    let c = connector(
-        &format!("https://localhost:{}", node.ports[0]),
-        h2_with(&certs.ca),
-    )
-    .await
-    .unwrap();
+    let (_node, c) = node_h2(&certs).await;
     let mut conn = h2(&c).await;
     let e = fetch2(&mut conn, &c, "/reset").await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Reset, "{e}");
@@ -485,13 +487,7 @@ async fn streams_reset_by_node_are_errors_and_counted_by_reason() {
 #[tokio::test]
 async fn stream_limit_and_window_stalls_are_counted_apart() {
     let certs = certs();
-    let node = node(NODE_SERVERS, &certs);
-    let c = connector(
-        &format!("https://localhost:{}", node.ports[0]),
-        h2_with(&certs.ca),
-    )
-    .await
-    .unwrap();
+    let (_node, c) = node_h2(&certs).await;
     let mut conn = h2(&c).await;
     fetch2(&mut conn, &c, "/").await.unwrap(); // SETTINGS have arrived
     assert_eq!(conn.max_streams(), 2);
@@ -542,13 +538,7 @@ async fn https_h1_to_node_reads_a_chunked_body_arriving_in_pieces() {
 #[tokio::test]
 async fn a_streamed_h2_request_body_arrives_whole_and_trailers_are_read() {
     let certs = certs();
-    let node = node(NODE_SERVERS, &certs);
-    let c = connector(
-        &format!("https://localhost:{}", node.ports[0]),
-        h2_with(&certs.ca),
-    )
-    .await
-    .unwrap();
+    let (_node, c) = node_h2(&certs).await;
     let mut conn = h2(&c).await;
     let req = Request::builder()
         .method(Method::POST)

@@ -3,7 +3,7 @@
 //! (never resent), and a shared HTTP/2 connection that died under two racing requests
 //! (opened again once, for both) — nginx, Node and a raw peer on its own thread.
 
-use crate::peers::{NODE_SERVERS, eventually, fetch2, get, request};
+use crate::peers::{eventually, fetch2, get, node_h2, request};
 use crate::util;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -161,11 +161,44 @@ async fn dial(c: &Connector) -> Result<H1Conn, Error> {
     }
 }
 
-/// Reads an `ok` answer to its end.
-async fn answered(conn: &mut H1Conn) -> Result<u16, Error> {
-    let head = conn.read_response(Expect::default()).await?;
+/// Sends `head` and `body` through `sessions` (counting each write in `writes`) and reads
+/// the `ok` answer; the connection goes back to the pool.
+async fn exchange(
+    sessions: &H1Sessions<()>,
+    c: &Connector,
+    writes: &AtomicUsize,
+    head: &[u8],
+    body: &[u8],
+) -> Result<(u16, Reuse), Error> {
+    let write = |mut conn: H1Conn| async move {
+        writes.fetch_add(1, Ordering::Relaxed);
+        let r = conn.write_request(head, body).await;
+        (conn, r)
+    };
+    let (mut conn, reuse) = sessions.start(&(), || dial(c), write).await?;
+    let status = conn.read_response(Expect::default()).await?.status;
     assert_eq!(conn.read_body(1 << 10).await?.unwrap(), "ok");
-    Ok(head.status.as_u16())
+    sessions.release((), conn);
+    Ok((status.as_u16(), reuse))
+}
+
+/// Runs `test` on a current-thread runtime (the test's event loop, which a blocked thread
+/// holds still) with sessions resending by `resend` to `peer`.
+fn with_sessions(
+    peer: &mut RawPeer,
+    resend: Resend,
+    test: impl AsyncFnOnce(&mut RawPeer, &H1Sessions<()>, &Connector),
+) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let url = format!("http://{}", peer.addr);
+        let c = connector(&url, |_| {}).await.unwrap();
+        let sessions = H1Sessions::new(Duration::from_secs(60), 4, resend);
+        test(peer, &sessions, &c).await;
+    });
 }
 
 /// The race the readiness check before reuse cannot see: the peer resets an idle pooled
@@ -174,52 +207,25 @@ async fn answered(conn: &mut H1Conn) -> Result<u16, Error> {
 /// connection — exactly once: the peer saw it once, on its second connection.
 #[test]
 fn a_stale_pooled_connection_reset_by_the_peer_gets_the_request_resent_exactly_once() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
     let mut peer = RawPeer::start(Then::ResetWhenTold);
-    rt.block_on(async {
-        let c = connector(&format!("http://{}", peer.addr), |_| {})
-            .await
-            .unwrap();
-        let sessions = H1Sessions::new(Duration::from_secs(60), 4, Resend::NEVER_TAKEN);
-        let writes = AtomicUsize::new(0);
-        let send = async |path: &str| {
-            let wire = &get(path, "t");
-            let writes = &writes;
-            let (mut conn, reuse) = sessions
-                .start(
-                    &(),
-                    || dial(&c),
-                    |mut conn: H1Conn| async move {
-                        writes.fetch_add(1, Ordering::Relaxed);
-                        let r = conn.write_request(wire, &[]).await;
-                        (conn, r)
-                    },
-                )
-                .await?;
-            let status = answered(&mut conn).await?;
-            sessions.release((), conn);
-            Ok::<_, Error>((status, reuse))
-        };
-        assert_eq!(send("/a").await.unwrap(), (200, Reuse::New));
+    let writes = AtomicUsize::new(0);
+    with_sessions(&mut peer, Resend::NEVER_TAKEN, async |peer, sessions, c| {
+        let (a, b) = (get("/a", "t"), get("/b", "t"));
+        let first = exchange(sessions, c, &writes, &a, &[]).await.unwrap();
+        assert_eq!(first, (200, Reuse::New));
         // The event loop reads the idle connection once (nothing there), so its
         // readiness is clear; then it is held still while the peer resets it.
         sessions.prune();
         assert_eq!(sessions.idle(), 1);
         peer.reset_now();
-        assert_eq!(
-            send("/b").await.unwrap(),
-            (200, Reuse::New),
-            "answered on a new connection"
-        );
-        assert_eq!(
-            writes.load(Ordering::Relaxed),
-            3,
-            "/a once; /b on the stale connection, then once more"
-        );
+        let second = exchange(sessions, c, &writes, &b, &[]).await.unwrap();
+        assert_eq!(second, (200, Reuse::New), "answered on a new connection");
     });
+    assert_eq!(
+        writes.load(Ordering::Relaxed),
+        3,
+        "/a once; /b on the stale connection, then once more"
+    );
     assert_eq!(
         peer.seen(),
         [vec!["GET /a HTTP/1.1"], vec!["GET /b HTTP/1.1"]]
@@ -227,42 +233,21 @@ fn a_stale_pooled_connection_reset_by_the_peer_gets_the_request_resent_exactly_o
 }
 
 /// Without the rule (a tool's policy that resends nothing), the same race is an error of
-/// kind `reset` that names no resend.
+/// kind `reset`, and nothing more goes out.
 #[test]
 fn without_the_resend_rule_the_same_race_is_an_error() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
     let mut peer = RawPeer::start(Then::ResetWhenTold);
-    rt.block_on(async {
-        let c = connector(&format!("http://{}", peer.addr), |_| {})
-            .await
-            .unwrap();
-        let sessions = H1Sessions::new(Duration::from_secs(60), 4, Resend::NEVER);
-        let send = async |path: &str| {
-            let wire = &get(path, "t");
-            let (mut conn, _) = sessions
-                .start(
-                    &(),
-                    || dial(&c),
-                    |mut conn: H1Conn| async move {
-                        let r = conn.write_request(wire, &[]).await;
-                        (conn, r)
-                    },
-                )
-                .await?;
-            answered(&mut conn).await?;
-            sessions.release((), conn);
-            Ok::<_, Error>(())
-        };
-        send("/a").await.unwrap();
+    let writes = AtomicUsize::new(0);
+    with_sessions(&mut peer, Resend::NEVER, async |peer, sessions, c| {
+        let (a, b) = (get("/a", "t"), get("/b", "t"));
+        exchange(sessions, c, &writes, &a, &[]).await.unwrap();
         sessions.prune();
         peer.reset_now();
-        let e = send("/b").await.unwrap_err();
+        let e = exchange(sessions, c, &writes, &b, &[]).await.unwrap_err();
         assert!(matches!(e, Error::NotSent(_)), "{e:?}");
         assert_eq!(e.kind(), ErrorKind::Reset);
     });
+    assert_eq!(writes.load(Ordering::Relaxed), 2);
     assert_eq!(peer.seen(), [vec!["GET /a HTTP/1.1"]]);
 }
 
@@ -271,35 +256,12 @@ fn without_the_resend_rule_the_same_race_is_an_error() {
 /// the error is the caller's, and no second connection is opened.
 #[test]
 fn a_request_the_peer_took_is_never_resent() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let peer = RawPeer::start(Then::ResetAfterTheNextHead);
-    rt.block_on(async {
-        let c = connector(&format!("http://{}", peer.addr), |_| {})
-            .await
-            .unwrap();
-        let sessions = H1Sessions::new(Duration::from_secs(60), 4, Resend::NEVER_TAKEN);
-        let writes = AtomicUsize::new(0);
-        let send = async |head: &[u8], body: &[u8]| {
-            let writes = &writes;
-            let (mut conn, reuse) = sessions
-                .start(
-                    &(),
-                    || dial(&c),
-                    |mut conn: H1Conn| async move {
-                        writes.fetch_add(1, Ordering::Relaxed);
-                        let r = conn.write_request(head, body).await;
-                        (conn, r)
-                    },
-                )
-                .await?;
-            answered(&mut conn).await?;
-            sessions.release((), conn);
-            Ok::<_, Error>(reuse)
-        };
-        assert_eq!(send(&get("/a", "t"), &[]).await.unwrap(), Reuse::New);
+    let mut peer = RawPeer::start(Then::ResetAfterTheNextHead);
+    let writes = AtomicUsize::new(0);
+    with_sessions(&mut peer, Resend::NEVER_TAKEN, async |_, sessions, c| {
+        let a = get("/a", "t");
+        let first = exchange(sessions, c, &writes, &a, &[]).await.unwrap();
+        assert_eq!(first, (200, Reuse::New));
         // More body than the kernel's buffers hold: the peer resets while it is written.
         let body = vec![b'x'; 16 << 20];
         let mut head = Vec::new();
@@ -307,11 +269,13 @@ fn a_request_the_peer_took_is_never_resent() {
         w.header(b"Host", b"t");
         w.content_length(body.len() as u64);
         w.finish();
-        let e = send(&head, &body).await.unwrap_err();
+        let e = exchange(sessions, c, &writes, &head, &body)
+            .await
+            .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Reset, "{e:?}");
         assert!(!e.never_sent(), "{e:?}");
-        assert_eq!(writes.load(Ordering::Relaxed), 2, "/b written once");
     });
+    assert_eq!(writes.load(Ordering::Relaxed), 2, "/b written once");
     assert_eq!(
         peer.seen(),
         [vec!["GET /a HTTP/1.1", "POST /b HTTP/1.1"]],
@@ -343,6 +307,29 @@ async fn fetch_on(
     (conn, r)
 }
 
+/// Two tasks that send `GET /` through `shared` at the same moment, each opening (when
+/// it has to) a connection that takes 200 ms: their answers.
+async fn race(
+    shared: &Arc<SharedH2>,
+    c: &Connector,
+    opens: &Arc<AtomicUsize>,
+) -> Vec<Result<(u16, Bytes), Error>> {
+    let start = Arc::new(tokio::sync::Barrier::new(2));
+    let mut racers = tokio::task::JoinSet::new();
+    for _ in 0..2 {
+        let (shared, start) = (Arc::clone(shared), Arc::clone(&start));
+        let (c, opens) = (c.clone(), Arc::clone(opens));
+        racers.spawn(async move {
+            start.wait().await;
+            let slow = Duration::from_millis(200);
+            let open = || open_h2(&c, &opens, slow);
+            let exchange = |conn| fetch_on(conn, &c, "/");
+            shared.send(&mut None, Resend::NEVER, open, exchange).await
+        });
+    }
+    racers.join_all().await
+}
+
 /// Two requests at once on a shared connection nginx has closed (its keep-alive time-out):
 /// one of them opens the next connection, the other waits for it; both are answered on it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -370,21 +357,8 @@ async fn two_requests_racing_a_dead_shared_h2_connection_open_one_new_connection
         eventually(|| shared.live().is_none()).await,
         "nginx closed the idle connection (keepalive_timeout 1s)"
     );
-    let start = Arc::new(tokio::sync::Barrier::new(2));
-    let mut racers = tokio::task::JoinSet::new();
-    for _ in 0..2 {
-        let (shared, start) = (Arc::clone(&shared), Arc::clone(&start));
-        let (c, opens) = (c.clone(), Arc::clone(&opens));
-        racers.spawn(async move {
-            start.wait().await;
-            let slow = Duration::from_millis(200);
-            let open = || open_h2(&c, &opens, slow);
-            let exchange = |conn| fetch_on(conn, &c, "/");
-            shared.send(&mut None, Resend::NEVER, open, exchange).await
-        });
-    }
-    while let Some(r) = racers.join_next().await {
-        assert_eq!(r.unwrap().unwrap().0, 200);
+    for answer in race(&shared, &c, &opens).await {
+        assert_eq!(answer.unwrap().0, 200);
     }
     assert_eq!(opens.load(Ordering::Relaxed), 2, "the first, and one more");
 }
@@ -401,19 +375,8 @@ async fn requests_waiting_for_a_failed_h2_connect_share_its_failure() {
     .unwrap();
     let shared = Arc::new(SharedH2::new());
     let opens = Arc::new(AtomicUsize::new(0));
-    let start = Arc::new(tokio::sync::Barrier::new(2));
-    let mut racers = tokio::task::JoinSet::new();
-    for _ in 0..2 {
-        let (shared, start) = (Arc::clone(&shared), Arc::clone(&start));
-        let (c, opens) = (c.clone(), Arc::clone(&opens));
-        racers.spawn(async move {
-            start.wait().await;
-            let slow = Duration::from_millis(200);
-            shared.lease(|| open_h2(&c, &opens, slow)).await.map(|_| ())
-        });
-    }
-    while let Some(r) = racers.join_next().await {
-        let e = r.unwrap().unwrap_err();
+    for answer in race(&shared, &c, &opens).await {
+        let e = answer.unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Connect, "{e}");
         assert!(e.never_sent(), "{e}");
     }
@@ -433,13 +396,7 @@ async fn requests_waiting_for_a_failed_h2_connect_share_its_failure() {
 #[tokio::test]
 async fn a_refused_stream_is_sent_again_once_on_the_same_connection() {
     let certs = certs();
-    let node = node(NODE_SERVERS, &certs);
-    let c = connector(
-        &format!("https://localhost:{}", node.ports[0]),
-        h2_with(&certs.ca),
-    )
-    .await
-    .unwrap();
+    let (_node, c) = node_h2(&certs).await;
     for (policy, sends) in [(Resend::NEVER_TAKEN, 2), (Resend::NEVER, 1)] {
         let shared = SharedH2::new();
         let opens = Arc::new(AtomicUsize::new(0));
