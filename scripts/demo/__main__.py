@@ -1,6 +1,7 @@
 """`./run demo`: the three stories end to end, on this machine, with one report.
 
     python3 scripts/demo [--full] [--only ladder,payments,runtime] [--report-only] [--skip-build]
+                         [--db sqlite|postgres]
 
 Run by scripts/demo.sh after the build; writes target/demo/index.html and report.json.
 Quick by default (a few minutes on 2 cores); --full for the recorded figures."""
@@ -87,6 +88,9 @@ def main():
                         help="comma-separated stages to run (ladder, payments, runtime); the report "
                              "keeps the last results of the others")
     parser.add_argument("--skip-build", action="store_true", help="(read by scripts/demo.sh) measure what is built")
+    parser.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite",
+                        help="the payments ledger's store: an SQLite file (default) or a throw-away "
+                             "PostgreSQL cluster (scripts/lib/pg.sh)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override one setting of the profile (VALUE as JSON, else a string), e.g. "
                              "--set pay_step=3s --set 'pay_ramp=[2000,2000,90000]' (scripts/bench-quiet.sh)")
@@ -94,6 +98,7 @@ def main():
                         help="rebuild index.html from the last report.json without measuring")
     args = parser.parse_args()
     cfg = dict(FULL if args.full else QUICK)
+    cfg["pay_db"] = args.db
     for item in args.set:
         key, eq, value = item.partition("=")
         if not eq or key not in cfg:

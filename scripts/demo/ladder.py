@@ -1,6 +1,8 @@
 """Story 2, served: every tier of the QR ladder answering GET /qrcode over HTTP, one core,
 the same texts and schedule for all; closed model at the article's 100 connections (all
 tiers in one `scalpel load` run, alternating), then an open-model ramp per tier to the SLO.
+The Node host's tiers and the Python host's (ladder_python.py) run in the same runs; each
+host has its own table.
 """
 
 import hashlib
@@ -8,6 +10,7 @@ import os
 import urllib.parse
 
 import common as c
+import ladder_python
 import pngcheck
 
 # tier, how, the article's published ratios to its tier 0 (req/s, mean, p99, bytes, memory)
@@ -36,6 +39,8 @@ def texts():
 
 
 def command(tier):
+    if tier in ladder_python.NAMES:
+        return ladder_python.command(tier)
     if tier == "4":
         return [os.path.join(c.TARGET, "release", "qr-server"), "--port", "0"]
     return ["node", os.path.join(c.ROOT, "qr", "node", "server.js"), "--tier", tier, "--port", "0"]
@@ -43,6 +48,11 @@ def command(tier):
 
 def name(tier):
     return f"t{tier}"
+
+
+def all_tiers():
+    """(tier, how, article ratios) of both hosts: Node's seven, then the Python host's five."""
+    return TIERS + [(t, how, None) for t, _, how in ladder_python.TIERS]
 
 
 def run(cfg, report):
@@ -56,17 +66,17 @@ def run(cfg, report):
     procs = c.Procs()
     try:
         servers = {}
-        for tier, _, _ in TIERS:
+        for tier, _, _ in all_tiers():
             p, url = procs.start(f"ladder-tier-{tier}", command(tier), env={"CARGO_TARGET_DIR": c.TARGET},
                                  ready=r"listening on (http://[0-9.:]+)")
             servers[tier] = (p, url)
-        c.log(f"ladder: 7 tiers listening ({c.PINNING_NOTE})")
+        c.log(f"ladder: {len(servers)} servers listening, Node's tiers and the Python host's ({c.PINNING_NOTE})")
 
         outputs = check_outputs(servers, all_texts)
         c.log(f"ladder: outputs checked: {outputs['note']}")
 
         args = ["-c", "100"]
-        for tier, _, _ in TIERS:
+        for tier, _, _ in all_tiers():
             p, url = servers[tier]
             args += ["--target", f"{name(tier)}={url}", "--watch-pid", f"{name(tier)}={p.pid}"]
         args += ["--data", data, "--shuffle", "7", TEMPLATE]
@@ -79,7 +89,7 @@ def run(cfg, report):
                                 closed_path)
 
         rows = {}
-        for tier, how, article in TIERS:
+        for tier, how, article in all_tiers():
             s = c.target_of(closed, name(tier))["steps"][0]
             rows[tier] = {
                 "tier": tier,
@@ -100,7 +110,7 @@ def run(cfg, report):
 
         ramps = []
         for r in range(cfg["ladder_ramp_rounds"]):
-            order = TIERS if r % 2 == 0 else list(reversed(TIERS))
+            order = all_tiers() if r % 2 == 0 else list(reversed(all_tiers()))
             for tier, _, _ in order:
                 p, url = servers[tier]
                 top = rows[tier]["rps"]
@@ -115,7 +125,7 @@ def run(cfg, report):
                 held, lower_bound = c.breaking_rps(result["targets"][0])
                 ramps.append((tier, held, lower_bound, path))
                 rows[tier]["ramp_start"] = lo
-        for tier, _, _ in TIERS:
+        for tier, _, _ in all_tiers():
             mine = [(h, lb) for t, h, lb, _ in ramps if t == tier]
             rows[tier]["slo_rps"] = c.median([h for h, _ in mine])
             rows[tier]["slo_rps_lower_bound"] = any(lb for _, lb in mine)
@@ -155,8 +165,9 @@ def check_outputs(servers, all_texts):
     note = (f"tiers {', '.join(RUST_TIERS)} byte-identical for all {len(all_texts)} texts (sha256 {digest}…); "
             f"tier 0 matched decodes to the same pixels as tier 4 ({pixels_same}/{len(checked)} checked); "
             f"tier 0-article draws 200x200 RGBA as the article did")
+    python_note = ladder_python.check_outputs(bodies, len(checked))
     return {"bytes": sizes, "rust_identical": identical, "pixels_checked": len(checked),
-            "pixels_same": pixels_same, "note": note}
+            "pixels_same": pixels_same, "note": note, "python_note": python_note}
 
 
 def summarize(rows, outputs, closed_path):
@@ -191,7 +202,7 @@ def summarize(rows, outputs, closed_path):
                c.ratio(t4["rps_per_core"], base_0["rps_per_core"]), 15.0),
     ]
     return {"tiers": tiers, "outputs": outputs, "slo": SLO, "closed_file": closed_path,
-            "targets": targets, "pinning": c.PINNING_NOTE}
+            "targets": targets, "pinning": c.PINNING_NOTE, "python": ladder_python.summarize(rows)}
 
 
 def target(label, by_rps, by_core, want):
@@ -232,3 +243,6 @@ def print_tables(result):
     for t in result["targets"]:
         print(f"target: {t['target']}: {c.fmt_ratio(t['req_s_ratio'])} "
               f"(per CPU-second {c.fmt_ratio(t['per_core_ratio'])}) -> {t['verdict']}")
+    if result.get("python"):
+        print(result["outputs"].get("python_note", ""))
+        ladder_python.print_tables(result["python"])

@@ -1,7 +1,8 @@
 """Story 1: the payments service's hot endpoints, Go (legacy) and Rust (the rewrite), over one
-16,000-user SQLite ledger: shadow replay of every user on every hot endpoint and window,
-both ramped to failure under one SLO on one pinned core, the fixed-load table in the story's
-format, and the cost projection (`scalpel report cost`)."""
+16,000-user ledger — an SQLite file, or with `--db postgres` the same ledger in a throw-away
+PostgreSQL cluster (scripts/lib/pg.sh) — shadow replay of every user on every hot endpoint
+and window, both ramped to failure under one SLO on one pinned core, the fixed-load table in
+the story's format, and the cost projection (`scalpel report cost`)."""
 
 import os
 import subprocess
@@ -42,13 +43,18 @@ def run(cfg, report):
     with open(ids) as f:
         users = [line.strip() for line in f if line.strip()]
 
+    store = cfg.get("pay_db", "sqlite")
     procs = c.Procs()
+    cluster = None
     try:
+        if store == "postgres":
+            cluster, db = postgres_ledger(pay)
         gp, go_url = procs.start("payments-go", [go, "--db", db, "--port", "0"],
                                  ready=r"listening on (http://[0-9.:]+)")
         rp, rust_url = procs.start("payments-rust", [pay, "serve", "--db", db, "--port", "0"],
                                    ready=r"listening on (http://[0-9.:]+)")
-        c.log(f"payments: Go {go_url} and Rust {rust_url} over {len(users):,} users ({c.PINNING_NOTE})")
+        c.log(f"payments: Go {go_url} and Rust {rust_url} over {len(users):,} users on {store} "
+              f"({c.PINNING_NOTE})")
 
         shadow = replay(out, go_url, rust_url, users)
         c.log(f"payments: shadow replay: {shadow['compared']:,} pairs, {shadow['consistency_percent']}% consistent")
@@ -92,10 +98,13 @@ def run(cfg, report):
                                                fixed_files, ramp_start=cfg["pay_ramp"][0])
     finally:
         procs.stop_all()
+        if cluster:
+            subprocess.run(["bash", PG_SH, "stop", cluster], check=False)
 
     main_ep = cfg["pay_endpoints"][0]
     cost = projection(endpoints[main_ep]["fixed_files"][0])
     result = {
+        "store": store,
         "users": len(users),
         "consistency_percent": shadow["consistency_percent"],
         "shadow": shadow,
@@ -112,6 +121,26 @@ def run(cfg, report):
     report["payments"] = result
     print_tables(result)
     return result
+
+
+PG_SH = os.path.join(c.ROOT, "scripts", "lib", "pg.sh")
+
+
+def postgres_ledger(pay):
+    """A throw-away cluster (stopped by the caller, or by pg.sh's watcher if the demo dies)
+    holding the same ledger as the SQLite file: returns (its directory, its URL)."""
+    r = subprocess.run(["bash", PG_SH, "start", "--watch", str(os.getpid())], capture_output=True, text=True)
+    lines = r.stdout.split()
+    if r.returncode != 0 or len(lines) != 2:
+        raise c.DemoError(f"starting PostgreSQL (scripts/lib/pg.sh; ./run setup installs it): {r.stderr.strip()}")
+    cluster, url = lines
+    c.log(f"payments: generating the {USERS:,}-user ledger into PostgreSQL ({cluster})")
+    r = subprocess.run([pay, "generate", "--users", str(USERS), "--seed", str(SEED), "--db", url],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        subprocess.run(["bash", PG_SH, "stop", cluster], check=False)
+        raise c.DemoError(f"payments generate into PostgreSQL failed: {r.stderr.strip()}")
+    return cluster, url
 
 
 def replay(out, go_url, rust_url, users):
@@ -206,7 +235,8 @@ def projection(fixed_file):
 
 
 def print_tables(result):
-    c.section("2. Payments: Go -> Rust on the hot endpoints, same 16,000-user ledger, one core each")
+    c.section("2. Payments: Go -> Rust on the hot endpoints, same 16,000-user ledger "
+              f"({result.get('store', 'sqlite')}), one core each")
     print(result["pinning"])
     print(result["shadow"]["table"].rstrip())
     for ep, e in result["endpoints"].items():

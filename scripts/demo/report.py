@@ -8,6 +8,7 @@ import re
 import subprocess
 
 import common as c
+import ladder_python
 
 EXTRA_CSS = """
 .story{margin-top:34px}
@@ -82,6 +83,7 @@ def ladder_section(d, css_sink):
         f'<li>{esc(t["target"])}: {esc(c.fmt_ratio(t["req_s_ratio"]))} (per CPU-second '
         f'{esc(c.fmt_ratio(t["per_core_ratio"]))}) — <span class="{"target-met" if t["met"] else "target-not"}">'
         f'{esc(t["verdict"])}</span></li>' for t in d["targets"])
+    python = python_block(d)
     closed, css = embed(d.get("closed_file"), "the closed-model run, every tier (scalpel report html)")
     css_sink.append(css)
     ramps = ""
@@ -104,7 +106,22 @@ connections ÷ throughput, as in the article. On a shared
 machine req/s follows the CPU share each server gets; CPU µs per request (and req/s per fully used core) does
 not.</p>
 <ul>{targets}</ul>
+{python}
 {closed}{ramps}</section>"""
+
+
+def python_block(d):
+    """The Python host's table (qr/python), from the same runs; '' for a report made before it."""
+    p = d.get("python")
+    if not p:
+        return ""
+    targets = "".join(
+        f'<li>{esc(t["target"])}: {esc(c.fmt_ratio(t["req_s_ratio"]))} (per CPU-second '
+        f'{esc(c.fmt_ratio(t["per_core_ratio"]))}) — <span class="{"target-met" if t["met"] else "target-not"}">'
+        f'{esc(t["verdict"])}</span></li>' for t in p["targets"])
+    return (f'<h3>The same ladder, Python host (qr/python: an ASGI app under uvicorn), in the same runs</h3>'
+            f'<p class="note">{esc(d["outputs"].get("python_note", ""))}. Tier 4 is repeated as the top.</p>'
+            f'{html_table(ladder_python.HEADERS, ladder_python.table_rows(p), left=2)}<ul>{targets}</ul>')
 
 
 def payments_section(d, css_sink):
@@ -112,7 +129,7 @@ def payments_section(d, css_sink):
         return '<section class="story"><h2>2. Payments</h2><p class="note">not run</p></section>'
     sh = d["shadow"]
     parts = [f"""<section class="story"><h2>2. Payments — the hot endpoints moved from Go to Rust</h2>
-<p class="note">{esc(d['pinning'])}. {d['users']:,} users; every user on every hot endpoint and window replayed to
+<p class="note">{esc(d['pinning'])}. {d['users']:,} users, the ledger in {esc(d.get('store', 'sqlite'))}; every user on every hot endpoint and window replayed to
 both services and compared field by field: {sh['compared']:,} pairs, {sh['matched']:,} matched,
 {sh['mismatched']} differ, {sh['errors']} errors.</p><pre>{esc(sh['table'].strip())}</pre>"""]
     for ep, e in d["endpoints"].items():
