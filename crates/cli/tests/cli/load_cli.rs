@@ -1385,7 +1385,7 @@ fn response_headers_are_limited_by_bytes_not_by_count() {
     });
     assert_one_line_usage_error(
         &["load", "--no-progress", "-n", "5", &huge.url()],
-        "not valid HTTP/1.1 or over a limit",
+        "the response is over a size limit (response head over 65536 bytes)",
     );
 }
 

@@ -490,7 +490,7 @@ fn h2_closed_model_keeps_connections_times_streams_in_flight() {
     assert_eq!(u(&s["h2"]["stalled_on_streams"]), 0, "{s}");
 }
 
-/// A server that resets streams: each reset request is an error `rst_stream:cancel`
+/// A server that resets streams: each reset request is an error `reset:cancel`
 /// (sent, no answer), counted again under the step's HTTP/2 events; the other requests
 /// on the same connection go on.
 #[test]
@@ -511,7 +511,7 @@ fn streams_the_server_resets_are_errors_by_reason() {
     let resets = u(&seen["resets"]);
     assert_eq!(u(&seen["total"]), 102, "{seen}");
     assert_eq!(resets, 25, "every fourth of streams 1..=102: {seen}");
-    assert_eq!(u(&s["error_kinds"]["rst_stream:cancel"]), resets, "{s}");
+    assert_eq!(u(&s["error_kinds"]["reset:cancel"]), resets, "{s}");
     assert_eq!(u(&s["h2"]["rst_stream"]), resets, "{s}");
     assert_eq!(u(&s["h2"]["rst_by_reason"]["cancel"]), resets, "{s}");
     assert_eq!(u(&s["answered"]) + resets, 101, "{s}");
@@ -523,7 +523,7 @@ fn streams_the_server_resets_are_errors_by_reason() {
     );
     let table = text(&out);
     assert!(
-        table.contains("rst_stream:cancel") && table.contains("h2 RST_STREAM"),
+        table.contains("reset:cancel") && table.contains("h2 RST_STREAM"),
         "{table}"
     );
 }

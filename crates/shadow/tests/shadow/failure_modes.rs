@@ -500,7 +500,8 @@ fn ids(n: u64) -> Arc<RequestSet> {
 }
 
 /// Issue #18.13: a body cut short was `primary:connect`, and when both sides failed only
-/// the primary's error was counted. Now: `:body`, and every failed side is counted.
+/// the primary's error was counted. Now: `:body_cut` (`:body` before the one error
+/// vocabulary), and every failed side is counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_cut_short_is_a_body_error_and_both_failed_sides_are_counted() {
     let cut = || {
@@ -522,8 +523,12 @@ async fn a_body_cut_short_is_a_body_error_and_both_failed_sides_are_counted() {
     .unwrap();
     let s = recorder.summary();
     assert_eq!(s.errors, 3, "each request once: {s:?}");
-    assert_eq!(s.errors_by_kind.get("primary:body"), Some(&3), "{s:?}");
-    assert_eq!(s.errors_by_kind.get("candidate:body"), Some(&3), "{s:?}");
+    assert_eq!(s.errors_by_kind.get("primary:body_cut"), Some(&3), "{s:?}");
+    assert_eq!(
+        s.errors_by_kind.get("candidate:body_cut"),
+        Some(&3),
+        "{s:?}"
+    );
 
     // A dead primary and a candidate that times out: both named.
     let slow = serve(|_| Answer::json("{}").delay(Duration::from_secs(10))).await;
