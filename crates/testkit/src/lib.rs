@@ -7,12 +7,12 @@
 //! copy, as linkerd2-proxy's `linkerd-app-integration` does for its proxy tests:
 //!
 //! - **Processes**: [`scalpel`] / [`scalpel_bin`] (the built CLI), [`finish`] and
-//!   [`wait_exit`] (deadlines that only turn a hang into a failure), [`signal`],
-//!   [`KillOnDrop`], [`collect_lines`], [`child_test`] + [`read_port`] (this test binary
-//!   re-run as a helper server), [`scratch`] folders, [`process_alive`].
+//!   [`wait_exit`] (deadlines that only turn a hang into a failure), [`signal`], [`curl`],
+//!   [`KillOnDrop`], [`collect_lines`], [`child_test`] and [`child_server`] (this test
+//!   binary re-run as a helper process), [`scratch`] folders, [`process_alive`],
+//!   [`cpu_seconds`] (between two procstat readings).
 //! - **Ports**: [`free_port`] / [`free_ports`] (ephemeral), [`free_base`] (a range below
-//!   the ephemeral ones, claimed across test processes with `flock`, [`claim_port`]),
-//!   [`wait_for_port`].
+//!   the ephemeral ones, claimed across test processes with `flock`, [`claim_port`]).
 //! - **Waiting**: [`poll`] (blocking), [`eventually`] and [`eventually_some`] (async).
 //! - **Reading what servers say**: [`metric`] (a Prometheus sample), [`read_json`].
 //! - **Certificates**: [`certs`] (a test CA and good, expired, wrong-name, self-signed
@@ -62,11 +62,10 @@ mod wait;
 pub use certs::{Certs, Pair, certs, write_self_signed};
 pub use ports::{
     Claim, claim_port, free_base, free_base_from, free_port, free_ports, port_lock_dir,
-    wait_for_port,
 };
 pub use process::{
-    KillOnDrop, child_test, collect_lines, finish, process_alive, read_json, read_port, scalpel,
-    scalpel_bin, scratch, signal, wait_exit,
+    ChildServer, KillOnDrop, child_server, child_test, collect_lines, cpu_seconds, curl, finish,
+    process_alive, read_json, scalpel, scalpel_bin, scratch, signal, wait_exit,
 };
 pub use prom::{metric, metric_value};
 pub use wait::{eventually, eventually_some, poll};

@@ -2,9 +2,7 @@
 
 use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::Child;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
 
 /// A free loopback port (bound, read, released: the server binds it next).
 pub fn free_port() -> u16 {
@@ -109,26 +107,11 @@ pub fn claim_port(port: u16) -> Claim {
     }
 }
 
-/// Waits (20 s at most) until something accepts on loopback `port`; panics naming `what`
-/// when `child` exits first or the time is up.
-pub fn wait_for_port(port: u16, child: &mut Child, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return;
-        }
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("{what} exited early: {status}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("{what} did not listen on port {port} within 20 s");
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::KillOnDrop;
+    use std::time::{Duration, Instant};
 
     /// Several test processes on one machine (other worktrees' runs of the tests at the
     /// same time, the load of a shared 2-core machine): a port one of them claimed is never

@@ -107,10 +107,32 @@ pub fn signal(pid: u32, name: &str) {
     nix::sys::signal::kill(target, sig).unwrap_or_else(|e| panic!("kill -{name} {pid}: {e}"));
 }
 
+/// Runs `curl -sS --max-time 20 ARGS` (a client that is not ours) and returns what it
+/// wrote on stdout; fails the test when curl fails.
+pub fn curl(args: &[&str]) -> String {
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "20"])
+        .args(args)
+        .output()
+        .expect("curl is not installed: run scripts/setup.sh");
+    assert!(
+        out.status.success(),
+        "curl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// Is process `pid` still running: neither gone nor a zombie (procstat's reading of
 /// `/proc/PID/stat`).
 pub fn process_alive(pid: u32) -> bool {
     !scalpel_procstat::process_exited(pid)
+}
+
+/// CPU seconds between two procstat readings of one tree, through procstat's public API
+/// (its CPU% times the wall time between them).
+pub fn cpu_seconds(a: &scalpel_procstat::TreeReading, b: &scalpel_procstat::TreeReading) -> f64 {
+    scalpel_procstat::cpu_percent(a, b) / 100.0 * b.at.duration_since(a.at).as_secs_f64()
 }
 
 /// A child process killed (SIGKILL) and reaped when dropped, so a failing test leaves
@@ -167,9 +189,35 @@ pub fn child_test(test: &str) -> Command {
     command
 }
 
+/// A helper server of the test's own in another process (see [`child_server`]).
+#[derive(Debug)]
+pub struct ChildServer {
+    /// The process, killed when this is dropped.
+    pub child: KillOnDrop,
+    /// Where it listens on loopback.
+    pub port: u16,
+}
+
+/// Starts [`child_test`]`(test)` with `env` as a server: the ignored test prints `PORT n`
+/// once it listens and lives until its stdin closes (when this is dropped) or it is
+/// killed.
+pub fn child_server(test: &str, env: &[(&str, &str)]) -> ChildServer {
+    let mut child = KillOnDrop(
+        child_test(test)
+            .envs(env.iter().copied())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the test binary runs"),
+    );
+    let port = read_port(child.stdout.take().expect("stdout piped"));
+    ChildServer { child, port }
+}
+
 /// Reads `stdout` until a line holding `PORT n` (what a helper child prints once it
 /// listens; libtest may print its `test … ...` prefix on the same line).
-pub fn read_port(stdout: ChildStdout) -> u16 {
+fn read_port(stdout: ChildStdout) -> u16 {
     for line in BufReader::new(stdout).lines() {
         let line = line.expect("the child's stdout");
         if let Some((_, p)) = line.split_once("PORT ") {

@@ -12,3 +12,4 @@ mod serve_refused;
 mod shadow_cli;
 mod shards;
 mod traffic;
+mod util;

@@ -42,6 +42,15 @@ impl Peer {
     }
 }
 
+/// The Node test app of the serve tests (`crates/serve/tests/apps/app.js`): a worker that
+/// listens on `PORT` and answers `/`, `/pid`, `/healthz`, `/slow?ms=`, … (see its header).
+pub fn app_js() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the crates directory")
+        .join("serve/tests/apps/app.js")
+}
+
 /// The installed nginx, if any.
 pub fn nginx_binary() -> Option<PathBuf> {
     ["/usr/sbin/nginx", "/usr/bin/nginx", "/usr/local/sbin/nginx"]
