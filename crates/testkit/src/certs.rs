@@ -16,6 +16,17 @@ pub struct Pair {
     pub key: PathBuf,
 }
 
+impl Pair {
+    /// nginx's `ssl_certificate` and `ssl_certificate_key` directives for this pair.
+    pub fn nginx_directives(&self) -> String {
+        format!(
+            "ssl_certificate {}; ssl_certificate_key {};",
+            self.cert.display(),
+            self.key.display()
+        )
+    }
+}
+
 /// Everything a TLS test needs, in one temporary directory (removed when dropped).
 #[derive(Debug)]
 pub struct Certs {

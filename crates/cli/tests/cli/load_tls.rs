@@ -53,21 +53,19 @@ fn nginx_by_sni(certs: &Certs) -> Peer {
     access_log off;
     server {{
         listen 127.0.0.1:{port} ssl default_server;
-        ssl_certificate {wrong_cert}; ssl_certificate_key {wrong_key};
+        {wrong}
         location / {{ return 200 "default server\n"; }}
     }}
     server {{
         listen 127.0.0.1:{port} ssl;
         server_name scalpel.test;
-        ssl_certificate {good_cert}; ssl_certificate_key {good_key};
+        {good}
         location / {{ return 200 "scalpel.test\n"; }}
     }}
 "#,
             port = p[0],
-            wrong_cert = certs.wrong_name.cert.display(),
-            wrong_key = certs.wrong_name.key.display(),
-            good_cert = certs.good.cert.display(),
-            good_key = certs.good.key.display(),
+            wrong = certs.wrong_name.nginx_directives(),
+            good = certs.good.nginx_directives(),
         )
     })
 }

@@ -12,13 +12,6 @@ pub use crate::certs::{Certs, Pair, certs};
 /// `hello from nginx`, `/big` with a few hundred bytes and `/echo` with the length of the
 /// request body.
 pub fn nginx(certs: &Certs) -> Peer {
-    let tls = |p: &Pair| {
-        format!(
-            "ssl_certificate {}; ssl_certificate_key {};",
-            p.cert.display(),
-            p.key.display()
-        )
-    };
     let routes = r#"
         location = / { return 200 "hello from nginx\n"; }
         location = /big { return 200 "$request_id$request_id$request_id$request_id"; }
@@ -41,9 +34,9 @@ pub fn nginx(certs: &Certs) -> Peer {
             p2 = p[2],
             p3 = p[3],
             p4 = p[4],
-            good = tls(&certs.good),
-            expired = tls(&certs.expired),
-            wrong = tls(&certs.wrong_name),
+            good = certs.good.nginx_directives(),
+            expired = certs.expired.nginx_directives(),
+            wrong = certs.wrong_name.nginx_directives(),
         )
     })
 }

@@ -67,13 +67,6 @@ pub fn swap_node_certificate(node: &Peer) {
 /// answer `/big/…` with a 4 KB document.
 /// Every server answers the JSON document the Node server does (without a body).
 pub fn nginx(certs: &Certs) -> Peer {
-    let tls = |p: &Pair| {
-        format!(
-            "ssl_certificate {}; ssl_certificate_key {};",
-            p.cert.display(),
-            p.key.display()
-        )
-    };
     let big = format!(
         r#"location /big/ {{ default_type application/json; return 200 '{{"path":"$request_uri","pad":"{}"}}'; }}"#,
         "x".repeat(4000)
@@ -95,8 +88,8 @@ pub fn nginx(certs: &Certs) -> Peer {
             p2 = p[2],
             p3 = p[3],
             p4 = p[4],
-            good = tls(&certs.good),
-            wrong = tls(&certs.wrong_name),
+            good = certs.good.nginx_directives(),
+            wrong = certs.wrong_name.nginx_directives(),
         )
     })
 }
