@@ -819,8 +819,9 @@ async fn bad_tls_settings_are_one_line_and_exit_2_before_any_traffic() {
         v
     };
     let localhost = format!("https://localhost:{tls_port}");
-    let real_name = format!("https://scalpel.test:{tls_port}");
-    let resolve = format!("scalpel.test:{tls_port}:127.0.0.1");
+    // A name the trusted certificate does not hold (it holds localhost and scalpel.test).
+    let real_name = format!("https://unlisted.test:{tls_port}");
+    let resolve = format!("unlisted.test:{tls_port}:127.0.0.1");
     let missing = certs.dir.path().join("nope.pem");
     let h1_only = format!("https://localhost:{}", node.ports[1]);
     let cases = [
@@ -838,8 +839,8 @@ async fn bad_tls_settings_are_one_line_and_exit_2_before_any_traffic() {
                 "--cacert",
                 &ca,
             ]),
-            "candidate https://scalpel.test",
-            "not valid for the name scalpel.test",
+            "candidate https://unlisted.test",
+            "not valid for the name unlisted.test",
         ),
         (
             proxy(&[
