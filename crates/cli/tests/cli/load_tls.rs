@@ -82,7 +82,12 @@ import http2 from 'node:http2';
 import fs from 'node:fs';
 const STATS = __STATS__;
 let active = 0, max = 0, total = 0, resets = 0;
-const save = () => fs.writeFileSync(STATS, JSON.stringify({ max, total, resets }));
+// Written aside and renamed: a reader never sees the file empty mid-write (a stream closing
+// after the run, as the test reads it, made the read fail once).
+const save = () => {
+  fs.writeFileSync(STATS + '.tmp', JSON.stringify({ max, total, resets }));
+  fs.renameSync(STATS + '.tmp', STATS);
+};
 const server = http2.createServer({ settings: __SETTINGS__ });
 server.on('stream', (stream, headers) => {
   const path = headers[':path'];
