@@ -3,7 +3,7 @@
 
 use crate::util;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, Request};
@@ -69,15 +69,8 @@ fn tls_error(r: Result<impl std::fmt::Debug, Error>) -> TlsError {
 
 /// Polls `check` until it holds, for at most 10 s (the machine is loaded: no tight
 /// margins).
-pub(crate) async fn eventually(mut check: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if check() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    false
+pub(crate) async fn eventually(check: impl FnMut() -> bool) -> bool {
+    scalpel_testkit::eventually(Duration::from_secs(10), check).await
 }
 
 // ---------------------------------------------------------------------------------------
