@@ -161,7 +161,7 @@ const path = require('node:path');
 const file = path.resolve(process.argv[1]);
 const load = /\.mjs$/.test(file)
   ? import(require('node:url').pathToFileURL(file)).then((m) => m.default)
-  : Promise.resolve(require(file));
+  : new Promise((resolve) => resolve(require(file))); // a SyntaxError rejects, one line
 load.then((c) => process.stdout.write(JSON.stringify(c, (k, v) => (typeof v === 'function' ? undefined : v))))
   .catch((e) => { process.stderr.write(String((e && e.message) || e).split('\n')[0]); process.exit(1); });
 "#;
@@ -236,7 +236,13 @@ fn eval_with_node(eco: &std::path::Path) -> Result<String, String> {
         if let Some(e) = err.as_mut() {
             let _ = e.read_to_string(&mut why);
         }
-        return Err(format!("node could not evaluate it: {}", why.trim()));
+        // One line, whatever node printed (its first non-empty one).
+        let why = why
+            .lines()
+            .map(str::trim)
+            .find(|l| !l.is_empty())
+            .unwrap_or("");
+        return Err(format!("node could not evaluate it: {why}"));
     }
     Ok(stdout)
 }

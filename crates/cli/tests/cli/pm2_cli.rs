@@ -3,23 +3,15 @@
 //! `--check` lines about worker ports in the kernel's ephemeral range and what each app's
 //! workers must do.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use scalpel_testkit::apps::node_apps;
 
 use crate::serve_cli::{free_base, free_port, http, poll, signal};
 
 const BIN: &str = env!("CARGO_BIN_EXE_scalpel");
-
-fn node_apps() -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/apps/node");
-    assert!(
-        dir.join("node_modules/express").is_dir(),
-        "{}/node_modules is missing: run ./run setup",
-        dir.display()
-    );
-    dir
-}
 
 /// `scalpel serve --from-pm2` with `APP_PORT`; its stdout.
 fn from_pm2(eco: &Path, app_port: u16) -> String {
@@ -56,8 +48,11 @@ fn from_pm2_prints_a_config_that_passes_check_and_runs_the_same_app_files() {
     let home = tempfile::tempdir().unwrap();
     let pm2_port = free_port();
     let pm2_cmd = |args: &[&str]| {
+        // As its users run it: from the folder of the ecosystem file, against which pm2
+        // resolves `script`.
         Command::new(&pm2)
             .args(args)
+            .current_dir(node_apps())
             .env("PM2_HOME", home.path())
             .env("APP_PORT", pm2_port.to_string())
             .stdout(Stdio::null())
