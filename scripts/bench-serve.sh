@@ -279,9 +279,9 @@ say "wrk -t2 -c$CONNS -d${DUR}s, median (min–max) of $REPEATS, alternating:"
 say ""
 say "| setup | req/s |"
 say "|---|---|"
-for k in direct pm2; do say "| $k | $(stats ${ERPS[$k]}) |"; done
+for k in direct pm2; do say "| $k | $(stats summary -d 1 "${ERPS[$k]}") |"; done
 say ""
-say "direct/pm2 = $(python3 -c "print(round($(median ${ERPS[direct]})/$(median ${ERPS[pm2]}),2))") (target >= 1.0)"
+say "direct/pm2 = $(stats ratio -d 2 "${ERPS[direct]}" "${ERPS[pm2]}") (target >= 1.0)"
 say ""
 fi
 if want express-blocked; then
@@ -294,7 +294,7 @@ for r in $(seq 1 "$REPEATS"); do
   log="$OUT/serve-express-blocked-$r.log"
   start_serve "$OUT/express-proxy.toml" "$log"
   wait_http "http://127.0.0.1:$P_XBAL/"
-  VPORT=$(curl -s "http://127.0.0.1:$P_XADMIN/status" | python3 -c "import json,sys; print(json.load(sys.stdin)['apps'][0]['workers'][0]['port'])")
+  VPORT=$(curl -s "http://127.0.0.1:$P_XADMIN/status" | stats json "d['apps'][0]['workers'][0]['port']")
   ( sleep 3; date +%s.%N >"$OUT/stop-at-express-$r"; curl -s -m 30 -o /dev/null "http://127.0.0.1:$VPORT/block?ms=20000" || true ) &
   BLOCKER=$!
   json="$OUT/express-blocked-$r.json"
@@ -302,7 +302,7 @@ for r in $(seq 1 "$REPEATS"); do
   kill "$BLOCKER" 2>/dev/null || true
   stop_pid "$SERVE_PID"
   say ""
-  say "run $r: out of rotation $(after_stop "$log" "$OUT/stop-at-express-$r" 'reason="unhealthy"') s, successor ready $(after_stop "$log" "$OUT/stop-at-express-$r" 'worker ready') s after the block (target <= 3 s); errors $(field "$json" "s['errors']"), p99 $(field "$json" "s['latency_ms']['p99']") ms"
+  say "run $r: out of rotation $(stats after "$log" "$OUT/stop-at-express-$r" 'reason="unhealthy"') s, successor ready $(stats after "$log" "$OUT/stop-at-express-$r" 'worker ready') s after the block (target <= 3 s); errors $(stats step "$json" "s['errors']"), p99 $(stats step "$json" "s['latency_ms']['p99']") ms"
 done
 say ""
 fi
