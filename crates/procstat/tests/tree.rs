@@ -409,6 +409,79 @@ fn cpu_percent_of_this_process_while_it_spins() {
     );
 }
 
+/// Burns `sys.argv[1]` of a core: each 100 ms it spins until its own CPU clock advanced by
+/// that share, then sleeps the rest. Each line on stdin is answered with its CPU time and
+/// a wall clock reading, in seconds; it exits at end of input.
+const PY_DUTY_CYCLE: &str = "
+import select, sys, time
+duty, period = float(sys.argv[1]), 0.1
+print('ready', flush=True)
+while True:
+    start, cpu = time.monotonic(), time.process_time()
+    while time.process_time() - cpu < duty * period:
+        pass
+    if select.select([sys.stdin], [], [], 0)[0]:
+        if not sys.stdin.readline():
+            break
+        print(time.process_time(), time.monotonic(), flush=True)
+    time.sleep(max(0.0, period - (time.monotonic() - start)))
+";
+
+/// #26.4: a live page drew a steady ~5% as 0%, 10%, 10%, 0% — each point one 100 ms sample,
+/// where a tick (10 ms) is 10%. `cpu_since` sums the ticks of each whole interval: for a
+/// process at a quarter of a core, every one-second interval reads what the process's own
+/// CPU clock says, and the intervals chained from each other's ends cover the time.
+#[test]
+fn cpu_over_whole_intervals_matches_a_process_at_a_quarter_of_a_core() {
+    let mut burner = Group::spawn(
+        Command::new("python3")
+            .args(["-c", PY_DUTY_CYCLE, "0.25"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped()),
+    );
+    burner.wait_ready();
+    let sampler = TreeSampler::start(burner.pid(), Duration::from_millis(100)).expect("start");
+    let clock = |b: &mut Group| -> (f64, f64) {
+        b.send("?\n");
+        let line = b.read_line();
+        let mut it = line.split_whitespace().map(|x| x.parse::<f64>().unwrap());
+        (it.next().unwrap(), it.next().unwrap())
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let (cpu0, wall0) = clock(&mut burner);
+    let mut mark = sampler.mark();
+    let mut intervals = Vec::new();
+    for _ in 0..5 {
+        std::thread::sleep(Duration::from_millis(1000));
+        let iv = sampler.cpu_since(mark).expect("a reading in a second");
+        mark = iv.end;
+        intervals.push(iv);
+    }
+    let (cpu1, wall1) = clock(&mut burner);
+    let truth = (cpu1 - cpu0) / (wall1 - wall0) * 100.0;
+    assert!(
+        (10.0..=30.0).contains(&truth),
+        "the burner itself ran at {truth:.1}% (the machine is too busy to test this)"
+    );
+    for iv in &intervals {
+        assert!(
+            (iv.cpu_percent - truth).abs() <= 7.0,
+            "an interval of {:?} read {:.1}%, the burner ran at {truth:.1}%: {intervals:?}",
+            iv.wall,
+            iv.cpu_percent
+        );
+    }
+    // Chained, they cover the five seconds: no gap between one's end and the next's start.
+    let walls: Duration = intervals.iter().map(|iv| iv.wall).sum();
+    let span = Duration::from_secs_f64(wall1 - wall0);
+    assert!(
+        // The first starts at the reading before the mark; the sampler may lag when busy.
+        walls >= Duration::from_millis(4500) && walls <= span + Duration::from_millis(300),
+        "{walls:?} of {span:?}: {intervals:?}"
+    );
+    sampler.stop();
+}
+
 /// The sampler thread must never compete with the load it measures: it lowers itself to
 /// nice 19 (field 19 of its /proc task stat), while this test's thread keeps its own.
 #[test]
