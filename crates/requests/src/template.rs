@@ -90,6 +90,16 @@ impl RequestTemplate {
         })
     }
 
+    /// The source text (path, header or body) of the first placeholder, if any: where a
+    /// user looks for it.
+    pub(crate) fn first_placeholder_text(&self) -> Option<&str> {
+        std::iter::once((&self.path, self.path.source.as_str()))
+            .chain(self.headers.iter().map(|h| (&h.value, h.source.as_str())))
+            .chain(self.body.iter().map(|b| (b, b.source.as_str())))
+            .find(|(text, _)| text.has_placeholders())
+            .map(|(_, source)| source)
+    }
+
     /// The distinct placeholder names used, in order of first use (path, headers, body).
     pub fn placeholders(&self) -> Vec<String> {
         let mut names: Vec<String> = Vec::new();
