@@ -372,7 +372,8 @@ pub struct Plan {
 /// Failure to start a run.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    /// The target could not be resolved, connected to or did not answer the probe request.
+    /// The target could not be resolved or connected to, or did not answer the probe's
+    /// HTTP/2 PING.
     #[error("target `{target}` ({url}) is unreachable: {why}")]
     Unreachable {
         /// Target name.
