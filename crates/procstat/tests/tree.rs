@@ -409,23 +409,10 @@ fn cpu_percent_of_this_process_while_it_spins() {
     );
 }
 
-/// Burns `sys.argv[1]` of a core: each 100 ms it spins until its own CPU clock advanced by
-/// that share, then sleeps the rest. Each line on stdin is answered with its CPU time and
-/// a wall clock reading, in seconds; it exits at end of input.
-const PY_DUTY_CYCLE: &str = "
-import select, sys, time
-duty, period = float(sys.argv[1]), 0.1
-print('ready', flush=True)
-while True:
-    start, cpu = time.monotonic(), time.process_time()
-    while time.process_time() - cpu < duty * period:
-        pass
-    if select.select([sys.stdin], [], [], 0)[0]:
-        if not sys.stdin.readline():
-            break
-        print(time.process_time(), time.monotonic(), flush=True)
-    time.sleep(max(0.0, period - (time.monotonic() - start)))
-";
+/// The duty-cycle burner (its doc is in the file), shared with the CLI's dashboard test.
+fn duty_cycle_script() -> String {
+    format!("{}/tests/duty_cycle.py", env!("CARGO_MANIFEST_DIR"))
+}
 
 /// #26.4: a live page drew a steady ~5% as 0%, 10%, 10%, 0% — each point one 100 ms sample,
 /// where a tick (10 ms) is 10%. `cpu_since` sums the ticks of each whole interval: for a
@@ -435,7 +422,7 @@ while True:
 fn cpu_over_whole_intervals_matches_a_process_at_a_quarter_of_a_core() {
     let mut burner = Group::spawn(
         Command::new("python3")
-            .args(["-c", PY_DUTY_CYCLE, "0.25"])
+            .args([duty_cycle_script().as_str(), "0.25"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped()),
     );

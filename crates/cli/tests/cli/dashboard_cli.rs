@@ -168,24 +168,6 @@ fn a_taken_dashboard_address_is_one_line_and_exit_2_before_any_load() {
     assert!(lines[0].contains("--dashboard: cannot listen on"), "{err}");
 }
 
-/// Burns `sys.argv[1]` of a core: each 100 ms it spins until its own CPU clock advanced by
-/// that share, then sleeps the rest. Each line on stdin is answered with its CPU time and
-/// a wall clock reading, in seconds; it exits at end of input.
-const PY_DUTY_CYCLE: &str = "
-import select, sys, time
-duty, period = float(sys.argv[1]), 0.1
-print('ready', flush=True)
-while True:
-    start, cpu = time.monotonic(), time.process_time()
-    while time.process_time() - cpu < duty * period:
-        pass
-    if select.select([sys.stdin], [], [], 0)[0]:
-        if not sys.stdin.readline():
-            break
-        print(time.process_time(), time.monotonic(), flush=True)
-    time.sleep(max(0.0, period - (time.monotonic() - start)))
-";
-
 /// A child killed when dropped, so no busy loop outlives a failed test.
 struct Burner {
     child: std::process::Child,
@@ -194,8 +176,13 @@ struct Burner {
 
 impl Burner {
     fn start(share: &str) -> Burner {
+        // procstat's burner: the CPU truth is measured in one way for every test.
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../procstat/tests/duty_cycle.py"
+        );
         let mut child = Command::new("python3")
-            .args(["-c", PY_DUTY_CYCLE, share])
+            .args([script, share])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
