@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs everything CI checks, in order: formatting, lints, the release build, the Rust
-# tests, the Go tests, the Node tests, the demo's Python tests and the browser tests. Stops
+# tests, the Go tests, the Node tests, the Python host's tests, the demo's Python tests and the browser tests. Stops
 # at the first failure.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -61,6 +61,9 @@ python3 scripts/lib/paired.py
 
 step "node tests (qr/node)"
 (cd qr/node && node --test)
+
+step "python tests (qr/python: pytest in the host's venv, made by the build step)"
+"$CARGO_TARGET_DIR/qr/venv/bin/python" -m pytest -q -p no:cacheprovider qr/python/tests
 
 step "demo-py: the demo's Python (scripts/demo/tests, unittest; release scalpel)"
 python3 -m unittest discover -s scripts/demo/tests

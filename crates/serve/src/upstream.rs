@@ -23,8 +23,8 @@ use scalpel_http::h1::{DEFAULT_MAX_HEAD_BYTES, Expect, H1Conn, H1Pool};
 use scalpel_http::{Error, Phase, Stream};
 use tokio::net::TcpStream;
 
+use crate::clock::epoch_us;
 use crate::h1::{self, Outgoing};
-use crate::pool::epoch_us;
 
 /// Bodies up to this size go out in the same write as the request head.
 const COALESCE_BODY_BYTES: usize = 16 * 1024;
