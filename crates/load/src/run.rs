@@ -8,7 +8,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use scalpel_http::{Connector, HttpVersion, PeerOptions};
 
-use crate::conn::Failure;
 use crate::live_latency::{LiveLatency, Window};
 use crate::request::{Endpoint, RequestParts, UrlError};
 use crate::result::{
@@ -552,7 +551,7 @@ fn peer_of(plan: &Plan, t: &Target) -> scalpel_http::Peer {
 }
 
 async fn probe_target(plan: &Plan, t: &Target) -> Result<(Connector, Duration), LoadError> {
-    use scalpel_http::Error;
+    use scalpel_http::{Error, ErrorKind};
     let unreachable = |why: String| LoadError::Unreachable {
         target: t.name.clone(),
         url: t.url.clone(),
@@ -583,11 +582,12 @@ async fn probe_target(plan: &Plan, t: &Target) -> Result<(Connector, Duration), 
             ..
         } => refused(format!("no TLS handshake with {addr} within {within}")),
         Error::H2 { .. } if h2c => refused(no_h2c(&e)),
-        e => match Failure::from_error(&e) {
-            f @ Failure::Local(_) => {
-                unreachable(format!("cannot open a connection to {addr}: {f}"))
-            }
-            Failure::Tls => refused(format!("TLS handshake with {addr} failed: {e}")),
+        e => match e.kind() {
+            ErrorKind::Local => unreachable(format!(
+                "cannot open a connection to {addr}: the load generator's own limit ({})",
+                e.detail().unwrap_or("EINVAL")
+            )),
+            ErrorKind::Tls => refused(format!("TLS handshake with {addr} failed: {e}")),
             _ => unreachable(format!("cannot connect to {addr} within {within}")),
         },
     })?;
@@ -601,8 +601,8 @@ async fn probe_target(plan: &Plan, t: &Target) -> Result<(Connector, Duration), 
         Ok(Ok(())) => Ok((connector, started.elapsed())),
         Ok(Err(e)) if h2c => Err(refused(no_h2c(&e))),
         Ok(Err(e)) => Err(unreachable(format!(
-            "no HTTP/2 answer from {addr}: {}",
-            Failure::from_error(&e)
+            "no HTTP/2 answer from {addr}: {} ({e})",
+            e.kind().describe()
         ))),
         Err(_) => Err(unreachable(format!(
             "no answer to an HTTP/2 PING within {}",
