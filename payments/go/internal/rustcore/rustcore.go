@@ -53,6 +53,12 @@ import (
 // in one call (the tail's batch size).
 const flushRows = 10000
 
+// LibrarySHA256 is the SHA-256 of the libpayments_ffi.a linked into this
+// binary, stamped by scripts/build-go.sh (-ldflags -X); empty in a plain go
+// build. Stamping it also makes Go relink when only the library changed (Go
+// does not hash a C library's contents into its build cache).
+var LibrarySHA256 string
+
 // ErrPanicked reports a Rust panic caught at the boundary: the request gets a
 // 500, the process goes on.
 var ErrPanicked = errors.New("the Rust engine panicked (caught at the boundary)")
