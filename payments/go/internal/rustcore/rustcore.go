@@ -82,10 +82,16 @@ type Engine struct {
 	broken atomic.Pointer[error]
 }
 
+// ABIVersion is the ABI version of the library linked in: one C call that
+// does nothing else, so it also measures what a cgo call costs by itself.
+func ABIVersion() uint32 {
+	return uint32(C.payments_abi_version())
+}
+
 // New returns an engine over an empty ledger. It fails if the library linked
 // in was built from another version of the header.
 func New() (*Engine, error) {
-	if v := C.payments_abi_version(); v != C.PAYMENTS_ABI_VERSION {
+	if v := ABIVersion(); v != C.PAYMENTS_ABI_VERSION {
 		return nil, fmt.Errorf("payments_ffi: library ABI %d, header ABI %d: rebuild with ./run build", v, C.PAYMENTS_ABI_VERSION)
 	}
 	ptr := C.payments_engine_new()
