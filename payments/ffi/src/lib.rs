@@ -194,6 +194,34 @@ unsafe fn feeding(
     })
 }
 
+/// Reads a packed batch front to back, one `each` per entry, under the feed's lock; the
+/// common part of the three feeding calls. `each` says what a bad entry is.
+///
+/// # Safety
+/// `engine` is null or a live engine; `buf` points to `len` readable bytes (or `len` is 0)
+/// for the length of the call.
+unsafe fn feed_batch(
+    engine: *const PaymentsEngine,
+    buf: *const u8,
+    len: usize,
+    mut each: impl FnMut(&mut Feed, &mut Cursor<'_>) -> Result<(), i32>,
+) -> i32 {
+    // SAFETY: the caller's promise above.
+    let buf = unsafe { borrowed(buf, len) };
+    // SAFETY: the caller's promise above.
+    unsafe {
+        feeding(engine, |feed, _| {
+            let mut c = Cursor::new(buf);
+            while !c.is_empty() {
+                if let Err(code) = each(feed, &mut c) {
+                    return code;
+                }
+            }
+            PAYMENTS_OK
+        })
+    }
+}
+
 /// Adds users (the `users` table, read once at start), packed as in `batch.rs`: a `u32`
 /// length and the id's bytes, repeated. Ids that are not `u` + 12 hex digits are ignored,
 /// as the Rust service ignores them.
@@ -208,18 +236,10 @@ pub unsafe extern "C" fn payments_engine_add_users(
     len: usize,
 ) -> i32 {
     // SAFETY: the caller's promise above.
-    let buf = unsafe { borrowed(buf, len) };
-    // SAFETY: the caller's promise above.
     unsafe {
-        feeding(engine, |feed, _| {
-            let mut c = Cursor::new(buf);
-            while !c.is_empty() {
-                match c.str() {
-                    Ok(id) => feed.add_user(id),
-                    Err(_) => return PAYMENTS_BAD_INPUT,
-                }
-            }
-            PAYMENTS_OK
+        feed_batch(engine, buf, len, |feed, c| {
+            feed.add_user(c.str().map_err(|_| PAYMENTS_BAD_INPUT)?);
+            Ok(())
         })
     }
 }
@@ -236,18 +256,11 @@ pub unsafe extern "C" fn payments_engine_add_accounts(
     len: usize,
 ) -> i32 {
     // SAFETY: the caller's promise above.
-    let buf = unsafe { borrowed(buf, len) };
-    // SAFETY: the caller's promise above.
     unsafe {
-        feeding(engine, |feed, _| {
-            let mut c = Cursor::new(buf);
-            while !c.is_empty() {
-                match (c.str(), c.str()) {
-                    (Ok(user), Ok(currency)) => feed.add_account(user, currency),
-                    _ => return PAYMENTS_BAD_INPUT,
-                }
-            }
-            PAYMENTS_OK
+        feed_batch(engine, buf, len, |feed, c| {
+            let user = c.str().map_err(|_| PAYMENTS_BAD_INPUT)?;
+            feed.add_account(user, c.str().map_err(|_| PAYMENTS_BAD_INPUT)?);
+            Ok(())
         })
     }
 }
@@ -266,20 +279,10 @@ pub unsafe extern "C" fn payments_engine_apply(
     len: usize,
 ) -> i32 {
     // SAFETY: the caller's promise above.
-    let buf = unsafe { borrowed(buf, len) };
-    // SAFETY: the caller's promise above.
     unsafe {
-        feeding(engine, |feed, _| {
-            let mut c = Cursor::new(buf);
-            while !c.is_empty() {
-                let Ok(row) = c.row() else {
-                    return PAYMENTS_BAD_INPUT;
-                };
-                if feed.apply(&row).is_err() {
-                    return PAYMENTS_BAD_ROW;
-                }
-            }
-            PAYMENTS_OK
+        feed_batch(engine, buf, len, |feed, c| {
+            let row = c.row().map_err(|_| PAYMENTS_BAD_INPUT)?;
+            feed.apply(&row).map_err(|_| PAYMENTS_BAD_ROW)
         })
     }
 }

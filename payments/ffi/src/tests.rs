@@ -88,15 +88,19 @@ fn publish(e: &Engine) {
     assert_eq!(unsafe { payments_engine_publish(e.0) }, PAYMENTS_OK);
 }
 
-/// (status, body) of one request, the reply freed after copying the body.
-fn get(e: &Engine, path: impl AsRef<[u8]>, query: &str) -> (u16, String) {
-    let path = path.as_ref();
-    let mut out = PaymentsAnswer {
-        status: 0,
+fn no_answer() -> PaymentsAnswer {
+    PaymentsAnswer {
+        status: 7,
         body: ptr::null(),
         body_len: 0,
         reply: ptr::null_mut(),
-    };
+    }
+}
+
+/// (status, body) of one request, the reply freed after copying the body.
+fn get(e: &Engine, path: impl AsRef<[u8]>, query: &str) -> (u16, String) {
+    let path = path.as_ref();
+    let mut out = no_answer();
     // SAFETY: as above; out is writable.
     let rc = unsafe {
         payments_engine_respond(
@@ -287,12 +291,7 @@ fn a_panic_is_caught_at_the_boundary_and_later_answers_are_right() {
     publish(&e);
     let path = format!("/v1/users/{A}/balance");
     for _ in 0..3 {
-        let mut out = PaymentsAnswer {
-            status: 7,
-            body: ptr::null(),
-            body_len: 0,
-            reply: ptr::null_mut(),
-        };
+        let mut out = no_answer();
         // SAFETY: a live engine, a writable out.
         assert_eq!(
             unsafe { payments_test_panic(e.0, &mut out) },
