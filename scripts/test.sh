@@ -63,8 +63,9 @@ step "go: gofmt, vet, test (the Rust engine linked from the build step's libpaym
     go test -count=1 -race -ldflags "$GO_RUST_LDFLAGS" ./internal/rustcore/
 )
 
-step "bench helpers (scripts/lib/proc-ticks-test.sh: CPU time of processes named with spaces; scripts/lib/paired.py: the paired interval's coverage and verdicts)"
+step "bench helpers (scripts/lib/proc-ticks-test.sh: scalpel procstat's CPU time of processes named with spaces; scripts/lib/stats.py: the benches' arithmetic; scripts/lib/paired.py: the paired interval's coverage and verdicts)"
 bash scripts/lib/proc-ticks-test.sh
+python3 scripts/lib/stats.py selftest
 python3 scripts/lib/paired.py
 
 step "node tests (qr/node)"
