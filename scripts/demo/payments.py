@@ -286,6 +286,29 @@ def projection(fixed_file):
     }
 
 
+def endpoint_table(e):
+    """(headers, rows) of one endpoint's figures per rung and each rung against Go, with the
+    story's figures beside: the terminal's table and the report page's."""
+    f = e["fixed"]
+    lb = e["max_rps_lower_bound"]
+    names = [n for n in TIERS if n in e["max_rps"]]
+    mark = lambda n: c.fmt_max(e["max_rps"][n], lb[n], e.get("ramp_start"))
+    per = lambda key, fmt: [fmt(f[key][n]) for n in names]
+    vs_go = lambda key: [c.fmt_ratio(c.ratio(f[key][n], f[key]["go"])) for n in names if n != "go"]
+    max_ratios = {"cgo": e.get("max_ratio_cgo"), "rust": e["max_ratio"]}
+    rows = [
+        ["max req/s at the SLO"] + [mark(n) for n in names]
+        + [c.fmt_ratio(max_ratios[n]) for n in names if n != "go"] + ["85k vs >150k (1.8x)"],
+        ["fixed load: achieved req/s"] + per("rps", c.fmt_num) + vs_go("rps") + ["80k"],
+        ["CPU % of one core"] + per("cpu_percent", c.fmt_num) + vs_go("cpu_percent") + ["78.3% vs 52.0% (0.66x)"],
+        ["memory, PSS MiB"] + per("pss_mb", c.fmt_num) + vs_go("pss_mb") + ["7.4% vs 2.07% (0.28x)"],
+        ["p99 ms"] + per("p99_ms", c.fmt_ms) + vs_go("p99_ms") + ["19.87 vs 4.79 ms (0.24x)"],
+        ["CPU µs per request"] + per("cpu_us_per_request", c.fmt_num) + vs_go("cpu_us_per_request") + ["-"],
+    ]
+    heads = ["figure"] + [LABELS[n] for n in names] + [f"{n}/go" for n in names if n != "go"] + ["the story"]
+    return heads, rows
+
+
 def print_tables(result):
     c.section("2. Payments: Go -> Rust on the hot endpoints, a ladder of three over the same 16,000-user "
               f"ledger ({result.get('store', 'sqlite')}), one core each")
@@ -297,25 +320,10 @@ def print_tables(result):
         print(result["shadow_cgo"]["table"].rstrip())
     for ep, e in result["endpoints"].items():
         f = e["fixed"]
-        lb = e["max_rps_lower_bound"]
         names = [n for n in TIERS if n in e["max_rps"]]
-        mark = lambda n: c.fmt_max(e["max_rps"][n], lb[n], e.get("ramp_start"))
-        per = lambda key, fmt: [fmt(f[key][n]) for n in names]
-        vs_go = lambda key: [c.fmt_ratio(c.ratio(f[key][n], f[key]["go"])) for n in names if n != "go"]
         print(f"\n/v1/users/{{id}}/{ep}: the three ramped under {result['slo']}, then a fixed "
               f"{f['offered_rps']:,} req/s (half of Go's max)")
-        max_ratios = {"cgo": e.get("max_ratio_cgo"), "rust": e["max_ratio"]}
-        rows = [
-            ["max req/s at the SLO"] + [mark(n) for n in names]
-            + [c.fmt_ratio(max_ratios[n]) for n in names if n != "go"] + ["85k vs >150k (1.8x)"],
-            ["fixed load: achieved req/s"] + per("rps", c.fmt_num) + vs_go("rps") + ["80k"],
-            ["CPU % of one core"] + per("cpu_percent", c.fmt_num) + vs_go("cpu_percent") + ["78.3% vs 52.0% (0.66x)"],
-            ["memory, PSS MiB"] + per("pss_mb", c.fmt_num) + vs_go("pss_mb") + ["7.4% vs 2.07% (0.28x)"],
-            ["p99 ms"] + per("p99_ms", c.fmt_ms) + vs_go("p99_ms") + ["19.87 vs 4.79 ms (0.24x)"],
-            ["CPU µs per request"] + per("cpu_us_per_request", c.fmt_num) + vs_go("cpu_us_per_request") + ["-"],
-        ]
-        heads = ["figure"] + [LABELS[n] for n in names] + [f"{n}/go" for n in names if n != "go"] + ["the story"]
-        print(c.table(heads, rows))
+        print(c.table(*endpoint_table(e)))
         print(f"target: Rust's max >= {c.fmt_ratio(TARGET)} Go's: {e['target']['text']}")
         if e.get("target_cgo"):
             print(f"target: the cgo engine's max >= {c.fmt_ratio(TARGETS['cgo'])} Go's: {e['target_cgo']['text']}")
