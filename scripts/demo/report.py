@@ -197,8 +197,9 @@ both services and compared field by field: {sh['compared']:,} pairs, {sh['matche
             parts.append(f'<p>Target: the cgo engine\'s max &gt;= {esc(c.fmt_ratio(e["target_cgo"]["want"]))} Go\'s: '
                          f'{verdict_line(e["target_cgo"])}</p>')
         if f.get("go_http_layer_us") is not None:
-            parts.append(f'<p class="note">Go\'s HTTP layer and the cgo crossing: {esc(c.fmt_num(f["go_http_layer_us"]))} '
-                         "µs of CPU per request (tier 3 minus tier 4: both compute with the same Rust code).</p>")
+            parts.append(f'<p class="note">Go\'s HTTP layer and the cgo crossing: '
+                         f'{esc(c.fmt_num(f["go_http_layer_us"]))} µs of CPU per request (tier 3 minus tier 4: '
+                         "both compute with the same Rust code).</p>")
         cpu = e.get("cpu_percent_at_max") or {}
         parts.append(f'<p class="note">CPU at the last step that held: Go {esc(c.fmt_num(cpu.get("go")))}%, Rust '
                      f'{esc(c.fmt_num(cpu.get("rust")))}% of a core. A maximum marked "&gt;=" held at the ramp\'s '
