@@ -20,11 +20,14 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use scalpel_live::{Chart, History, Kind, Line, Page, Snapshot};
 use scalpel_load::{Progress, Slo, Stop};
-use scalpel_procstat::TreeSampler;
+use scalpel_procstat::{SampleMark, TreeSampler};
 use serde::Serialize;
 
 /// Points kept per target: an hour of one-second points.
 const HISTORY: usize = 3600;
+/// The shortest interval a point's CPU covers (points come about a second apart, the
+/// target's readings every 100 ms): at 100 Hz, ±1 tick is ±1.4% of a core over it.
+const CPU_INTERVAL_MIN: Duration = Duration::from_millis(700);
 
 /// What the dashboard knows of a target before the run.
 #[derive(Debug)]
@@ -51,6 +54,10 @@ struct TargetState {
     now: Option<TargetNow>,
     points: History<Point>,
     last_point: Option<Instant>,
+    /// Where the next point's CPU interval starts (the last one's end).
+    cpu_from: Option<SampleMark>,
+    /// The CPU of the last point's whole interval: what the card shows.
+    cpu: Option<f64>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -123,10 +130,12 @@ impl Dashboard {
             targets: targets
                 .into_iter()
                 .map(|target| TargetState {
+                    cpu_from: target.sampler.as_ref().map(|s| s.mark()),
                     target,
                     now: None,
                     points: History::new(HISTORY),
                     last_point: None,
+                    cpu: None,
                 })
                 .collect(),
             report: None,
@@ -185,13 +194,27 @@ impl Dashboard {
         {
             ts.last_point = Some(Instant::now());
             let sample = ts.target.sampler.as_ref().and_then(|s| s.latest());
+            // The CPU of the point's whole interval (ticks summed since the last point), not
+            // the last 100 ms sample: a tick is 10% of one, so a steady 5% read 0% or 10%.
+            // A shorter interval (the first point, soon after the start) waits for the next
+            // point, which then covers both.
+            let interval = match (&ts.target.sampler, ts.cpu_from) {
+                (Some(sampler), Some(from)) => sampler
+                    .cpu_since(from)
+                    .filter(|i| i.wall >= CPU_INTERVAL_MIN),
+                _ => None,
+            };
+            if let Some(interval) = interval {
+                ts.cpu_from = Some(interval.end);
+                ts.cpu = Some(interval.cpu_percent);
+            }
             ts.points.push(Point {
                 t,
                 offered: p.offered_rps,
                 achieved: p.rps,
                 p50: now.p50_ms,
                 p99: now.p99_ms,
-                cpu: sample.map(|s| s.cpu_percent),
+                cpu: interval.map(|i| i.cpu_percent),
                 rss: sample.map(|s| s.rss_bytes),
             });
         }
@@ -328,7 +351,7 @@ fn snapshot(s: &State) -> Snapshot {
                 name: &t.target.name,
                 url: &t.target.url,
                 now: t.now,
-                cpu_percent: sample.map(|x| x.cpu_percent),
+                cpu_percent: t.cpu,
                 rss_bytes: sample.map(|x| x.rss_bytes),
             }
         })

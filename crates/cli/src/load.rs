@@ -805,8 +805,8 @@ fn build(args: &LoadArgs) -> anyhow::Result<Built> {
             sampler: sampler_of,
         });
     }
-    // `scalpel_load::run` probes every target with one request (a connection only for
-    // recorded traffic) before any load.
+    // `scalpel_load::run` probes every target with a connection (no request) before any
+    // load.
     Ok(Built {
         plan,
         targets,

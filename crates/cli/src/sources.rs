@@ -185,11 +185,6 @@ impl RequestSource for RecordedRequests {
         })
     }
 
-    /// Replayed exactly: the probe only connects, it never sends a recorded request twice.
-    fn probe_with_request(&self) -> bool {
-        false
-    }
-
     fn recorded(&self) -> Option<&dyn RecordedSchedule> {
         Some(self)
     }

@@ -46,13 +46,6 @@ pub trait RequestSource: Send + Sync + std::fmt::Debug + 'static {
         0
     }
 
-    /// Whether the probe before the run sends request 0 (the default) or only opens a
-    /// connection: recorded traffic is replayed exactly, and a recorded POST must not be
-    /// sent one extra time.
-    fn probe_with_request(&self) -> bool {
-        true
-    }
-
     /// The recorded schedule, for [`Model::Recorded`]; `None` (the default) for sources
     /// without recorded times.
     fn recorded(&self) -> Option<&dyn RecordedSchedule> {
@@ -378,7 +371,8 @@ pub struct Plan {
 /// Failure to start a run.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    /// The target could not be resolved, connected to or did not answer the probe request.
+    /// The target could not be resolved or connected to, or did not answer the probe's
+    /// HTTP/2 PING.
     #[error("target `{target}` ({url}) is unreachable: {why}")]
     Unreachable {
         /// Target name.
@@ -523,14 +517,16 @@ impl Plan {
     }
 }
 
-/// Resolves every target, opens a connection (TLS and HTTP/2 as asked) and sends it one
-/// request (request 0), so that a wrong address, a certificate that does not verify or a
-/// server that refuses HTTP/2 gives one clear line before any load.
+/// Resolves every target and opens a connection (TLS and HTTP/2 as asked; an HTTP/2 one
+/// answers a PING), so that a wrong address, a certificate that does not verify or a
+/// server that refuses HTTP/2 gives one clear line before any load. No request is sent:
+/// the server sees exactly the requests the run counts (docs/load.md, "The probe").
 pub fn probe(plan: &Plan, targets: &[Target]) -> Result<(), LoadError> {
     resolve_all(plan, targets).map(|_| ())
 }
 
-/// Each target's connector and the latency of its probe request.
+/// Each target's connector and how long its probe took (the connection, and a PING over
+/// HTTP/2).
 fn resolve_all(plan: &Plan, targets: &[Target]) -> Result<Vec<(Connector, Duration)>, LoadError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -595,49 +591,21 @@ async fn probe_target(plan: &Plan, t: &Target) -> Result<(Connector, Duration), 
             _ => unreachable(format!("cannot connect to {addr} within {within}")),
         },
     })?;
-    // Recorded traffic is replayed exactly: the connection is the probe.
-    if !t.source.probe_with_request() {
+    // The probe sends no request: the server sees exactly the requests the run counts.
+    // An HTTP/2 connection is proven by a PING answered (over plain TCP, the client's
+    // preface alone proves nothing); an HTTP/1.1 one by the connection itself.
+    let scalpel_http::Conn::H2(conn) = connected.conn else {
         return Ok((connector, started.elapsed()));
-    }
-    // The shard's own first request: a sharded run probes with N different ones.
-    let mut parts = RequestParts::default();
-    t.source
-        .renderer()
-        .render(plan.shard.global(0), &mut parts)
-        .map_err(|e| unreachable(format!("cannot make the probe request: {e}")))?;
-    let failed = |e: &Error| {
-        let what = e.kind().describe();
-        unreachable(format!("the probe request failed: {what} ({e})"))
     };
-    let answer = async {
-        match connected.conn {
-            scalpel_http::Conn::H1(mut conn) => {
-                let mut wire = Vec::new();
-                parts.encode(&t.endpoint, &mut wire);
-                conn.round_trip(&wire, parts.is_head())
-                    .await
-                    .map_err(|e| failed(&e))?;
-            }
-            scalpel_http::Conn::H2(mut conn) => {
-                let (request, body) = parts
-                    .to_h2(&t.endpoint)
-                    .map_err(|e| refused(format!("the request cannot be sent over HTTP/2: {e}")))?;
-                conn.round_trip(request, body).await.map_err(|e| {
-                    if h2c && e.reset_by_peer().is_none() {
-                        refused(no_h2c(&e))
-                    } else {
-                        failed(&e)
-                    }
-                })?;
-            }
-        }
-        Ok(())
-    };
-    match tokio::time::timeout(plan.timeout, answer).await {
+    match tokio::time::timeout(plan.timeout, conn.ping()).await {
         Ok(Ok(())) => Ok((connector, started.elapsed())),
-        Ok(Err(e)) => Err(e),
+        Ok(Err(e)) if h2c => Err(refused(no_h2c(&e))),
+        Ok(Err(e)) => Err(unreachable(format!(
+            "no HTTP/2 answer from {addr}: {} ({e})",
+            e.kind().describe()
+        ))),
         Err(_) => Err(unreachable(format!(
-            "no response to a probe request within {}",
+            "no answer to an HTTP/2 PING within {}",
             scalpel_units::format_duration(plan.timeout)
         ))),
     }
@@ -674,7 +642,8 @@ struct TargetState {
     /// Still ramping (no step has broken the SLO yet).
     active: bool,
     /// One connection's pace in the closed model: the mean latency of the target's answers
-    /// so far (the probe's at first), to weigh failed connects against.
+    /// so far (at first the probe's: a connection, no request), to weigh failed connects
+    /// against.
     pace: Duration,
 }
 

@@ -10,8 +10,9 @@
 //!
 //! Main items: [`read_tree`] / [`read_set`] give one [`TreeReading`]; [`trees_of`] finds
 //! several trees in one pass and [`read_pids`] reads known processes without a pass; [`cpu_percent`]
-//! turns two readings into CPU%; [`TreeSampler`] samples on a background thread and
-//! summarizes windows ([`ResourceSummary`]) between [`SampleMark`]s; [`pid_listening_on`]
+//! turns two readings into CPU%; [`TreeSampler`] samples on a background thread,
+//! summarizes windows ([`ResourceSummary`]) between [`SampleMark`]s and gives the CPU over
+//! whole intervals ([`TreeSampler::cpu_since`], what a live chart draws); [`pid_listening_on`]
 //! finds a server by its port; [`tree_pids`] lists a tree. For a supervisor:
 //! [`listening_in_tree`] tells whether a port's listener is a process tree's own,
 //! [`tcp_queues`] what a connection's peer has not read yet, [`connections_held`] which
@@ -58,7 +59,10 @@
 //! - A child that exits between the reading of its parent and its own reading is missed
 //!   by that one reading and counted again at the next: per-interval peaks may jitter by
 //!   a tick, window means do not.
-//! - Resolution is one clock tick (10 ms at the usual 100 Hz) per process.
+//! - Resolution is one clock tick (10 ms at the usual 100 Hz) per process: ±10% of a core
+//!   over one 100 ms sample, ±1% over a second. A figure shown live (a chart's point, a
+//!   card) is therefore the CPU over its whole interval, ticks summed
+//!   ([`TreeSampler::cpu_since`]), never the last short sample.
 //! - `/proc/net/tcp*` shows the sockets of this network namespace only.
 //!
 //! # Example
@@ -89,7 +93,7 @@ mod waiting;
 use std::time::Instant;
 
 pub use error::ProcStatError;
-pub use sampler::{ResourceSummary, Sample, SampleMark, TreeSampler};
+pub use sampler::{CpuInterval, ResourceSummary, Sample, SampleMark, TreeSampler};
 pub use sockets::{
     HeldConnection, TcpQueue, connections_held, listening_in_tree, process_ended, process_exited,
     process_name, tcp_queues,

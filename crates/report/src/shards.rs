@@ -54,6 +54,16 @@ fn files(positions: &[usize]) -> String {
     }
 }
 
+/// `shard 2`, `shards 2 and 4` or `shards 1, 2 and 4` (indexes from 0, shown from 1).
+fn numbered(noun: &str, indexes: &[u32]) -> String {
+    let numbers: Vec<String> = indexes.iter().map(|i| (i + 1).to_string()).collect();
+    match numbers.split_last() {
+        Some((last, [])) => format!("{noun} {last}"),
+        Some((last, rest)) => format!("{noun}s {} and {last}", rest.join(", ")),
+        None => format!("no {noun}"),
+    }
+}
+
 /// Checks that `runs` are the shards of one run, all of them, once each, with the same
 /// settings. `None` when no file is a shard (a plain merge of runs).
 pub(crate) fn check_set(runs: &[RunResult]) -> Result<Option<SetBasis>, ReportError> {
@@ -136,16 +146,13 @@ pub(crate) fn check_set(runs: &[RunResult]) -> Result<Option<SetBasis>, ReportEr
         }
     }
 
-    // All of them.
-    let missing: Vec<String> = (0..count)
-        .filter(|i| !by_index.contains_key(i))
-        .map(|i| format!("{}/{count}", i + 1))
-        .collect();
+    // All of them: one file of a 2-shard run is as incomplete as three of four.
+    let missing: Vec<u32> = (0..count).filter(|i| !by_index.contains_key(i)).collect();
     if !missing.is_empty() {
         return Err(mismatch(format!(
-            "missing shard{} {} of run {}: give all {count} shards ({} given)",
-            if missing.len() > 1 { "s" } else { "" },
-            missing.join(", "),
+            "{} of {count} missing (run id {}): give the result files of all {count} \
+             shards ({} given)",
+            numbered("shard", &missing),
             base.run_id,
             infos.len()
         )));

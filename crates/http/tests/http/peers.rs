@@ -443,7 +443,7 @@ h2.listen(0, '127.0.0.1', () => {
 "#;
 
 /// The Node servers, and a connector to their h2 one (TLS, the test CA, h2 required).
-pub(crate) async fn node_h2(certs: &Certs) -> (Server, Connector) {
+pub(crate) async fn node_h2(certs: &Certs) -> (scalpel_testkit::peers::Peer, Connector) {
     let node = node(NODE_SERVERS, certs);
     let url = format!("https://localhost:{}", node.ports[0]);
     let c = connector(&url, h2_with(&certs.ca)).await.unwrap();

@@ -111,8 +111,8 @@ fn a_short_count_bound_step_never_achieves_more_than_offered() {
 #[test]
 fn an_interrupt_cuts_what_is_in_flight_and_returns_the_partial_step() {
     for model in [Model::Closed, Model::Open { rate: 100.0 }] {
-        // The probe is answered; every request of the run would be, after 90 s.
-        let url = server_slow_after(1, Duration::from_secs(90));
+        // Every request of the run would be answered, after 90 s (the probe sends none).
+        let url = server_slow_after(0, Duration::from_secs(90));
         let target = Target::new("t", &url, Arc::new(FixedRequest::new("GET", "/"))).unwrap();
         let mut plan = plan(model, StepLimit::Duration(Duration::from_secs(60)));
         plan.timeout = Duration::from_secs(120);
