@@ -81,6 +81,7 @@ mod error;
 mod proc;
 mod sampler;
 mod sockets;
+mod tree;
 
 use std::time::Instant;
 
@@ -116,7 +117,7 @@ pub struct TreeReading {
 /// [`ProcStatError::PermissionDenied`] when one does but its owner's file descriptors
 /// cannot be read.
 pub fn pid_listening_on(port: u16) -> Result<u32, ProcStatError> {
-    proc::pid_listening_on(port)
+    sockets::pid_listening_on(port)
 }
 
 /// Whether every thread of process `pid` has stopped (SIGSTOP or a tracer). A stop
@@ -133,7 +134,7 @@ pub fn all_threads_stopped(pid: u32) -> Option<bool> {
 ///
 /// [`ProcStatError::NoSuchProcess`] if `root` does not exist.
 pub fn tree_pids(root: u32) -> Result<Vec<u32>, ProcStatError> {
-    proc::tree_pids(root)
+    tree::tree_pids(root)
 }
 
 /// One reading of the tree under `root`.
@@ -162,7 +163,7 @@ pub fn read_set(roots: &[u32]) -> TreeReading {
 /// With [`read_pids`], a supervisor samples its workers without scanning `/proc` at every
 /// reading: it discovers their trees now and then, and reads the known processes between.
 pub fn trees_of(roots: &[u32]) -> Vec<Vec<u32>> {
-    proc::trees_of(roots).unwrap_or_else(|_| vec![Vec::new(); roots.len()])
+    tree::trees_of(roots).unwrap_or_else(|_| vec![Vec::new(); roots.len()])
 }
 
 /// One reading of already discovered processes, `pids[0]` being the tree's root: two small

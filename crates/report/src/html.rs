@@ -3,14 +3,13 @@
 use std::fmt::Write as _;
 
 use scalpel_load::result::{RunResult, StepResult, TargetResult, decode_histogram};
+use scalpel_present::{
+    BarChart, LineChart, NARROW, STYLE, Scale, Series, WIDE, color, escape_html,
+};
 
-use crate::escape::escape_html;
 use crate::figures::{
     self, Row, Section, Verdict, fmt_amount, fmt_ms, fmt_rate, held_text, step_indices, step_of,
 };
-use crate::svg::{BarChart, LineChart, NARROW, Scale, Series, WIDE, color};
-
-const STYLE: &str = include_str!("report.css");
 
 /// One self-contained HTML page: what was run, the breaking points, the summary table, and
 /// SVG plots of latency, throughput, CPU and memory per step (one series per target) and

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use scalpel_report::escape_html;
+use scalpel_present::escape_html;
 
 use crate::tally::{Sample, SampleResponse, Summary, body_text};
 
