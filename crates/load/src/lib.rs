@@ -83,23 +83,31 @@
 
 mod conn;
 mod live_latency;
+mod plan;
 mod request;
 pub mod result;
 mod run;
 pub mod shard;
 mod slo;
+mod source;
 mod start;
+mod stop;
+mod target;
 mod timer;
 mod worker;
 
 pub use live_latency::LiveLatency;
-pub use request::{Endpoint, MAX_HEAD_BYTES, RequestParts, UrlError};
-pub use run::{
-    FixedRequest, LoadError, Model, Plan, Progress, RecordedSchedule, RecordedTimes, Renderer,
-    RequestSource, ResourceUsage, ResourceWatch, SourceError, StepLimit, Stop, Target, probe, run,
-    run_until,
+pub use plan::{
+    MAX_ENDPOINTS, MAX_RATE, MAX_SPEED, Model, Plan, PlanError, RunIdentity, StepLimit,
 };
+pub use request::{Endpoint, MAX_HEAD_BYTES, RequestParts, UrlError};
+pub use run::{LoadError, Progress, probe, run, run_until};
 pub use scalpel_http::{HttpVersion, PeerOptions, Resolve};
 pub use shard::{Shard, ShardError};
 pub use slo::{Slo, SloError};
+pub use source::{
+    FixedRequest, RecordedSchedule, RecordedTimes, Renderer, RequestSource, SourceError,
+};
 pub use start::{StartAt, StartAtError};
+pub use stop::Stop;
+pub use target::{ResourceUsage, ResourceWatch, Target};

@@ -2,379 +2,25 @@
 //! each target's segments into one [`StepResult`] per step, judging the SLO, and assembling
 //! the [`RunResult`].
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use scalpel_http::{Connector, HttpVersion, PeerOptions};
+use scalpel_http::{Connector, HttpVersion};
 
 use crate::conn::Failure;
 use crate::live_latency::{LiveLatency, Window};
-use crate::request::{Endpoint, RequestParts, UrlError};
+use crate::plan::{Model, Plan, PlanError, StepLimit};
+use crate::request::RequestParts;
 use crate::result::{
-    ConnectionInfo, EndpointResult, FORMAT_VERSION, H2Events, LatencySummary, Machine, RunConfig,
-    RunResult, StepResult, TargetResult, encode_histogram,
+    EndpointResult, FORMAT_VERSION, H2Events, LatencySummary, Machine, RunConfig, RunResult,
+    StepResult, TargetResult, encode_histogram,
 };
 use crate::shard::Shard;
-use crate::slo::Slo;
 use crate::start::StartAt;
+use crate::stop::Stop;
+use crate::target::{ResourceUsage, Target};
 use crate::worker::{Limit, Live, Outcome, Pacing, SegmentSpec, Tally, run_segment, share};
-
-/// Where a run's requests come from. Implemented by the CLI over `scalpel-requests`;
-/// [`FixedRequest`] is the simplest one.
-///
-/// Shared by every load thread; each thread asks for its own [`Renderer`], which keeps
-/// that thread's buffers and file readers between requests (no lock, no allocation once
-/// warm). Request `index` is a pure function of the index for templates and mixes, so
-/// every target of an A/B run gets the very same sequence.
-pub trait RequestSource: Send + Sync + std::fmt::Debug + 'static {
-    /// True when every index renders the same request: it is then encoded once, not per
-    /// request.
-    fn is_fixed(&self) -> bool;
-
-    /// A renderer for one load thread.
-    fn renderer(&self) -> Box<dyn Renderer>;
-
-    /// The endpoints' names when the requests are a mix of endpoints: every figure is then
-    /// kept per endpoint too (`endpoints[]` of each step). Empty (the default) otherwise.
-    fn endpoints(&self) -> &[String] {
-        &[]
-    }
-
-    /// The endpoint of request `index`, an index into [`RequestSource::endpoints`]: a pure
-    /// function of `index` (requests never sent are counted against it too).
-    fn endpoint_of(&self, _index: u64) -> usize {
-        0
-    }
-
-    /// Whether the probe before the run sends request 0 (the default) or only opens a
-    /// connection: recorded traffic is replayed exactly, and a recorded POST must not be
-    /// sent one extra time.
-    fn probe_with_request(&self) -> bool {
-        true
-    }
-
-    /// The recorded schedule, for [`Model::Recorded`]; `None` (the default) for sources
-    /// without recorded times.
-    fn recorded(&self) -> Option<&dyn RecordedSchedule> {
-        None
-    }
-}
-
-/// Renders requests for one load thread (see [`RequestSource::renderer`]).
-pub trait Renderer {
-    /// Fills `out` (reused between requests) with request `index`. The indexes one thread
-    /// asks for only grow within a segment.
-    ///
-    /// # Errors
-    ///
-    /// The request cannot be produced (a recorded file that went away or was truncated
-    /// while it was replayed): it is counted not sent, kind `local:source`.
-    fn render(&mut self, index: u64, out: &mut RequestParts) -> Result<(), SourceError>;
-}
-
-/// Recorded traffic's own schedule: when each request was sent, after the first.
-pub trait RecordedSchedule: Send + Sync + std::fmt::Debug {
-    /// Requests in one pass over the recording.
-    fn len(&self) -> u64;
-
-    /// Always false: a recording has at least one request.
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// From the first to the last request, as recorded.
-    fn span(&self) -> Duration;
-
-    /// The recorded times of requests `first`, `first + stride`, `first + 2·stride`, … in
-    /// order, never decreasing: one load thread's share of the schedule.
-    fn times(&self, first: u64, stride: u64) -> Box<dyn RecordedTimes>;
-}
-
-/// One thread's walk through a recorded schedule (see [`RecordedSchedule::times`]).
-pub trait RecordedTimes {
-    /// The next recorded time; `Ok(None)` after the last.
-    ///
-    /// # Errors
-    ///
-    /// The recording cannot be read any more; the thread's remaining requests are counted
-    /// not sent, kind `local:source`.
-    fn next_at(&mut self) -> Result<Option<Duration>, SourceError>;
-}
-
-/// A request source that failed while the run was going (see [`Renderer::render`]).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct SourceError(pub String);
-
-/// The same request every time.
-#[derive(Debug, Clone)]
-pub struct FixedRequest(RequestParts);
-
-impl FixedRequest {
-    /// A request without a body, e.g. `FixedRequest::new("GET", "/")`.
-    pub fn new(method: &str, path_and_query: &str) -> FixedRequest {
-        FixedRequest(RequestParts {
-            method: method.to_string(),
-            path_and_query: path_and_query.to_string(),
-            ..RequestParts::default()
-        })
-    }
-
-    /// A request from its parts.
-    pub fn from_parts(parts: RequestParts) -> FixedRequest {
-        FixedRequest(parts)
-    }
-}
-
-impl RequestSource for FixedRequest {
-    fn is_fixed(&self) -> bool {
-        true
-    }
-    fn renderer(&self) -> Box<dyn Renderer> {
-        Box::new(self.clone())
-    }
-}
-
-impl Renderer for FixedRequest {
-    fn render(&mut self, _index: u64, out: &mut RequestParts) -> Result<(), SourceError> {
-        out.clone_from(&self.0);
-        Ok(())
-    }
-}
-
-/// Asks a running load to stop early, e.g. from a SIGINT handler on another thread. The
-/// run stops claiming requests, cuts those in flight (counted `interrupted`), marks the
-/// step it was in `partial` and returns everything measured until then.
-#[derive(Debug, Clone, Default)]
-pub struct Stop(Arc<StopState>);
-
-#[derive(Debug, Default)]
-struct StopState {
-    raised: AtomicBool,
-    at: OnceLock<Instant>,
-}
-
-impl Stop {
-    /// A stop that has not been raised.
-    pub fn new() -> Stop {
-        Stop::default()
-    }
-
-    /// Raises it (idempotent; the first call's time counts).
-    pub fn stop(&self) {
-        let _ = self.0.at.set(Instant::now());
-        self.0.raised.store(true, Ordering::Release);
-    }
-
-    /// Whether it was raised.
-    pub fn is_stopped(&self) -> bool {
-        self.0.raised.load(Ordering::Acquire)
-    }
-
-    /// When it was raised.
-    pub(crate) fn at(&self) -> Option<Instant> {
-        if self.is_stopped() {
-            self.0.at.get().copied()
-        } else {
-            None
-        }
-    }
-}
-
-/// Resource use of a watched process tree over a segment (from `scalpel-procstat`).
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct ResourceUsage {
-    /// Samples taken; segments are combined weighted by it.
-    pub samples: u64,
-    /// Mean CPU% (100 = one core) summed over the tree.
-    pub cpu_percent_mean: f64,
-    /// Peak CPU%.
-    pub cpu_percent_peak: f64,
-    /// Mean resident set size in bytes, summed over the tree.
-    pub rss_bytes_mean: u64,
-    /// Peak resident set size in bytes.
-    pub rss_bytes_peak: u64,
-    /// Mean proportional set size in bytes, where the kernel gives it.
-    pub pss_bytes_mean: Option<u64>,
-    /// Peak proportional set size in bytes.
-    pub pss_bytes_peak: Option<u64>,
-}
-
-/// Watches a target's processes: `begin` at the start of each segment, `end` after it.
-pub trait ResourceWatch: Send + std::fmt::Debug {
-    /// Marks the start of a segment.
-    fn begin(&mut self);
-    /// The usage since the last `begin`; `None` when nothing could be sampled.
-    fn end(&mut self) -> Option<ResourceUsage>;
-}
-
-/// One service to load: a name, a base URL, its requests and optionally its processes.
-#[derive(Debug)]
-pub struct Target {
-    name: String,
-    url: String,
-    endpoint: Endpoint,
-    source: Arc<dyn RequestSource>,
-    watch: Option<Box<dyn ResourceWatch>>,
-    /// HTTP/2 streams per connection (h2load's `-m`).
-    streams: u32,
-    no_reuse: bool,
-}
-
-impl Target {
-    /// A target named `name` at `base_url` (`http[s]://host[:port][/prefix]`), HTTP/1.1
-    /// with keep-alive and the default TLS settings (the system's trust store).
-    pub fn new(
-        name: &str,
-        base_url: &str,
-        source: Arc<dyn RequestSource>,
-    ) -> Result<Target, UrlError> {
-        Ok(Target {
-            name: name.to_string(),
-            url: base_url.to_string(),
-            endpoint: Endpoint::parse(base_url)?,
-            source,
-            watch: None,
-            streams: 1,
-            no_reuse: false,
-        })
-    }
-
-    /// The settings that travel with the target: HTTP version (HTTP/2 by ALPN over TLS,
-    /// prior knowledge over `http://`), CA file or `insecure`, SNI name, `--resolve`
-    /// entries, the response head limit. Its time-outs are replaced by the plan's: the
-    /// connect time-out, and the whole-request time-out instead of a per-read one.
-    pub fn with_options(mut self, options: PeerOptions) -> Target {
-        self.endpoint.set_options(options);
-        self
-    }
-
-    /// HTTP/2: concurrent streams on each connection (h2load's `-m`; default 1). The
-    /// closed model keeps connections × streams requests in flight.
-    pub fn with_streams(mut self, streams: u32) -> Target {
-        self.streams = streams.max(1);
-        self
-    }
-
-    /// A new connection for every request, to measure the cost of connecting and the TLS
-    /// handshake (oha's `--disable-keepalive`): each request says `Connection: close`.
-    pub fn with_no_reuse(mut self, no_reuse: bool) -> Target {
-        self.no_reuse = no_reuse;
-        self.endpoint.set_close_each(no_reuse);
-        self
-    }
-
-    /// HTTP/2 streams per connection, when the target is spoken to over HTTP/2.
-    fn h2_streams(&self) -> Option<u32> {
-        (self.endpoint.peer().options().version == HttpVersion::Http2).then_some(self.streams)
-    }
-
-    /// How the target was connected to, for the result.
-    fn connection_info(&self, connector: &Connector) -> ConnectionInfo {
-        let peer = self.endpoint.peer();
-        let o = peer.options();
-        let h2 = o.version == HttpVersion::Http2;
-        ConnectionInfo {
-            protocol: match (h2, peer.is_tls()) {
-                (true, true) => "h2",
-                (true, false) => "h2c",
-                (false, _) => "http/1.1",
-            }
-            .to_string(),
-            tls: peer.is_tls(),
-            insecure: peer.is_tls() && o.insecure,
-            ca_file: (peer.is_tls() && !o.insecure)
-                .then(|| o.ca_file.as_ref().map(|p| p.display().to_string()))
-                .flatten(),
-            server_name: peer.is_tls().then(|| peer.tls_name().to_string()),
-            address: connector.addr().to_string(),
-            streams: h2.then_some(self.streams),
-            reuse: !self.no_reuse,
-        }
-    }
-
-    /// Samples this target's processes during every segment.
-    pub fn with_watch(mut self, watch: Box<dyn ResourceWatch>) -> Target {
-        self.watch = Some(watch);
-        self
-    }
-
-    /// The target's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-}
-
-/// The load model.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Model {
-    /// `connections` sending back to back (wrk).
-    Closed,
-    /// A fixed rate in requests/s (wrk2, vegeta).
-    Open {
-        /// Requests per second.
-        rate: f64,
-    },
-    /// Rates `start, start+step, …` up to `max`, one step each, until the SLO breaks.
-    Ramp {
-        /// First rate.
-        start: f64,
-        /// Increment per step.
-        step: f64,
-        /// Highest rate.
-        max: f64,
-    },
-    /// Recorded traffic on its recorded schedule: request `k` is due at its recorded time
-    /// (after the first request) divided by `speed`. The source must have a
-    /// [`RequestSource::recorded`] schedule; thread `w` of `T` takes requests `w, w+T, …`.
-    Recorded {
-        /// 1 replays at the recorded pace, 10 ten times faster.
-        speed: f64,
-    },
-}
-
-/// How long each step lasts.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum StepLimit {
-    /// A wall-clock duration.
-    Duration(Duration),
-    /// A number of requests.
-    Requests(u64),
-}
-
-/// Everything about a run except the targets.
-#[derive(Debug, Clone)]
-pub struct Plan {
-    /// Closed, open or ramp.
-    pub model: Model,
-    /// Length of each step (the only step in closed and open).
-    pub limit: StepLimit,
-    /// Closed: connections. Open/ramp: connections opened before the clock starts.
-    pub connections: u32,
-    /// Open/ramp: most requests in flight (and connections) per target.
-    pub max_in_flight: u32,
-    /// OS threads, each with its own single-threaded runtime.
-    pub threads: u32,
-    /// Time-out for establishing a connection.
-    pub connect_timeout: Duration,
-    /// Time-out for a whole request (connect, send, receive).
-    pub timeout: Duration,
-    /// The SLO each step is judged by.
-    pub slo: Option<Slo>,
-    /// Segments per step and target, run in alternating target order (A,B then B,A).
-    pub rounds: u32,
-    /// A description of the request for the result file, e.g. `GET /v1/users/{id}`.
-    pub request_label: String,
-    /// This process's part of a run spread over several (`--shard`); rates, `connections`,
-    /// `max_in_flight` and request counts above are the whole run's, and this process takes
-    /// its share of each (see [`crate::shard`]). [`Shard::WHOLE`] for a run in one process.
-    pub shard: Shard,
-    /// The common clock (`--start-at`): the first step starts at this wall-clock time, and
-    /// time-bound step `k` (segment `k` of the alternation) `k` step-lengths later, so the
-    /// steps of every shard line up. `None`: start as soon as the connections are open.
-    pub start_at: Option<StartAt>,
-}
 
 /// Failure to start a run.
 #[derive(Debug, thiserror::Error)]
@@ -400,9 +46,9 @@ pub enum LoadError {
         /// The problem, in one line.
         why: String,
     },
-    /// The plan makes no sense (no targets, zero rate, …).
-    #[error("{0}")]
-    BadPlan(String),
+    /// The plan or its targets break a rule ([`Plan::validate`]).
+    #[error(transparent)]
+    Plan(#[from] PlanError),
     /// Threads or runtimes could not be created.
     #[error("could not start the load workers: {0}")]
     Io(#[from] std::io::Error),
@@ -432,96 +78,6 @@ pub struct Progress<'a> {
     pub completed: u64,
     /// Estimated time left in the whole run, when time-bound.
     pub left: Option<Duration>,
-}
-
-impl Plan {
-    fn rates(&self) -> Vec<Option<f64>> {
-        match self.model {
-            Model::Closed | Model::Recorded { .. } => vec![None],
-            Model::Open { rate } => vec![Some(rate)],
-            Model::Ramp { start, step, max } => {
-                let mut out = Vec::new();
-                let mut k = 0.0;
-                loop {
-                    let rate = start + k * step;
-                    if rate > max * (1.0 + 1e-9) || out.len() >= 10_000 {
-                        break;
-                    }
-                    out.push(Some(rate));
-                    k += 1.0;
-                }
-                out
-            }
-        }
-    }
-
-    fn validate(&self, targets: &[Target]) -> Result<(), LoadError> {
-        let bad = |s: &str| Err(LoadError::BadPlan(s.to_string()));
-        if targets.is_empty() {
-            return bad("no target");
-        }
-        for (i, t) in targets.iter().enumerate() {
-            if targets[..i].iter().any(|o| o.name == t.name) {
-                return Err(LoadError::BadPlan(format!(
-                    "target name `{}` given twice",
-                    t.name
-                )));
-            }
-        }
-        match self.model {
-            Model::Closed if self.connections == 0 => return bad("connections must be at least 1"),
-            Model::Open { rate } if !(rate > 0.0 && rate.is_finite()) => {
-                return bad("the rate must be a positive number");
-            }
-            Model::Ramp { start, step, max }
-                if !(start > 0.0 && step > 0.0 && max >= start && max.is_finite()) =>
-            {
-                return bad(
-                    "--ramp needs START,STEP,MAX with START > 0, STEP > 0 and MAX >= START",
-                );
-            }
-            Model::Recorded { speed } => {
-                if !(speed > 0.0 && speed.is_finite()) {
-                    return bad("the replay speed must be a positive number");
-                }
-                if let Some(t) = targets.iter().find(|t| t.source.recorded().is_none()) {
-                    return Err(LoadError::BadPlan(format!(
-                        "target `{}`: a recorded schedule needs recorded traffic as its source",
-                        t.name
-                    )));
-                }
-            }
-            _ => {}
-        }
-        if self.max_in_flight == 0 {
-            return bad("the in-flight limit must be at least 1");
-        }
-        // Every shard refuses alike: one that got nothing would make the set incomplete.
-        let shards = self.shard.count();
-        if self.connections < shards {
-            return Err(LoadError::BadPlan(format!(
-                "{} connections are the whole run's: too few for {shards} shards (at least one each)",
-                self.connections
-            )));
-        }
-        if !matches!(self.model, Model::Closed) && self.max_in_flight < shards {
-            return Err(LoadError::BadPlan(format!(
-                "the in-flight limit {} is the whole run's: too low for {shards} shards (at least one each)",
-                self.max_in_flight
-            )));
-        }
-        if self.rounds == 0 || self.threads == 0 {
-            return bad("rounds and threads must be at least 1");
-        }
-        match self.limit {
-            StepLimit::Duration(d) if d.is_zero() => bad("the duration must be longer than 0"),
-            StepLimit::Requests(0) => bad("the request count must be at least 1"),
-            StepLimit::Requests(n) if n < u64::from(self.rounds) * u64::from(shards) => {
-                bad("the request count must be at least the number of rounds times the shards")
-            }
-            _ => Ok(()),
-        }
-    }
 }
 
 /// Resolves every target, opens a connection (TLS and HTTP/2 as asked) and sends it one
@@ -1057,16 +613,10 @@ impl LiveProgress<'_> {
 }
 
 fn run_config(plan: &Plan) -> RunConfig {
-    let model = match plan.model {
-        Model::Closed => "closed",
-        Model::Open { .. } => "open",
-        Model::Ramp { .. } => "ramp",
-        Model::Recorded { .. } => "recorded",
-    };
     // A shard writes its own part; `scalpel report merge` adds the parts up again.
     let part = |n: u32| plan.shard.share(u64::from(n)) as u32;
     RunConfig {
-        model: model.to_string(),
+        model: plan.model.name().to_string(),
         connections: part(plan.connections),
         max_in_flight: (!matches!(plan.model, Model::Closed)).then_some(part(plan.max_in_flight)),
         step_duration_s: match plan.limit {
@@ -1258,30 +808,6 @@ fn rfc3339_now() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ramp_rates_include_max() {
-        let plan = Plan {
-            model: Model::Ramp {
-                start: 100.0,
-                step: 100.0,
-                max: 500.0,
-            },
-            limit: StepLimit::Duration(Duration::from_secs(1)),
-            connections: 1,
-            max_in_flight: 1,
-            threads: 1,
-            connect_timeout: Duration::from_secs(1),
-            timeout: Duration::from_secs(1),
-            slo: None,
-            rounds: 1,
-            request_label: String::new(),
-            shard: Shard::WHOLE,
-            start_at: None,
-        };
-        let r: Vec<f64> = plan.rates().into_iter().flatten().collect();
-        assert_eq!(r, vec![100.0, 200.0, 300.0, 400.0, 500.0]);
-    }
 
     #[test]
     fn timestamp_is_rfc3339() {

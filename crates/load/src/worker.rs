@@ -25,8 +25,9 @@ use crate::conn::{Failure, H2Link, H2Slot, Link, h1_exchange, h1_ready};
 use crate::request::{Endpoint, RequestParts};
 use crate::result::new_histogram;
 use crate::shard::Shard;
+use crate::source::{RecordedTimes, Renderer, RequestSource};
+use crate::stop::Stop;
 use crate::timer::PreciseTimer;
-use crate::{RecordedTimes, Renderer, RequestSource, Stop};
 
 /// How long a closed-model connection waits after a failed connect before it tries again:
 /// a refused connect fails in microseconds, and without a pause the loop would spin on a
@@ -1250,7 +1251,7 @@ async fn slot(ctx: Rc<Ctx>, pacer: Rc<Pacer>, mut link: Link, handed: bool) {
 /// source does not spin.
 async fn source_failed(
     ctx: &Ctx,
-    error: &crate::SourceError,
+    error: &crate::source::SourceError,
     endpoint: Option<usize>,
     closed: bool,
 ) {
