@@ -234,6 +234,26 @@ impl LineChart {
     pub fn render(&self) -> String {
         let mut out = String::new();
         open_svg(&mut out, &self.title, self.width);
+        let (x, y) = self.axes();
+        self.grid(&x, &y, &mut out);
+        self.frame_and_labels(&mut out);
+        self.reference_lines(&x, &y, &mut out);
+        for series in &self.series {
+            polyline(series, &x, &y, &mut out);
+        }
+        let entries: Vec<_> = self
+            .series
+            .iter()
+            .map(|s| (s.name.clone(), s.color, s.dash))
+            .collect();
+        legend(&mut out, &entries);
+        out.push_str("</svg>");
+        out
+    }
+
+    /// The x and y axes over the points (and the limits, and the diagonal's range), rounded
+    /// outwards to ticks.
+    fn axes(&self) -> (Axis, Axis) {
         let xs = self
             .series
             .iter()
@@ -247,7 +267,7 @@ impl LineChart {
                 ticks.iter().map(|t| t.0).fold(f64::INFINITY, f64::min),
                 ticks.iter().map(|t| t.0).fold(f64::NEG_INFINITY, f64::max),
             ),
-            _ => bounds(xs.clone(), self.x_scale, false),
+            _ => bounds(xs, self.x_scale, false),
         };
         let limits = self.thresholds.iter().map(|t| t.0);
         let (mut ylo, mut yhi) = bounds(ys.chain(limits), self.y_scale, self.y_from_zero);
@@ -274,10 +294,14 @@ impl LineChart {
             from: HEIGHT - BOTTOM,
             to: TOP,
         };
-        // Grid and ticks.
+        (x, y)
+    }
+
+    /// Grid lines with their tick labels, y then x.
+    fn grid(&self, x: &Axis, y: &Axis, out: &mut String) {
         let y_ticks = match self.y_scale {
-            Scale::Linear => linear_ticks(ylo, yhi),
-            Scale::Log => log_ticks(ylo, yhi),
+            Scale::Linear => linear_ticks(y.lo, y.hi),
+            Scale::Log => log_ticks(y.lo, y.hi),
         };
         for t in &y_ticks {
             let py = y.map(*t);
@@ -293,8 +317,8 @@ impl LineChart {
         let x_ticks: Vec<(f64, String)> = match &self.x_ticks {
             Some(ticks) => ticks.clone(),
             None => match self.x_scale {
-                Scale::Linear => linear_ticks(xlo, xhi),
-                Scale::Log => log_ticks(xlo, xhi),
+                Scale::Linear => linear_ticks(x.lo, x.hi),
+                Scale::Log => log_ticks(x.lo, x.hi),
             }
             .into_iter()
             .map(|t| (t, tick_label(t)))
@@ -310,9 +334,12 @@ impl LineChart {
                 l = escape_html(label)
             );
         }
-        self.frame_and_labels(&mut out);
+    }
+
+    /// The dashed y = x diagonal and the labelled limits.
+    fn reference_lines(&self, x: &Axis, y: &Axis, out: &mut String) {
         if self.diagonal {
-            let (a, b) = (xlo.max(ylo), xhi.min(yhi));
+            let (a, b) = (x.lo.max(y.lo), x.hi.min(y.hi));
             let _ = write!(
                 out,
                 r##"<line x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#9aa3ad" stroke-width="1.2" stroke-dasharray="5 4"/>"##,
@@ -333,48 +360,6 @@ impl LineChart {
                 l = escape_html(label)
             );
         }
-        for series in &self.series {
-            let points: Vec<String> = series
-                .points
-                .iter()
-                .map(|(px, py)| format!("{:.1},{:.1}", x.map(*px), y.map(*py)))
-                .collect();
-            let dash = series
-                .dash
-                .map(|d| format!(r#" stroke-dasharray="{d}""#))
-                .unwrap_or_default();
-            let _ = write!(
-                out,
-                r#"<polyline class="series" data-series="{n}" fill="none" stroke="{c}" stroke-width="2" stroke-linejoin="round"{dash} points="{p}"/>"#,
-                n = escape_html(&series.name),
-                c = series.color,
-                p = points.join(" ")
-            );
-            if series.markers {
-                for (i, (px, py)) in series.points.iter().enumerate() {
-                    let title = series
-                        .titles
-                        .get(i)
-                        .map(|t| escape_html(t))
-                        .unwrap_or_default();
-                    let _ = write!(
-                        out,
-                        r#"<circle cx="{:.1}" cy="{:.1}" r="3.2" fill="{c}" stroke="white" stroke-width="1"><title>{title}</title></circle>"#,
-                        x.map(*px),
-                        y.map(*py),
-                        c = series.color
-                    );
-                }
-            }
-        }
-        let entries: Vec<_> = self
-            .series
-            .iter()
-            .map(|s| (s.name.clone(), s.color, s.dash))
-            .collect();
-        legend(&mut out, &entries);
-        out.push_str("</svg>");
-        out
     }
 
     fn frame_and_labels(&self, out: &mut String) {
@@ -388,6 +373,43 @@ impl LineChart {
             cy = (TOP + HEIGHT - BOTTOM) / 2.0,
             xl = escape_html(&self.x_label),
             yl = escape_html(&self.y_label)
+        );
+    }
+}
+
+/// One series as a polyline, with a marker and hover title at each point when asked.
+fn polyline(series: &Series, x: &Axis, y: &Axis, out: &mut String) {
+    let points: Vec<String> = series
+        .points
+        .iter()
+        .map(|(px, py)| format!("{:.1},{:.1}", x.map(*px), y.map(*py)))
+        .collect();
+    let dash = series
+        .dash
+        .map(|d| format!(r#" stroke-dasharray="{d}""#))
+        .unwrap_or_default();
+    let _ = write!(
+        out,
+        r#"<polyline class="series" data-series="{n}" fill="none" stroke="{c}" stroke-width="2" stroke-linejoin="round"{dash} points="{p}"/>"#,
+        n = escape_html(&series.name),
+        c = series.color,
+        p = points.join(" ")
+    );
+    if !series.markers {
+        return;
+    }
+    for (i, (px, py)) in series.points.iter().enumerate() {
+        let title = series
+            .titles
+            .get(i)
+            .map(|t| escape_html(t))
+            .unwrap_or_default();
+        let _ = write!(
+            out,
+            r#"<circle cx="{:.1}" cy="{:.1}" r="3.2" fill="{c}" stroke="white" stroke-width="1"><title>{title}</title></circle>"#,
+            x.map(*px),
+            y.map(*py),
+            c = series.color
         );
     }
 }

@@ -69,18 +69,17 @@
 
 mod budget;
 mod client;
-mod html;
 mod model;
 mod proxy;
 mod recent;
 mod recorder;
 mod redact;
 mod replay;
+mod report;
 mod store;
 mod tally;
 
 pub use client::{Reach, Upstream};
-pub use html::render_html;
 pub use model::{Failure, ShadowRequest, ShadowResponse, SkipReason};
 pub use proxy::{Proxy, ProxyConfig, ProxyStats};
 pub use recent::{EndpointLatency, LatencyFigures, RecentDifference};
@@ -89,6 +88,7 @@ pub use redact::{REDACTED, Redactor};
 pub use replay::{
     Replay, ReplayConfig, ReplayProgress, ReplaySource, ReplayStats, Schedule, replay,
 };
+pub use report::{MinConsistency, Verdict, render_html, text_table};
 pub use store::{Store, StoredRun};
 pub use tally::{
     EndpointSummary, FieldSummary, NoiseField, Sample, SampleResponse, Summary, consistency_text,
@@ -150,6 +150,14 @@ pub enum ShadowError {
     /// A recorded-traffic file or the capture file cannot be used.
     #[error(transparent)]
     Requests(#[from] scalpel_requests::RequestsError),
+    /// A setting out of its range, named by its flag (`--min-consistency 120: …`).
+    #[error("{flag} {problem}")]
+    Setting {
+        /// The `scalpel shadow` flag.
+        flag: &'static str,
+        /// The value and what was expected.
+        problem: String,
+    },
     /// The store could not be opened, read or written.
     #[error("store {}: {reason}", path.display())]
     Store {

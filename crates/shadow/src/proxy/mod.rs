@@ -114,6 +114,26 @@ pub struct ProxyConfig {
     pub tls: Option<ServerTls>,
 }
 
+impl ProxyConfig {
+    /// The settings that cannot work, each named by its flag: no room in the mirror queue
+    /// (`--queue 0`) or no mirror ever in flight (`--mirror-concurrency 0`). [`Proxy::bind`]
+    /// checks it too.
+    pub fn validate(&self) -> Result<(), ShadowError> {
+        for (flag, value) in [
+            ("--queue", self.queue),
+            ("--mirror-concurrency", self.mirror_concurrency),
+        ] {
+            if value == 0 {
+                return Err(ShadowError::Setting {
+                    flag,
+                    problem: "must be at least 1".into(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Counters of the request path, exported as metrics.
 #[derive(Debug, Default)]
 struct PathCounters {
@@ -251,6 +271,7 @@ impl Proxy {
     /// before any client is served; an upstream that does not answer yet is only noted,
     /// see [`Proxy::upstreams`]), then binds the listen and admin addresses.
     pub async fn bind(cfg: ProxyConfig, recorder: Arc<Recorder>) -> Result<Self, ShadowError> {
+        cfg.validate()?;
         let primary = connect_client(
             "primary",
             &cfg.primary,
