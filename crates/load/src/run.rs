@@ -220,6 +220,38 @@ struct StepAcc {
     start_late: Option<Duration>,
 }
 
+impl StepAcc {
+    fn new(endpoints: usize) -> StepAcc {
+        StepAcc {
+            tally: Tally::with_endpoints(endpoints),
+            wall: Duration::ZERO,
+            window: None,
+            usage: None,
+            segments: 0,
+            cut: false,
+            start_late: None,
+            h2: None,
+        }
+    }
+
+    /// Adds one segment: its tally, time, resource use and HTTP/2 events.
+    fn add(&mut self, outcome: Outcome, usage: Option<ResourceUsage>, h2: Option<H2Events>) {
+        if let Some(events) = h2 {
+            self.h2.get_or_insert_with(H2Events::default).add(&events);
+        }
+        self.tally.merge(outcome.tally);
+        self.wall += outcome.wall;
+        self.window = match (self.window, outcome.window) {
+            (None, w) | (w, None) => w,
+            (Some(a), Some(b)) => Some(a + b),
+        };
+        self.usage = combine(self.usage, usage);
+        self.segments += 1;
+        self.cut |= outcome.partial;
+        self.start_late = self.start_late.max(outcome.start_late);
+    }
+}
+
 /// What the run loop knows about one target between steps.
 struct TargetState {
     /// Opens its connections: address resolved, TLS configured, HTTP/2 counters.
@@ -259,18 +291,6 @@ pub fn run_until(
             pace: probe,
         })
         .collect();
-    // The common clock on this process's monotonic one; steps are planned from it.
-    let anchor = plan.start_at.map(|at| {
-        let now = (Instant::now(), StartAt::now());
-        let ahead = now.1.seconds_until(at);
-        if ahead >= 0.0 {
-            now.0 + Duration::from_secs_f64(ahead)
-        } else {
-            now.0
-                .checked_sub(Duration::from_secs_f64(-ahead))
-                .unwrap_or(now.0)
-        }
-    });
     let started_at = plan
         .start_at
         .map_or_else(rfc3339_now, |at| at.max(StartAt::now()).to_string());
@@ -292,7 +312,7 @@ pub fn run_until(
     let mut clock = SegmentClock {
         segments_left: (rates.len() * targets.len()) as u32 * plan.rounds,
         sequence: 0,
-        anchor,
+        anchor: anchor(plan),
     };
     for (step_index, rate) in rates.iter().enumerate() {
         if stop.is_stopped() || !states.iter().any(|s| s.active) {
@@ -314,21 +334,13 @@ pub fn run_until(
         )?;
         for (ti, acc) in accs.into_iter().enumerate() {
             let Some(acc) = acc else { continue };
-            let partial = acc.cut || acc.segments < plan.rounds;
-            // This shard's part of the step's rate: every N-th request of the schedule.
-            let offered = offered_rate(plan, &targets[ti], *rate).map(|r| plan.shard.rate(r));
-            let limit = match plan.limit {
-                StepLimit::Requests(n) => StepLimit::Requests(plan.shard.share(n)),
-                d => d,
-            };
-            let names = targets[ti].source.endpoints();
-            let mut result = step_result(step.index, offered, limit, names, acc);
-            result.partial = partial;
-            let target = &mut results[ti];
-            target.steps.push(result);
+            let result = &mut results[ti];
+            result
+                .steps
+                .push(step_result_of(plan, &step, &targets[ti], acc));
             if let Some(slo) = &slo {
-                target.breaking_point = slo.judge(&mut target.steps);
-                states[ti].active = target.breaking_point.is_none();
+                result.breaking_point = slo.judge(&mut result.steps);
+                states[ti].active = result.breaking_point.is_none();
             }
         }
         // Segments of targets that stopped are not run: keep the time-left estimate honest.
@@ -349,6 +361,37 @@ pub fn run_until(
         shard: None,
         shards: None,
     })
+}
+
+/// The common clock (`start_at`) on this process's monotonic one; steps are planned from
+/// it.
+fn anchor(plan: &Plan) -> Option<Instant> {
+    plan.start_at.map(|at| {
+        let now = (Instant::now(), StartAt::now());
+        let ahead = now.1.seconds_until(at);
+        if ahead >= 0.0 {
+            now.0 + Duration::from_secs_f64(ahead)
+        } else {
+            now.0
+                .checked_sub(Duration::from_secs_f64(-ahead))
+                .unwrap_or(now.0)
+        }
+    })
+}
+
+/// A target's result of one step from its segments: this shard's part of the offered
+/// rate and of the count, `partial` when an interrupt cut a segment or left one out.
+fn step_result_of(plan: &Plan, step: &StepPlan, target: &Target, acc: StepAcc) -> StepResult {
+    let partial = acc.cut || acc.segments < plan.rounds;
+    // This shard's part of the step's rate: every N-th request of the schedule.
+    let offered = offered_rate(plan, target, step.rate).map(|r| plan.shard.rate(r));
+    let limit = match plan.limit {
+        StepLimit::Requests(n) => StepLimit::Requests(plan.shard.share(n)),
+        d => d,
+    };
+    let mut result = step_result(step.index, offered, limit, target.source.endpoints(), acc);
+    result.partial = partial;
+    result
 }
 
 /// One step's rate and place in the run.
@@ -448,114 +491,139 @@ fn run_step(
                     Limit::Count(share(n, u64::from(rounds), u64::from(round)))
                 }
             };
-            // Rates and counts stay the whole run's (the schedule is shared out by index);
-            // connections and the in-flight limit are this shard's part.
-            let part = |n: u32| plan.shard.share(u64::from(n)) as u32;
-            let h2_streams = targets[ti].h2_streams();
-            // The open models' limits: over HTTP/2, `connections` connections (all opened
-            // before the clock) and at most their streams in flight.
-            let (max_in_flight, preconnect) = match h2_streams {
-                None => (
-                    part(plan.max_in_flight),
-                    part(plan.connections).min(part(plan.max_in_flight)),
-                ),
-                Some(streams) => (
-                    part(plan.max_in_flight).min(part(plan.connections).saturating_mul(streams)),
-                    part(plan.connections),
-                ),
-            };
-            let pacing = match (plan.model, step.rate) {
-                (Model::Recorded { speed }, _) => Pacing::Recorded {
-                    speed,
-                    max_in_flight,
-                    preconnect,
-                },
-                (_, None) => Pacing::Closed {
-                    connections: part(plan.connections),
-                },
-                (_, Some(rate)) => Pacing::Open {
-                    rate,
-                    max_in_flight,
-                    preconnect,
-                },
-            };
-            let seg_threads = match (pacing, h2_streams) {
-                (Pacing::Closed { connections }, _) => plan.threads.min(connections).max(1),
-                // HTTP/2: a thread needs a connection of its own.
-                (
-                    Pacing::Open { preconnect, .. } | Pacing::Recorded { preconnect, .. },
-                    Some(_),
-                ) => plan.threads.min(preconnect).max(1),
-                (
-                    Pacing::Open { max_in_flight, .. } | Pacing::Recorded { max_in_flight, .. },
-                    None,
-                ) => plan.threads.min(max_in_flight).max(1),
-            };
-            let target = &mut targets[ti];
-            let connector = states[ti].connector.clone();
-            let h2_before = h2_streams.map(|_| connector.h2_stats().counts());
-            let spec = Arc::new(SegmentSpec {
-                connector: connector.clone(),
-                endpoint: target.endpoint.clone(),
-                h2_streams,
-                no_reuse: target.no_reuse,
-                source: target.source.clone(),
-                pacing,
-                limit,
-                threads: seg_threads,
-                timeout: plan.timeout,
-                stop: stop.clone(),
-                typical_latency: states[ti].pace,
-                shard: plan.shard,
-                planned,
-            });
-            if let Some(w) = target.watch.as_mut() {
-                w.begin();
-            }
-            let seg_left_after = clock.segments_left.saturating_sub(1);
-            let mut show = LiveProgress {
-                name: &target.name,
+            let segment = Segment {
+                plan,
                 step,
-                shard: plan.shard,
+                limit,
+                planned,
                 segment_time,
-                seg_left_after,
-                last: (Instant::now(), 0, 0),
-                window: Window::new(),
+                stop,
             };
-            let outcome: Outcome = run_segment(spec, |lives, t0| show.report(lives, t0, progress))?;
-            clock.segments_left = seg_left_after;
-            let usage = targets[ti].watch.as_mut().and_then(|w| w.end());
-            if let Some(pace) = outcome.tally.answered_mean() {
-                states[ti].pace = pace;
-            }
-            let endpoints = targets[ti].source.endpoints().len();
-            let acc = accs[ti].get_or_insert_with(|| StepAcc {
-                tally: Tally::with_endpoints(endpoints),
-                wall: Duration::ZERO,
-                window: None,
-                usage: None,
-                segments: 0,
-                cut: false,
-                start_late: None,
-                h2: None,
-            });
-            if let Some(before) = h2_before {
-                let events = H2Events::between(&before, &connector.h2_stats().counts());
-                acc.h2.get_or_insert_with(H2Events::default).add(&events);
-            }
-            acc.tally.merge(outcome.tally);
-            acc.wall += outcome.wall;
-            acc.window = match (acc.window, outcome.window) {
-                (None, w) | (w, None) => w,
-                (Some(a), Some(b)) => Some(a + b),
-            };
-            acc.usage = combine(acc.usage, usage);
-            acc.segments += 1;
-            acc.cut |= outcome.partial;
-            acc.start_late = acc.start_late.max(outcome.start_late);
+            let acc =
+                accs[ti].get_or_insert_with(|| StepAcc::new(targets[ti].source.endpoints().len()));
+            segment.run(&mut targets[ti], &mut states[ti], clock, acc, progress)?;
         }
     }
     Ok(accs)
+}
+
+/// One segment of one target: its place in the step and on the clock.
+struct Segment<'a> {
+    plan: &'a Plan,
+    step: &'a StepPlan,
+    limit: Limit,
+    planned: Option<Instant>,
+    segment_time: Option<Duration>,
+    stop: &'a Stop,
+}
+
+impl Segment<'_> {
+    /// Runs the segment on its threads, with the progress line fed, the target's processes
+    /// watched and its HTTP/2 events counted, and adds what it measured to `acc`.
+    fn run(
+        &self,
+        target: &mut Target,
+        state: &mut TargetState,
+        clock: &mut SegmentClock,
+        acc: &mut StepAcc,
+        progress: &mut dyn FnMut(&Progress<'_>),
+    ) -> Result<(), LoadError> {
+        let connector = state.connector.clone();
+        let h2_before = target.h2_streams().map(|_| connector.h2_stats().counts());
+        let spec = Arc::new(self.spec(target, state));
+        if let Some(w) = target.watch.as_mut() {
+            w.begin();
+        }
+        let seg_left_after = clock.segments_left.saturating_sub(1);
+        let mut show = LiveProgress {
+            name: &target.name,
+            step: self.step,
+            shard: self.plan.shard,
+            segment_time: self.segment_time,
+            seg_left_after,
+            last: (Instant::now(), 0, 0),
+            window: Window::new(),
+        };
+        let outcome: Outcome = run_segment(spec, |lives, t0| show.report(lives, t0, progress))?;
+        clock.segments_left = seg_left_after;
+        let usage = target.watch.as_mut().and_then(|w| w.end());
+        if let Some(pace) = outcome.tally.answered_mean() {
+            state.pace = pace;
+        }
+        let h2 = h2_before.map(|before| H2Events::between(&before, &connector.h2_stats().counts()));
+        acc.add(outcome, usage, h2);
+        Ok(())
+    }
+
+    /// What the segment's threads share: the target, its pacing, limits and threads.
+    fn spec(&self, target: &Target, state: &TargetState) -> SegmentSpec {
+        let plan = self.plan;
+        let h2_streams = target.h2_streams();
+        let pacing = self.pacing(h2_streams);
+        SegmentSpec {
+            connector: state.connector.clone(),
+            endpoint: target.endpoint.clone(),
+            h2_streams,
+            no_reuse: target.no_reuse,
+            source: target.source.clone(),
+            pacing,
+            limit: self.limit,
+            threads: segment_threads(plan.threads, pacing, h2_streams),
+            timeout: plan.timeout,
+            stop: self.stop.clone(),
+            typical_latency: state.pace,
+            shard: plan.shard,
+            planned: self.planned,
+        }
+    }
+
+    /// The model at this step's rate. Rates and counts stay the whole run's (the schedule
+    /// is shared out by index); connections and the in-flight limit are this shard's part.
+    /// The open models' limits over HTTP/2: `connections` connections (all opened before
+    /// the clock) and at most their streams in flight.
+    fn pacing(&self, h2_streams: Option<u32>) -> Pacing {
+        let plan = self.plan;
+        let part = |n: u32| plan.shard.share(u64::from(n)) as u32;
+        let (max_in_flight, preconnect) = match h2_streams {
+            None => (
+                part(plan.max_in_flight),
+                part(plan.connections).min(part(plan.max_in_flight)),
+            ),
+            Some(streams) => (
+                part(plan.max_in_flight).min(part(plan.connections).saturating_mul(streams)),
+                part(plan.connections),
+            ),
+        };
+        match (plan.model, self.step.rate) {
+            (Model::Recorded { speed }, _) => Pacing::Recorded {
+                speed,
+                max_in_flight,
+                preconnect,
+            },
+            (_, None) => Pacing::Closed {
+                connections: part(plan.connections),
+            },
+            (_, Some(rate)) => Pacing::Open {
+                rate,
+                max_in_flight,
+                preconnect,
+            },
+        }
+    }
+}
+
+/// Threads for a segment: no more than it has connections (closed), connections to open
+/// first (open over HTTP/2: a thread needs a connection of its own) or requests in flight.
+fn segment_threads(threads: u32, pacing: Pacing, h2_streams: Option<u32>) -> u32 {
+    match (pacing, h2_streams) {
+        (Pacing::Closed { connections }, _) => threads.min(connections).max(1),
+        (Pacing::Open { preconnect, .. } | Pacing::Recorded { preconnect, .. }, Some(_)) => {
+            threads.min(preconnect).max(1)
+        }
+        (Pacing::Open { max_in_flight, .. } | Pacing::Recorded { max_in_flight, .. }, None) => {
+            threads.min(max_in_flight).max(1)
+        }
+    }
 }
 
 /// The progress line's view of one segment.
