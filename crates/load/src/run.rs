@@ -499,9 +499,13 @@ fn run_step(
                 segment_time,
                 stop,
             };
-            let acc =
-                accs[ti].get_or_insert_with(|| StepAcc::new(targets[ti].source.endpoints().len()));
-            segment.run(&mut targets[ti], &mut states[ti], clock, acc, progress)?;
+            segment.run(
+                &mut targets[ti],
+                &mut states[ti],
+                clock,
+                &mut accs[ti],
+                progress,
+            )?;
         }
     }
     Ok(accs)
@@ -519,13 +523,15 @@ struct Segment<'a> {
 
 impl Segment<'_> {
     /// Runs the segment on its threads, with the progress line fed, the target's processes
-    /// watched and its HTTP/2 events counted, and adds what it measured to `acc`.
+    /// watched and its HTTP/2 events counted, and adds what it measured to the step's
+    /// `acc` (made after the first segment, so no empty histogram waits beside the
+    /// threads' own).
     fn run(
         &self,
         target: &mut Target,
         state: &mut TargetState,
         clock: &mut SegmentClock,
-        acc: &mut StepAcc,
+        acc: &mut Option<StepAcc>,
         progress: &mut dyn FnMut(&Progress<'_>),
     ) -> Result<(), LoadError> {
         let connector = state.connector.clone();
@@ -551,7 +557,8 @@ impl Segment<'_> {
             state.pace = pace;
         }
         let h2 = h2_before.map(|before| H2Events::between(&before, &connector.h2_stats().counts()));
-        acc.add(outcome, usage, h2);
+        acc.get_or_insert_with(|| StepAcc::new(target.source.endpoints().len()))
+            .add(outcome, usage, h2);
         Ok(())
     }
 
