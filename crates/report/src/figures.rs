@@ -256,6 +256,12 @@ fn notes(result: &RunResult, index: u32) -> Vec<String> {
     notes
 }
 
+/// Reads one percentile of a latency summary.
+type Percentile = fn(&LatencySummary) -> f64;
+
+/// Reads one figure of a step (`None`: not measured).
+type StepFigure = fn(&StepResult) -> Option<f64>;
+
 /// The rows of a figures table being built, each figure over the same steps.
 struct Rows<'a> {
     steps: &'a [Option<&'a StepResult>],
@@ -437,7 +443,7 @@ impl<'a> Rows<'a> {
 
     /// The latency percentiles (`-` where nothing was measured, never a fast-looking 0).
     fn latency(&mut self) {
-        let figures: [(&str, fn(&LatencySummary) -> f64); 6] = [
+        let figures: [(&str, Percentile); 6] = [
             ("latency mean ms", |l| l.mean),
             ("latency p50 ms", |l| l.p50),
             ("latency p90 ms", |l| l.p90),
@@ -473,7 +479,7 @@ impl<'a> Rows<'a> {
         if !self.present().any(|s| s.handshake_ms.is_some()) {
             return;
         }
-        let figures: [(&str, fn(&LatencySummary) -> f64); 3] = [
+        let figures: [(&str, Percentile); 3] = [
             ("TLS handshake p50 ms", |l| l.p50),
             ("TLS handshake p99 ms", |l| l.p99),
             ("TLS handshake max ms", |l| l.max),
@@ -567,7 +573,7 @@ impl<'a> Rows<'a> {
                 &fmt_rate,
             );
         }
-        let memory: [(&str, fn(&StepResult) -> Option<f64>); 4] = [
+        let memory: [(&str, StepFigure); 4] = [
             ("RSS MiB mean", |s| s.rss_mb),
             ("RSS MiB peak", |s| s.rss_mb_peak),
             ("PSS MiB mean", |s| s.pss_mb),

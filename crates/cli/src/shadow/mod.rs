@@ -217,6 +217,13 @@ struct ReportArgs {
     /// The store written by `proxy` or `replay`.
     #[arg(long, value_name = "FILE")]
     store: PathBuf,
+    #[command(flatten)]
+    outputs: OutputArgs,
+}
+
+/// What replay and report write, and the bar their verdict is judged by.
+#[derive(Debug, clap::Args)]
+struct OutputArgs {
     /// Write the summary as JSON here.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -351,18 +358,11 @@ async fn shutdown_signal() {
 }
 
 fn run_report(a: ReportArgs) -> anyhow::Result<ExitCode> {
-    let min = MinConsistency::new(a.min_consistency)?;
+    let min = MinConsistency::new(a.outputs.min_consistency)?;
     let run: StoredRun = scalpel_shadow::Store::read(&a.store)?;
     let summary = run.summary(None);
     print!("{}", text_table(&summary));
-    write_outputs(
-        &summary,
-        run.samples(),
-        run.meta(),
-        None,
-        a.json.as_deref(),
-        a.html.as_deref(),
-    )?;
+    write_outputs(&summary, run.samples(), run.meta(), None, &a.outputs)?;
     Ok(print_verdict(&summary, min))
 }
 
@@ -392,15 +392,15 @@ fn check_writable(p: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `--json` (the summary, the samples and `extra`) and `--html`.
 fn write_outputs(
     summary: &Summary,
     samples: &[Sample],
     meta: &BTreeMap<String, String>,
     extra: Option<&serde_json::Value>,
-    json: Option<&Path>,
-    html: Option<&Path>,
+    outputs: &OutputArgs,
 ) -> anyhow::Result<()> {
-    if let Some(p) = json {
+    if let Some(p) = &outputs.json {
         let mut v = serde_json::to_value(summary)?;
         v["samples"] = serde_json::to_value(samples)?;
         if let Some(serde_json::Value::Object(more)) = extra {
@@ -411,7 +411,7 @@ fn write_outputs(
         std::fs::write(p, serde_json::to_string_pretty(&v)? + "\n")
             .with_context(|| format!("cannot write {}", p.display()))?;
     }
-    if let Some(p) = html {
+    if let Some(p) = &outputs.html {
         std::fs::write(p, scalpel_shadow::render_html(summary, samples, meta))
             .with_context(|| format!("cannot write {}", p.display()))?;
     }

@@ -18,8 +18,8 @@ use scalpel_shadow::{
 };
 
 use super::{
-    CompareArgs, UpstreamArgs, check_writable, positive_duration, print_verdict, recorder, runtime,
-    show_upstreams, shutdown_signal, size, store_lost_writes, write_outputs,
+    CompareArgs, OutputArgs, UpstreamArgs, check_writable, positive_duration, print_verdict,
+    recorder, runtime, show_upstreams, shutdown_signal, size, store_lost_writes, write_outputs,
 };
 use crate::recorded::RecordedFlags;
 
@@ -93,15 +93,8 @@ pub(super) struct ReplayArgs {
     /// Largest response body read.
     #[arg(long = "max-body", value_name = "SIZE", default_value = "8MiB", value_parser = size)]
     max_body: usize,
-    /// Write the summary as JSON here.
-    #[arg(long, value_name = "FILE")]
-    json: Option<PathBuf>,
-    /// Write the self-contained HTML report here.
-    #[arg(long, value_name = "FILE")]
-    html: Option<PathBuf>,
-    /// Pass when consistency is at least this percent (and no side failed).
-    #[arg(long = "min-consistency", value_name = "PCT", default_value_t = 100.0)]
-    min_consistency: f64,
+    #[command(flatten)]
+    outputs: OutputArgs,
     #[command(flatten)]
     compare: Box<CompareArgs>,
     #[command(flatten)]
@@ -233,7 +226,7 @@ pub(super) fn run(a: ReplayArgs) -> anyhow::Result<ExitCode> {
     let (primary, candidate, secondary) =
         a.upstreams
             .sides(&a.primary, &a.candidate, a.compare.secondary.as_deref())?;
-    let min = MinConsistency::new(a.min_consistency)?;
+    let min = MinConsistency::new(a.outputs.min_consistency)?;
     let mut plan = match &a.from {
         Some(path) => recorded_plan(&a, path)?,
         None => template_plan(&a)?,
@@ -248,7 +241,7 @@ pub(super) fn run(a: ReplayArgs) -> anyhow::Result<ExitCode> {
     };
     cfg.validate()?;
     // Create output files' folders early: a typo should fail before the run, not after.
-    for p in [&a.json, &a.html].into_iter().flatten() {
+    for p in [&a.outputs.json, &a.outputs.html].into_iter().flatten() {
         check_writable(p)?;
     }
     let recorder = recorder(
@@ -278,8 +271,7 @@ pub(super) fn run(a: ReplayArgs) -> anyhow::Result<ExitCode> {
         &recorder.samples(),
         &meta,
         Some(&done.json(&plan)),
-        a.json.as_deref(),
-        a.html.as_deref(),
+        &a.outputs,
     )?;
     let lost = store_lost_writes(&recorder, a.compare.store.as_deref());
     if let Some(e) = done.read_error {
