@@ -9,7 +9,9 @@
 //! - [`read_json`] / [`write_json`] / [`to_json_string`]: the file format, with errors that
 //!   name the file, line and column; writes are atomic.
 //! - [`merge`]: histograms are added and percentiles recomputed from the sum, never
-//!   averaged (the rule is in `docs/report.md` and on the function).
+//!   averaged (the rule is in `docs/report.md` and on the function). The shards of one
+//!   `scalpel load --shard` run (private module `shards`) are checked whole first — all of
+//!   them, once each, same settings — and keep their own figures after the merge.
 //! - [`summary_table`]: a column per target, the ratio to the first target marked `better`
 //!   or `worse` by each figure's direction, one block per step.
 //! - [`html`]: the same table, the breaking points and the plots.
