@@ -2,12 +2,16 @@
 # The QR ladder's per-call benchmark: every tier as the Node process sees it, in one run,
 # alternating, with repeats (median and min-max). Writes nothing unless --json FILE.
 #
-#   bash scripts/bench-qr.sh            # the recorded run (~1 min)
-#   bash scripts/bench-qr.sh --quick    # a few seconds (the per-call table of the README)
+#   bash scripts/bench-qr.sh            # the recorded run (~1 min Node, ~2 min Python)
+#   bash scripts/bench-qr.sh --quick    # a few seconds each (the per-call tables of the README)
+#   bash scripts/bench-qr.sh --python [--quick]  # the Python host's table only (qr/python/bench/percall.py)
+#   bash scripts/bench-qr.sh --pyo3-load  # Python tier 3 sync vs thread pool, served (~1 min)
 #   bash scripts/bench-qr.sh --napi-load  # the napi sync/async choice under HTTP load (wrk, ~2 min)
 #   bash scripts/bench-qr.sh --wasm-flags # wasm build flags (opt-level, simd128, wasm-opt), ~3 min
 #
-# Other flags go to qr/node/bench/percall.js (--repeats N, --ms-per-text MS, --json FILE).
+# Other flags go to qr/node/bench/percall.js (--repeats N, --ms-per-text MS, --json FILE), then
+# to the Python host's per-call bench, run after it in the host's venv (--json FILE.python.json):
+# the bare Rust call, PyO3, wasmtime and the CLI as a Python process sees them.
 # Builds the Rust artifacts and installs the Node packages when they are missing.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -17,7 +21,7 @@ T="$CARGO_TARGET_DIR"
 
 missing=0
 for f in "$T/release/qr-cli" "$T/release/qr-server" "$T/qr/wasm-bindgen/qr_wasm.js" "$T/qr/qr_raw.wasm" \
-         "$T/qr/qr_napi.node" "$T/release/examples/percall"; do
+         "$T/qr/qr_napi.node" "$T/release/examples/percall" "$T/qr/venv/bin/python"; do
     [ -e "$f" ] || missing=1
 done
 if [ "$missing" = 1 ]; then
@@ -55,4 +59,18 @@ if [ "${1:-}" = "--wasm-flags" ]; then
     done
     exec node qr/node/bench/wasm-flags.js "$out" "$@"
 fi
-exec node qr/node/bench/percall.js "$@"
+python_args=()
+prev=""
+for a in "$@"; do
+    if [ "$prev" = "--json" ]; then python_args+=("$a.python.json"); else python_args+=("$a"); fi
+    prev="$a"
+done
+if [ "${1:-}" = "--pyo3-load" ]; then
+    exec "$T/qr/venv/bin/python" qr/python/bench/native_mode.py "${python_args[@]:1}"
+fi
+if [ "${1:-}" = "--python" ]; then
+    exec "$T/qr/venv/bin/python" qr/python/bench/percall.py "${python_args[@]:1}"
+fi
+node qr/node/bench/percall.js "$@"
+echo
+exec "$T/qr/venv/bin/python" qr/python/bench/percall.py "${python_args[@]}"

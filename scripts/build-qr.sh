@@ -5,6 +5,9 @@
 #   $T/qr/qr_raw.wasm                              tier 2-raw (hand-written ABI)
 #   $T/qr/qr_napi.node                             tier 3   (napi-rs addon)
 #   $T/release/examples/percall                    the bare qr_core::png, timed (bench/percall.js)
+#   $T/qr/venv                                     the Python host's virtual environment
+#                                                  (qr/python/requirements.txt, exact versions)
+#   $T/qr/wheels/qr_pyo3-*-abi3-*.whl              Python tier 3 (PyO3, maturin), installed in it
 # where T = ${CARGO_TARGET_DIR:-<repo>/target}. Installs the wasm32 target and the
 # wasm-bindgen CLI matching the pinned crate version when they are missing, and npm
 # `binaryen` (its wasm-opt, a JS/wasm build) under $T/qr/binaryen.
@@ -49,10 +52,14 @@ if [[ ! -x "$WASM_OPT" ]] || ! grep -qs "\"version\": \"$BINARYEN_VERSION\"" "$T
     "binaryen@$BINARYEN_VERSION" >&2 || echo "build-qr: WARNING: npm binaryen unavailable" >&2
 fi
 
+# The Python the pyo3 build script configures against, as maturin spells it (no rebuild).
+# shellcheck source=lib/pyo3-env.sh
+source scripts/lib/pyo3-env.sh
+
 # build.sh builds these in its one workspace-wide invocation (features unified with the
 # rest of the workspace, so nothing is compiled twice) and says so with SCALPEL_HOST_BUILT
 if [[ "${SCALPEL_HOST_BUILT:-}" != 1 ]]; then
-  cargo build --release -p qr-cli -p qr-server -p qr-napi
+  cargo build --release -p qr-cli -p qr-server -p qr-napi -p qr-pyo3
   # The bare function, timed in the same run as the Node tiers (qr/node/bench/percall.js).
   cargo build --release -p qr-core --example percall
 fi
@@ -86,9 +93,27 @@ fi
 # Tier 3: the cdylib is the addon; node loads it by the .node name.
 cp "$T/release/libqr_napi.so" "$T/qr/qr_napi.node"
 
+# The Python host (qr/python): its virtual environment, pinned packages installed only when
+# requirements.txt changed, and tier 3's abi3 wheel (maturin reuses the cargo build above).
+VENV="$T/qr/venv"
+REQ=qr/python/requirements.txt
+if [[ ! -x "$VENV/bin/python" ]]; then
+  echo "build-qr: creating the Python host's virtual environment at $VENV"
+  python3 -m venv "$VENV"
+fi
+if ! cmp -s "$REQ" "$VENV/requirements.installed"; then
+  echo "build-qr: installing $REQ into $VENV"
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$REQ"
+  cp "$REQ" "$VENV/requirements.installed"
+fi
+rm -f "$T"/qr/wheels/qr_pyo3-*.whl
+"$VENV/bin/maturin" build --quiet --release --manifest-path qr/pyo3/Cargo.toml --out "$T/qr/wheels" \
+  --interpreter "${PYO3_PYTHON:-python3}"
+"$VENV/bin/pip" install --quiet --disable-pip-version-check --no-deps --force-reinstall "$T"/qr/wheels/qr_pyo3-*.whl
+
 echo "build-qr: built"
 for f in "$T/release/qr-cli" "$T/release/qr-server" "$T/qr/wasm-bindgen/qr_wasm.js" \
          "$T/qr/wasm-bindgen/qr_wasm_bg.wasm" "$T/qr/qr_raw.wasm" "$T/qr/qr_napi.node" \
-         "$T/release/examples/percall"; do
+         "$T/release/examples/percall" "$T"/qr/wheels/qr_pyo3-*.whl; do
   printf '  %8d  %s\n' "$(stat -c %s "$f")" "$f"
 done

@@ -14,6 +14,9 @@ bash scripts/setup.sh
 # clap, serde and criterion again with other features. `cargo test --release` then reuses
 # all of it (docs/CI.md).
 echo "==> cargo build --release (workspace: binaries, libraries, examples)"
+# pyo3 configured as maturin configures it, so the Python wheel reuses this build
+# shellcheck source=lib/pyo3-env.sh
+source scripts/lib/pyo3-env.sh
 cargo build --release --workspace --bins --lib --examples
 SCALPEL_HOST_BUILT=1 bash scripts/build-qr.sh
 bash scripts/build-go.sh

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs everything CI checks, in order: formatting, lints, the release build, the Rust
-# tests, the Go tests, the Node tests, the demo's Python tests and the browser tests. Stops
+# tests, the Go tests, the Node tests, the Python host's tests, the demo's Python tests and the browser tests. Stops
 # at the first failure.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -55,12 +55,16 @@ step "go: gofmt, vet, test"
     go test -count=1 ./...
 )
 
-step "bench helpers (scripts/lib/proc-ticks-test.sh: CPU time of processes named with spaces; scripts/lib/paired.py: the paired interval's coverage and verdicts)"
+step "bench helpers (scripts/lib/proc-ticks-test.sh: scalpel procstat's CPU time of processes named with spaces; scripts/lib/stats.py: the benches' arithmetic; scripts/lib/paired.py: the paired interval's coverage and verdicts)"
 bash scripts/lib/proc-ticks-test.sh
+python3 scripts/lib/stats.py selftest
 python3 scripts/lib/paired.py
 
 step "node tests (qr/node)"
 (cd qr/node && node --test)
+
+step "python tests (qr/python: pytest in the host's venv, made by the build step)"
+"$CARGO_TARGET_DIR/qr/venv/bin/python" -m pytest -q -p no:cacheprovider qr/python/tests
 
 step "demo-py: the demo's Python (scripts/demo/tests, unittest; release scalpel)"
 python3 -m unittest discover -s scripts/demo/tests

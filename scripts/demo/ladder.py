@@ -1,6 +1,8 @@
 """Story 2, served: every tier of the QR ladder answering GET /qrcode over HTTP, one core,
 the same texts and schedule for all; closed model at the article's 100 connections (all
 tiers in one `scalpel load` run, alternating), then an open-model ramp per tier to the SLO.
+The Node host's tiers and the Python host's (ladder_python.py) run in the same runs; each
+host has its own table.
 """
 
 import hashlib
@@ -8,6 +10,7 @@ import os
 import urllib.parse
 
 import common as c
+import ladder_python
 import pngcheck
 
 # tier, how, the article's published ratios to its tier 0 (req/s, mean, p99, bytes, memory)
@@ -36,6 +39,8 @@ def texts():
 
 
 def command(tier):
+    if tier in ladder_python.NAMES:
+        return ladder_python.command(tier)
     if tier == "4":
         return [os.path.join(c.TARGET, "release", "qr-server"), "--port", "0"]
     return ["node", os.path.join(c.ROOT, "qr", "node", "server.js"), "--tier", tier, "--port", "0"]
@@ -43,6 +48,11 @@ def command(tier):
 
 def name(tier):
     return f"t{tier}"
+
+
+def all_tiers():
+    """(tier, how, article ratios) of both hosts: Node's seven, then the Python host's five."""
+    return TIERS + [(t, how, None) for t, _, how in ladder_python.TIERS]
 
 
 def run(cfg, report):
@@ -56,51 +66,45 @@ def run(cfg, report):
     procs = c.Procs()
     try:
         servers = {}
-        for tier, _, _ in TIERS:
+        for tier, _, _ in all_tiers():
             p, url = procs.start(f"ladder-tier-{tier}", command(tier), env={"CARGO_TARGET_DIR": c.TARGET},
                                  ready=r"listening on (http://[0-9.:]+)")
             servers[tier] = (p, url)
-        c.log(f"ladder: 7 tiers listening ({c.PINNING_NOTE})")
+        c.log(f"ladder: {len(servers)} servers listening, Node's tiers and the Python host's ({c.PINNING_NOTE})")
 
         outputs = check_outputs(servers, all_texts)
         c.log(f"ladder: outputs checked: {outputs['note']}")
 
         args = ["-c", "100"]
-        for tier, _, _ in TIERS:
+        for tier, _, _ in all_tiers():
             p, url = servers[tier]
             args += ["--target", f"{name(tier)}={url}", "--watch-pid", f"{name(tier)}={p.pid}"]
         args += ["--data", data, "--shuffle", "7", TEMPLATE]
         c.log("ladder: warm-up, 1 s per tier (discarded)")
         c.scalpel_load(["-d", "1s", "--rounds", "1"] + args, os.path.join(out, "warmup.json"))
-        c.log(f"ladder: closed model, 100 connections, {cfg['ladder_closed']} per tier in "
-              f"{cfg['ladder_rounds']} alternating segments")
-        closed_path = os.path.join(out, "closed.json")
-        closed = c.scalpel_load(["-d", cfg["ladder_closed"], "--rounds", str(cfg["ladder_rounds"])] + args,
-                                closed_path)
-
+        # The closed model, repeated on the same servers: each repeat is one run in which
+        # every tier alternates (`--rounds` segments), so each gives one paired ratio per
+        # target, and the repeats give the verdict's interval (common.verdict).
+        steps = {tier: [] for tier, _, _ in all_tiers()}
+        closed_files = []
+        open_verdicts = lambda: any(t["decision"] == "undecided" for t in all_targets(per_repeat(steps)))
+        for r in c.repeats(cfg, "ladder: closed model", open_verdicts, cfg["ladder_repeats"]):
+            c.log(f"ladder: closed model, 100 connections, {cfg['ladder_closed']} per tier in "
+                  f"{cfg['ladder_rounds']} alternating segments (repeat {r + 1})")
+            path = os.path.join(out, f"closed-{r + 1}.json")
+            closed = c.scalpel_load(["-d", cfg["ladder_closed"], "--rounds", str(cfg["ladder_rounds"])] + args,
+                                    path)
+            closed_files.append(path)
+            for tier, _, _ in all_tiers():
+                steps[tier].append(c.target_of(closed, name(tier))["steps"][0])
         rows = {}
-        for tier, how, article in TIERS:
-            s = c.target_of(closed, name(tier))["steps"][0]
-            rows[tier] = {
-                "tier": tier,
-                "how": how,
-                "rps": s["achieved_rps"],
-                "mean_ms": c.latency(s, "mean"),
-                "p99_ms": c.latency(s, "p99"),
-                "errors": s["errors"],
-                "bytes": outputs["bytes"][tier],
-                "pss_mb": s.get("pss_mb"),
-                "rss_mb": s.get("rss_mb"),
-                "cpu_percent": s.get("cpu_percent"),
-                "cpu_us_per_request": c.cpu_us_per_request(s),
-                "article": article,
-            }
-            cpu = rows[tier]["cpu_us_per_request"]
-            rows[tier]["rps_per_core"] = 1e6 / cpu if cpu else None
+        for tier, how, article in all_tiers():
+            rows[tier] = per_repeat(steps)[tier] | {"tier": tier, "how": how, "bytes": outputs["bytes"][tier],
+                                                    "article": article}
 
         ramps = []
         for r in range(cfg["ladder_ramp_rounds"]):
-            order = TIERS if r % 2 == 0 else list(reversed(TIERS))
+            order = all_tiers() if r % 2 == 0 else list(reversed(all_tiers()))
             for tier, _, _ in order:
                 p, url = servers[tier]
                 top = rows[tier]["rps"]
@@ -115,7 +119,7 @@ def run(cfg, report):
                 held, lower_bound = c.breaking_rps(result["targets"][0])
                 ramps.append((tier, held, lower_bound, path))
                 rows[tier]["ramp_start"] = lo
-        for tier, _, _ in TIERS:
+        for tier, _, _ in all_tiers():
             mine = [(h, lb) for t, h, lb, _ in ramps if t == tier]
             rows[tier]["slo_rps"] = c.median([h for h, _ in mine])
             rows[tier]["slo_rps_lower_bound"] = any(lb for _, lb in mine)
@@ -123,10 +127,15 @@ def run(cfg, report):
     finally:
         procs.stop_all()
 
-    result = summarize(rows, outputs, closed_path)
+    result = summarize(rows, outputs, closed_files)
     report["ladder"] = result
     print_tables(result)
     return result
+
+
+def print_targets(targets):
+    for t in targets:
+        print(f"target: {t['target']}: {t['verdict']}")
 
 
 def check_outputs(servers, all_texts):
@@ -155,11 +164,47 @@ def check_outputs(servers, all_texts):
     note = (f"tiers {', '.join(RUST_TIERS)} byte-identical for all {len(all_texts)} texts (sha256 {digest}…); "
             f"tier 0 matched decodes to the same pixels as tier 4 ({pixels_same}/{len(checked)} checked); "
             f"tier 0-article draws 200x200 RGBA as the article did")
+    python_note = ladder_python.check_outputs(bodies, len(checked))
     return {"bytes": sizes, "rust_identical": identical, "pixels_checked": len(checked),
-            "pixels_same": pixels_same, "note": note}
+            "pixels_same": pixels_same, "note": note, "python_note": python_note}
 
 
-def summarize(rows, outputs, closed_path):
+def per_repeat(steps):
+    """Each tier's figures: the median over the closed repeats, and per repeat the two a
+    target's ratio is taken from (req/s, CPU µs per request)."""
+    rows = {}
+    for tier, ss in steps.items():
+        cpu = [c.cpu_us_per_request(s) for s in ss]
+        med = lambda get: c.median([get(s) for s in ss])
+        cpu_med = c.median(cpu)
+        rows[tier] = {
+            "rps": med(lambda s: s["achieved_rps"]),
+            "mean_ms": med(lambda s: c.latency(s, "mean")),
+            "p99_ms": med(lambda s: c.latency(s, "p99")),
+            "errors": sum(s["errors"] for s in ss),
+            "pss_mb": med(lambda s: s.get("pss_mb")),
+            "rss_mb": med(lambda s: s.get("rss_mb")),
+            "cpu_percent": med(lambda s: s.get("cpu_percent")),
+            "cpu_us_per_request": cpu_med,
+            "rps_per_core": 1e6 / cpu_med if cpu_med else None,
+            "repeats": [{"rps": s["achieved_rps"], "cpu_us_per_request": u} for s, u in zip(ss, cpu)],
+        }
+    return rows
+
+
+def all_targets(rows):
+    """Every target of the stage (Node's table, then the Python host's), from the rows."""
+    return targets(rows) + ladder_python.targets(rows)
+
+
+def targets(rows):
+    return [
+        c.served_target("tier 4 >= 1.3x tier 3, served req/s", rows["4"], rows["3"], 1.3),
+        c.served_target("tier 4 >= 15x tier 0 matched, served req/s", rows["4"], rows["0"], 15.0),
+    ]
+
+
+def summarize(rows, outputs, closed_files):
     base_a = rows["0-article"]
     base_0 = rows["0"]
     tiers = []
@@ -183,24 +228,9 @@ def summarize(rows, outputs, closed_path):
         article = None if a is None else dict(zip(["rps", "mean_ms", "p99_ms", "bytes", "memory"], a))
         tiers.append({k: v for k, v in r.items() if k != "article"} |
                      {"vs_0_article": vs_article, "vs_0": vs_0, "article_vs_0": article})
-    t3, t4 = rows["3"], rows["4"]
-    targets = [
-        target("tier 4 >= 1.3x tier 3, served req/s", c.ratio(t4["rps"], t3["rps"]),
-               c.ratio(t4["rps_per_core"], t3["rps_per_core"]), 1.3),
-        target("tier 4 >= 15x tier 0 matched, served req/s", c.ratio(t4["rps"], base_0["rps"]),
-               c.ratio(t4["rps_per_core"], base_0["rps_per_core"]), 15.0),
-    ]
-    return {"tiers": tiers, "outputs": outputs, "slo": SLO, "closed_file": closed_path,
-            "targets": targets, "pinning": c.PINNING_NOTE}
-
-
-def target(label, by_rps, by_core, want):
-    met = by_rps is not None and by_rps >= want
-    verdict = "MET" if met else ("NOT MET in req/s" + (
-        f"; met per CPU-second ({c.fmt_ratio(by_core)}): on a shared core req/s follows the CPU share each "
-        "server got" if by_core is not None and by_core >= want else ""))
-    return {"target": label, "req_s_ratio": by_rps, "per_core_ratio": by_core, "want": want,
-            "met": met, "verdict": verdict}
+    return {"tiers": tiers, "outputs": outputs, "slo": SLO, "closed_file": closed_files[0],
+            "closed_files": closed_files, "targets": targets(rows), "pinning": c.PINNING_NOTE,
+            "python": ladder_python.summarize(rows)}
 
 
 def print_tables(result):
@@ -229,6 +259,7 @@ def print_tables(result):
     print("\nmean latency in a closed loop is 100 / throughput (as in the article); the open-model ramp "
           "gives the rate each tier holds at the SLO (each tier's ramp has the same shape, scaled to its own "
           "closed-model rate). PSS is the whole process tree's, tier 1's qr-cli children included.")
-    for t in result["targets"]:
-        print(f"target: {t['target']}: {c.fmt_ratio(t['req_s_ratio'])} "
-              f"(per CPU-second {c.fmt_ratio(t['per_core_ratio'])}) -> {t['verdict']}")
+    print_targets(result["targets"])
+    if result.get("python"):
+        print(result["outputs"].get("python_note", ""))
+        ladder_python.print_tables(result["python"])

@@ -1,10 +1,15 @@
 //! Criterion benches (see below).
 //!
 //! Benches of the QR ladder's hot function and of the choices behind it:
-//! `qr_core::png` itself, the candidate encoders (module matrix only), and PNG
-//! filter × deflate settings on the same matrix (the PNG size of each is printed once).
+//! `qr_core::png` itself, before and after issue #27 in the same run (`png/before/*` is
+//! main's render at 9491f26, kept in `baseline/`; both give the same bytes, checked first),
+//! the candidate encoders (module matrix only), and PNG filter × deflate settings on the
+//! same matrix (the PNG size of each is printed once).
 //!
-//! Run: `CARGO_TARGET_DIR=... cargo bench -p qr-core --bench png`
+//! Run: `CARGO_TARGET_DIR=... cargo bench -p qr-core --bench png`; only the function,
+//! before and after: `cargo bench -p qr-core --bench png -- '^png/'`.
+
+mod baseline;
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -23,10 +28,38 @@ fn texts() -> Vec<(&'static str, String)> {
     ]
 }
 
+/// The ladder's texts (qr/node/bench/texts.js and scripts/bench-serve.sh's URL).
+fn ladder_texts() -> Vec<(&'static str, String)> {
+    let utf8 = "Zażółć gęślą jaźń — 日本語のテキスト — ";
+    let pad = 96 - utf8.chars().count();
+    vec![
+        ("hello11", "hello world".to_string()),
+        (
+            "url43",
+            "https://example.com/orders/12345?ref=qr&x=1".to_string(),
+        ),
+        (
+            "url52",
+            "https://example.com/some/fairly/long/path?with=query".to_string(),
+        ),
+        ("utf8_96", format!("{utf8}{}", "·".repeat(pad))),
+        ("k256", "k".repeat(256)),
+        ("z512", "z".repeat(512)),
+    ]
+}
+
 fn bench_png(c: &mut Criterion) {
     let mut g = c.benchmark_group("png");
-    for (label, text) in texts() {
-        g.bench_with_input(BenchmarkId::new("qr_core", label), &text, |b, t| {
+    let texts = ladder_texts().into_iter().chain(texts());
+    for (label, text) in texts {
+        let after = qr_core::png(&text).unwrap();
+        let before = baseline::png(&text).unwrap();
+        assert!(after == before, "{label}: the two renders differ");
+        // Alternating within one run: before and after of a text back to back.
+        g.bench_with_input(BenchmarkId::new("before", label), &text, |b, t| {
+            b.iter(|| baseline::png(black_box(t)).unwrap())
+        });
+        g.bench_with_input(BenchmarkId::new("after", label), &text, |b, t| {
             b.iter(|| qr_core::png(black_box(t)).unwrap())
         });
     }

@@ -5,7 +5,12 @@
 //! ```text
 //! percall --texts FILE [--ms MS]     # FILE: a JSON array of strings
 //! percall --texts FILE --dump        # the PNGs as hex, for the byte-identity check
+//! percall --texts FILE --calls N     # exactly N calls per text, no clock, no output
 //! ```
+//!
+//! `--calls` is for instruction counts: `valgrind --tool=callgrind percall --texts F
+//! --calls N` twice with different N; the difference over the difference of N is the
+//! instructions of one call, start-up cancelled (`docs/qr.md`).
 //!
 //! Prints one JSON object on stdout: for every text, in order, `bytes`, `calls`,
 //! `wall_us` and `cpu_us` per call and `png_len`. Each text gets 3 warm-up calls (as in
@@ -26,12 +31,14 @@ struct Args {
     texts: Vec<String>,
     budget: Duration,
     dump: bool,
+    calls: Option<u64>,
 }
 
 fn parse_args() -> Result<Args, String> {
     let mut texts_file = None;
     let mut ms = 150.0_f64;
     let mut dump = false;
+    let mut calls = None;
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
@@ -45,6 +52,13 @@ fn parse_args() -> Result<Args, String> {
                     .ok_or_else(|| format!("--ms: not a positive number: {v}"))?;
             }
             "--dump" => dump = true,
+            "--calls" => {
+                let v = it.next().ok_or("--calls needs a number")?;
+                calls = Some(
+                    v.parse()
+                        .map_err(|_| format!("--calls: not a count: {v}"))?,
+                );
+            }
             other => return Err(format!("unknown argument: {other}")),
         }
     }
@@ -59,6 +73,7 @@ fn parse_args() -> Result<Args, String> {
         texts,
         budget: Duration::from_secs_f64(ms / 1e3),
         dump,
+        calls,
     })
 }
 
@@ -81,6 +96,14 @@ fn run() -> Result<(), String> {
             .map(|t| render(t).map(|png| png.iter().map(|b| format!("{b:02x}")).collect()))
             .collect::<Result<_, _>>()?;
         println!("{}", serde_json::json!({ "png_hex": hex }));
+        return Ok(());
+    }
+    if let Some(calls) = args.calls {
+        for text in &args.texts {
+            for _ in 0..calls {
+                black_box(render(text)?);
+            }
+        }
         return Ok(());
     }
     let mut rows = Vec::with_capacity(args.texts.len());

@@ -19,29 +19,39 @@
 //! | scale | [`PIXELS_PER_MODULE`] (4) pixels per module |
 //! | quiet zone | [`MARGIN_MODULES`] (4) modules on each side |
 //! | image | `(modules + 8) * 4` pixels square, 8-bit grayscale (colour type 0), 0 = dark, 255 = light |
-//! | PNG filter / deflate | `png` crate `Filter::Adaptive` (per row) / `DeflateCompression::FdeflateUltraFast` |
+//! | PNG filter / deflate | the bytes the `png` crate 0.18 writes with `Filter::Adaptive` (per row) and `DeflateCompression::FdeflateUltraFast` |
 //!
 //! [`PARAMS`] holds the same values for code that wants to print or check them.
 //!
 //! # Choices, measured (details and commands in `docs/qr.md`)
 //!
-//! * **Encoder: `qrcodegen`** (Nayuki's reference port) with the mask forced to 0, plus
-//!   our own mask choice. Encoders spend most of their time scoring the eight masks;
-//!   qrcodegen with a fixed mask is cheap (~7 µs for a 37-byte URL) and drawing the
-//!   other masks from it is cheaper than a second encode. Measured on the shared 2-core
-//!   box, per call, mask chosen by the library itself: `fast_qr` 50 µs / 423 µs
-//!   (37 B / 512 B), `qrcodegen` 93 µs / 1057 µs, `qrcode` 247 µs / 3313 µs. Only ours
-//!   reproduces tier 0's mask choice; on 309 test texts the library choices matched npm
-//!   `qrcode` modules in 54 % (`fast_qr`), 71 % (`qrcodegen`), 66 % (`qrcode`) of cases.
-//! * **Mask scoring on bit lines**: each candidate's rows and columns are `u128`s and the
-//!   penalty is shifts, ANDs and popcounts (POPCNT chosen at run time where the CPU has
-//!   it); module by module it was 58 % of tier 4's time. 2–4x faster per call above
-//!   40 bytes; the module-by-module rule stays as the tests' oracle (`docs/qr.md`).
+//! * **Encoder**: the codewords (version, byte segment, Reed–Solomon, interleaving) and
+//!   the unmasked symbol are computed here as qrcodegen 1.8 (Nayuki's reference) computes
+//!   them, then the mask is our own choice. qrcodegen was the encoder until issue #27:
+//!   with a fixed mask it was cheap next to scoring eight masks module by module, but
+//!   once the scoring was bit lines its `Vec<bool>` bit buffers, shift-and-add GF(256)
+//!   multiply and per-module loops were a third of the call. It stays the tests' oracle:
+//!   every mask's candidate of every version 1..=27 equals qrcodegen's drawing. Measured
+//!   earlier with the library's own mask choice, per call: `fast_qr` 50 µs / 423 µs
+//!   (37 B / 512 B), `qrcodegen` 93 µs / 1057 µs, `qrcode` 247 µs / 3313 µs; only ours
+//!   reproduces tier 0's mask choice (on 309 test texts the library choices matched npm
+//!   `qrcode` in 54 % / 71 % / 66 % of cases).
+//! * **Mask scoring on bit lines**: each candidate's rows and columns are machine words
+//!   (`u64` up to 64 modules, else `u128`) and the penalty is shifts, ANDs and popcounts
+//!   (POPCNT chosen at run time where the CPU has it); module by module it was 58 % of
+//!   tier 4's time. The module-by-module rule stays as the tests' oracle (`docs/qr.md`).
 //! * **Filter and deflate**: adaptive filter + fdeflate. zlib (levels 1 and 6) costs
 //!   4–10x the render time for at most 2x smaller files; among the fdeflate runs,
 //!   adaptive is about as fast as `Up` and 25–30 % smaller (37-byte URL: 1313 vs 1725
 //!   bytes; 512 bytes: 8117 vs 11764), `None`/`Sub` are 2–5x larger. Table and
 //!   commands in `docs/qr.md`.
+//! * **The PNG written here, not by the png crate** (issue #27): the png crate filters and
+//!   deflates every pixel of an image that is 4x4 copies of each module. The same bytes
+//!   come from one filter choice per module row on bit lines, the three repeated pixel
+//!   rows appended as recorded bits, and fdeflate's compressor reproduced bit for bit
+//!   (`render.rs`, `deflate.rs`; the png crate and fdeflate are the tests' oracles, and a
+//!   golden corpus of 834 texts pins today's bytes). With the encoder above: 2.6–4.2x
+//!   faster per call than main's png crate path on the ladder's texts, three runs (`docs/qr.md`).
 //!
 //! # Example
 //!
@@ -51,6 +61,8 @@
 //! assert!(matches!(qr_core::png(""), Err(qr_core::QrError::Empty)));
 //! ```
 
+mod codewords;
+mod deflate;
 mod render;
 mod symbol;
 
@@ -132,7 +144,8 @@ pub fn modules(text: &str) -> Result<Modules, QrError> {
 /// [`QrError::Empty`] for `""`, [`QrError::TooLong`] above [`MAX_TEXT_BYTES`] UTF-8
 /// bytes, [`QrError::Encode`] if encoding fails.
 pub fn png(text: &str) -> Result<Vec<u8>, QrError> {
-    render::encode_png(&modules(text)?)
+    check(text)?;
+    render::encode_png(symbol::symbol(text)?.rows())
 }
 
 /// Side of the PNG in pixels for a symbol `modules` modules wide.

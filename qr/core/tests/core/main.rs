@@ -3,4 +3,5 @@
 //! file with its module name: `cargo test --test core FILE::`.
 
 mod decode;
+mod golden;
 mod npm_parity;

@@ -1,0 +1,7 @@
+"""``python -m qrhost`` (what ``qr/python/serve`` runs)."""
+
+import sys
+
+from .server import main
+
+sys.exit(main())
