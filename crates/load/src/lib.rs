@@ -22,7 +22,8 @@
 //! Modules: `plan` (the plan and its validator), `target` and `source` (a target and where
 //! its requests come from), `run` (steps × targets × rounds, the probe, the result),
 //! `worker` (one segment's threads and the worker loop), `conn` (the connector driven from
-//! the loop), `timer` (the open model's timerfd), [`shard`], [`result`], and the SLO, the
+//! the loop: a slot's own `H1Conn`, a thread's `SharedH2`, failures counted by
+//! `scalpel_http::ErrorKey` and written by their names), `timer` (the open model's timerfd), [`shard`], [`result`], and the SLO, the
 //! live percentiles and the common clock.
 //!
 //! ```no_run
