@@ -63,8 +63,8 @@ start() {
     return 1
 }
 
-json_field() { # file, python expression over `d`
-    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"
+json_field() { # file, python expression over `d` (scripts/lib/stats.py json)
+    python3 "$ROOT/scripts/lib/stats.py" json "$2" <"$1"
 }
 
 "$PAYMENTS" generate --users 1500 --seed 11 --db "$WORK/ledger.db" --ids-out "$WORK/ids.txt" >/dev/null

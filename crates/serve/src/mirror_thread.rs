@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use scalpel_shadow::{Failure, ShadowRequest, ShadowResponse, SkipReason};
+use scalpel_http::ErrorKind;
+use scalpel_shadow::{ShadowRequest, ShadowResponse, SkipReason};
 use tokio::sync::{Semaphore, oneshot, watch};
 
 use crate::h1::Outgoing;
@@ -107,14 +108,14 @@ async fn send_copy(
     up: &Arc<Upstreams>,
     app: &str,
     copy: &Copy,
-) -> Result<(ShadowResponse, Option<Held>), Failure> {
+) -> Result<(ShadowResponse, Option<Held>), ErrorKind> {
     let table = shared.table.load_full();
     let app = table
         .apps
         .iter()
         .find(|a| &*a.cfg.name == app)
-        .ok_or(Failure::Connect)?;
-    let backend = app.pool.select(None, None).ok_or(Failure::Connect)?;
+        .ok_or(ErrorKind::Connect)?;
+    let backend = app.pool.select(None, None).ok_or(ErrorKind::Connect)?;
     // Not held to the app's `max_in_flight_per_worker` (the mirror's own queue bounds
     // copies), but counted in its workers' slots.
     let in_flight = app.pool.begin(&backend);
@@ -136,20 +137,20 @@ async fn send_copy(
         .mirror_queue
         .as_ref()
         .map(|q| q.budget.clone())
-        .ok_or(Failure::Connect)?;
+        .ok_or(ErrorKind::Connect)?;
     let exchange = async {
         let mut answer = up
             .send(backend.addr(), &req, &Attempt::default())
             .await
-            .map_err(|_| Failure::Connect)?;
+            .map_err(|_| ErrorKind::Connect)?;
         in_flight.head_received();
         let limit = max.min(budget.available());
         let body = answer
             .body
             .read_up_to(limit)
             .await
-            .map_err(|_| Failure::Connect)?
-            .ok_or(Failure::TooLarge)?;
+            .map_err(|_| ErrorKind::Connect)?
+            .ok_or(ErrorKind::TooLarge)?;
         let held = budget.reserve(body.len());
         Ok((
             ShadowResponse::new(answer.status, answer.headers, body, start.elapsed()),
@@ -158,5 +159,5 @@ async fn send_copy(
     };
     tokio::time::timeout(lim.upstream_timeout, exchange)
         .await
-        .unwrap_or(Err(Failure::Timeout))
+        .unwrap_or(Err(ErrorKind::Timeout))
 }
