@@ -4,20 +4,25 @@ hello workers behind each balancer, as scenario 1 of scripts/bench-serve.sh sets
 (serve `least_conn`; nginx round robin, `keepalive 64`, the same forwarding headers).
 
 Parts (PARTS, default all):
-  split     wrk -t2 -c$CONNS -d$DUR against each setup, alternating, $REPEATS times; the CPU
+  split     wrk -t2 -c$CONNS -d$DUR against each setup, alternating, $REPEATS rounds; the CPU
             time of each process group (/proc/PID/stat: user and system apart) over each
             run ÷ the requests wrk counted: the balancer, the workers, wrk itself. The sum is
             what one request costs the machine; the rate two saturated cores can carry is
             2 s ÷ that sum, so the balancer's share bounds what any balancer can gain
-            (the "bound" line: the ratio over nginx if serve's own cost were zero).
+            (the "bound" line: the ratio over nginx if serve's own cost were zero). Ratios
+            serve/nginx and serve/serve-old, one per round, with scripts/lib/paired.py's
+            interval (min–max below six rounds).
   instr     each balancer alone under callgrind (valgrind), loaded by wrk -t1 -c$CONNS:
             once $WARM requests are through, callgrind's counters are zeroed, $WINDOW s
             pass, and the instructions over that window ÷ the requests the balancer itself
             counted in it (serve's /metrics, nginx's stub_status) — repeated until two
             windows agree within 3%. User-space instructions only, but not blurred by a
-            loaded machine: the before/after figure. With the window's dump: the top
-            functions by self instructions and the allocator calls per request (malloc,
-            free, realloc: every heap allocation), written to $OUT/instr-*.txt.
+            loaded machine: the before/after figure (when no two windows agree, the median
+            window, marked). With that window's dump: self instructions by part (hyper's
+            server side, scalpel_http's h1 client side, serve, tokio, the allocator...),
+            the top functions, and the allocator calls per request (malloc, free,
+            realloc: every heap allocation), written to $OUT/instr-*.txt. The window
+            holds one /metrics (or stub_status) read, its count: ~1% of the window.
   syscalls  perf stat on the system-call tracepoints of each balancer for $WINDOW s under the
             same load (no ptrace stop per call: the balancer runs at its own pace); system
             calls per request by name.
@@ -48,6 +53,7 @@ import urllib.request
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts", "lib"))
 import callgrind  # noqa: E402
+import paired  # noqa: E402
 
 TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
 SCALPEL = os.environ.get("SCALPEL", os.path.join(TARGET, "release", "scalpel"))
@@ -117,7 +123,9 @@ def children(pid):
 
 def ticks(pids):
     """(user, system) clock ticks of the processes, summed (a gone pid counts 0). The
-    fields after the command's closing parenthesis: the name may hold spaces."""
+    fields after the command's closing parenthesis: the name may hold spaces. Read here,
+    not by `scalpel procstat`, which gives user and system time only together; the
+    processes read are long-lived (no reaped children to count)."""
     u = s = 0
     for pid in pids:
         try:
@@ -300,6 +308,17 @@ def split():
             f"{med(name, 'w'):.1f} | {med(name, 'g'):.1f} | {tot:.1f} | {med(name, 'load'):.1f} |")
     say()
     say("(medians of the runs; µs of CPU per request; load: the 1-minute load average)")
+    say()
+    # Each round ran every setup once, in turn: one ratio per round and pair of setups.
+    for a, b in (("serve", "nginx"), ("serve", "serve-old"), ("serve-old", "nginx")):
+        if a in rows and b in rows:
+            for what, sign in (("req/s", 1), ("balancer CPU per request", -1)):
+                ratios = [(x["rps"] / y["rps"]) if sign > 0 else
+                          ((x["bu"] + x["bs"]) / (y["bu"] + y["bs"]))
+                          for x, y in zip(rows[a], rows[b])]
+                med_r, lo, hi, cover = paired.interval(ratios)
+                say(f"- {a} / {b}, {what}: **{med_r:.2f}x** ({lo:.2f}–{hi:.2f}, "
+                    f"{paired.describe(cover)}; {len(ratios)} rounds)")
     ngx = med("nginx", "bu") + med("nginx", "bs")
     rest = statistics.median([x["w"] + x["g"] for v in rows.values() for x in v])
     say(f"bound: with nginx's balancer at {ngx:.1f} µs and the workers and wrk at {rest:.1f} µs per "
@@ -325,7 +344,7 @@ def instr():
         r0 = s.handled()
         while s.handled() - r0 < WARM:
             time.sleep(0.2)
-        figs, prev, steady = [], None, None
+        figs, windows, prev, steady = [], [], None, False
         for _ in range(6):
             dump(s)
             r0 = s.handled()
@@ -333,26 +352,57 @@ def instr():
             r1 = s.handled()
             path = dump(s)
             n = r1 - r0 - 1  # the count request at r1 is in the window
-            total, self_cost, _, calls = callgrind.parse(open(path, errors="replace").read())
-            per = total / n
+            per = callgrind.parse(open(path, errors="replace").read())[0] / n
             figs.append(round(per))
+            windows.append((per, path, n))
             if prev and abs(per - prev) <= 0.03 * prev:
-                steady = (path, n)
+                steady = True
                 break
             prev = per
         load.send_signal(signal.SIGTERM)
         load.wait()
         s.stop()
-        if not steady:
-            say(f"- {s.name}: not steady, no figure (windows: {figs})")
-            continue
-        path, n = steady
+        # Not steady: the median window (the figure marked so), never none at all.
+        per, path, n = windows[-1] if steady else sorted(windows)[len(windows) // 2]
+        _, self_cost, _, calls = callgrind.parse(open(path, errors="replace").read())
         with open(os.path.join(OUT, f"instr-{s.name}.txt"), "w") as f:
+            f.write("by part (self instructions per request):\n")
+            for part, c in by_part(self_cost):
+                f.write(f"{c / n:10,.0f} {100 * c * 1.0 / (per * n):5.1f}%  {part}\n")
+            f.write("\n")
             callgrind.report(path, n, 60, ["malloc", "free", "realloc", "calloc"], out=f)
         allocs = sum(v for k, v in calls.items() if k in ("malloc", "realloc", "calloc")) / n
-        say(f"- {s.name}: **{figs[-1]:,}** instructions per request (windows: {figs}), "
-            f"{allocs:.1f} allocations per request; top functions in instr-{s.name}.txt")
+        mark = "" if steady else " (windows not within 3%: the median window)"
+        say(f"- {s.name}: **{round(per):,}** instructions per request{mark} (windows: {figs}), "
+            f"{allocs:.1f} allocations per request; by part and top functions in instr-{s.name}.txt")
     say()
+
+
+# The parts of a request's self instructions, by symbol (the first rule that matches):
+# the hyper server side, the toolkit's h1 client side (scalpel_http), serve's own code.
+PART_RULES = [
+    ("memcpy/memmove (moves of large values)", lambda n: "memcpy" in n or "memmove" in n),
+    ("allocator (malloc, free)", lambda n: n in ("malloc", "free", "realloc", "calloc", "cfree")
+     or n.startswith(("_int_", "__rdl_", "__rust_alloc", "__rust_dealloc", "malloc_", "unlink_chunk"))),
+    ("httparse (request and response heads)", lambda n: n.startswith("httparse")),
+    ("hyper (client side: server connection)", lambda n: "hyper::" in n),
+    ("scalpel_http (worker side: h1 client)", lambda n: "scalpel_http" in n),
+    ("scalpel_serve (routing, balancing, metrics)", lambda n: "scalpel_serve" in n),
+    ("tokio (readiness, timers, tasks)", lambda n: "tokio" in n),
+    ("http, bytes (header maps, buffers)", lambda n: n.startswith(("http::", "<http::", "bytes::", "<bytes::"))),
+    ("hdrhistogram", lambda n: "hdrhistogram" in n),
+    ("time (clock reads)", lambda n: "time" in n.lower() or "clock_gettime" in n),
+    ("hashing (SipHash map lookups)", lambda n: "hash" in n.lower()),
+    ("nginx", lambda n: n.startswith("ngx_")),
+]
+
+
+def by_part(self_cost):
+    parts = {}
+    for name, c in self_cost.items():
+        part = next((p for p, rule in PART_RULES if rule(name)), "other")
+        parts[part] = parts.get(part, 0) + c
+    return sorted(parts.items(), key=lambda kv: -kv[1])
 
 
 def dump(s):
