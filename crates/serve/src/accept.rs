@@ -6,8 +6,8 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -20,8 +20,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{oneshot, watch};
 use tokio_rustls::TlsAcceptor;
 
-use crate::error::ServeError;
 use crate::client_conn::{ClientConn, ClientIo, ConnBody, ConnFlags};
+use crate::error::ServeError;
 use crate::proxy::Client;
 use crate::state::{ConnCount, Shared};
 use crate::upstream::Upstreams;

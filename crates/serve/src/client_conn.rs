@@ -242,7 +242,10 @@ impl tokio::io::AsyncWrite for ClientIo {
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
         let me = self.get_mut();
-        let first = bufs.iter().find(|b| !b.is_empty()).map_or(&[][..], |b| &b[..]);
+        let first = bufs
+            .iter()
+            .find(|b| !b.is_empty())
+            .map_or(&[][..], |b| &b[..]);
         if me.hold(first) {
             return Poll::Ready(Ok(bufs.iter().map(|b| b.len()).sum()));
         }
