@@ -36,16 +36,16 @@
 //! - **PSS**: the `Pss:` line of `/proc/PID/smaps_rollup` (Linux 4.14+), summed; a shared
 //!   page is split between the processes that map it, so the sum is the tree's real share
 //!   of memory. `None` when any process's rollup cannot be read (another user's process).
-//!   Reading it walks the process's page tables under its mmap lock: ~1 ms for 50 MiB,
-//!   ~8 ms for a 270 MiB Go heap (measured here), and a Go service read once a second
-//!   under load went from a p99 of 7 ms to 17–60 ms. So [`TreeSampler`] reads PSS only
+//!   Reading it walks the process's page tables under its mmap lock — milliseconds for a
+//!   large heap, long enough to show in the watched service's own p99 when read once a
+//!   second under load (figures: docs/procstat.md). So [`TreeSampler`] reads PSS only
 //!   when a window is summarized (the end of a load step), never during it; RSS (a
 //!   counter, no page walk) is sampled throughout.
 //! - **The sampler stays out of the way**: its thread runs at nice 19, each interval reads
 //!   two small files per known process, and the tree is re-discovered (a pass over all of
 //!   `/proc`) once a second. A sampler that scanned everything every 100 ms on the load
-//!   generator's core stalled it for milliseconds and showed up as a p99 of 3 ms for a
-//!   service whose real p99 was 0.35 ms (docs/load.md).
+//!   generator's core stalled it for milliseconds, which showed as the watched service's
+//!   latency (docs/load.md).
 //! - Processes that exit during a reading are skipped, not errors.
 //!
 //! # Limits
@@ -84,10 +84,14 @@
 //! # Ok::<(), scalpel_procstat::ProcStatError>(())
 //! ```
 
+// `tree`: which processes make a tree (one pass over /proc), the listing both the
+// readings (`proc`: CPU, memory, thread states) and the port owners (`sockets`) start
+// from; `sampler`: the background thread over `proc`.
 mod error;
 mod proc;
 mod sampler;
 mod sockets;
+mod tree;
 mod waiting;
 
 use std::time::Instant;
@@ -125,7 +129,7 @@ pub struct TreeReading {
 /// [`ProcStatError::PermissionDenied`] when one does but its owner's file descriptors
 /// cannot be read.
 pub fn pid_listening_on(port: u16) -> Result<u32, ProcStatError> {
-    proc::pid_listening_on(port)
+    sockets::pid_listening_on(port)
 }
 
 /// The kernel's ephemeral port range (`/proc/sys/net/ipv4/ip_local_port_range`): where
@@ -166,7 +170,7 @@ pub fn all_threads_stopped(pid: u32) -> Option<bool> {
 ///
 /// [`ProcStatError::NoSuchProcess`] if `root` does not exist.
 pub fn tree_pids(root: u32) -> Result<Vec<u32>, ProcStatError> {
-    proc::tree_pids(root)
+    tree::tree_pids(root)
 }
 
 /// One reading of the tree under `root`.
@@ -195,7 +199,7 @@ pub fn read_set(roots: &[u32]) -> TreeReading {
 /// With [`read_pids`], a supervisor samples its workers without scanning `/proc` at every
 /// reading: it discovers their trees now and then, and reads the known processes between.
 pub fn trees_of(roots: &[u32]) -> Vec<Vec<u32>> {
-    proc::trees_of(roots).unwrap_or_else(|_| vec![Vec::new(); roots.len()])
+    tree::trees_of(roots).unwrap_or_else(|_| vec![Vec::new(); roots.len()])
 }
 
 /// One reading of already discovered processes, `pids[0]` being the tree's root: two small

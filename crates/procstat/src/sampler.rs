@@ -6,7 +6,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::proc::{discover, pss_of, read_known};
+use crate::proc::{pss_of, read_known};
+use crate::tree::discover;
 use crate::{ProcStatError, TreeReading, cpu_percent};
 
 /// How many samples a sampler keeps: at 100 ms, well over two hours.

@@ -21,8 +21,8 @@
 use std::fs;
 
 use crate::ProcStatError;
-use crate::proc::tree_pids;
 use crate::sockets::{for_each_tcp_table, tcp_rows};
+use crate::tree::tree_pids;
 
 /// How a process tree takes connections from a listening socket, as far as `/proc` shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -154,6 +154,7 @@
 mod accept;
 mod admin;
 mod backend;
+mod client_conn;
 mod clock;
 mod config;
 mod counters;
