@@ -75,6 +75,19 @@ pub fn is_forwarding_claim(name: &[u8]) -> bool {
         || FORWARDING_CLAIMS.iter().any(|n| same(name, n.as_bytes()))
 }
 
+/// Removes every forwarding claim ([`is_forwarding_claim`]) from `headers` in place: what
+/// a proxy does with the headers of a peer it does not trust.
+pub fn strip_forwarding_claims(headers: &mut HeaderMap) {
+    let claims: Vec<HeaderName> = headers
+        .keys()
+        .filter(|n| is_forwarding_claim(n.as_str().as_bytes()))
+        .cloned()
+        .collect();
+    for name in claims {
+        headers.remove(name);
+    }
+}
+
 /// The hop-by-hop rule of one message: the fixed list plus the names its `Connection`
 /// header lists (`Connection: close, X-Secret` makes `X-Secret` hop-by-hop too).
 #[derive(Debug, Default, Clone)]

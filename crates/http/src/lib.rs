@@ -22,7 +22,7 @@ pub use guard::{AdminGuard, Refusal};
 pub use h2::{H2BodySender, H2Conn, H2Counts, H2Driver, H2PendingResponse, H2Response, H2Stats};
 pub use hop::{
     FORWARDING_CLAIMS, HOP_BY_HOP, HopByHop, forwardable, is_forwarding_claim, is_hop_by_hop,
-    is_proxy_only, strip_hop_by_hop,
+    is_proxy_only, strip_forwarding_claims, strip_hop_by_hop,
 };
 pub use host::{HostError, request_host, valid_authority};
 pub use ipnet::IpNet;
