@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use scalpel_diff::{Comparer, NoiseRule, RouteNormalizer, SampleKey, Sampler};
-use scalpel_http::{HttpVersion, PeerOptions, Resolve, ServerTls};
+use scalpel_http::{HttpVersion, IpNet, PeerOptions, Resolve, ServerTls};
 use scalpel_requests::{
     CaptureOptions, CaptureSink, CaptureStats, CaptureWriter, DataSet, Order, RecordedSource,
     RequestSet, RequestTemplate,
@@ -224,6 +224,12 @@ struct ProxyArgs {
     /// Serve the live page (`/`), Prometheus `/metrics` and `/summary.json` here.
     #[arg(long, value_name = "ADDR")]
     admin: Option<SocketAddr>,
+    /// A name (or name:port) clients use for the admin address besides its IP addresses and localhost; other Host names get 421. Repeatable.
+    #[arg(long = "admin-host", value_name = "NAME", requires = "admin")]
+    admin_hosts: Vec<String>,
+    /// A proxy in front (ADDR or ADDR/BITS) whose X-Forwarded-*, Forwarded and X-Real-IP headers reach the upstreams; every other client's are removed. Repeatable.
+    #[arg(long = "trusted-proxy", value_name = "RANGE", value_parser = ip_range)]
+    trusted_proxies: Vec<IpNet>,
     /// Percent of requests to mirror.
     #[arg(long, value_name = "P", default_value_t = 100.0)]
     sample: f64,
@@ -518,6 +524,8 @@ fn run_proxy(a: ProxyArgs) -> anyhow::Result<ExitCode> {
         candidate: candidate.clone(),
         secondary: secondary.clone(),
         admin: a.admin,
+        admin_hosts: a.admin_hosts.clone(),
+        trusted_proxies: a.trusted_proxies.clone(),
         sampler,
         sample_key,
         mirror_unsafe: a.mirror_unsafe,
@@ -574,6 +582,12 @@ fn run_proxy(a: ProxyArgs) -> anyhow::Result<ExitCode> {
     );
     if let (Some(k), Some(path)) = (stats.capture, &a.capture) {
         println!("{}", capture_line(path, &k));
+        let (bodies, queries) = stats.capture_withheld;
+        if bodies + queries > 0 {
+            println!(
+                "capture: --redact withheld {bodies} bodies and {queries} queries it could not read (written as [REDACTED])"
+            );
+        }
     }
     Ok(
         if store_lost_writes(&recorder, a.compare.store.as_deref()) {
@@ -582,6 +596,11 @@ fn run_proxy(a: ProxyArgs) -> anyhow::Result<ExitCode> {
             ExitCode::SUCCESS
         },
     )
+}
+
+/// `--trusted-proxy`: an address or a range.
+fn ip_range(text: &str) -> Result<IpNet, String> {
+    IpNet::parse(text).ok_or_else(|| format!("{text:?} is not an address or ADDR/BITS"))
 }
 
 /// Opens the capture file (created, or appended to) and its writer thread.
@@ -998,14 +1017,27 @@ fn write_outputs(
                 v[k] = x.clone();
             }
         }
-        std::fs::write(p, serde_json::to_string_pretty(&v)? + "\n")
-            .with_context(|| format!("cannot write {}", p.display()))?;
+        write_private(p, (serde_json::to_string_pretty(&v)? + "\n").as_bytes())?;
     }
     if let Some(p) = html {
-        std::fs::write(p, scalpel_shadow::render_html(summary, samples, meta))
-            .with_context(|| format!("cannot write {}", p.display()))?;
+        write_private(
+            p,
+            scalpel_shadow::render_html(summary, samples, meta).as_bytes(),
+        )?;
     }
     Ok(())
+}
+
+/// Writes a report that holds samples of traffic: created readable by its owner only.
+fn write_private(p: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    scalpel_requests::private_file()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(p)
+        .and_then(|mut f| f.write_all(bytes))
+        .with_context(|| format!("cannot write {}", p.display()))
 }
 
 /// 0 when every pair compared matched (or at least `min` percent did) and no side failed
@@ -1100,6 +1132,18 @@ fn table(s: &Summary) -> String {
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
         let _ = writeln!(o, "skipped: {} ({})", s.skipped, reasons.join(", "));
+    }
+    if !s.redaction_withheld.is_empty() {
+        let parts: Vec<String> = s
+            .redaction_withheld
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let _ = writeln!(
+            o,
+            "redaction withheld (unreadable, stored as [REDACTED]): {}",
+            parts.join(", ")
+        );
     }
     if !s.errors_by_kind.is_empty() {
         let kinds: Vec<String> = s

@@ -7,6 +7,7 @@ mod dashboard_cli;
 mod load_cli;
 mod load_tls;
 mod report_cli;
+mod security;
 mod serve_cli;
 mod serve_refused;
 mod shadow_cli;

@@ -3,7 +3,7 @@
 #[path = "../../../shadow/tests/shadow/peers/mod.rs"]
 mod peers;
 #[path = "../../../shadow/tests/shadow/support/mod.rs"]
-mod support;
+pub(crate) mod support;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -147,10 +147,10 @@ async fn replay_exits_by_consistency_writes_json_and_html_and_rejects_bad_input(
 }
 
 /// A `scalpel shadow proxy` child process and the addresses it printed.
-struct ProxyProc {
-    child: Child,
-    url: String,
-    admin: Option<String>,
+pub(crate) struct ProxyProc {
+    pub(crate) child: Child,
+    pub(crate) url: String,
+    pub(crate) admin: Option<String>,
 }
 
 impl Drop for ProxyProc {
@@ -161,13 +161,17 @@ impl Drop for ProxyProc {
     }
 }
 
+/// `scalpel shadow proxy --listen 127.0.0.1:0 ARGS`, under the usual umask (022), with
+/// its summary on a pipe (`child.stdout`).
 // The child is returned inside `ProxyProc`, whose `Drop` kills and waits for it.
 #[allow(clippy::zombie_processes)]
-fn spawn_proxy(args: &[String]) -> ProxyProc {
-    let mut child = Command::new(BIN)
+pub(crate) fn spawn_proxy(args: &[String]) -> ProxyProc {
+    // `exec`: the child is the proxy itself, so a signal reaches it.
+    let mut child = Command::new("sh")
+        .args(["-c", "umask 022 && exec \"$0\" \"$@\"", BIN])
         .args(["shadow", "proxy", "--listen", "127.0.0.1:0"])
         .args(args)
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -468,7 +472,7 @@ async fn absurd_durations_and_sizes_are_one_line_and_exit_2() {
     }
 }
 
-fn sigint(child: &Child) {
+pub(crate) fn sigint(child: &Child) {
     let status = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status()

@@ -1,5 +1,6 @@
 //! The admin listener: the live page (`/`), Prometheus `/metrics` and `/summary.json`, on
-//! its own address.
+//! its own address, every request first through the toolkit's [`AdminGuard`] (a `Host`
+//! that is not the admin's own is refused: DNS rebinding).
 
 use std::convert::Infallible;
 use std::fmt::Write as _;
@@ -14,6 +15,7 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use scalpel_http::AdminGuard;
 use tokio::net::TcpListener;
 
 use super::{Ctx, live};
@@ -22,7 +24,13 @@ use crate::model::SkipReason;
 /// A scraper has this long to send its request head.
 const ADMIN_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
-pub(super) async fn serve_admin(listener: TcpListener, ctx: Arc<Ctx>, live: Arc<live::Live>) {
+pub(super) async fn serve_admin(
+    listener: TcpListener,
+    guard: AdminGuard,
+    ctx: Arc<Ctx>,
+    live: Arc<live::Live>,
+) {
+    let guard = Arc::new(guard);
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -30,12 +38,17 @@ pub(super) async fn serve_admin(listener: TcpListener, ctx: Arc<Ctx>, live: Arc<
         };
         let ctx = ctx.clone();
         let live = live.clone();
+        let guard = guard.clone();
         tokio::spawn(async move {
             let svc = service_fn(move |req: Request<Incoming>| {
                 let ctx = ctx.clone();
                 let live = live.clone();
+                let checked = guard.check(req.method(), req.version(), req.uri(), req.headers());
                 async move {
-                    Ok::<_, Infallible>(admin_response(req.method(), req.uri().path(), &ctx, &live))
+                    Ok::<_, Infallible>(match checked {
+                        Ok(()) => admin_response(req.method(), req.uri().path(), &ctx, &live),
+                        Err(refusal) => refusal.response().map(Full::new),
+                    })
                 }
             });
             let _ = hyper::server::conn::http1::Builder::new()
@@ -82,12 +95,16 @@ fn admin_response(
             "application/json",
             serde_json::to_string_pretty(&ctx.recorder.summary()).unwrap_or_default(),
         ),
-        _ => (
-            StatusCode::NOT_FOUND,
-            "application/json",
-            r#"{"error":"not found: try / (the live page), /metrics or /summary.json"}"#
-                .to_string(),
-        ),
+        _ => {
+            return scalpel_http::error_response(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                &format!(
+                    "no admin endpoint {path}: try / (the live page), /metrics or /summary.json"
+                ),
+            )
+            .map(Full::new);
+        }
     };
     let mut resp = Response::new(Full::new(Bytes::from(body)));
     *resp.status_mut() = status;
@@ -138,6 +155,11 @@ fn metrics_text(ctx: &Ctx) -> String {
         "scalpel_shadow_client_timeouts_total",
         "Requests whose body did not arrive within the client time-out (408).",
         one(&c.client_timeouts),
+    );
+    counter(
+        "scalpel_shadow_bad_host_total",
+        "Requests refused (400) for their Host: none, two, or not host[:port].",
+        one(&c.bad_host),
     );
     counter(
         "scalpel_shadow_informational_dropped_total",
@@ -227,6 +249,19 @@ fn metrics_text(ctx: &Ctx) -> String {
         fields,
     );
     counter(
+        "scalpel_shadow_redaction_withheld_total",
+        "Parts of kept samples the --redact rules could not read, stored as [REDACTED], by part.",
+        ["request_body", "response_body", "query"]
+            .iter()
+            .map(|p| {
+                (
+                    format!("{{part=\"{p}\"}}"),
+                    s.redaction_withheld.get(*p).copied().unwrap_or(0),
+                )
+            })
+            .collect(),
+    );
+    counter(
         "scalpel_shadow_store_dropped_total",
         "Store writes dropped because the writer was behind.",
         vec![(String::new(), ctx.recorder.store_dropped())],
@@ -291,6 +326,20 @@ fn metrics_text(ctx: &Ctx) -> String {
                 ),
                 ("{reason=\"record_too_large\"}".into(), k.dropped_too_large),
                 ("{reason=\"write_error\"}".into(), k.write_errors),
+            ],
+        );
+        counter(
+            "scalpel_shadow_capture_redaction_withheld_total",
+            "Captured requests whose body or query the --redact rules could not read, written as [REDACTED].",
+            vec![
+                (
+                    "{part=\"body\"}".into(),
+                    c.capture_withheld_body.load(Ordering::Relaxed),
+                ),
+                (
+                    "{part=\"query\"}".into(),
+                    c.capture_withheld_query.load(Ordering::Relaxed),
+                ),
             ],
         );
     }
