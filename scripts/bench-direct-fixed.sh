@@ -75,9 +75,9 @@ fi
 [ "$SYSCALLS" = 1 ] && EVENTS+=,raw_syscalls:sys_enter,syscalls:sys_enter_epoll_wait,syscalls:sys_enter_epoll_pwait
 load_desc="scalpel load --rate $RATE on cpu 0"; [ "$LOADGEN" = wrk ] && load_desc="wrk -t2 -c$CONNS (saturation)"
 echo "$load_desc, $DUR s measured after $WARM s of warm-up, $REPEATS rounds of ${SETUPS[*]} (order rotating), $(nproc) cpus, autogroup $(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null || echo -), perf events $EVENTS, load average $(cut -d' ' -f1-3 /proc/loadavg)"
-# shellcheck source=scripts/lib/proc-ticks.sh
-source "$ROOT/scripts/lib/proc-ticks.sh"   # proc_ticks: utime+stime, names with spaces too
-ticks() { proc_ticks "$1"; }
+# shellcheck source=scripts/lib/procstat.sh
+source "$ROOT/scripts/lib/procstat.sh"     # cpu_ticks_own: scalpel procstat, names with spaces too
+ticks() { cpu_ticks_own "$1"; }            # the process alone: supervisor and workers apart
 rchar() { awk '/^rchar/ {print $2}' /proc/"$1"/io 2>/dev/null || echo 0; }
 # Nanoseconds the process's threads waited on a run queue (schedstat's second field).
 rundelay() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $2} END {printf "%.0f\n", s}'; }

@@ -48,6 +48,10 @@ WORK="$(mktemp -d)"
 source "$ROOT/scripts/lib/bench-basics.sh"   # load1, machine_line, free_port
 # shellcheck source=scripts/lib/nginx-hello.sh
 source "$ROOT/scripts/lib/nginx-hello.sh"    # nginx_hello_start: sets PORT, NGINX_PID
+# shellcheck source=scripts/lib/stats.sh
+source "$ROOT/scripts/lib/stats.sh"          # stats: medians, min–max, ratios, result fields
+# shellcheck source=scripts/lib/procstat.sh
+source "$ROOT/scripts/lib/procstat.sh"       # rss_kib: scalpel procstat
 nginx_hello_start "$WORK"
 trap 'kill $NGINX_PID 2>/dev/null; rm -rf "$WORK"' EXIT
 NGINX_WORKER="$(pgrep -P "$NGINX_PID" | head -1)"
@@ -55,12 +59,6 @@ URL="http://127.0.0.1:$PORT/"
 
 machine_line
 echo "# nginx worker_processes 1, body 14 bytes; -c $CONNS, $DUR per run"
-
-median() { sort -g | awk '{a[NR]=$1} END {m=(NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2; printf "%.0f", m}'; }
-minmax() { sort -g | awk 'NR==1{mn=$1} {mx=$1} END {printf "%.0f–%.0f", mn, mx}'; }
-median2() { sort -g | awk '{a[NR]=$1} END {m=(NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2; printf "%+.2f", m}'; }
-minmax2() { sort -g | awk 'NR==1{mn=$1} {mx=$1} END {printf "%+.2f…%+.2f", mn, mx}'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", a/b}'; }
 
 # PIN: command prefix for the generator; THREADS: generator threads.
 layout() {
@@ -78,7 +76,7 @@ run_wrk() {
 run_scalpel() {
   local la; la=$(load1)
   "${PIN[@]}" "$SCALPEL" load --no-progress -c "$CONNS" --threads "$THREADS" -d "$DUR" --json "$WORK/s.json" "$URL" >/dev/null
-  local r; r=$(python3 -c "import json; print(round(json.load(open('$WORK/s.json'))['targets'][0]['steps'][0]['achieved_rps']))")
+  local r; r=$(stats step "$WORK/s.json" "round(s['achieved_rps'])")
   echo "$r" >>"$WORK/scalpel.txt"; echo "    scalpel  $r req/s  (load $la)"
 }
 
@@ -88,16 +86,16 @@ closed() {
   for i in $(seq "$REPEATS"); do
     if (( i % 2 )); then run_wrk; run_scalpel; else run_scalpel; run_wrk; fi
   done
-  W_MED=$(median <"$WORK/wrk.txt"); S_MED=$(median <"$WORK/scalpel.txt")
-  echo "[$L] wrk      median $W_MED  (min–max $(minmax <"$WORK/wrk.txt"))"
-  echo "[$L] scalpel  median $S_MED  (min–max $(minmax <"$WORK/scalpel.txt"))"
-  echo "[$L] ratio scalpel/wrk (medians): $(ratio "$S_MED" "$W_MED")"
+  W_MED=$(stats median -d 0 <"$WORK/wrk.txt"); S_MED=$(stats median -d 0 <"$WORK/scalpel.txt")
+  echo "[$L] wrk      median $W_MED  (min–max $(stats minmax -d 0 <"$WORK/wrk.txt"))"
+  echo "[$L] scalpel  median $S_MED  (min–max $(stats minmax -d 0 <"$WORK/scalpel.txt"))"
+  echo "[$L] ratio scalpel/wrk (medians): $(stats ratio -d 3 "$S_MED" "$W_MED")"
 }
 
 open_model() {
   echo "## [$L] open model (--max-in-flight $MAX_IN_FLIGHT): asked vs achieved at % of scalpel's closed median ($S_MED req/s), $OPEN_REPEATS runs each"
   for pct in 20 40 60 80; do
-    RATE=$(awk -v m="$S_MED" -v p="$pct" 'BEGIN {printf "%d", m*p/100}')
+    RATE=$(stats scale -d 0 "${pct}e-2" "$S_MED")
     : >"$WORK/err.txt"
     for _ in $(seq "$OPEN_REPEATS"); do
       local la; la=$(load1)
@@ -113,7 +111,7 @@ print(f"    asked {rate:.0f}  achieved {s['achieved_rps']:.1f}  ({err:+.2f}%)  r
       f"p99 {s['latency_ms']['p99']} ms  (load {sys.argv[3]})")
 PY
     done
-    echo "[$L] ${pct}%: asked $RATE, error median $(median2 <"$WORK/err.txt")% (min…max $(minmax2 <"$WORK/err.txt")%)"
+    echo "[$L] ${pct}%: asked $RATE, error median $(stats median -s -d 2 <"$WORK/err.txt")% (min–max $(stats minmax -s -d 2 <"$WORK/err.txt")%)"
   done
 }
 
@@ -127,10 +125,10 @@ hyper_vs_lean() {
       echo "$r" >>"$WORK/$client.txt"; echo "    $client  $r req/s  (load $la)"
     done
   done
-  local l h; l=$(median <"$WORK/lean.txt"); h=$(median <"$WORK/hyper.txt")
-  echo "[$L] lean   median $l  (min–max $(minmax <"$WORK/lean.txt"))"
-  echo "[$L] hyper  median $h  (min–max $(minmax <"$WORK/hyper.txt"))"
-  echo "[$L] ratio hyper/lean (medians): $(ratio "$h" "$l")"
+  local l h; l=$(stats median -d 0 <"$WORK/lean.txt"); h=$(stats median -d 0 <"$WORK/hyper.txt")
+  echo "[$L] lean   median $l  (min–max $(stats minmax -d 0 <"$WORK/lean.txt"))"
+  echo "[$L] hyper  median $h  (min–max $(stats minmax -d 0 <"$WORK/hyper.txt"))"
+  echo "[$L] ratio hyper/lean (medians): $(stats ratio -d 3 "$h" "$l")"
 }
 
 S_MED=""
@@ -146,19 +144,19 @@ fi
 
 if [[ "$MODE" == "--long" || "$MODE" == "--memory-only" ]]; then
   layout unpinned
-  MEM_RATE="${MEM_RATE:-$(if [[ -n "$S_MED" ]]; then awk -v m="$S_MED" 'BEGIN {printf "%d", m/2}'; else echo 25000; fi)}"
+  MEM_RATE="${MEM_RATE:-$(if [[ -n "$S_MED" ]]; then stats scale -d 0 0.5 "$S_MED"; else echo 25000; fi)}"
   echo
   echo "## generator memory: scalpel --rate $MEM_RATE --threads 2 for 600 s, RSS every 30 s (MiB) (load $(load1))"
   "$SCALPEL" load --no-progress --rate "$MEM_RATE" -c "$CONNS" --threads 2 -d 600s --json "$WORK/m.json" "$URL" >/dev/null &
   GEN=$!
   SAMPLES=()
   while kill -0 "$GEN" 2>/dev/null; do
-    RSS=$(awk '/VmRSS/ {printf "%.1f", $2/1024}' "/proc/$GEN/status" 2>/dev/null || true)
-    [[ -n "$RSS" ]] && SAMPLES+=("$RSS")
+    RSS=$(rss_kib "$GEN")
+    [[ "$RSS" -gt 0 ]] && SAMPLES+=("$(stats scale -d 1 0.0009765625 "$RSS")") # KiB -> MiB
     sleep 30
   done
   wait "$GEN" || true
   echo "rss: ${SAMPLES[*]}"
-  python3 -c "import json; s=json.load(open('$WORK/m.json'))['targets'][0]['steps'][0]; print('memory run: requests', s['requests'], 'achieved', round(s['achieved_rps'],1), 'late', s['late'], 'not_sent', s['not_sent'], 'p99 ms', s['latency_ms']['p99'])"
+  stats step "$WORK/m.json" "f\"memory run: requests {s['requests']} achieved {round(s['achieved_rps'], 1)} late {s['late']} not_sent {s['not_sent']} p99 ms {s['latency_ms']['p99']}\""
   echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 fi

@@ -1,25 +1,33 @@
 #!/usr/bin/env bash
-# Payments benchmark, Go (payments/go) vs Rust (payments/service), one command, one machine.
+# Payments benchmark, Go (payments/go) vs Rust (payments/service), on each ledger store
+# (SQLite, PostgreSQL), one command, one machine.
 #
-#   scripts/bench-payments.sh             full run: 5 s ramp steps, 30 s fixed load, 3 repeats
-#   QUICK=1 scripts/bench-payments.sh     short run for a busy machine: 2 s steps, 10 s, 1 repeat
+#   scripts/bench-payments.sh                    full run: 5 s ramp steps, 30 s fixed load, 3 repeats
+#   QUICK=1 scripts/bench-payments.sh            short run for a busy machine: 2 s steps, 10 s, 1 repeat
+#   STORES=postgres scripts/bench-payments.sh    one store only (default: "sqlite postgres")
 #
 # What it does, in order:
 #   1. builds `payments` and `scalpel` (release) and the Go binary (scripts/build-go.sh);
 #   2. generates the 16,000-user ledger into ${CARGO_TARGET_DIR:-target}/bench/payments/
-#      (kept between runs; same seed, same rows);
+#      (kept between runs; same seed, same rows); for PostgreSQL, starts a throw-away cluster
+#      (scripts/lib/pg.sh, fsync on, the postmaster tree pinned to the servers' CPU) and
+#      generates the same ledger into it (the same rows: see the tests);
 #   3. starts both services pinned to CPU $SERVER_CPU (default 1) with taskset; the load
 #      generator (`scalpel load`, one thread) runs pinned to CPU $LOAD_CPU (default 0), so the
 #      server never competes with the load for its core;
 #   4. checks both answer byte for byte (status + body) for 300 users on both endpoints
 #      before measuring anything;
-#   5. per endpoint (stats, balance): an open-model ramp on both targets in alternation until
-#      p99 >= 50 ms or errors >= 1% (max rate = the last step that held), then a fixed
-#      load at half of Go's max rate on both, with CPU% and RSS/PSS sampled from /proc;
+#   5. per store and endpoint (stats, balance): an open-model ramp on both targets in
+#      alternation until p99 >= 50 ms or errors >= 1% (max rate = the last step that held),
+#      then a fixed load at half of Go's max rate on both, with CPU% and RSS/PSS sampled
+#      from /proc by `scalpel load --watch-pid`. On PostgreSQL the ramp watches the
+#      postmaster tree (the database's own CPU at the last step that held: is the ceiling
+#      the database's?) and the fixed load runs twice, once watching the services and once
+#      the postmaster tree (the database's CPU while Go, then Rust, is loaded);
 #   6. writes every result (JSON with histograms, text tables) and summary.md with medians,
-#      min-max over repeats and Rust/Go ratios.
+#      min-max over repeats and Rust/Go ratios, one table per store and endpoint.
 #
-# Environment knobs: USERS SEED RAMP STEP FIXED REPEATS SERVER_CPU LOAD_CPU ENDPOINTS;
+# Environment knobs: USERS SEED RAMP STEP FIXED REPEATS SERVER_CPU LOAD_CPU ENDPOINTS STORES;
 # SUMMARY_ONLY=1 re-writes summary.md from the JSON of the last run without measuring;
 # SKIP_BUILD=1 uses the binaries already in the target dir.
 set -euo pipefail
@@ -47,37 +55,65 @@ LEDGER_DIR="$OUT"
 # shellcheck source=scripts/lib/payments-services.sh
 source "$ROOT/scripts/lib/payments-services.sh"
 MACHINE="$(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), kernel $(uname -r), load avg $(cut -d' ' -f1-3 /proc/loadavg)"
-if [[ "${SUMMARY_ONLY:-0}" != 1 ]]; then
-[[ "${SKIP_BUILD:-0}" == 1 ]] || payments_build
-payments_binaries
-payments_ledger
-trap payments_cleanup EXIT
+STORES="${STORES:-sqlite postgres}"
+PG_DIR=""
+stop_all() {
+  payments_cleanup
+  if [[ -n "$PG_DIR" ]]; then bash "$ROOT/scripts/lib/pg.sh" stop "$PG_DIR"; PG_DIR=""; fi
+}
 
-echo "== start (servers on cpu $SERVER_CPU, load on cpu $LOAD_CPU)"
-start go "$GO" --db "$DB" --port 0
-start rust "$PAY" serve --db "$DB" --port 0
-payments_parity 300 7 /balance /stats '/stats?days=7' '/stats?days=365'
-
-echo "machine: $MACHINE"
+# postgres_ledger: a cluster of this run's own, with the same ledger as $DB. Sets PG_URL, PG_PID.
+postgres_ledger() {
+  echo "== postgres: cluster and ledger"
+  local out
+  out="$(PG_FSYNC=on bash "$ROOT/scripts/lib/pg.sh" start --watch $$)"
+  PG_DIR="$(head -1 <<<"$out")"
+  PG_URL="$(tail -1 <<<"$out")"
+  PG_PID="$(bash "$ROOT/scripts/lib/pg.sh" pid "$PG_DIR")"
+  # The database shares the servers' core: children forked later inherit the affinity.
+  taskset -a -p -c "$SERVER_CPU" "$PG_PID" >/dev/null
+  "$PAY" generate --users "$USERS" --seed "$SEED" --db "$PG_URL" --force
+  echo "postgres: postmaster pid $PG_PID, pinned to cpu $SERVER_CPU"
+}
 
 load() {
   taskset -c "$LOAD_CPU" "$SCALPEL" load --threads 1 --no-progress \
     --target "go=$GO_URL" --target "rust=$RUST_URL" \
-    --watch-pid "go=$GO_PID" --watch-pid "rust=$RUST_PID" \
     --data "$IDS" --shuffle 1 "$@"
 }
+watch_services() { echo --watch-pid "go=$GO_PID" --watch-pid "rust=$RUST_PID"; }
+watch_database() { echo --watch-pid "go=$PG_PID" --watch-pid "rust=$PG_PID"; }
 
-for ep in $ENDPOINTS; do
-  path="/v1/users/{id}/$ep"
-  for r in $(seq "$REPEATS"); do
-    echo "== $ep: ramp $RAMP, steps of $STEP, repeat $r"
-    load --ramp "$RAMP" --step-duration "$STEP" --slo 'p99<50ms,errors<1%' \
-      --json "$OUT/ramp-$ep-$r.json" "$path" >"$OUT/ramp-$ep-$r.txt" || true
-    sed -n '/breaking point/,$p' "$OUT/ramp-$ep-$r.txt"
-  done
-  # Half of Go's max rate. When Go held the SLO at every step of a repeat, its max is
-  # only known to be at least the ramp's top: say so, and use that top.
-  read -r half basis < <(python3 - "$OUT" "$ep" "$REPEATS" <<'PY'
+if [[ "${SUMMARY_ONLY:-0}" != 1 ]]; then
+[[ "${SKIP_BUILD:-0}" == 1 ]] || payments_build
+payments_binaries
+payments_ledger
+trap stop_all EXIT
+echo "machine: $MACHINE"
+
+for store in $STORES; do
+  case "$store" in
+    sqlite) db="$DB"; ramp_watch=watch_services ;;
+    postgres) postgres_ledger; db="$PG_URL"; ramp_watch=watch_database ;;
+    *) echo "bench-payments: STORES takes sqlite and postgres, not $store" >&2; exit 2 ;;
+  esac
+  echo "== $store: start (servers on cpu $SERVER_CPU, load on cpu $LOAD_CPU)"
+  start go "$GO" --db "$db" --port 0
+  start rust "$PAY" serve --db "$db" --port 0
+  payments_parity 300 7 /balance /stats '/stats?days=7' '/stats?days=365'
+
+  for ep in $ENDPOINTS; do
+    path="/v1/users/{id}/$ep"
+    for r in $(seq "$REPEATS"); do
+      echo "== $store $ep: ramp $RAMP, steps of $STEP, repeat $r"
+      # shellcheck disable=SC2046 # the watch flags are words
+      load $($ramp_watch) --ramp "$RAMP" --step-duration "$STEP" --slo 'p99<50ms,errors<1%' \
+        --json "$OUT/ramp-$store-$ep-$r.json" "$path" >"$OUT/ramp-$store-$ep-$r.txt" || true
+      sed -n '/breaking point/,$p' "$OUT/ramp-$store-$ep-$r.txt"
+    done
+    # Half of Go's max rate. When Go held the SLO at every step of a repeat, its max is
+    # only known to be at least the ramp's top: say so, and use that top.
+    read -r half basis < <(python3 - "$OUT" "$store-$ep" "$REPEATS" <<'PY'
 import json, statistics, sys
 out, ep, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 rates, held = [], []
@@ -102,18 +138,32 @@ basis = "Go's max" if not held else ("the ramp's top, which Go held" if not rate
 print(max(100, int(statistics.median(rates + held) / 2)), basis)
 PY
 )
-  for r in $(seq "$REPEATS"); do
-    echo "== $ep: fixed $half rps (half of $basis) for $FIXED, repeat $r"
-    load --rate "$half" -d "$FIXED" --json "$OUT/fixed-$ep-$r.json" "$path" >"$OUT/fixed-$ep-$r.txt" || true
+    for r in $(seq "$REPEATS"); do
+      echo "== $store $ep: fixed $half rps (half of $basis) for $FIXED, repeat $r"
+      # shellcheck disable=SC2046
+      load $(watch_services) --rate "$half" -d "$FIXED" --json "$OUT/fixed-$store-$ep-$r.json" "$path" \
+        >"$OUT/fixed-$store-$ep-$r.txt" || true
+      if [[ "$store" == postgres ]]; then
+        echo "== $store $ep: the same fixed load, the database's CPU watched, repeat $r"
+        # shellcheck disable=SC2046
+        load $(watch_database) --rate "$half" -d "$FIXED" --json "$OUT/fixeddb-$store-$ep-$r.json" "$path" \
+          >"$OUT/fixeddb-$store-$ep-$r.txt" || true
+      fi
+    done
   done
+  payments_cleanup
+  PIDS=()
 done
+stop_all
 echo "$MACHINE" >"$OUT/machine.txt"
+echo "$STORES" >"$OUT/stores.txt"
 fi
 
 MACHINE="$(cat "$OUT/machine.txt" 2>/dev/null || echo "$MACHINE")"
-python3 - "$OUT" "$REPEATS" "$MACHINE" "$ENDPOINTS" <<'PY' | tee "$OUT/summary.md"
-import json, statistics, sys, datetime
-out, n, machine, endpoints = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4].split()
+STORES="$(cat "$OUT/stores.txt" 2>/dev/null || echo "$STORES")"
+python3 - "$OUT" "$REPEATS" "$MACHINE" "$ENDPOINTS" "$STORES" <<'PY' | tee "$OUT/summary.md"
+import json, os, statistics, sys, datetime
+out, n, machine, endpoints, stores = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4].split(), sys.argv[5].split()
 def spread(xs, digits=1):
     xs = [x for x in xs if x is not None]
     if not xs: return "-"
@@ -123,14 +173,16 @@ def spread(xs, digits=1):
 def ratio(a, b):
     return None if not b or a is None else a / b
 print(f"# payments benchmark, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
-print(f"\nmachine: {machine}; {n} repeat(s); servers pinned to one CPU, load generator to another\n")
-for ep in endpoints:
+print(f"\nmachine: {machine}; {n} repeat(s); servers (and PostgreSQL) pinned to one CPU, load generator to another\n")
+for store, ep in [(s, e) for s in stores for e in endpoints]:
     mx = {"go": [], "rust": []}
     held_all = set()
     held_tops = {}
     fixed = {k: {"go": [], "rust": []} for k in ("rate", "cpu", "rss", "pss", "p99", "p50")}
+    db_at_max = {"go": [], "rust": []}
+    db_fixed = {"go": [], "rust": []}
     for r in range(1, n + 1):
-        for t in json.load(open(f"{out}/ramp-{ep}-{r}.json"))["targets"]:
+        for t in json.load(open(f"{out}/ramp-{store}-{ep}-{r}.json"))["targets"]:
             bp = t["breaking_point"]
             if bp is None:
                 # Held at every step: the ramp's top is only a lower bound of the max.
@@ -141,17 +193,29 @@ for ep in endpoints:
                 held_tops.setdefault(t["name"], []).append(top)
             else:
                 mx[t["name"]].append(bp["rps"])
-        for t in json.load(open(f"{out}/fixed-{ep}-{r}.json"))["targets"]:
+            if store == "postgres":
+                # This ramp watched the postmaster tree: the database's CPU at the last step held.
+                held = mx[t["name"]][-1]
+                at = [st.get("cpu_percent") for st in t["steps"] if st.get("offered_rps") == held]
+                db_at_max[t["name"]].append(at[0] if at else None)
+        dbf = f"{out}/fixeddb-{store}-{ep}-{r}.json"
+        if os.path.exists(dbf):
+            for t in json.load(open(dbf))["targets"]:
+                db_fixed[t["name"]].append(t["steps"][0]["cpu_percent"])
+        for t in json.load(open(f"{out}/fixed-{store}-{ep}-{r}.json"))["targets"]:
             s = t["steps"][0]
             for k, v in (("rate", s["achieved_rps"]), ("cpu", s["cpu_percent"]), ("rss", s["rss_mb"]),
                          ("pss", s["pss_mb"]), ("p99", s["latency_ms"]["p99"]), ("p50", s["latency_ms"]["p50"])):
                 fixed[k][t["name"]].append(v)
-    print(f"## {ep}\n")
+    print(f"## {store}: {ep}\n")
     print("| figure | Go | Rust | Rust/Go |\n|---|---|---|---|")
     rows = [("max rps at p99 < 50 ms", mx)] + [
         (f"at half Go's max: {label}", fixed[k]) for k, label in
         (("rate", "achieved rps"), ("cpu", "CPU % (of one core)"), ("rss", "RSS MiB"), ("pss", "PSS MiB"),
          ("p50", "p50 ms"), ("p99", "p99 ms"))]
+    if store == "postgres":
+        rows += [("PostgreSQL CPU % at the last ramp step held", db_at_max),
+                 ("PostgreSQL CPU % at half Go's max", db_fixed)]
     for label, d in rows:
         ratios = [ratio(a, b) for a, b in zip(d["rust"], d["go"])]
         if d is mx:

@@ -24,8 +24,8 @@
 #                  (SCENARIOS=tls bench-serve.sh)
 #   ladder    #13  the QR ladder served: tier 4 vs tier 3 and tier 0   (scripts/demo --only ladder)
 #   payments  #13  Go vs Rust stats ramped to the SLO                  (scripts/demo --only payments)
-#   runtime   #13  pm2 vs serve on the uneven workload                 (scripts/demo --only runtime;
-#                  serve with max_in_flight_per_worker = 1, and least_conn alone as serve-lc)
+#   runtime   #27  nginx -> pm2 (BEFORE) vs serve on the uneven mix     (scripts/demo --only runtime;
+#                  serve with max_in_flight_per_worker = 1, and the 4 + 1 split as serve-split)
 #
 # Writes target/bench-quiet/RESULTS.md: one markdown section per target (figure, ratio,
 # spread over repeats, target met / NOT met, the command, nproc, CPU model, load average
@@ -50,22 +50,22 @@ if [ "$SMOKE" = 1 ]; then
     : "${DIRECT_DUR:=2}" "${DIRECT_REPEATS:=1}" "${FIXED_DUR:=2}" "${FIXED_REPEATS:=1}" "${FROZEN_DUR:=6}" "${FROZEN_REPEATS:=1}"
     : "${SHARDS_DUR:=2s}" "${SHARDS_REPEATS:=1}" "${TLS_DUR:=2s}" "${TLS_PAIRS:=1}" "${TLS_REPEATS:=1}" "${TLS_NGX_WINDOW:=2}"
     : "${SERVE_TLS_DUR:=2}" "${SERVE_TLS_REPEATS:=1}"
-    DEMO_LADDER=(--set ladder_closed=2s --set ladder_rounds=1 --set ladder_step=1s --set ladder_ramp_rounds=1
-                 --set 'ladder_ramp=[0.5,0.5,1.5]')
-    DEMO_PAYMENTS=(--set pay_step=1s --set 'pay_ramp=[2000,4000,30000]' --set pay_fixed=2s --set pay_repeats=1)
+    DEMO_LADDER=(--set ladder_closed=1s --set ladder_rounds=1 --set ladder_repeats=2 --set ladder_step=1s
+                 --set ladder_ramp_rounds=1 --set 'ladder_ramp=[0.5,0.5,1.5]')
+    DEMO_PAYMENTS=(--set pay_step=1s --set 'pay_ramp=[2000,4000,30000]' --set pay_fixed=2s --set pay_repeats=2)
     DEMO_RUNTIME=(--set rt_probe=1s --set rt_step=1s --set 'rt_ramp=[0.5,0.5,1.5]' --set rt_fixed=2s
-                  --set rt_repeats=1 --set 'rt_workloads=["uneven"]' --set rt_ab=false --set rt_serve_slots=1
-                  --set rt_serve_old=true)
+                  --set rt_repeats=2 --set 'rt_workloads=["uneven"]' --set rt_ab=false --set rt_serve_slots=1
+                  --set rt_split=true)
 else
     : "${DIRECT_DUR:=8}" "${DIRECT_REPEATS:=3}" "${FIXED_DUR:=8}" "${FIXED_REPEATS:=9}" "${FROZEN_DUR:=10}" "${FROZEN_REPEATS:=3}"
     : "${SHARDS_DUR:=8s}" "${SHARDS_REPEATS:=3}" "${TLS_DUR:=4s}" "${TLS_PAIRS:=9}" "${TLS_REPEATS:=3}" "${TLS_NGX_WINDOW:=4}"
     : "${SERVE_TLS_DUR:=8}" "${SERVE_TLS_REPEATS:=3}"
-    DEMO_LADDER=(--set ladder_closed=8s --set ladder_rounds=4 --set ladder_step=2s --set ladder_ramp_rounds=1
-                 --set 'ladder_ramp=[0.3,0.1,1.5]')
-    DEMO_PAYMENTS=(--set pay_step=3s --set 'pay_ramp=[1000,1500,120000]' --set pay_fixed=10s --set pay_repeats=1)
+    DEMO_LADDER=(--set ladder_closed=3s --set ladder_rounds=2 --set ladder_repeats=3 --set ladder_step=2s
+                 --set ladder_ramp_rounds=1 --set 'ladder_ramp=[0.3,0.1,1.5]')
+    DEMO_PAYMENTS=(--set pay_step=2s --set 'pay_ramp=[1000,1500,120000]' --set pay_fixed=10s --set pay_repeats=3)
     DEMO_RUNTIME=(--set rt_probe=3s --set rt_step=3s --set 'rt_ramp=[0.3,0.1,1.6]' --set rt_fixed=10s
-                  --set rt_repeats=2 --set 'rt_workloads=["uneven"]' --set rt_ab=false
-                  --set rt_serve_slots=1 --set rt_serve_old=true)
+                  --set rt_repeats=3 --set 'rt_workloads=["uneven"]' --set rt_ab=false
+                  --set rt_serve_slots=1 --set rt_split=true)
 fi
 
 mkdir -p "$LOGS"
@@ -139,7 +139,7 @@ for p in $PARTS; do
         ladder) part ladder 13 env DEMO_OUT="$OUT/demo-ladder" python3 scripts/demo --only ladder "${DEMO_LADDER[@]}" ;;
         payments) part payments 13 env DEMO_OUT="$OUT/demo-payments" python3 scripts/demo --only payments \
                       "${DEMO_PAYMENTS[@]}" ;;
-        runtime) part runtime 13 env DEMO_OUT="$OUT/demo-runtime" python3 scripts/demo --only runtime \
+        runtime) part runtime 27 env DEMO_OUT="$OUT/demo-runtime" python3 scripts/demo --only runtime \
                      "${DEMO_RUNTIME[@]}" ;;
         *) echo "bench-quiet: unknown part '$p' (direct direct-fixed frozen shards tls serve-tls ladder payments runtime)" >&2 ;;
     esac

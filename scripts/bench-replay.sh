@@ -57,6 +57,8 @@ trap cleanup EXIT
 
 # shellcheck source=scripts/lib/bench-basics.sh
 source "$ROOT/scripts/lib/bench-basics.sh"   # load1, machine_line, free_port
+# shellcheck source=scripts/lib/procstat.sh
+source "$ROOT/scripts/lib/procstat.sh"       # rss_kib: scalpel procstat
 machine_line
 
 start_nginx() {
@@ -116,7 +118,7 @@ bench_memory() {
     local sizes="${SIZE:-100MiB 1GiB}"
     start_nginx
     echo "# memory: every record replayed once (-c 32 -n RECORDS) against nginx return 200 on 127.0.0.1:$PORT"
-    echo "# rss samples: the scalpel process's VmRSS once a second while it ran (KiB)"
+    echo "# rss samples: the scalpel process's RSS once a second while it ran (KiB, scalpel procstat)"
     printf '%-8s %-9s %-8s %-9s %-13s %-34s %-8s %s\n' size records file_MiB sent \
         peak_rss_KiB "rss samples min/median/max" seconds load
     for size in $sizes; do
@@ -154,13 +156,14 @@ EOF
         /usr/bin/time -f %M -o "$WORK/peak.txt" "$SCALPEL" load --no-progress \
             --from "$WORK/access.log" -c 32 -n "$records" --json "$WORK/r.json" \
             "http://127.0.0.1:$PORT" >/dev/null 2>"$WORK/err.txt" &
-        local tpid=$! child=""
+        local tpid=$! child="" rss
         # scalpel is time's child: its RSS once a second while it runs.
         : >"$WORK/rss.txt"
         while kill -0 "$tpid" 2>/dev/null; do
             [ -n "$child" ] || child=$(pgrep -P "$tpid" || true)
             if [ -n "$child" ]; then
-                awk '/^VmRSS:/ { print $2 }' "/proc/$child/status" 2>/dev/null >>"$WORK/rss.txt" || true
+                rss=$(rss_kib "$child")
+                [ "$rss" -gt 0 ] && echo "$rss" >>"$WORK/rss.txt"
             fi
             sleep 1
         done

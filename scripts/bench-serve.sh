@@ -45,9 +45,10 @@ BASE=${BASE:-18100}
 QR_TEXT=${QR_TEXT:-https://example.com/some/fairly/long/path?with=query}
 SCENARIOS=${SCENARIOS:-1 2 3}
 want() { [[ " $SCENARIOS " == *" $1 "* ]]; }
-# shellcheck source=scripts/lib/proc-ticks.sh
-source "$ROOT/scripts/lib/proc-ticks.sh"
-cpu_ticks() { proc_ticks "$@"; } # pids... -> utime+stime summed (pm2's names hold spaces)
+# shellcheck source=scripts/lib/procstat.sh
+source "$ROOT/scripts/lib/procstat.sh" # cpu_ticks, cpu_ticks_own: scalpel procstat --ticks
+# shellcheck source=scripts/lib/stats.sh
+source "$ROOT/scripts/lib/stats.sh"    # stats: medians, ratios, CPU per request, result fields
 mkdir -p "$OUT"
 RESULTS=$OUT/results.md
 : >"$RESULTS"
@@ -88,18 +89,12 @@ stop_pid() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
 wrk_rps() { # url conns -> req/s
   wrk -t2 -c"$2" -d"${DUR}s" "$1" | tee -a "$OUT/wrk.log" | awk '/Requests\/sec/ {print $2}'
 }
+wrk_requests() { # -> the requests of the last wrk run
+  tail -20 "$OUT/wrk.log" | awk '/requests in/ {n=$1} END {print n}'
+}
 load_json() { # url rate file [extra...]
   local url=$1 rate=$2 file=$3; shift 3
   "$SCALPEL" load --rate "$rate" -d "${DUR}s" -c 64 --no-progress --json "$file" "$@" "$url" >>"$OUT/load.log" 2>&1
-}
-field() { # json-file expr-on-step
-  python3 -c "import json,sys; s=json.load(open(sys.argv[1]))['targets'][0]['steps'][0]; print($2)" "$1"
-}
-stats() { # numbers... -> "median (min–max)"
-  python3 -c "import sys,statistics as st; v=sorted(float(x) for x in sys.argv[1:]); print(f'{st.median(v):.1f} ({v[0]:.1f}–{v[-1]:.1f})')" "$@"
-}
-stats3() { # numbers... -> "median (min–max)", 3 decimals (latencies in ms)
-  python3 -c "import sys,statistics as st; v=sorted(float(x) for x in sys.argv[1:]); print(f'{st.median(v):.3f} ({v[0]:.3f}–{v[-1]:.3f})')" "$@"
 }
 mem_line() { # pid -> "VmHWM 11880 kB, VmRSS 11880 kB, Pss 9123 kB" on one line
   local line
@@ -107,7 +102,6 @@ mem_line() { # pid -> "VmHWM 11880 kB, VmRSS 11880 kB, Pss 9123 kB" on one line
     tr -s ' \t' ' ' | sed 's/://' | paste -sd, - | sed 's/,/, /g')
   echo "${line:-unavailable (pid $1 had exited)}"
 }
-median() { python3 -c "import sys,statistics as st; print(st.median(float(x) for x in sys.argv[1:]))" "$@"; }
 
 serve_config() { # file app-name command-json workers port_base balance listen admin
   cat >"$1" <<EOF
@@ -172,28 +166,6 @@ HELLO_JS=$HELLO
 P_SERVE=$BASE P_ADMIN=$((BASE + 1)) P_NGINX=$((BASE + 2)) P_PM2=$((BASE + 3)) P_DIRECT=$((BASE + 4))
 W1=$((BASE + 10)) W2=$((BASE + 20))
 
-after_stop() { # log stop-at-file pattern -> seconds from the SIGSTOP to the first matching line after it
-  python3 - "$@" <<'PY'
-import datetime, re, sys
-log, stop_file, pattern = sys.argv[1:4]
-stop = float(open(stop_file).read())
-for line in open(log, errors="replace"):
-    line = re.sub(r"\x1b\[[0-9;]*m", "", line)
-    if pattern not in line:
-        continue
-    t = datetime.datetime.fromisoformat(line.split()[0].rstrip("Z")).replace(tzinfo=datetime.timezone.utc).timestamp()
-    if t > stop:
-        print(round(t - stop, 2))
-        break
-else:
-    print("none")
-PY
-}
-tree_pids() { # pid -> the pid and all its descendants
-  local p=$1 c
-  echo "$p"
-  for c in $(pgrep -P "$p" || true); do tree_pids "$c"; done
-}
 
 # ---- direct ----
 if want direct; then
@@ -214,23 +186,17 @@ EOF
 serve_config "$OUT/proxy.toml" hello "[\"node\", \"$HELLO_JS\"]" 2 "$W3" least_conn "$P_DBAL" "$P_DADMIN"
 declare -A DRPS DCPU
 SPREAD=()
-cpu_per_req() { # ticks-before ticks-after -> µs of CPU per request of the last wrk run
-  local n
-  n=$(tail -20 "$OUT/wrk.log" | awk '/requests in/ {n=$1} END {print n}')
-  python3 -c "print(($2-$1)/$(getconf CLK_TCK)*1e6/$n)"
-}
 for r in $(seq 1 "$REPEATS"); do
   start_serve "$OUT/direct.toml" "$OUT/serve-direct.log" own
   wait_http "http://127.0.0.1:$P_DLISTEN/"
   sleep 0.5
-  TREE=$(tree_pids "$SERVE_PID" | xargs)
   WORKERS=$(pgrep -P "$SERVE_PID" | xargs)
-  T0=$(cpu_ticks $TREE)
+  T0=$(cpu_ticks "$SERVE_PID")
   declare -A W0=()
   for w in $WORKERS; do W0[$w]=$(cpu_ticks "$w"); done
   DRPS[direct]+=" $(wrk_rps "http://127.0.0.1:$P_DLISTEN/" "$CONNS")"
-  T1=$(cpu_ticks $TREE)
-  DCPU[direct]+=" $(cpu_per_req "$T0" "$T1")"
+  T1=$(cpu_ticks "$SERVE_PID")
+  DCPU[direct]+=" $(stats cpu-us "$T0" "$T1" "$(wrk_requests)")"
   line=""
   for w in $WORKERS; do line+=" $w:$(( $(cpu_ticks "$w") - ${W0[$w]} ))"; done
   SPREAD+=("run $r, CPU ticks per worker:$line")
@@ -243,17 +209,16 @@ for r in $(seq 1 "$REPEATS"); do
   T0=$(cpu_ticks $PM2_PIDS)
   DRPS[pm2]+=" $(wrk_rps "http://127.0.0.1:$P_DLISTEN/" "$CONNS")"
   T1=$(cpu_ticks $PM2_PIDS)
-  DCPU[pm2]+=" $(cpu_per_req "$T0" "$T1")"
+  DCPU[pm2]+=" $(stats cpu-us "$T0" "$T1" "$(wrk_requests)")"
   "$PM2" delete all >/dev/null
   # serve proxy mode
   start_serve "$OUT/proxy.toml" "$OUT/serve-proxy.log" own
   wait_http "http://127.0.0.1:$P_DBAL/"
   sleep 0.5
-  TREE=$(tree_pids "$SERVE_PID" | xargs)
-  T0=$(cpu_ticks $TREE)
+  T0=$(cpu_ticks "$SERVE_PID")
   DRPS[proxy]+=" $(wrk_rps "http://127.0.0.1:$P_DBAL/" "$CONNS")"
-  T1=$(cpu_ticks $TREE)
-  DCPU[proxy]+=" $(cpu_per_req "$T0" "$T1")"
+  T1=$(cpu_ticks "$SERVE_PID")
+  DCPU[proxy]+=" $(stats cpu-us "$T0" "$T1" "$(wrk_requests)")"
   stop_pid "$SERVE_PID"
 done
 say ""
@@ -261,9 +226,9 @@ say "wrk -t2 -c$CONNS -d${DUR}s, median (min–max) of $REPEATS; CPU = all proce
 say ""
 say "| setup | req/s | CPU µs/request |"
 say "|---|---|---|"
-for k in direct pm2 proxy; do say "| $k | $(stats ${DRPS[$k]}) | $(stats ${DCPU[$k]}) |"; done
+for k in direct pm2 proxy; do say "| $k | $(stats summary -d 1 "${DRPS[$k]}") | $(stats summary -d 1 "${DCPU[$k]}") |"; done
 say ""
-say "direct/pm2 = $(python3 -c "print(round($(median ${DRPS[direct]})/$(median ${DRPS[pm2]}),2))"), direct/proxy = $(python3 -c "print(round($(median ${DRPS[direct]})/$(median ${DRPS[proxy]}),2))")"
+say "direct/pm2 = $(stats ratio -d 2 "${DRPS[direct]}" "${DRPS[pm2]}"), direct/proxy = $(stats ratio -d 2 "${DRPS[direct]}" "${DRPS[proxy]}")"
 say ""
 for l in "${SPREAD[@]}"; do say "- direct spread, $l"; done
 say ""
@@ -280,11 +245,10 @@ for r in $(seq 1 "$REPEATS"); do
   # scalpel serve
   start_serve "$OUT/hello.toml" "$OUT/serve-hello.log"
   wait_http "http://127.0.0.1:$P_SERVE/"
-  T0=$(cpu_ticks "$SERVE_PID")
+  T0=$(cpu_ticks_own "$SERVE_PID")
   RPS[serve]+=" $(wrk_rps "http://127.0.0.1:$P_SERVE/" "$CONNS")"
-  T1=$(cpu_ticks "$SERVE_PID")
-  N=$(tail -20 "$OUT/wrk.log" | awk '/requests in/ {n=$1} END {print n}')
-  CPUREQ[serve]+=" $(python3 -c "print(($T1-$T0)/$(getconf CLK_TCK)*1e6/$N)")"
+  T1=$(cpu_ticks_own "$SERVE_PID")
+  CPUREQ[serve]+=" $(stats cpu-us "$T0" "$T1" "$(wrk_requests)")"
   MEM+=("run $r: $(mem_line "$SERVE_PID")")
   stop_pid "$SERVE_PID"
   # nginx in front of two single node processes
@@ -295,12 +259,10 @@ for r in $(seq 1 "$REPEATS"); do
   nginx -c "$OUT/nginx.conf" -p "$OUT" -g 'daemon off;' & NGX=$!
   PIDS+=("$NGX")
   wait_http "http://127.0.0.1:$P_NGINX/"
-  NGX_PIDS="$NGX $(pgrep -P "$NGX" | xargs)"
-  T0=$(cpu_ticks $NGX_PIDS)
+  T0=$(cpu_ticks "$NGX")
   RPS[nginx]+=" $(wrk_rps "http://127.0.0.1:$P_NGINX/" "$CONNS")"
-  T1=$(cpu_ticks $NGX_PIDS)
-  N=$(tail -20 "$OUT/wrk.log" | awk '/requests in/ {n=$1} END {print n}')
-  CPUREQ[nginx]+=" $(python3 -c "print(($T1-$T0)/$(getconf CLK_TCK)*1e6/$N)")"
+  T1=$(cpu_ticks "$NGX")
+  CPUREQ[nginx]+=" $(stats cpu-us "$T0" "$T1" "$(wrk_requests)")"
   stop_pid "$NGX"; stop_pid "$N1"; stop_pid "$N2"
   # pm2 cluster mode
   PORT=$P_PM2 "$PM2" start "$HELLO" -i 2 --name hello >/dev/null
@@ -313,16 +275,16 @@ say "Max throughput, wrk -t2 -c$CONNS -d${DUR}s, req/s, median (min–max) of $R
 say ""
 say "| setup | req/s |"
 say "|---|---|"
-for k in serve nginx pm2; do say "| $k | $(stats ${RPS[$k]}) |"; done
+for k in serve nginx pm2; do say "| $k | $(stats summary -d 1 "${RPS[$k]}") |"; done
 say ""
-say "serve/nginx = $(python3 -c "print(round($(median ${RPS[serve]})/$(median ${RPS[nginx]}),2))"), serve/pm2 = $(python3 -c "print(round($(median ${RPS[serve]})/$(median ${RPS[pm2]}),2))")"
+say "serve/nginx = $(stats ratio -d 2 "${RPS[serve]}" "${RPS[nginx]}"), serve/pm2 = $(stats ratio -d 2 "${RPS[serve]}" "${RPS[pm2]}")"
 say ""
 say "Balancer CPU per proxied request during the wrk run (CPU time of the balancer's"
 say "processes ÷ requests; less sensitive to a shared machine than req/s), µs:"
 say ""
 say "| balancer | µs CPU / request |"
 say "|---|---|"
-for k in serve nginx; do say "| $k | $(stats ${CPUREQ[$k]}) |"; done
+for k in serve nginx; do say "| $k | $(stats summary -d 1 "${CPUREQ[$k]}") |"; done
 say ""
 say "Balancer process memory after each wrk run (the scalpel process only, workers excluded):"
 say ""
@@ -341,9 +303,6 @@ wait_http "http://127.0.0.1:$P_NGINX1/"
 start_serve "$OUT/hello1.toml" "$OUT/serve-hello1.log"
 wait_http "http://127.0.0.1:$P_SERVE/"
 declare -A L50 L99
-pick() { # json target field
-  python3 -c "import json,sys; t=[t for t in json.load(open(sys.argv[1]))['targets'] if t['name']==sys.argv[2]][0]; print(t['steps'][0]['latency_ms'][sys.argv[3]])" "$@"
-}
 # Warm-up, discarded: the first seconds at a new rate open every connection (generator →
 # targets, proxies → worker) at once; at 10,000 req/s on two cores that burst overflowed
 # Node's accept queue (SYN retransmits, 1 s stalls) for direct and proxied targets alike.
@@ -355,8 +314,8 @@ for r in $(seq 1 "$REPEATS"); do
     --target "direct=http://127.0.0.1:$P_DIRECT" --target "nginx=http://127.0.0.1:$P_NGINX1" \
     --target "serve=http://127.0.0.1:$P_SERVE" / >>"$OUT/load.log" 2>&1
   for k in direct nginx serve; do
-    L50[$k]+=" $(pick "$OUT/added-$r.json" "$k" p50)"
-    L99[$k]+=" $(pick "$OUT/added-$r.json" "$k" p99)"
+    L50[$k]+=" $(stats step "$OUT/added-$r.json" "s['latency_ms']['p50']" --target "$k")"
+    L99[$k]+=" $(stats step "$OUT/added-$r.json" "s['latency_ms']['p99']" --target "$k")"
   done
 done
 stop_pid "$SERVE_PID"
@@ -368,9 +327,9 @@ say "targets alternating in each run, ms, median (min–max) of $REPEATS:"
 say ""
 say "| path | p50 | p99 | added p50 |"
 say "|---|---|---|---|"
-say "| direct to the worker | $(stats3 ${L50[direct]}) | $(stats3 ${L99[direct]}) | — |"
+say "| direct to the worker | $(stats summary -d 3 "${L50[direct]}") | $(stats summary -d 3 "${L99[direct]}") | — |"
 for k in nginx serve; do
-  say "| through $k | $(stats3 ${L50[$k]}) | $(stats3 ${L99[$k]}) | $(python3 -c "print(round(($(median ${L50[$k]}) - $(median ${L50[direct]}))*1000))") µs |"
+  say "| through $k | $(stats summary -d 3 "${L50[$k]}") | $(stats summary -d 3 "${L99[$k]}") | $(stats diff -d 0 --scale 1000 "${L50[$k]}" "${L50[direct]}") µs |"
 done
 fi
 
@@ -378,7 +337,7 @@ fi
 QR_CMD="[\"node\", \"$ROOT/qr/node/server.js\", \"--tier\", \"0-article\", \"--port\", \"{port}\"]"
 serve_config "$OUT/qr-lc.toml" qr "$QR_CMD" 2 "$W1" least_conn "$P_SERVE" "$P_ADMIN"
 serve_config "$OUT/qr-rr.toml" qr "$QR_CMD" 2 "$W1" round_robin "$P_SERVE" "$P_ADMIN"
-QR_PATH="/qrcode?text=$(python3 -c "import urllib.parse,sys; print(urllib.parse.quote(sys.argv[1], safe=''))" "$QR_TEXT")"
+QR_PATH="/qrcode?text=$(stats quote "$QR_TEXT")"
 declare -A QRPS P50 P99 ERR
 if want 2; then
 say ""
@@ -400,8 +359,8 @@ say "Max throughput, wrk -t2 -c$QR_CONNS -d${DUR}s, req/s, median (min–max) of
 say ""
 say "| setup | req/s |"
 say "|---|---|"
-for k in pm2 serve-lc serve-rr; do say "| $k | $(stats ${QRPS[$k]}) |"; done
-RATE=${RATE:-$(python3 -c "print(int(0.8*$(median ${QRPS[pm2]})))")}
+for k in pm2 serve-lc serve-rr; do say "| $k | $(stats summary -d 1 "${QRPS[$k]}") |"; done
+RATE=${RATE:-$(stats scale -d 0 0.8 "${QRPS[pm2]}")}
 say ""
 say "Open model at $RATE req/s (80% of pm2's median max), ${DUR}s, latency ms:"
 say ""
@@ -420,13 +379,13 @@ for r in $(seq 1 "$REPEATS"); do
   done
   for k in pm2 serve-lc serve-rr; do
     f=$OUT/qr-$k-$r.json
-    P50[$k]+=" $(field "$f" "s['latency_ms']['p50']")"
-    P99[$k]+=" $(field "$f" "s['latency_ms']['p99']")"
-    ERR[$k]+=" $(field "$f" "s['errors']")"
+    P50[$k]+=" $(stats step "$f" "s['latency_ms']['p50']")"
+    P99[$k]+=" $(stats step "$f" "s['latency_ms']['p99']")"
+    ERR[$k]+=" $(stats step "$f" "s['errors']")"
   done
 done
 for k in pm2 serve-lc serve-rr; do
-  say "| $k | $(stats ${P50[$k]}) | $(stats ${P99[$k]}) | $(stats ${ERR[$k]}) |"
+  say "| $k | $(stats summary -d 1 "${P50[$k]}") | $(stats summary -d 1 "${P99[$k]}") | $(stats summary -d 1 "${ERR[$k]}") |"
 done
 fi
 
@@ -447,22 +406,22 @@ for variant in default prestart; do
     log="$OUT/serve-blocked-$variant-$r.log"
     start_serve "$cfg" "$log"
     wait_http "http://127.0.0.1:$P_SERVE/healthz"
-    VICTIM=$(curl -s "http://127.0.0.1:$P_ADMIN/status" | python3 -c "import json,sys; print(json.load(sys.stdin)['apps'][0]['workers'][0]['pid'])")
+    VICTIM=$(curl -s "http://127.0.0.1:$P_ADMIN/status" | stats json "d['apps'][0]['workers'][0]['pid']")
     ( sleep 3; date +%s.%N >"$OUT/stop-at-$variant-$r"; kill -STOP "$VICTIM"; sleep 10; kill -CONT "$VICTIM" 2>/dev/null || true ) &
     FREEZER=$!
     json="$OUT/qr-blocked-$variant-$r.json"
     "$SCALPEL" load --rate "$RATE" -d "${DUR_B}s" -c 64 --no-progress --json "$json" "http://127.0.0.1:$P_SERVE$QR_PATH" >>"$OUT/load.log" 2>&1
     wait "$FREEZER"
-    B99[$variant]+=" $(field "$json" "s['latency_ms']['p99']")"
+    B99[$variant]+=" $(stats step "$json" "s['latency_ms']['p99']")"
     stop_pid "$SERVE_PID"
     say ""
-    say "$variant run $r: out of rotation $(after_stop "$log" "$OUT/stop-at-$variant-$r" 'reason="unhealthy"') s, successor ready $(after_stop "$log" "$OUT/stop-at-$variant-$r" 'worker ready') s; p99 $(field "$json" "s['latency_ms']['p99']") ms, errors $(field "$json" "s['errors']"), max $(field "$json" "s['latency_ms']['max']") ms"
+    say "$variant run $r: out of rotation $(stats after "$log" "$OUT/stop-at-$variant-$r" 'reason="unhealthy"') s, successor ready $(stats after "$log" "$OUT/stop-at-$variant-$r" 'worker ready') s; p99 $(stats step "$json" "s['latency_ms']['p99']") ms, errors $(stats step "$json" "s['errors']"), max $(stats step "$json" "s['latency_ms']['max']") ms"
   done
 done
 say ""
-say "p99 of the frozen runs, ms, median (min–max): default $(stats ${B99[default]}), prestart $(stats ${B99[prestart]})"
+say "p99 of the frozen runs, ms, median (min–max): default $(stats summary -d 1 "${B99[default]}"), prestart $(stats summary -d 1 "${B99[prestart]}")"
 if [ -n "${P99[serve-lc]:-}" ]; then
-  say "p99 blocked / unblocked (serve least_conn, medians): default $(python3 -c "print(round($(median ${B99[default]})/$(median ${P99[serve-lc]}),2))"), prestart $(python3 -c "print(round($(median ${B99[prestart]})/$(median ${P99[serve-lc]}),2))")"
+  say "p99 blocked / unblocked (serve least_conn, medians): default $(stats ratio -d 2 "${B99[default]}" "${P99[serve-lc]}"), prestart $(stats ratio -d 2 "${B99[prestart]}" "${P99[serve-lc]}")"
 fi
 fi
 # ---- tls ----
@@ -483,17 +442,16 @@ h2_rps() { # url -> req/s (the succeeded count of the run in $OUT/h2load.done)
   awk '/^finished in/ {print $4}' "$OUT/h2load.log"
 }
 us_per_req() { # ticks-before ticks-after -> µs of CPU per request of the last h2load run
-  python3 -c "print(($2-$1)/$(getconf CLK_TCK)*1e6/max(1,$(cat "$OUT/h2load.done")))"
+  stats cpu-us "$1" "$2" "$(cat "$OUT/h2load.done")"
 }
 declare -A TRPS TBAL TALL
 for r in $(seq 1 "$REPEATS"); do
   start_serve "$OUT/tls.toml" "$OUT/serve-tls.log"
   for _ in $(seq 1 300); do curl -skf "https://127.0.0.1:$P_SERVE/" >/dev/null && break; sleep 0.1; done
   sleep 0.5
-  TREE=$(tree_pids "$SERVE_PID" | xargs)
-  B0=$(cpu_ticks "$SERVE_PID"); A0=$(cpu_ticks $TREE)
+  B0=$(cpu_ticks_own "$SERVE_PID"); A0=$(cpu_ticks "$SERVE_PID")
   TRPS[serve]+=" $(h2_rps "https://127.0.0.1:$P_SERVE/")"
-  B1=$(cpu_ticks "$SERVE_PID"); A1=$(cpu_ticks $TREE)
+  B1=$(cpu_ticks_own "$SERVE_PID"); A1=$(cpu_ticks "$SERVE_PID")
   TBAL[serve]+=" $(us_per_req "$B0" "$B1")"; TALL[serve]+=" $(us_per_req "$A0" "$A1")"
   stop_pid "$SERVE_PID"
   PORT=$W2 node "$HELLO" >/dev/null & N1=$!
@@ -503,19 +461,18 @@ for r in $(seq 1 "$REPEATS"); do
   nginx -c "$OUT/nginx-tls.conf" -p "$OUT" -g 'daemon off;' & NGX=$!
   PIDS+=("$NGX")
   for _ in $(seq 1 300); do curl -skf "https://127.0.0.1:$P_NGINX/" >/dev/null && break; sleep 0.1; done
-  NGX_PIDS="$NGX $(pgrep -P "$NGX" | xargs)"
-  B0=$(cpu_ticks $NGX_PIDS); A0=$(cpu_ticks $NGX_PIDS "$N1" "$N2")
+  B0=$(cpu_ticks "$NGX"); A0=$(cpu_ticks "$NGX" "$N1" "$N2")
   TRPS[nginx]+=" $(h2_rps "https://127.0.0.1:$P_NGINX/")"
-  B1=$(cpu_ticks $NGX_PIDS); A1=$(cpu_ticks $NGX_PIDS "$N1" "$N2")
+  B1=$(cpu_ticks "$NGX"); A1=$(cpu_ticks "$NGX" "$N1" "$N2")
   TBAL[nginx]+=" $(us_per_req "$B0" "$B1")"; TALL[nginx]+=" $(us_per_req "$A0" "$A1")"
   stop_pid "$NGX"; stop_pid "$N1"; stop_pid "$N2"
 done
 say ""
 say "| over TLS + h2 | req/s, median (min–max) | balancer CPU µs/request | whole setup (balancer + workers) CPU µs/request |"
 say "|---|---|---|---|"
-for k in serve nginx; do say "| $k | $(stats ${TRPS[$k]}) | $(stats ${TBAL[$k]}) | $(stats ${TALL[$k]}) |"; done
+for k in serve nginx; do say "| $k | $(stats summary -d 1 "${TRPS[$k]}") | $(stats summary -d 1 "${TBAL[$k]}") | $(stats summary -d 1 "${TALL[$k]}") |"; done
 say ""
-say "serve/nginx = $(python3 -c "print(round($(median ${TRPS[serve]})/$(median ${TRPS[nginx]}),2))") req/s; CPU per request serve/nginx: balancer $(python3 -c "print(round($(median ${TBAL[serve]})/$(median ${TBAL[nginx]}),2))"), whole setup $(python3 -c "print(round($(median ${TALL[serve]})/$(median ${TALL[nginx]}),2))")"
+say "serve/nginx = $(stats ratio -d 2 "${TRPS[serve]}" "${TRPS[nginx]}") req/s; CPU per request serve/nginx: balancer $(stats ratio -d 2 "${TBAL[serve]}" "${TBAL[nginx]}"), whole setup $(stats ratio -d 2 "${TALL[serve]}" "${TALL[nginx]}")"
 fi
 # ---- frozen-direct ----
 if want frozen-direct; then
@@ -547,10 +504,10 @@ for r in $(seq 1 "$REPEATS"); do
   start_serve "$OUT/frozen.toml" "$log"
   wait_http "http://127.0.0.1:$P_FLISTEN/"
   for _ in $(seq 1 100); do
-    n=$(curl -s "http://127.0.0.1:$P_FADMIN/status" | python3 -c "import json,sys; print(sum(w['state']=='ready' for w in json.load(sys.stdin)['apps'][0]['workers']))" 2>/dev/null || echo 0)
+    n=$(curl -s "http://127.0.0.1:$P_FADMIN/status" | stats json "sum(w['state'] == 'ready' for w in d['apps'][0]['workers'])" 2>/dev/null || echo 0)
     [ "$n" = 2 ] && break; sleep 0.1
   done
-  VICTIM=$(curl -s "http://127.0.0.1:$P_FADMIN/status" | python3 -c "import json,sys; print(json.load(sys.stdin)['apps'][0]['workers'][0]['pid'])")
+  VICTIM=$(curl -s "http://127.0.0.1:$P_FADMIN/status" | stats json "d['apps'][0]['workers'][0]['pid']")
   line=$(python3 - "$P_FLISTEN" "$VICTIM" "$FROZEN_DUR" "$FROZEN_THREADS" "$OUT/stop-at-frozen-$r" <<'PY'
 import os, re, signal, socket, sys, threading, time
 port, victim, dur, nthreads, stop_file = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
@@ -620,14 +577,13 @@ PY
 )
   # What became of the frozen worker's accepted connections (serve's rescue; absent
   # before it existed).
-  taken=$(curl -s "http://127.0.0.1:$P_FADMIN/metrics" | python3 -c "
-import re, sys
-got = dict(re.findall(r'scalpel_serve_direct_connections_at_replacement_total\{app=\"hello\",outcome=\"(\w+)\"\} (\S+)', sys.stdin.read()))
-print(', '.join(f'{k} {float(v):.0f}' for k, v in got.items()) if got else 'not counted (no rescue in this build)')
-" 2>/dev/null || echo "metrics unreadable")
+  taken=$(curl -s "http://127.0.0.1:$P_FADMIN/metrics" |
+    stats metric scalpel_serve_direct_connections_at_replacement_total --label outcome --where app=hello 2>/dev/null ||
+    echo "metrics unreadable")
+  [ "$taken" = none ] && taken="not counted (no rescue in this build)"
   stop_pid "$SERVE_PID"
   say ""
-  say "run $r: $line; the frozen worker's accepted connections at its replacement: $taken; out of rotation $(after_stop "$log" "$OUT/stop-at-frozen-$r" 'reason="unhealthy"') s, successor ready $(after_stop "$log" "$OUT/stop-at-frozen-$r" 'worker ready') s after the SIGSTOP"
+  say "run $r: $line; the frozen worker's accepted connections at its replacement: $taken; out of rotation $(stats after "$log" "$OUT/stop-at-frozen-$r" 'reason="unhealthy"') s, successor ready $(stats after "$log" "$OUT/stop-at-frozen-$r" 'worker ready') s after the SIGSTOP"
 done
 fi
 echo "bench-serve: results in $RESULTS"

@@ -47,6 +47,8 @@ trap cleanup EXIT
 source "$ROOT/scripts/lib/bench-basics.sh"   # load1, machine_line, free_port
 # shellcheck source=scripts/lib/nginx-hello.sh
 source "$ROOT/scripts/lib/nginx-hello.sh"    # nginx_hello_start: sets PORT, NGINX_PID
+# shellcheck source=scripts/lib/stats.sh
+source "$ROOT/scripts/lib/stats.sh"          # stats: medians, min–max, ratios
 machine_line
 
 bench_merge() {
@@ -66,14 +68,11 @@ bench_merge() {
         # Exit 1: the simulated ramp breaks its SLO, as a real one would.
         [ "$code" -le 1 ] || { echo "merge failed ($code)" >&2; exit 1; }
         local s
-        s=$(python3 -c "print(f'{$t1 - $t0:.3f}')")
+        s=$(stats diff -d 3 "$t1" "$t0")
         times+=("$s")
         echo "run $i: ${s} s (load $l)"
     done
-    printf '%s\n' "${times[@]}" | python3 -c '
-import sys, statistics
-v = sorted(float(x) for x in sys.stdin)
-print(f"merge: median {statistics.median(v):.3f} s, min {v[0]:.3f}, max {v[-1]:.3f} (target < 2 s)")'
+    echo "merge: median (min–max) $(stats summary -d 3 "${times[*]}") s (target < 2 s)"
     echo "peak RSS of one merge: $( { /usr/bin/time -f %M "$SCALPEL" report merge "$WORK"/set/shard-*.json -o "$WORK/merged.json" 2>&1 >/dev/null || true; } | tail -1) KiB"
 }
 
@@ -137,18 +136,14 @@ bench_rate() {
             printf '%-7s %-8s %7s %8s %6s %9s  %s\n' "$i" "$kind" "$err" "$p99" "$late" "$ns" "$l"
         done
     done
-    python3 - "$WORK/single.txt" "$WORK/sharded.txt" <<'EOF'
-import statistics, sys
-def read(p):
-    rows = [l.split() for l in open(p) if l.strip()]
-    return [float(r[0]) for r in rows], [float(r[1]) for r in rows]
-e1, p1 = read(sys.argv[1])
-e2, p2 = read(sys.argv[2])
-m = statistics.median
-print(f"single:  rate error median {m(e1):+.2f}% ({min(e1):+.2f}…{max(e1):+.2f}), p99 median {m(p1):.3f} ms ({min(p1):.3f}…{max(p1):.3f})")
-print(f"sharded: rate error median {m(e2):+.2f}% ({min(e2):+.2f}…{max(e2):+.2f}), p99 median {m(p2):.3f} ms ({min(p2):.3f}…{max(p2):.3f})")
-print(f"p99 sharded/single: {m(p2) / m(p1):.3f} (histogram precision 0.1%; run-to-run spread above)")
-EOF
+    # Rows of $WORK/KIND.txt: rate error %, p99 ms, late, not sent (figures above).
+    local kind errs=() p99s=()
+    for kind in single sharded; do
+        errs+=("$(cut -d' ' -f1 "$WORK/$kind.txt")"); p99s+=("$(cut -d' ' -f2 "$WORK/$kind.txt")")
+        printf '%-8s rate error median (min–max) %s%%, p99 median (min–max) %s ms\n' "$kind:" \
+            "$(stats summary -s -d 2 "${errs[-1]}")" "$(stats summary -d 3 "${p99s[-1]}")"
+    done
+    echo "p99 sharded/single: $(stats ratio -d 3 "${p99s[1]}" "${p99s[0]}") (histogram precision 0.1%; run-to-run spread above)"
 }
 
 case "$MODE" in

@@ -93,8 +93,15 @@ NGINX="$(command -v nginx || echo /usr/sbin/nginx)"
 [[ "${SKIP_BUILD:-0}" == 1 ]] || (cd "$ROOT" && cargo build --release -q -p scalpel)
 SCALPEL="${SCALPEL:-$TARGET_DIR/release/scalpel}"
 
+# shellcheck source=scripts/lib/bench-basics.sh
+source "$ROOT/scripts/lib/bench-basics.sh"   # load1, machine_line, free_port
+# shellcheck source=scripts/lib/stats.sh
+source "$ROOT/scripts/lib/stats.sh"          # stats: medians, min–max, ratios, result fields
+# shellcheck source=scripts/lib/procstat.sh
+source "$ROOT/scripts/lib/procstat.sh"       # cpu_ticks_own: scalpel procstat --ticks --no-tree
+
 WORK="$(mktemp -d)"
-PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+PORT="$(free_port)"
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
   -keyout "$WORK/ca.key" -out "$WORK/ca.pem" -subj "/CN=scalpel bench CA" 2>/dev/null
 openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
@@ -135,16 +142,12 @@ PIN=(taskset -c 0)
 URL="https://127.0.0.1:$PORT/"
 TLS=(--cacert "$WORK/ca.pem")
 
-echo "# machine: $(nproc) cpus, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), kernel $(uname -r), $(date -u +%Y-%m-%dT%H:%MZ)"
+machine_line
 echo "# nginx $("$NGINX" -v 2>&1 | cut -d/ -f2), 1 worker on cpu 1, TLS 1.3 only, ECDSA P-256; generators on cpu 0, one thread; $DUR per run, $PAIRS pairs (h1, h2), $REPEATS rounds (hs)"
 echo "# load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# $(wrk --version 2>&1 | head -1 | cut -d' ' -f1-2); $(h2load --version 2>&1 | head -1); $("$SCALPEL" --version 2>&1 | head -1)"
 
-load1() { cut -d' ' -f1 /proc/loadavg; }
-median() { sort -g | awk '{a[NR]=$1} END {m=(NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2; printf "%.0f", m}'; }
-minmax() { sort -g | awk 'NR==1{mn=$1} {mx=$1} END {printf "%.0f–%.0f", mn, mx}'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", a/b}'; }
-json() { python3 -c "import json,sys; s=json.load(open('$WORK/s.json'))['targets'][0]['steps'][0]; print($1)"; }
+json() { stats step "$WORK/s.json" "$1"; } # EXPR over the last run's step `s`
 
 # --- h1 and h2: alternating pairs, each run with nginx's CPU and each core's busy share ---
 # One run: the tool's req/s and answered requests (its own count), nginx's worker CPU over the
@@ -326,14 +329,12 @@ pair() { # NAME A B [C...]: alternate them (A B C, C B A, ...), REPEATS rounds
   done
 }
 report() { # TITLE FILE_A FILE_B
-  local ma mb; ma=$(median <"$WORK/$2.txt"); mb=$(median <"$WORK/$3.txt")
-  echo "[$1] $2 median $ma (min–max $(minmax <"$WORK/$2.txt")); $3 median $mb (min–max $(minmax <"$WORK/$3.txt")); ratio $2/$3 $(ratio "$ma" "$mb")"
+  local a b; a=$(cat "$WORK/$2.txt"); b=$(cat "$WORK/$3.txt")
+  echo "[$1] $2 median $(stats median -d 0 "$a") (min–max $(stats minmax -d 0 "$a")); $3 median $(stats median -d 0 "$b") (min–max $(stats minmax -d 0 "$b")); ratio $2/$3 $(stats ratio -d 3 "$a" "$b")"
 }
 
 # --- cost: figures of the https HTTP/1.1 comparison that a loaded machine does not blur ---
-# shellcheck source=scripts/lib/proc-ticks.sh
-source "$ROOT/scripts/lib/proc-ticks.sh"
-ticks() { proc_ticks "$NGINX_WORKER"; }
+ticks() { cpu_ticks_own "$NGINX_WORKER"; }
 HZ="$(getconf CLK_TCK)"
 wrk_count() { awk '/requests in/ {print $1}'; }
 nginx_cpu() { # LABEL TICKS REQUESTS SECONDS
@@ -474,8 +475,8 @@ h2cost_h2load() {
 NGX_WINDOW="${NGX_WINDOW:-4}"
 NGX_WARM="${NGX_WARM:-1000}"
 ngx_cg_start() {
-  NGX_CG_PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
-  NGX_ST_PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+  NGX_CG_PORT="$(free_port)"
+  NGX_ST_PORT="$(free_port)"
   sed -e 's/^worker_processes 1;/master_process off;/' -e "s/127.0.0.1:$PORT /127.0.0.1:$NGX_CG_PORT /" \
       -e "s#pid $WORK/nginx.pid#pid $WORK/nginx-cg.pid#" "$WORK/nginx.conf" | sed '$d' >"$WORK/nginx-cg.conf"
   printf '  server { listen 127.0.0.1:%s; location = /status { stub_status; } }\n}\n' "$NGX_ST_PORT" >>"$WORK/nginx-cg.conf"

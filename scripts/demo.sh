@@ -6,6 +6,7 @@
 #   ./run demo --only payments    some stages (ladder, payments, runtime); others keep their last figures
 #   ./run demo --report-only      rebuild target/demo/index.html from target/demo/report.json
 #   ./run demo --skip-build       measure what is built already
+#   ./run demo --db postgres      the payments ledger in a throw-away PostgreSQL cluster (scripts/lib/pg.sh)
 #
 # Builds everything (scripts/build.sh: Rust, wasm, napi, Go, npm ci), installs pm2 into the
 # demo's own lock-filed package (scripts/demo/pm2, never globally), then runs scripts/demo

@@ -9,6 +9,9 @@
 #      seed): it must find the differences and exit 1.
 #   3. `scalpel load` against both services side by side with their CPU and memory watched:
 #      every step reports both targets, JSON keys present, exit 0.
+#   4. The same seed generated into PostgreSQL (a throw-away cluster, scripts/lib/pg.sh):
+#      `scalpel shadow replay` over all ids, Go on PostgreSQL vs Rust on PostgreSQL, and Rust
+#      on SQLite vs Rust on PostgreSQL: 100% consistent.
 #
 # Needs the release binaries (./run build). Honors CARGO_TARGET_DIR.
 set -euo pipefail
@@ -23,9 +26,11 @@ done
 
 WORK="$(mktemp -d)"
 PIDS=()
+PG_DIR=""
 cleanup() {
     for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
     wait 2>/dev/null || true
+    if [ -n "$PG_DIR" ]; then bash "$ROOT/scripts/lib/pg.sh" stop "$PG_DIR"; fi
     rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -58,8 +63,8 @@ start() {
     return 1
 }
 
-json_field() { # file, python expression over `d`
-    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"
+json_field() { # file, python expression over `d` (scripts/lib/stats.py json)
+    python3 "$ROOT/scripts/lib/stats.py" json "$2" <"$1"
 }
 
 "$PAYMENTS" generate --users 1500 --seed 11 --db "$WORK/ledger.db" --ids-out "$WORK/ids.txt" >/dev/null
@@ -73,14 +78,14 @@ RUST_URL="$URL"; RUST_PID="$PID"
 start other "$PAYMENTS" serve --db "$WORK/other.db" --port 0
 OTHER_URL="$URL"
 
-replay() { # template, json out, candidate url
-    timeout 300 "$SCALPEL" shadow replay --primary "$GO_URL" --candidate "$3" \
+replay() { # template, json out, candidate url [, primary url]
+    timeout 300 "$SCALPEL" shadow replay --primary "${4:-$GO_URL}" --candidate "$3" \
         --template "$1" --data "$WORK/ids.txt" --concurrency 8 --json "$2" >"$2.txt" 2>&1
 }
 
-consistent_over_all_ids() { # template
+consistent_over_all_ids() { # template [, candidate url, primary url]
     local out="$WORK/replay-$RANDOM.json"
-    replay "$1" "$out" "$RUST_URL" || { cat "$out.txt" >&2; return 1; }
+    replay "$1" "$out" "${2:-$RUST_URL}" "${3:-$GO_URL}" || { cat "$out.txt" >&2; return 1; }
     [ "$(json_field "$out" 'd["compared"]')" = "$ids" ] &&
         [ "$(json_field "$out" 'd["mismatched"]')" = "0" ] &&
         [ "$(json_field "$out" 'd["consistency_percent"]')" = "100.0" ]
@@ -108,6 +113,25 @@ load_side_by_side() {
         [ "$(json_field "$out" 'all(s["errors"] == 0 and s["requests"] > 0 and s["cpu_percent"] is not None and s["rss_mb"] > 1 for t in d["targets"] for s in t["steps"])')" = "True" ]
 }
 check "scalpel load runs Go and Rust side by side with their CPU and memory" load_side_by_side
+
+# 4. PostgreSQL: the same seed, the same answers.
+if PG_OUT="$(bash "$ROOT/scripts/lib/pg.sh" start --watch $$)"; then
+    PG_DIR="$(head -1 <<<"$PG_OUT")"
+    PG_URL="$(tail -1 <<<"$PG_OUT")"
+    "$PAYMENTS" generate --users 1500 --seed 11 --db "$PG_URL" >/dev/null
+    start go-pg "$GO" --db "$PG_URL" --port 0
+    GO_PG_URL="$URL"
+    start rust-pg "$PAYMENTS" serve --db "$PG_URL" --port 0
+    RUST_PG_URL="$URL"
+    for template in '/v1/users/{id}/stats?days=30' '/v1/users/{id}/stats?days=365' '/v1/users/{id}/balance'; do
+        check "shadow replay on PostgreSQL, Go vs Rust, over all $ids ids: $template" \
+            consistent_over_all_ids "$template" "$RUST_PG_URL" "$GO_PG_URL"
+        check "shadow replay Rust on SQLite vs Rust on PostgreSQL, same seed, all $ids ids: $template" \
+            consistent_over_all_ids "$template" "$RUST_PG_URL" "$RUST_URL"
+    done
+else
+    check "a PostgreSQL cluster starts (scripts/lib/pg.sh; ./run setup installs it)" false
+fi
 
 echo "e2e: $passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -12,7 +12,7 @@ for tool in cargo go node npm; do
     need "$tool" || { echo "setup: '$tool' is not installed; install Rust (rustup), Go and Node 20 first" >&2; exit 2; }
 done
 
-step "debian packages (nginx, wrk, h2load, chromium: real peers for the tests and benchmarks)"
+step "debian packages (nginx, wrk, h2load, chromium, postgresql: real peers for the tests and benchmarks)"
 missing=()
 need nginx || [ -x /usr/sbin/nginx ] || missing+=(nginx)
 need wrk || missing+=(wrk)
@@ -21,6 +21,10 @@ need chromium || missing+=(chromium)
 need openssl || missing+=(openssl)
 # the shadow CLI tests drive the TLS proxy with `curl --http2` (Debian's curl has nghttp2)
 need curl || missing+=(curl)
+# PostgreSQL for the payments ledger's second store: the tests, e2e and benchmarks start a
+# throw-away cluster of their own (scripts/lib/pg.sh: initdb as the postgres user)
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
+need psql || missing+=(postgresql-client)
 # the system trust store scalpel-http reads by default (its tests expect a non-empty one)
 [ -s /etc/ssl/certs/ca-certificates.crt ] || missing+=(ca-certificates)
 if [ ${#missing[@]} -gt 0 ]; then

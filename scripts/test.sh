@@ -55,8 +55,9 @@ step "go: gofmt, vet, test"
     go test -count=1 ./...
 )
 
-step "bench helpers (scripts/lib/proc-ticks-test.sh: CPU time of processes named with spaces; scripts/lib/paired.py: the paired interval's coverage and verdicts)"
+step "bench helpers (scripts/lib/proc-ticks-test.sh: scalpel procstat's CPU time of processes named with spaces; scripts/lib/stats.py: the benches' arithmetic; scripts/lib/paired.py: the paired interval's coverage and verdicts)"
 bash scripts/lib/proc-ticks-test.sh
+python3 scripts/lib/stats.py selftest
 python3 scripts/lib/paired.py
 
 step "node tests (qr/node)"

@@ -1,8 +1,8 @@
 // Command payments-go is the legacy payments service of the Scalpel example:
-// balance, stats, transactions, transfers and healthz over one SQLite ledger,
-// as specified in ../SPEC.md.
+// balance, stats, transactions, transfers, healthz and metrics over one
+// ledger in SQLite or PostgreSQL, as specified in ../SPEC.md.
 //
-//	payments-go --db FILE --port P [--host H] [--pprof ADDR]
+//	payments-go --db sqlite:FILE|FILE|postgres://URL --port P [--host H] [--db-pool N] [--pprof ADDR]
 //
 // --pprof serves net/http/pprof on a second, loopback-only listener (off by
 // default), so a CPU profile can be taken over exactly the window of a load
@@ -48,6 +48,7 @@ type config struct {
 	host  string
 	port  int
 	pprof string // host:port of the profiling listener; "" = off
+	pool  int    // PostgreSQL writer pool size
 }
 
 // usageError is bad command-line input: one line on stderr, exit 2.
@@ -59,13 +60,14 @@ func parseFlags(args []string, stdout io.Writer) (config, error) {
 	fs := flag.NewFlagSet("payments-go", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	var c config
-	fs.StringVar(&c.db, "db", "", "the ledger SQLite `file` (must exist)")
+	fs.StringVar(&c.db, "db", "", "the `ledger`: sqlite:FILE or FILE (must exist), or a postgres:// URL")
+	fs.IntVar(&c.pool, "db-pool", ledger.DefaultWriterPool, "PostgreSQL writer pool `size` (SQLite: always one writer)")
 	fs.StringVar(&c.host, "host", "127.0.0.1", "the `address` to bind")
 	fs.IntVar(&c.port, "port", -1, "the TCP `port` to listen on (0: any free port)")
 	fs.StringVar(&c.pprof, "pprof", "", "serve net/http/pprof on this loopback `host:port` (off by default)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(stdout, "usage: payments-go --db FILE --port P [--host H] [--pprof ADDR]")
+			fmt.Fprintln(stdout, "usage: payments-go --db sqlite:FILE|FILE|postgres://URL --port P [--host H] [--db-pool N] [--pprof ADDR]")
 			fs.SetOutput(stdout)
 			fs.PrintDefaults()
 			return c, err
@@ -77,6 +79,8 @@ func parseFlags(args []string, stdout io.Writer) (config, error) {
 		return c, usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
 	case c.db == "":
 		return c, usageError{"--db FILE is required"}
+	case c.pool < 1 || c.pool > 1000:
+		return c, usageError{"--db-pool N: want 1 to 1000"}
 	case c.port < 0 || c.port > 65535:
 		return c, usageError{"--port P is required (0 to 65535)"}
 	case c.pprof != "" && !isLoopback(c.pprof):
@@ -136,7 +140,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	l, model, code := load(ctx, cfg.db, log, stderr)
+	l, model, code := load(ctx, cfg, log, stderr)
 	if l == nil {
 		return code
 	}
@@ -205,23 +209,24 @@ func run(args []string, stdout, stderr io.Writer) int {
 // SIGINT meanwhile is a requested stop, so it exits 0 at once (a nil ledger
 // and code 0) instead of waiting for the query or reporting the interrupted
 // one as bad input (exit 2). The abandoned load only ever read.
-func load(ctx context.Context, db string, log *slog.Logger, stderr io.Writer) (*ledger.Ledger, *readmodel.Model, int) {
+func load(ctx context.Context, cfg config, log *slog.Logger, stderr io.Writer) (ledger.Store, *readmodel.Model, int) {
+	db := cfg.db
 	type result struct {
-		l     *ledger.Ledger
+		l     ledger.Store
 		model *readmodel.Model
 		err   error
 	}
 	done := make(chan result, 1)
 	go func() {
-		l, err := ledger.Open(ctx, db)
+		l, err := ledger.Open(ctx, db, ledger.Options{WriterPool: cfg.pool})
 		if err != nil {
 			done <- result{err: err}
 			return
 		}
-		model, err := readmodel.Load(ctx, l.Reader(), log)
+		model, err := readmodel.Load(ctx, l, log)
 		if err != nil {
 			l.Close()
-			done <- result{err: fmt.Errorf("loading %s: %w", db, err)}
+			done <- result{err: fmt.Errorf("loading %s: %w", ledger.Redact(db), err)}
 			return
 		}
 		done <- result{l: l, model: model}

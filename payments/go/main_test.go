@@ -1,8 +1,10 @@
 package main
 
 // Process-level tests: the real binary, started as a process on a free
-// loopback port over a real ledger file, killed with SIGKILL in the middle of
-// a stream of transfers and restarted.
+// loopback port over a real ledger (an SQLite file, or a database on the
+// package's PostgreSQL cluster), killed with SIGKILL in the middle of a stream
+// of transfers and restarted — or, on PostgreSQL, left running while the
+// database backends serving it are terminated.
 
 import (
 	"bufio"
@@ -27,6 +29,7 @@ import (
 	"time"
 
 	"scalpel.example/payments-go/internal/headcheck"
+	"scalpel.example/payments-go/internal/pgtest"
 	"scalpel.example/payments-go/internal/testheads"
 	"scalpel.example/payments-go/internal/testledger"
 )
@@ -40,6 +43,7 @@ var (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	pgtest.Stop()
 	if binDir != "" {
 		os.RemoveAll(binDir)
 	}
@@ -196,7 +200,22 @@ func post(url, key, body string) (int, string, error) {
 }
 
 func TestKillDuringTransfersLosesNothingAndAppliesOnce(t *testing.T) {
-	b := testledger.New(t)
+	for _, kind := range testledger.Stores {
+		t.Run(kind, func(t *testing.T) { killDuringTransfers(t, kind, false) })
+	}
+}
+
+// TestBackendKillDuringTransfersLosesNothingAndAppliesOnce: the PostgreSQL
+// backends serving the service (its reader and writer pools) are terminated
+// while transfers stream in. Transfers in flight get a 500 (nothing is
+// acknowledged that was not committed); their retries with the same key apply
+// each exactly once, and the service carries on with new connections.
+func TestBackendKillDuringTransfersLosesNothingAndAppliesOnce(t *testing.T) {
+	killDuringTransfers(t, "postgres", true)
+}
+
+func killDuringTransfers(t *testing.T, kind string, backend bool) {
+	b := testledger.NewStore(t, kind)
 	users := make([]string, 6)
 	for i := range users {
 		users[i] = fmt.Sprintf("u%012x", 0xabc000+i)
@@ -204,7 +223,7 @@ func TestKillDuringTransfersLosesNothingAndAppliesOnce(t *testing.T) {
 		b.Txn(1782777600, users[i], "EUR", 10_000_000, "settled", "topup", "ext:topup")
 	}
 
-	first := startService(t, b.Path)
+	first := startService(t, b.DSN)
 	const workers = 4
 	const ackedBeforeKill = 200
 	var acked atomic.Int64
@@ -245,9 +264,22 @@ func TestKillDuringTransfersLosesNothingAndAppliesOnce(t *testing.T) {
 		wg.Wait()
 		t.Fatalf("only %d transfers acknowledged in 120 s; stderr: %s", acked.Load(), first.stderr)
 	}
-	kill(first) // SIGKILL while the workers are still sending
-	stopping.Store(true)
-	wg.Wait()
+	if backend {
+		terminateBackends(t, b)
+		// Carry on: the service must recover with new connections.
+		for acked.Load() < 2*ackedBeforeKill && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		stopping.Store(true)
+		wg.Wait()
+		if acked.Load() < 2*ackedBeforeKill {
+			t.Fatalf("only %d transfers acknowledged after the backends were terminated; stderr: %s", acked.Load(), first.stderr)
+		}
+	} else {
+		kill(first) // SIGKILL while the workers are still sending
+		stopping.Store(true)
+		wg.Wait()
+	}
 
 	var all []*attempt
 	for w := range results {
@@ -260,26 +292,32 @@ func TestKillDuringTransfersLosesNothingAndAppliesOnce(t *testing.T) {
 		switch {
 		case !a.answered:
 			unanswered = append(unanswered, a)
+		case backend && a.status == http.StatusInternalServerError:
+			// The database went away under it: not acknowledged, retried below.
+			unanswered = append(unanswered, a)
+			a.answered = false
 		case a.status != http.StatusCreated:
 			t.Fatalf("%s: answered %d %s before the kill", a.key, a.status, a.reply)
 		}
 	}
-
-	db, err := sql.Open("sqlite3", "file:"+b.Path+"?_busy_timeout=5000")
-	if err != nil {
-		t.Fatal(err)
+	if backend && len(unanswered) == 0 {
+		t.Log("no transfer was in flight when the backends were terminated")
 	}
-	defer db.Close()
+
+	db := b.DB
 	storedBefore := map[string]bool{}
 	for _, a := range unanswered {
 		var n int
-		if err := db.QueryRow(`SELECT count(*) FROM transfers WHERE idempotency_key = ?`, a.key).Scan(&n); err != nil {
+		if err := b.QueryRow(`SELECT count(*) FROM transfers WHERE idempotency_key = ?`, a.key).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		storedBefore[a.key] = n == 1
 	}
 
-	second := startService(t, b.Path)
+	second := first
+	if !backend {
+		second = startService(t, b.DSN)
+	}
 	// Retry every transfer whose answer was lost (same key, same body), and
 	// every acknowledged one: the latter must replay the same bytes.
 	for _, a := range all {
@@ -295,7 +333,7 @@ func TestKillDuringTransfersLosesNothingAndAppliesOnce(t *testing.T) {
 		}
 		a.answered, a.status, a.reply = true, status, reply
 	}
-	t.Logf("%d transfers sent, %d acknowledged before SIGKILL, %d unanswered (%d of them committed before the kill)",
+	t.Logf("%s: %d transfers sent, %d acknowledged, %d unanswered (%d of them committed before the kill)", kind,
 		len(all), len(all)-len(unanswered), len(unanswered), countTrue(storedBefore))
 
 	// The restarted read model converges on the ledger.
@@ -306,7 +344,7 @@ func TestKillDuringTransfersLosesNothingAndAppliesOnce(t *testing.T) {
 	waitHealthSeq(t, second.url, maxSeq)
 	for _, u := range users {
 		var settled, pending int64
-		if err := db.QueryRow(`SELECT settled, pending FROM accounts WHERE user_id = ? AND currency = 'EUR'`, u).Scan(&settled, &pending); err != nil {
+		if err := b.QueryRow(`SELECT settled, pending FROM accounts WHERE user_id = ? AND currency = 'EUR'`, u).Scan(&settled, &pending); err != nil {
 			t.Fatal(err)
 		}
 		want := fmt.Sprintf(`{"user_id":%q,"seq":%d,"balances":[{"currency":"EUR","settled":%d,"pending":%d,"available":%d}]}`, u, maxSeq, settled, pending, settled)
@@ -323,7 +361,7 @@ func TestKillDuringTransfersLosesNothingAndAppliesOnce(t *testing.T) {
 	must(t, db.QueryRow(`SELECT count(*) FROM transfers`).Scan(&transfers))
 	must(t, db.QueryRow(`SELECT count(*) FROM transactions WHERE category = 'transfer'`).Scan(&legs))
 	must(t, db.QueryRow(`SELECT count(*) FROM (SELECT transfer_id FROM transactions WHERE category = 'transfer'
-		GROUP BY transfer_id HAVING count(*) != 2 OR sum(amount) != 0)`).Scan(&badLegs))
+		GROUP BY transfer_id HAVING count(*) != 2 OR sum(amount) != 0) AS bad`).Scan(&badLegs))
 	if transfers != len(all) || legs != 2*len(all) || badLegs != 0 {
 		t.Errorf("%d attempts: %d stored transfers, %d legs, %d transfer ids without exactly two balanced legs",
 			len(all), transfers, legs, badLegs)
@@ -335,7 +373,7 @@ func TestKillDuringTransfersLosesNothingAndAppliesOnce(t *testing.T) {
 		}
 		must(t, json.Unmarshal([]byte(a.reply), &answer))
 		var n int
-		must(t, db.QueryRow(`SELECT count(*) FROM transactions WHERE transfer_id = ? AND seq IN (?, ?)`,
+		must(t, b.QueryRow(`SELECT count(*) FROM transactions WHERE transfer_id = ? AND seq IN (?, ?)`,
 			answer.TransferID, answer.Seq-1, answer.Seq).Scan(&n))
 		if n != 2 {
 			t.Errorf("%s: transfer %s (seq %d) has %d legs in the ledger", a.key, answer.TransferID, answer.Seq, n)
@@ -344,6 +382,20 @@ func TestKillDuringTransfersLosesNothingAndAppliesOnce(t *testing.T) {
 	if err := testledger.CheckInvariant(db); err != nil {
 		t.Error(err)
 	}
+}
+
+// terminateBackends ends every PostgreSQL backend of the service (its
+// application_name) in the test's database, as an operator's
+// pg_terminate_backend or a backend crash would.
+func terminateBackends(t *testing.T, b *testledger.Builder) {
+	t.Helper()
+	var n int
+	err := b.DB.QueryRow(`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE application_name = 'payments-go' AND datname = current_database()`).Scan(&n)
+	if err != nil || n == 0 {
+		t.Fatalf("terminated %d backends of the service (%v)", n, err)
+	}
+	t.Logf("terminated %d backends of the service", n)
 }
 
 func countTrue(m map[string]bool) int {

@@ -1,9 +1,12 @@
 """`./run demo`: the three stories end to end, on this machine, with one report.
 
     python3 scripts/demo [--full] [--only ladder,payments,runtime] [--report-only] [--skip-build]
+                         [--db sqlite|postgres]
 
 Run by scripts/demo.sh after the build; writes target/demo/index.html and report.json.
-Quick by default (a few minutes on 2 cores); --full for the recorded figures."""
+Quick by default (a few minutes on 2 cores); --full for the recorded figures. A verdict says
+MET / NOT MET only when the repeats' interval lies wholly on one side of its target, else
+"undecided" with the interval (common.verdict)."""
 
 import argparse
 import datetime
@@ -23,38 +26,39 @@ import report  # noqa: E402
 import runtime  # noqa: E402
 
 # Durations as `scalpel load` takes them; ramp factors are fractions of a tier's closed rate.
+# Every verdict comes from repeats (common.verdict: MET / NOT MET only when the repeats'
+# interval is wholly on one side of the target): quick runs each verdict-bearing measurement
+# twice, on the servers already started, with short steps; --full at least three times, then
+# again while a verdict is undecided, up to `decide_cap_s` seconds per measurement or
+# `max_repeats` repeats.
 QUICK = {
     "mode": "quick",
-    "ladder_closed": "4s", "ladder_rounds": 2, "ladder_ramp": (0.2, 0.15, 1.4), "ladder_step": "2s",
-    "ladder_ramp_rounds": 1,
-    "pay_ramp": (1000, 2000, 120000), "pay_step": "2s", "pay_fixed": "5s", "pay_endpoints": ["stats"],
-    "pay_repeats": 1,
-    "rt_probe": "2s", "rt_ramp": (0.2, 0.15, 1.55), "rt_step": "2s", "rt_fixed": "5s", "rt_repeats": 1,
+    "ladder_closed": "2s", "ladder_rounds": 2, "ladder_repeats": 2, "ladder_ramp": (0.2, 0.15, 1.4),
+    "ladder_step": "2s", "ladder_ramp_rounds": 1,
+    "pay_ramp": (1000, 2000, 120000), "pay_step": "1s", "pay_fixed": "3s", "pay_endpoints": ["stats"],
+    "pay_repeats": 2,
+    "rt_probe": "2s", "rt_ramp": (0.2, 0.15, 1.55), "rt_step": "2s", "rt_fixed": "3s", "rt_repeats": 2,
     "ab_duration": "8s",
-    "rt_workloads": ["hello", "qr", "uneven"], "rt_ab": True,
+    "rt_workloads": ["hello", "uneven"], "rt_ab": True,
     # serve's max_in_flight_per_worker for the CPU-heavy workloads (0: least_conn alone; 1 since
     # the quiet --full run of 2026-12-02 00:05: on the uneven workload p99 0.48x pm2's against
-    # 0.54x for least_conn alone, docs/BENCHMARKS.md); rt_serve_old adds serve with least_conn
-    # alone as a third target (serve-lc), alternating: old vs new in one run; rt_hello_direct
-    # runs hello world under serve's direct mode (serve-lc is then its proxy mode).
-    "rt_serve_slots": 1, "rt_serve_old": False, "rt_hello_direct": True,
+    # 0.54x for least_conn alone, docs/BENCHMARKS.md); rt_split adds the story's "4 + 1" on the
+    # uneven mix (heavy and light requests on a worker each) as a third setup; rt_hello_direct
+    # runs hello world under serve's direct mode.
+    "rt_serve_slots": 1, "rt_split": True, "rt_hello_direct": True,
+    "until_decided": False, "decide_cap_s": 600, "max_repeats": 9,
 }
-FULL = {
+FULL = dict(QUICK, **{
     "mode": "full",
-    "ladder_closed": "10s", "ladder_rounds": 4, "ladder_ramp": (0.3, 0.1, 1.5), "ladder_step": "5s",
-    "ladder_ramp_rounds": 2,
+    "ladder_closed": "5s", "ladder_rounds": 2, "ladder_repeats": 3, "ladder_ramp": (0.3, 0.1, 1.5),
+    "ladder_step": "5s", "ladder_ramp_rounds": 2,
     "pay_ramp": (1000, 1000, 160000), "pay_step": "5s", "pay_fixed": "30s",
     "pay_endpoints": ["stats", "balance"], "pay_repeats": 3,
     "rt_probe": "5s", "rt_ramp": (0.3, 0.1, 1.6), "rt_step": "5s", "rt_fixed": "15s", "rt_repeats": 3,
     "ab_duration": "30s",
-    "rt_workloads": ["hello", "qr", "uneven"], "rt_ab": True,
-    # serve's max_in_flight_per_worker for the CPU-heavy workloads (0: least_conn alone; 1 since
-    # the quiet --full run of 2026-12-02 00:05: on the uneven workload p99 0.48x pm2's against
-    # 0.54x for least_conn alone, docs/BENCHMARKS.md); rt_serve_old adds serve with least_conn
-    # alone as a third target (serve-lc), alternating: old vs new in one run; rt_hello_direct
-    # runs hello world under serve's direct mode (serve-lc is then its proxy mode).
-    "rt_serve_slots": 1, "rt_serve_old": False, "rt_hello_direct": True,
-}
+    "rt_workloads": ["hello", "qr", "uneven"],
+    "until_decided": True,
+})
 STAGES = ["ladder", "payments", "runtime"]
 
 
@@ -82,11 +86,18 @@ def same_shape(value, like):
 
 def main():
     parser = argparse.ArgumentParser(prog="./run demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--full", action="store_true", help="the recorded figures: longer steps, repeats")
+    parser.add_argument("--full", action="store_true",
+                        help=f"the recorded figures: longer steps, at least {FULL['rt_repeats']} repeats of each "
+                             "measurement a verdict rests on, then more while its verdict is undecided: the cap is "
+                             f"{FULL['decide_cap_s'] // 60} minutes (decide_cap_s) or {FULL['max_repeats']} repeats "
+                             "(max_repeats) per measurement")
     parser.add_argument("--only", default=",".join(STAGES),
                         help="comma-separated stages to run (ladder, payments, runtime); the report "
                              "keeps the last results of the others")
     parser.add_argument("--skip-build", action="store_true", help="(read by scripts/demo.sh) measure what is built")
+    parser.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite",
+                        help="the payments ledger's store: an SQLite file (default) or a throw-away "
+                             "PostgreSQL cluster (scripts/lib/pg.sh)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override one setting of the profile (VALUE as JSON, else a string), e.g. "
                              "--set pay_step=3s --set 'pay_ramp=[2000,2000,90000]' (scripts/bench-quiet.sh)")
@@ -94,6 +105,7 @@ def main():
                         help="rebuild index.html from the last report.json without measuring")
     args = parser.parse_args()
     cfg = dict(FULL if args.full else QUICK)
+    cfg["pay_db"] = args.db
     for item in args.set:
         key, eq, value = item.partition("=")
         if not eq or key not in cfg:

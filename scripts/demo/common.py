@@ -17,6 +17,9 @@ import urllib.error
 import urllib.request
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "scripts", "lib"))
+import paired  # noqa: E402  the one paired-interval helper (scripts/lib/paired.py)
+
 TARGET = os.path.abspath(os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target"))
 # DEMO_OUT: another folder (scripts/bench-quiet.sh keeps its runs apart from the demo's report).
 OUT = os.path.abspath(os.environ.get("DEMO_OUT") or os.path.join(TARGET, "demo"))
@@ -352,6 +355,123 @@ def fmt_max(v, lower_bound=False, first_step=None):
     if not v:
         return f"< {fmt_num(first_step, 0)}" if first_step else "< first step"
     return (">= " if lower_bound else "") + fmt_num(v)
+
+
+def max_ratio_repeat(a, a_lower, b, b_lower):
+    """a / b for one repeat's two rates held at an SLO, and what the figure is: (ratio,
+    None) when both are figures, (ratio, "at_least") when only a held the ramp's top (its
+    true maximum is higher, so is the ratio), (ratio, "at_most") when only b did; (None,
+    None) when either held not even the first step or both held the top: no figure."""
+    if not a or not b or (a_lower and b_lower):
+        return None, None
+    return a / b, ("at_least" if a_lower else "at_most" if b_lower else None)
+
+
+def verdict(values, want, bounds=None):
+    """The verdict of one target "ratio >= want" from its repeats, failing closed.
+
+    `values` holds one figure per repeat (each from one run in which both sides alternated;
+    None: that repeat gave no figure, e.g. a side answered nothing or held not even the
+    ramp's first step); `bounds` says per repeat whether the figure is exact (None), a lower
+    bound ("at_least") or an upper bound ("at_most"). The interval is scripts/lib/paired.py's:
+    the order-statistics ~95% interval of the median, or min–max when there are too few
+    repeats for one. MET only when the whole interval is >= want, NOT MET only when it is
+    wholly below; anything else is "undecided", and so are: fewer than two repeats (no
+    interval), a repeat without a figure (no evidence never counts for either side), a MET
+    that rests on upper bounds or a NOT MET on lower bounds. `want` None: the interval
+    alone (verdict None)."""
+    bounds = list(bounds) if bounds is not None else [None] * len(values)
+    got = [v for v in values if v is not None]
+    out = {"want": want, "repeats": len(values), "values": list(values), "bounds": bounds,
+           "median": None, "lo": None, "hi": None, "coverage": None, "interval": None}
+    if got:
+        out["median"], out["lo"], out["hi"], out["coverage"] = paired.interval(got)
+        out["interval"] = paired.describe(out["coverage"]) if len(got) > 1 else "one repeat"
+    if want is None:
+        out["verdict"], out["why"] = None, "no target: the interval alone"
+    elif len(got) < len(values):
+        out["verdict"] = "undecided"
+        out["why"] = f"{len(values) - len(got)} of {len(values)} repeats gave no figure"
+    elif len(got) < 2:
+        out["verdict"], out["why"] = "undecided", "one repeat: no interval (a second run could reverse it)"
+    else:
+        side = paired.verdict_at_least(out["lo"], out["hi"], want)
+        if side == "met" and "at_most" in bounds:
+            out["verdict"], out["why"] = "undecided", "above the target, but some repeats are upper bounds"
+        elif side == "not-met" and "at_least" in bounds:
+            out["verdict"], out["why"] = "undecided", "below the target, but some repeats are lower bounds"
+        elif side == "met":
+            out["verdict"], out["why"] = "MET", "the whole interval is at or above the target"
+        elif side == "not-met":
+            out["verdict"], out["why"] = "NOT MET", "the whole interval is below the target"
+        else:
+            out["verdict"], out["why"] = "undecided", "the interval straddles the target"
+    out["text"] = verdict_text(out)
+    return out
+
+
+def verdict_text(v):
+    """One line: "MET: 1.52x (1.45x–1.61x, min–max of 2 repeats), target >= 1.40x", "undecided (the
+    interval straddles the target): ..." and the like."""
+    if v["verdict"] is None:
+        return verdict_figure(v)
+    head = v["verdict"] if v["verdict"] != "undecided" else f"undecided ({v['why']})"
+    return f"{head}: {verdict_figure(v)}, target >= {fmt_ratio(v['want'])}"
+
+
+def verdict_figure(v):
+    """The figure a verdict rests on: "1.52x (1.45x–1.61x, min–max of 2 repeats)"."""
+    n = v["repeats"]
+    if v["median"] is None:
+        return f"no figure ({n} repeat{'s' if n != 1 else ''})"
+    kind = "min–max" if not v["coverage"] else f"~{v['coverage'] * 100:.0f}% interval"
+    lb = ", some repeats lower bounds (the first side held the ramp's top)" if "at_least" in v["bounds"] else ""
+    ub = ", some repeats upper bounds (the second side held the ramp's top)" if "at_most" in v["bounds"] else ""
+    got = len([x for x in v["values"] if x is not None])
+    return (f"{fmt_ratio(v['median'])} ({fmt_ratio(v['lo'])}–{fmt_ratio(v['hi'])}, {kind} of "
+            f"{got} repeat{'s' if got != 1 else ''}){lb}{ub}")
+
+
+def served_target(label, num, den, want):
+    """A "num >= want x den in served req/s" target of the ladder from two tiers' rows (each
+    with `repeats`: per closed repeat, req/s and CPU µs per request, both tiers measured in
+    the same alternating run). The verdict is on req/s; the CPU-second ratio's interval is
+    shown beside it (on a shared core, req/s follows the CPU share each server got)."""
+    pairs = list(zip(num["repeats"], den["repeats"]))
+    by_rps = verdict([ratio(a["rps"], b["rps"]) for a, b in pairs], want)
+    by_core = verdict([ratio(b["cpu_us_per_request"], a["cpu_us_per_request"]) for a, b in pairs], None)
+    if by_rps["verdict"] != "MET" and by_core["lo"] is not None and by_core["lo"] >= want:
+        note = (f"per CPU-second {verdict_figure(by_core)}, wholly above: on a shared core req/s follows the "
+                "CPU share each server got")
+    else:
+        note = f"per CPU-second {fmt_ratio(by_core['median'])}"
+    return {"target": label, "req_s_ratio": by_rps["median"], "per_core_ratio": by_core["median"], "want": want,
+            "met": by_rps["verdict"] == "MET", "decision": by_rps["verdict"], "interval": by_rps,
+            "per_core": by_core, "note": note, "verdict": f"{by_rps['text']}; {note}"}
+
+
+def repeats(cfg, what, undecided, minimum):
+    """The repeat numbers of one measurement (0, 1, ...): `minimum` of them, then in --full
+    (cfg["until_decided"]) more while `undecided()` says a verdict is still open, as long as
+    one more repeat (as long as the longest so far) fits in cfg["decide_cap_s"] seconds of
+    this measurement, and at most cfg["max_repeats"] in all."""
+    start = time.monotonic()
+    longest = 0.0
+    r = 0
+    while True:
+        if r >= minimum:
+            if not cfg.get("until_decided") or not undecided():
+                return
+            spent = time.monotonic() - start
+            if r >= cfg["max_repeats"] or spent + longest > cfg["decide_cap_s"]:
+                log(f"{what}: still undecided after {r} repeats ({spent:.0f} s; the cap is "
+                    f"{cfg['decide_cap_s']:.0f} s or {cfg['max_repeats']} repeats)")
+                return
+            log(f"{what}: undecided after {r} repeats: one more")
+        t0 = time.monotonic()
+        yield r
+        longest = max(longest, time.monotonic() - t0)
+        r += 1
 
 
 def median(xs):

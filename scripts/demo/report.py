@@ -15,6 +15,7 @@ EXTRA_CSS = """
 .embedded{border-top:1px dashed var(--line);margin-top:8px;padding-top:4px;overflow-x:auto}
 .embedded header h1{font-size:16px}
 .target-met{color:var(--good);font-weight:600}.target-not{color:var(--bad);font-weight:600}
+.target-open{color:#b45309;font-weight:600}.card-verdict{font-size:13px;margin-top:2px}
 pre{background:var(--soft);border:1px solid var(--line);border-radius:6px;padding:8px 12px;overflow-x:auto;font-size:12.5px}
 td.left,th.left{text-align:left}
 """
@@ -53,10 +54,62 @@ def html_table(headers, rows, left=1):
     return "".join(out)
 
 
-def card(name, figure, label, note, color="#2563eb"):
+def card(name, figure, label, note, color="#2563eb", verdict=None):
+    """A headline card; `verdict` (common.verdict's dict) adds its decision, interval and
+    number of repeats under the figure."""
+    decided = ""
+    if verdict is not None:
+        decided = (f'<div class="card-verdict">{verdict_span(verdict)} '
+                   f'{esc(interval_words(verdict))}</div>')
     return (f'<div class="card" style="border-top-color:{color}"><div class="card-name" style="color:{color}">'
             f'{esc(name)}</div><div class="card-figure">{esc(figure)}</div><div class="card-label">{esc(label)}'
-            f'</div><div class="card-note">{esc(note)}</div></div>')
+            f'</div>{decided}<div class="card-note">{esc(note)}</div></div>')
+
+
+def verdict_span(v):
+    """MET / NOT MET / undecided (or "interval" for a figure without a target), coloured."""
+    word = v.get("verdict") or "interval"
+    cls = {"MET": "target-met", "NOT MET": "target-not"}.get(word, "target-open")
+    return f'<span class="{cls}">{esc(word)}</span>'
+
+
+def verdict_line(v):
+    """The decision, coloured, then what it rests on and, when undecided, why."""
+    why = f" — {esc(v['why'])}" if v.get("verdict") == "undecided" else ""
+    want = f", target &gt;= {esc(c.fmt_ratio(v['want']))}" if v.get("want") is not None else ""
+    return f"{verdict_span(v)}: {esc(c.verdict_figure(v))}{want}{why}"
+
+
+def span_range(v):
+    """ "1.21x–1.52x (2 of 2)": the interval and how many repeats gave a figure, for a table cell."""
+    got = len([x for x in v["values"] if x is not None])
+    rng = "-" if v["lo"] is None else f"{c.fmt_ratio(v['lo'])}–{c.fmt_ratio(v['hi'])}"
+    return f"{rng} ({got} of {v['repeats']})"
+
+
+def interval_words(v):
+    """ "1.21x–1.52x, min–max of 2 repeats; target >= 1.40x" (or why there is no interval)."""
+    n = v["repeats"]
+    got = len([x for x in v["values"] if x is not None])
+    if v["lo"] is None:
+        text = f"no figure in {n} repeat{'s' if n != 1 else ''}"
+    else:
+        kind = f"~{v['coverage'] * 100:.0f}% interval" if v.get("coverage") else "min–max"
+        text = f"{c.fmt_ratio(v['lo'])}–{c.fmt_ratio(v['hi'])}, {kind} of {got} repeat{'s' if got != 1 else ''}"
+        if got < n:
+            text += f" ({n - got} without a figure)"
+    if v.get("want") is not None:
+        text += f"; target >= {c.fmt_ratio(v['want'])}"
+    return text
+
+
+def target_items(targets):
+    """The <li> lines of a stage's targets (common.served_target's); a target recorded
+    before verdicts had intervals is shown as it was written, marked so."""
+    return "".join(f'<li>{esc(t["target"])}: {verdict_line(t["interval"])}; {esc(t.get("note", ""))}</li>'
+                   if "interval" in t else
+                   f'<li>{esc(t["target"])}: {esc(t["verdict"])} (an older report: one run, no interval)</li>'
+                   for t in targets)
 
 
 def ladder_section(d, css_sink):
@@ -79,10 +132,7 @@ def ladder_section(d, css_sink):
                      c.fmt_ratio(z["rps_per_core"]), c.fmt_ratio(z["slo_rps"])])
     ratios = html_table(["tier", "req/s (ours | article)", "mean", "p99", "bytes", "memory", "req/s vs 0",
                          "per core vs 0", "at SLO vs 0"], rows)
-    targets = "".join(
-        f'<li>{esc(t["target"])}: {esc(c.fmt_ratio(t["req_s_ratio"]))} (per CPU-second '
-        f'{esc(c.fmt_ratio(t["per_core_ratio"]))}) — <span class="{"target-met" if t["met"] else "target-not"}">'
-        f'{esc(t["verdict"])}</span></li>' for t in d["targets"])
+    targets = target_items(d["targets"])
     python = python_block(d)
     closed, css = embed(d.get("closed_file"), "the closed-model run, every tier (scalpel report html)")
     css_sink.append(css)
@@ -95,7 +145,8 @@ def ladder_section(d, css_sink):
             ramps += block
     return f"""<section class="story"><h2>1. The tier ladder, served — GET /qrcode at every tier of Rust adoption</h2>
 <p class="note">{esc(d['pinning'])}. Closed model at the article's 100 connections (all tiers in one
-<code>scalpel load</code> run, alternating segments), then an open-model ramp per tier to {esc(d['slo'])}.
+<code>scalpel load</code> run, alternating segments; {len(d.get('closed_files') or [1])} such runs, the figures
+their medians, each target judged on their paired ratios), then an open-model ramp per tier to {esc(d['slo'])}.
 {esc(d['outputs']['note'])}.</p>
 {main}
 <h3>Ratios to tier 0-article (ours | the article's published figure) and to tier 0 with matched settings</h3>
@@ -115,10 +166,7 @@ def python_block(d):
     p = d.get("python")
     if not p:
         return ""
-    targets = "".join(
-        f'<li>{esc(t["target"])}: {esc(c.fmt_ratio(t["req_s_ratio"]))} (per CPU-second '
-        f'{esc(c.fmt_ratio(t["per_core_ratio"]))}) — <span class="{"target-met" if t["met"] else "target-not"}">'
-        f'{esc(t["verdict"])}</span></li>' for t in p["targets"])
+    targets = target_items(p["targets"])
     return (f'<h3>The same ladder, Python host (qr/python: an ASGI app under uvicorn), in the same runs</h3>'
             f'<p class="note">{esc(d["outputs"].get("python_note", ""))}. Tier 4 is repeated as the top.</p>'
             f'{html_table(ladder_python.HEADERS, ladder_python.table_rows(p), left=2)}<ul>{targets}</ul>')
@@ -129,7 +177,7 @@ def payments_section(d, css_sink):
         return '<section class="story"><h2>2. Payments</h2><p class="note">not run</p></section>'
     sh = d["shadow"]
     parts = [f"""<section class="story"><h2>2. Payments — the hot endpoints moved from Go to Rust</h2>
-<p class="note">{esc(d['pinning'])}. {d['users']:,} users; every user on every hot endpoint and window replayed to
+<p class="note">{esc(d['pinning'])}. {d['users']:,} users, the ledger in {esc(d.get('store', 'sqlite'))}; every user on every hot endpoint and window replayed to
 both services and compared field by field: {sh['compared']:,} pairs, {sh['matched']:,} matched,
 {sh['mismatched']} differ, {sh['errors']} errors.</p><pre>{esc(sh['table'].strip())}</pre>"""]
     for ep, e in d["endpoints"].items():
@@ -151,6 +199,9 @@ both services and compared field by field: {sh['compared']:,} pairs, {sh['matche
         parts.append(f"<h3>/v1/users/{{id}}/{esc(ep)}: ramped under {esc(d['slo'])}, then fixed at "
                      f"{f['offered_rps']:,} req/s (half of Go's max)</h3>")
         parts.append(html_table(["figure", "Go", "Rust", "Rust/Go", "the story"], rows))
+        if e.get("target"):
+            parts.append(f'<p>Target: Rust\'s max &gt;= {esc(c.fmt_ratio(e["target"]["want"]))} Go\'s: '
+                         f'{verdict_line(e["target"])}</p>')
         cpu = e.get("cpu_percent_at_max") or {}
         parts.append(f'<p class="note">CPU at the last step that held: Go {esc(c.fmt_num(cpu.get("go")))}%, Rust '
                      f'{esc(c.fmt_num(cpu.get("rust")))}% of a core. A maximum marked "&gt;=" held at the ramp\'s '
@@ -170,26 +221,26 @@ both services and compared field by field: {sh['compared']:,} pairs, {sh['matche
 def runtime_section(d, ab, css_sink):
     if not d:
         return '<section class="story"><h2>3. The runtime</h2><p class="note">not run</p></section>'
-    parts = [f"""<section class="story"><h2>3. The runtime — the same Node service under pm2 and under scalpel serve</h2>
-<p class="note">{esc(d['note'])}.</p>"""]
-    parts.append("<ul>" + "".join(f"<li><b>{esc(w['name'])}</b>: {esc(w['what'])}; SLO {esc(w['slo'])}</li>"
-                                  for w in d["workloads"]) + "</ul>")
-    rows = []
+    parts = [f"""<section class="story"><h2>3. The runtime — the same Node service, the story's setup before and
+under scalpel serve</h2>
+<p class="note">{esc(d['note'])}. BEFORE, on the CPU-heavy workloads, is the setup the story ran: nginx (round
+robin, keep-alive connections to its upstream) in front of pm2's cluster mode, where each kept-alive connection
+lands on one worker and stays there; serve gives each worker its own port and picks a worker per request
+(<code>least_conn</code>, <code>max_in_flight_per_worker = 1</code>). Hello world compares pm2 alone with serve's
+direct mode. Every ramp repeat alternates all setups; a verdict is MET or NOT MET only when the repeats'
+interval is wholly on one side of its target.</p>"""]
+    old = [w["name"] for w in d["workloads"] if "setups" not in w]
+    if old:
+        parts.append(f'<p class="note">Workloads recorded by an older demo ({esc(", ".join(old))}) are not shown: '
+                     "run <code>./run demo --only runtime</code>.</p>")
     for w in d["workloads"]:
-        lb = w["rps_lower_bound"]
-        mx = lambda t: c.fmt_max(w["rps"][t], lb[t], w.get("ramp_start"))
-        label = w["name"] + (" (serve: direct mode)" if w.get("serve_mode") == "direct" else "")
-        rows.append([label, mx("pm2"), mx("serve"),
-                     c.fmt_ratio(c.max_ratio(w["rps"]["serve"], w["rps"]["pm2"])),
-                     f"{w['fixed_rps']:,}", c.fmt_ms(w["p99_ms"]["pm2"]), c.fmt_ms(w["p99_ms"]["serve"]),
-                     c.fmt_ratio(c.ratio(w["p99_ms"]["serve"], w["p99_ms"]["pm2"])),
-                     f"{c.fmt_num(w['cpu_percent']['pm2'])} / {c.fmt_num(w['cpu_percent']['serve'])}",
-                     f"{c.fmt_num(w['pss_mb']['pm2'])} / {c.fmt_num(w['pss_mb']['serve'])}"])
-    parts.append(html_table(["workload", "pm2 max req/s", "serve max req/s", "serve/pm2",
-                             "at req/s (80% of pm2)", "pm2 p99 ms", "serve p99 ms", "serve/pm2",
-                             "CPU % pm2 / serve", "PSS MiB pm2 / serve"], rows))
+        if "setups" in w:
+            parts.append(workload_block(w))
     for w in d["workloads"]:
-        block, css = embed(w["ramp_files"][0], f"{w['name']}: the ramp, pm2 and serve alternating (scalpel report html)")
+        if "setups" not in w:
+            continue
+        block, css = embed(w["ramp_files"][0], f"{w['name']}: the first ramp, every setup alternating "
+                                               "(scalpel report html)")
         css_sink.append(css)
         parts.append(block)
     if ab:
@@ -208,32 +259,78 @@ def runtime_section(d, ab, css_sink):
     return "".join(parts)
 
 
+def workload_block(w):
+    """One workload: a row per setup (rate at the SLO and each ramp's, the ratio to BEFORE
+    with its verdict, the p99 at equal load and each run's, CPU, memory)."""
+    before = w["before"]
+    which = f"{w['p99_endpoint']} p99" if w.get("p99_endpoint") else "p99"
+    start = w.get("ramp_start")
+    rows = []
+    for k, label in w["setups"].items():
+        v = w["verdict"] if k == "serve" else w["variants"].get(k)
+        pr = w["p99_ratio"].get(k)
+        rows.append([f"{k}: {label}", c.fmt_max(w["rps"][k], w["rps_lower_bound"][k], start),
+                     " ".join(c.fmt_max(x, b, start) for x, b in zip(w["rps_all"][k], w["rps_lower_bound_all"][k])),
+                     "" if v is None else c.fmt_ratio(v["median"]), "" if v is None else span_range(v),
+                     c.fmt_ms(w["p99_ms"][k]), " ".join(c.fmt_ms(x) for x in w["p99_ms_all"][k]),
+                     "" if pr is None else f"{c.fmt_ratio(pr['median'])} ({span_range(pr)})",
+                     c.fmt_num(w["cpu_percent"][k]), c.fmt_num(w["cpu_us_per_request"][k]), c.fmt_num(w["pss_mb"][k])])
+    head = ["setup", "max req/s at the SLO", "each ramp", f"/ {before}", "interval (repeats)",
+            f"{which} ms at {w['fixed_rps']:,} req/s", "each run", f"/ {before} (interval)", "CPU %", "CPU µs/req",
+            "PSS MiB"]
+    target = f"<p>Target: {esc(w['target'])}: {verdict_line(w['verdict'])}</p>" if w.get("target") else ""
+    target += "".join(f"<p>{esc(k)} / {esc(before)}, the same target: {verdict_line(v)}</p>"
+                      for k, v in w["variants"].items())
+    return (f"<h3>{esc(w['name'])}: {esc(w['what'])}; SLO {esc(w['slo'])}</h3>{html_table(head, rows)}"
+            f'<p class="note">{esc(which)} at equal load: {w["fixed_rps"]:,} req/s, 80% of {esc(before)}\'s rate '
+            f"at the SLO. A rate marked &gt;= held at the ramp's top (a lower bound); &lt; held not even its first "
+            f"step.</p>{target}")
+
+
 def cards(data):
     out = ['<section class="cards">']
     lad = data.get("ladder")
     if lad:
         t = lad["targets"][0]
-        out.append(card("ladder", c.fmt_ratio(t["req_s_ratio"]), "tier 4 / tier 3, served req/s",
-                        f"per CPU-second {c.fmt_ratio(t['per_core_ratio'])}; target 1.3x"))
+        if "interval" in t:
+            out.append(card("ladder", c.fmt_ratio(t["req_s_ratio"]), "tier 4 / tier 3, served req/s",
+                            f"per CPU-second {c.fmt_ratio(t['per_core_ratio'])}", verdict=t["interval"]))
     pay = data.get("payments")
     if pay:
         out.append(card("payments", f"{c.fmt_num(pay['consistency_percent'], 2)}%", "same answers (shadow replay)",
-                        f"{pay['shadow']['compared']:,} pairs", "#1e7b34"))
-        e = pay["endpoints"][pay["endpoint"]]
-        out.append(card("payments", c.fmt_ratio(e["max_ratio"]), f"Rust / Go max req/s ({pay['endpoint']})",
-                        f"Go {c.fmt_max(e['max_rps']['go'], e['max_rps_lower_bound']['go'], e.get('ramp_start'))}, "
-                        f"Rust {c.fmt_max(e['max_rps']['rust'], e['max_rps_lower_bound']['rust'], e.get('ramp_start'))}",
+                        f"{pay['shadow']['compared']:,} pairs, every one compared: a count, not a sample",
                         "#1e7b34"))
+        e = pay["endpoints"][pay["endpoint"]]
+        if "target" in e:
+            out.append(card("payments", c.fmt_ratio(e["target"]["median"]), f"Rust / Go max req/s ({pay['endpoint']})",
+                            f"Go {c.fmt_max(e['max_rps']['go'], e['max_rps_lower_bound']['go'], e.get('ramp_start'))}, "
+                            f"Rust {c.fmt_max(e['max_rps']['rust'], e['max_rps_lower_bound']['rust'], e.get('ramp_start'))}"
+                            " (medians)", "#1e7b34", e["target"]))
         cost = pay["cost"]
         saving = cost.get("yearly_saving")
+        each = [x for x in cost.get("yearly_saving_all") or [] if x is not None]
+        spread = (f"; ${min(each):,.0f}–${max(each):,.0f} over the {len(each)} fixed-load runs" if len(each) > 1
+                  else "; one fixed-load run")
         out.append(card("cost", f"${saving:,.2f}" if saving is not None else "-", "a year",
-                        f"{cost.get('vcpu_saved')} vCPU freed at {cost['fleet_qps']:,.0f} req/s", "#1e7b34"))
+                        f"{cost.get('vcpu_saved')} vCPU freed at {cost['fleet_qps']:,.0f} req/s{spread}", "#1e7b34"))
     rt = data.get("runtime")
-    if rt and rt.get("rps"):
-        out.append(card("runtime", c.fmt_ratio(c.max_ratio(rt["rps"]["serve"], rt["rps"]["pm2"])),
-                        "serve / pm2 max req/s, uneven mix",
-                        f"p99 at 80% of pm2's max: {c.fmt_ratio(c.ratio(rt['p99_ms']['serve'], rt['p99_ms']['pm2']))}",
-                        "#7c3aed"))
+    for w in (rt or {}).get("workloads", []):
+        if w["name"] not in ("uneven", "hello") or "verdict" not in w:
+            continue
+        before, v = w["before"], w["verdict"]
+        if w["name"] == "uneven":
+            p = w["p99_ratio"]["serve"]
+            note = (f"{w['p99_endpoint']} p99 at {w['fixed_rps']:,} req/s: serve {c.fmt_ms(w['p99_ms']['serve'])} ms, "
+                    f"{before} {c.fmt_ms(w['p99_ms'][before])} ms ({c.fmt_ratio(p['median'])}, {interval_words(p)})")
+            for k, x in w["variants"].items():
+                note += f"; {k} {c.fmt_ratio(x['median'])} the rate ({x.get('verdict')})"
+            out.append(card("runtime", c.fmt_ratio(v["median"]), f"serve / {before}, rate held at the SLO",
+                            f"uneven mix, SLO {w['slo']}; " + note, "#7c3aed", v))
+        else:
+            out.append(card("runtime", c.fmt_ratio(v["median"]), f"serve direct mode / {before} alone, rate held "
+                            "at the SLO", f"hello world, SLO {w['slo']}; p99 at {w['fixed_rps']:,} req/s: serve "
+                            f"{c.fmt_ms(w['p99_ms']['serve'])} ms, {before} {c.fmt_ms(w['p99_ms'][before])} ms",
+                            "#7c3aed", v))
     out.append("</section>")
     return "".join(out)
 

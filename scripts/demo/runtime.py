@@ -1,11 +1,21 @@
-"""Story 3: the same Node service, two workers, under pm2's cluster mode and under `scalpel
-serve`, on three workloads (hello world, QR tier 0, an uneven mix of cheap and very expensive
-requests): the rate each holds at the SLO, p99 at 80% of pm2's maximum, CPU and memory. Then
-an A/B split through serve (tier 0 host vs tier 3 host, 50/50, sticky) with a mirror."""
+"""Story 3: the same Node service, two workers, in the setup the story ran before and under
+`scalpel serve`, on the uneven mix the story is about (9 in 10 requests ~1 ms of CPU, 1 in
+10 ~20 ms): the rate each holds at the light endpoint's p99 SLO, and the light endpoint's p99
+at equal load. BEFORE is nginx (round robin, keep-alive to its upstream) in front of pm2's
+cluster mode: each of nginx's kept-alive connections lands on one pm2 worker and stays
+there, so a light request waits behind the heavy ones of its connection's worker. AFTER is
+serve with a port per worker and its balancer choosing per request (`least_conn`,
+`max_in_flight_per_worker = 1`), and the story's "4 + 1" (heavy and light requests on
+workers of their own) as a variant. Hello world keeps pm2 alone against serve's direct
+mode. Then an A/B split through serve (tier 0 host vs tier 3 host, 50/50, sticky) with a
+mirror."""
 
+import getpass
+import grp
 import json
 import os
 import re
+import shutil
 import subprocess
 import time
 import urllib.parse
@@ -16,25 +26,45 @@ import ladder
 PM2 = os.path.join(c.ROOT, "scripts", "demo", "pm2", "node_modules", ".bin", "pm2")
 QR_SERVER_JS = os.path.join(c.ROOT, "qr", "node", "server.js")
 HELLO_JS = os.path.join(c.ROOT, "examples", "serve", "app.js")
+HEALTH = "/healthz"
+# The uneven mix's light endpoint: the SLO and the p99 at equal load are its own.
+LIGHT = "light"
+
+# What each setup is, as the tables name it.
+LABELS = {
+    "pm2": "pm2 cluster mode alone",
+    "nginx-pm2": "nginx -> pm2 cluster (BEFORE)",
+    "serve": "scalpel serve",
+    "serve-split": "serve, heavy and light on their own workers",
+}
 
 
 def workloads():
-    """name, what, app argv (with {port} for serve), path template, data lines, SLO."""
+    """Each workload: name, what, the app's argv (with {port} for serve), how requests are
+    made (a template and data lines, or a mix file's text and its CSV rows), the SLO, the
+    setup it is judged against (BEFORE), the serve variants beside it, and the target
+    (serve's rate at the SLO / BEFORE's, None: the interval alone)."""
     short = [f"hi-{i}" for i in range(90)]
     heavy = [("z" * 500) + f"{i:012d}" for i in range(10)]
-    mix = []
-    light = iter(short)
-    for i in range(100):
-        mix.append(heavy[i // 10] if i % 10 == 9 else next(light))
-    enc = lambda ts: [urllib.parse.quote(t, safe="") for t in ts]
+    enc = lambda t: urllib.parse.quote(t, safe="")
     qr_app = ["node", QR_SERVER_JS, "--tier", "0", "--port", "{port}"]
+    # The heavy requests carry `X-Cost: heavy`: the split variant routes on it (a real
+    # service routes by path prefix; the QR host has one path).
+    mix = ('[[request]]\nname = "light"\npath = "/qrcode?text={light:raw}"\nweight = 9\n\n'
+           '[[request]]\nname = "heavy"\npath = "/qrcode?text={heavy:raw}"\n'
+           'headers = { "X-Cost" = "heavy" }\nweight = 1\n')
+    rows = ["light,heavy"] + [f"{enc(short[i % 90])},{enc(heavy[i % 10])}" for i in range(900)]
     return [
-        ("hello", "Node hello world (examples/serve/app.js)", ["node", HELLO_JS], "/", None,
-         "p99<20ms,errors<1%"),
-        ("qr", "CPU-heavy, uniform: QR tier 0 on 40-90 byte URLs", qr_app, "/qrcode?text={text:raw}",
-         enc(ladder.texts()), "p99<100ms,errors<1%"),
-        ("uneven", "CPU-heavy, uneven: QR tier 0, 9 in 10 texts of 4-5 bytes, 1 in 10 of 512 bytes",
-         qr_app, "/qrcode?text={text:raw}", enc(mix), "p99<100ms,errors<1%"),
+        {"name": "hello", "what": "Node hello world (examples/serve/app.js)", "app": ["node", HELLO_JS],
+         "template": "/", "lines": None, "slo": "p99<20ms,errors<1%", "before": "pm2", "variants": [],
+         "want": 1.0, "target": "serve direct mode >= pm2 alone (#14)"},
+        {"name": "qr", "what": "CPU-heavy, uniform: QR tier 0 on 40-90 byte URLs", "app": qr_app,
+         "template": "/qrcode?text={text:raw}", "lines": [enc(t) for t in ladder.texts()],
+         "slo": "p99<100ms,errors<1%", "before": "nginx-pm2", "variants": [], "want": None, "target": None},
+        {"name": "uneven", "what": "the uneven mix: QR tier 0, 9 in 10 texts of 4-5 bytes (light, ~1 ms), "
+         "1 in 10 of 512 bytes (heavy, ~20 ms)", "app": qr_app, "mix": mix, "rows": rows,
+         "slo": f"{LIGHT}:p99<25ms,heavy:p99<500ms,errors<1%", "before": "nginx-pm2", "variants": ["serve-split"],
+         "want": 1.4, "target": "serve >= 1.4x BEFORE's rate at the SLO (#27)"},
     ]
 
 
@@ -61,6 +91,14 @@ class Pm2:
             argv += ["--"] + args
         self.cmd(argv, env={"PORT": str(port)})
 
+    def start_binary(self, name, program, args, path):
+        """A program run by pm2 as is (fork mode, no interpreter, never restarted): it is then
+        one of the daemon's children, so the daemon's process tree is the whole setup."""
+        with open(path, "w") as f:
+            json.dump({"apps": [{"name": name, "script": program, "args": args, "interpreter": "none",
+                                 "exec_mode": "fork", "autorestart": False}]}, f)
+        self.cmd(["start", path])
+
     def daemon_pid(self):
         with open(os.path.join(self.home, "pm2.pid")) as f:
             return int(f.read().strip())
@@ -70,6 +108,44 @@ class Pm2:
 
     def kill(self):
         self.cmd(["kill"], check=False)
+
+
+def nginx_config(path, scratch, listen, upstream_port):
+    """nginx as the story's BEFORE balancer: round robin (one upstream here: pm2's port),
+    keep-alive connections to it, as many worker processes as serve has threads (one per
+    core); every path (pid, logs, temp) in the run's scratch dir, listening on 127.0.0.1
+    only. Kept in the foreground (pm2 runs it); as root, its workers stay the current user."""
+    temp = " ".join(f"{k}_temp_path {scratch}/{k};" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+    user = f"user {getpass.getuser()} {grp.getgrgid(os.getegid()).gr_name};\n" if os.geteuid() == 0 else ""
+    text = f"""{user}worker_processes auto;
+daemon off;
+pid {scratch}/nginx.pid;
+error_log {scratch}/error.log;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  keepalive_requests 10000000;
+  {temp}
+  upstream app {{ server 127.0.0.1:{upstream_port}; keepalive 64; keepalive_requests 10000000; }}
+  server {{
+    listen 127.0.0.1:{listen};
+    location / {{
+      proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection "";
+      proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+      proxy_set_header X-Forwarded-Proto $scheme;
+    }}
+  }}
+}}
+"""
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def nginx_binary():
+    found = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
+    if not found:
+        raise c.DemoError("nginx is not installed (apt-get install nginx): the runtime story's BEFORE setup needs it")
+    return found
 
 
 def serve_config(path, listen, admin, apps, routes=""):
@@ -108,14 +184,15 @@ def run(cfg, report):
     pm2.kill()  # a daemon left over from an interrupted run
     results = []
     procs = c.Procs()
+    ab = None
     try:
-        for name, what, app, template, lines, slo in workloads():
-            if name not in cfg["rt_workloads"]:
+        for w in workloads():
+            if w["name"] not in cfg["rt_workloads"]:
                 continue
-            results.append(workload(cfg, out, pm2, procs, name, what, app, template, lines, slo))
+            results.append(workload(cfg, out, pm2, procs, w))
             print_workload(results[-1])
-        # The A/B split's rate comes from the qr workload's figures.
-        ab = ab_split(cfg, out, procs, results) if cfg["rt_ab"] and "qr" in cfg["rt_workloads"] else None
+        if cfg["rt_ab"]:
+            ab = ab_split(cfg, out, procs)
     finally:
         procs.stop_all()
         pm2.delete_all()
@@ -124,9 +201,11 @@ def run(cfg, report):
     report["runtime"] = {
         "rps": uneven["rps"] if uneven else None,
         "p99_ms": uneven["p99_ms"] if uneven else None,
+        "headline": uneven and {"before": uneven["before"], "after": "serve", "verdict": uneven["verdict"],
+                                "p99_ratio": uneven["p99_ratio"], "fixed_rps": uneven["fixed_rps"]},
         "workloads": results,
-        "note": "two workers on two cores shared with the load generator (nothing pinned: each setup "
-                "needs both cores)",
+        "note": "two workers on two cores shared with the balancer and the load generator (nothing pinned: each "
+                "setup needs both cores); every setup of a workload in one run, alternating step by step",
     }
     if ab is not None:
         report["ab"] = ab
@@ -134,167 +213,238 @@ def run(cfg, report):
     return report["runtime"]
 
 
-def workload(cfg, out, pm2, procs, name, what, app, template, lines, slo):
-    data = None
-    if lines:
-        data = os.path.join(out, f"{name}.txt")
-        with open(data, "w") as f:
-            f.write("\n".join(lines) + "\n")
+def start_setups(cfg, out, pm2, procs, w):
+    """The workload's setups, started: [(key, url, pid to watch)] (BEFORE first) and the
+    serve processes to stop."""
+    name, app = w["name"], w["app"]
     pm2_port, listen, admin = c.free_ports(3)
-    base = c.port_block(4)
-    health = "/healthz"
-    # pm2 cluster mode: every worker listens on the same port through the master.
     script, args = app[1], [a if a != "{port}" else str(pm2_port) for a in app[2:]]
+    # pm2 cluster mode: every worker listens on the same port through the master.
     pm2.start(f"demo-{name}", script, args, pm2_port)
-    wait_http(f"http://127.0.0.1:{pm2_port}{health}")
-    pm2_pid = pm2.daemon_pid()
-    # The config a user would write for single-threaded workers: at most
-    # `rt_serve_slots` requests on a worker at once, the rest in serve's FIFO queue for the
-    # first worker that frees (docs/serve.md, max_in_flight_per_worker; 0: least_conn alone).
+    wait_http(f"http://127.0.0.1:{pm2_port}{HEALTH}")
+    setups = []
+    if w["before"] == "nginx-pm2":
+        nginx_port = c.free_port()
+        scratch = os.path.join(out, f"nginx-{name}")
+        os.makedirs(scratch, exist_ok=True)
+        conf = os.path.join(scratch, "nginx.conf")
+        nginx_config(conf, scratch, nginx_port, pm2_port)
+        # Run by pm2, so the daemon's tree (what is watched) holds nginx and the workers.
+        pm2.start_binary(f"nginx-{name}", nginx_binary(),
+                         ["-c", conf, "-p", scratch, "-e", os.path.join(scratch, "error.log")],
+                         os.path.join(scratch, "pm2-nginx.json"))
+        try:
+            wait_http(f"http://127.0.0.1:{nginx_port}{HEALTH}", timeout=20)
+        except c.DemoError as e:
+            raise c.DemoError(f"{e}; nginx: {c.tail(os.path.join(scratch, 'error.log'))}") from None
+        setups.append(("nginx-pm2", f"http://127.0.0.1:{nginx_port}", pm2.daemon_pid()))
+    else:
+        setups.append(("pm2", f"http://127.0.0.1:{pm2_port}", pm2.daemon_pid()))
+    # The config a user would write for single-threaded workers: at most `rt_serve_slots`
+    # requests on a worker at once, the rest in serve's FIFO queue for the first worker that
+    # frees (docs/serve.md, max_in_flight_per_worker; 0: least_conn alone).
     slots = cfg["rt_serve_slots"]
     # Light requests: the mode serve's guide recommends for them (docs/serve.md, direct mode):
     # the workers accept on serve's socket, no per-request hop, as pm2's do after the handshake.
     direct = name == "hello" and cfg.get("rt_hello_direct", True)
-    app_conf = {"name": name, "command": app, "workers": 2, "port_base": base, "health": health,
+    app_conf = {"name": name, "command": app, "workers": 2, "port_base": c.port_block(4), "health": HEALTH,
                 "max_in_flight_per_worker": slots}
-    server_listen = listen
+    url = f"http://127.0.0.1:{listen}"
     if direct:
         # Two more ports at once, so they differ: the app's socket, and serve's own
         # (unused) balancer listener.
-        direct_port, server_listen = c.free_ports(2)
+        direct_port, listen = c.free_ports(2)
         app_conf.update(mode="direct", listen=f"127.0.0.1:{direct_port}")
-        listen = direct_port
-        slots = 0
+        url = f"http://127.0.0.1:{direct_port}"
+    serves = []
     cfg_path = os.path.join(out, f"serve-{name}.toml")
-    serve_config(cfg_path, server_listen, admin, [app_conf])
+    serve_config(cfg_path, listen, admin, [app_conf])
     sp, _ = procs.start(f"serve-{name}", [c.SCALPEL, "serve", "--config", cfg_path], cpu=None,
-                        ready=f"http://127.0.0.1:{listen}{health}")
-    names = ["pm2", "serve"]
-    watch = ["--watch-pid", f"pm2={pm2_pid}", "--watch-pid", f"serve={sp.pid}"]
-    extra_targets = []
-    old_sp = None
-    if cfg["rt_serve_old"]:
-        # The same serve with least_conn alone (before max_in_flight_per_worker; for a direct
-        # app, serve's proxy mode), alternating with the other two: old vs new in one run.
-        old_listen, old_admin = c.free_ports(2)
-        old_base = c.port_block(4)
-        old_path = os.path.join(out, f"serve-{name}-least-conn.toml")
-        serve_config(old_path, old_listen, old_admin, [{"name": name, "command": app, "workers": 2,
-                                                        "port_base": old_base, "health": health}])
-        old_sp, _ = procs.start(f"serve-{name}-lc", [c.SCALPEL, "serve", "--config", old_path], cpu=None,
-                                ready=f"http://127.0.0.1:{old_listen}{health}")
-        names.append("serve-lc")
-        extra_targets = ["--target", f"serve-lc=http://127.0.0.1:{old_listen}"]
-        watch += ["--watch-pid", f"serve-lc={old_sp.pid}"]
+                        ready=url + HEALTH)
+    serves.append(sp)
+    setups.append(("serve", url, sp.pid))
+    if "serve-split" in w["variants"] and cfg["rt_split"]:
+        # The story's "4 + 1" with the same two workers: one for the heavy requests, one for
+        # the light, each app least_conn with the same slots; the route reads X-Cost.
+        split_listen, split_admin = c.free_ports(2)
+        apps = [dict(app_conf, name="heavy", workers=1, port_base=c.port_block(2)),
+                dict(app_conf, name="light", workers=1, port_base=c.port_block(2))]
+        routes = ('\n[[route]]\nprefix = "/"\nheader = { name = "x-cost", value = "heavy" }\napp = "heavy"\n'
+                  '\n[[route]]\nprefix = "/"\napp = "light"\n')
+        split_path = os.path.join(out, f"serve-{name}-split.toml")
+        serve_config(split_path, split_listen, split_admin, apps, routes)
+        split_url = f"http://127.0.0.1:{split_listen}"
+        xp, _ = procs.start(f"serve-{name}-split", [c.SCALPEL, "serve", "--config", split_path], cpu=None,
+                            ready=split_url + HEALTH)
+        serves.append(xp)
+        setups.append(("serve-split", split_url, xp.pid))
     how = "direct mode" if direct else f"least_conn, max_in_flight_per_worker = {slots or 'none'}"
-    c.log(f"runtime: {name}: pm2 cluster (2 workers) on :{pm2_port}, scalpel serve (2 workers, {how}) on :{listen}"
-          + (f", serve {'in proxy mode' if direct else 'with least_conn alone'} as serve-lc" if old_sp else ""))
+    c.log(f"runtime: {name}: " + "; ".join(f"{k} on {u}" for k, u, _ in setups) + f" (2 workers each; serve {how})")
+    return setups, serves, ("direct" if direct else "proxy"), (slots if not direct else None)
+
+
+def request_args(out, w):
+    """`scalpel load`'s request arguments for the workload (its data file written)."""
+    if w.get("mix"):
+        mix, rows = os.path.join(out, f"{w['name']}-mix.toml"), os.path.join(out, f"{w['name']}.csv")
+        with open(mix, "w") as f:
+            f.write(w["mix"])
+        with open(rows, "w") as f:
+            f.write("\n".join(w["rows"]) + "\n")
+        return ["--mix", mix, "--data", rows, "--shuffle", "3"]
+    if w.get("lines"):
+        data = os.path.join(out, f"{w['name']}.txt")
+        with open(data, "w") as f:
+            f.write("\n".join(w["lines"]) + "\n")
+        return ["--data", data, "--shuffle", "3", w["template"]]
+    return [w["template"]]
+
+
+def p99_of(step, endpoint):
+    """The step's p99 (ms), or one endpoint's of a mix; None when nothing was answered."""
+    if endpoint is None:
+        return c.latency(step, "p99")
+    e = next((e for e in step.get("endpoints") or [] if e["name"] == endpoint), None)
+    return None if e is None else c.latency(e, "p99")
+
+
+def workload(cfg, out, pm2, procs, w):
+    name = w["name"]
+    setups, serves, mode, slots = start_setups(cfg, out, pm2, procs, w)
+    keys = [k for k, _, _ in setups]
+    before = keys[0]
+    endpoint = LIGHT if w.get("mix") else None
     try:
-        targets = (["--target", f"pm2=http://127.0.0.1:{pm2_port}", "--target", f"serve=http://127.0.0.1:{listen}"]
-                   + extra_targets + watch)
-        extra = ["--data", data, "--shuffle", "3"] if data else []
-        # Both setups warmed alike (JIT, connections), then discarded.
-        c.scalpel_load(["-c", "64", "-d", "1s", "--rounds", "1"] + targets + extra + [template],
+        targets = []
+        for k, url, pid in setups:
+            targets += ["--target", f"{k}={url}", "--watch-pid", f"{k}={pid}"]
+        req = request_args(out, w)
+        # Every setup warmed alike (JIT, connections), then discarded.
+        c.scalpel_load(["-c", "64", "-d", "1s", "--rounds", "1"] + targets + req,
                        os.path.join(out, f"{name}-warmup.json"), cpu=None)
-        # pm2's closed-model maximum scales the ramp (same schedule for both).
-        probe = c.scalpel_load(["-c", "64", "-d", cfg["rt_probe"], "--target", f"pm2=http://127.0.0.1:{pm2_port}"]
-                               + extra + [template], os.path.join(out, f"{name}-probe.json"), cpu=None)
+        # BEFORE's closed-model maximum scales the ramp (the same schedule for every setup).
+        before_url = setups[0][1]
+        probe_req = req if w.get("mix") else req[:-1] + [before_url + req[-1]]
+        probe = c.scalpel_load(["-c", "64", "-d", cfg["rt_probe"]] + (["--target", f"{before}={before_url}"]
+                               if w.get("mix") else []) + probe_req, os.path.join(out, f"{name}-probe.json"), cpu=None)
         top = probe["targets"][0]["steps"][0]["achieved_rps"]
         lo, step, hi = (max(1, round(top * f)) for f in cfg["rt_ramp"])
-        maxima = {t: [] for t in names}
-        lower = {t: False for t in names}
+        maxima = {k: [] for k in keys}
+        lower = {k: [] for k in keys}
         ramp_files = []
-        for r in range(cfg["rt_repeats"]):
-            c.log(f"runtime: {name}: ramp {lo},{step},{hi} req/s, {cfg['rt_step']} steps, SLO {slo}, "
-                  f"pm2 and serve alternating (repeat {r + 1})")
+        undecided = lambda: rate_verdict(maxima, lower, "serve", before, w["want"])["verdict"] == "undecided"
+        for r in c.repeats(cfg, f"runtime: {name}: ramp", undecided, cfg["rt_repeats"]):
+            c.log(f"runtime: {name}: ramp {lo},{step},{hi} req/s, {cfg['rt_step']} steps, SLO {w['slo']}, "
+                  f"{', '.join(keys)} alternating (repeat {r + 1})")
             f = os.path.join(out, f"{name}-ramp-{r + 1}.json")
-            res = c.scalpel_load(["--ramp", f"{lo},{step},{hi}", "--step-duration", cfg["rt_step"], "--slo", slo,
-                                  "-c", "64"] + targets + extra + [template], f, cpu=None)
+            res = c.scalpel_load(["--ramp", f"{lo},{step},{hi}", "--step-duration", cfg["rt_step"], "--slo", w["slo"],
+                                  "-c", "64"] + targets + req, f, cpu=None)
             ramp_files.append(f)
-            for t in names:
-                held, lb = c.breaking_rps(c.target_of(res, t))
-                maxima[t].append(held)
-                lower[t] = lower[t] or lb
-        pm2_max = c.median(maxima["pm2"])
-        rate = max(1, int(0.8 * pm2_max)) if pm2_max else max(1, int(0.5 * top))
-        fixed = {t: [] for t in names}
+            for k in keys:
+                held, lb = c.breaking_rps(c.target_of(res, k))
+                maxima[k].append(held)
+                lower[k].append(lb)
+        before_max = c.median(maxima[before])
+        rate = max(1, int(0.8 * before_max)) if before_max else max(1, int(0.5 * top))
+        fixed = {k: [] for k in keys}
         fixed_files = []
         for r in range(cfg["rt_repeats"]):
-            c.log(f"runtime: {name}: fixed {rate:,} req/s (80% of pm2's max) for {cfg['rt_fixed']} (repeat {r + 1})")
+            c.log(f"runtime: {name}: fixed {rate:,} req/s (80% of {before}'s max) for {cfg['rt_fixed']} "
+                  f"(repeat {r + 1})")
             f = os.path.join(out, f"{name}-fixed-{r + 1}.json")
-            res = c.scalpel_load(["--rate", str(rate), "-d", cfg["rt_fixed"], "-c", "64"] + targets + extra
-                                 + [template], f, cpu=None)
+            res = c.scalpel_load(["--rate", str(rate), "-d", cfg["rt_fixed"], "-c", "64"] + targets + req, f, cpu=None)
             fixed_files.append(f)
-            for t in names:
-                fixed[t].append(c.target_of(res, t)["steps"][0])
+            for k in keys:
+                fixed[k].append(c.target_of(res, k)["steps"][0])
     finally:
-        procs.stop(sp)
-        if old_sp is not None:
-            procs.stop(old_sp)
+        for sp in serves:
+            procs.stop(sp)
         pm2.delete_all()
-    pick = lambda t, get: c.median([get(s) for s in fixed[t]])
-    both = lambda get: {t: pick(t, get) for t in names}
+    return summarize(w, keys, mode, slots, top, lo, maxima, lower, rate, fixed, endpoint, ramp_files, fixed_files)
+
+
+def rate_verdict(maxima, lower, after, before, want):
+    """`after`'s rate at the SLO over `before`'s, per ramp (both in one alternating run),
+    judged by common.verdict: a ramp where one side held the top gives a bound, one where a
+    side held not even the first step no figure."""
+    pairs = [c.max_ratio_repeat(a, al, b, bl) for a, al, b, bl in
+             zip(maxima[after], lower[after], maxima[before], lower[before])]
+    return c.verdict([v for v, _ in pairs], want, [b for _, b in pairs])
+
+
+def summarize(w, keys, mode, slots, top, lo, maxima, lower, rate, fixed, endpoint, ramp_files, fixed_files):
+    before = keys[0]
+    pick = lambda k, get: c.median([get(s) for s in fixed[k]])
+    each = lambda get: {k: pick(k, get) for k in keys}
+    p99_all = {k: [p99_of(s, endpoint) for s in fixed[k]] for k in keys}
     return {
-        "name": name,
-        "what": what,
-        "slo": slo,
+        "name": w["name"],
+        "what": w["what"],
+        "slo": w["slo"],
+        "target": w["target"],
+        "setups": {k: LABELS[k] for k in keys},
+        "before": before,
         "serve_max_in_flight_per_worker": slots or None,
-        "serve_mode": "direct" if direct else "proxy",
+        "serve_mode": mode,
         "probe_rps": top,
         "ramp_start": lo,
-        "rps": {t: c.median(maxima[t]) for t in names},
+        "rps": {k: c.median(maxima[k]) for k in keys},
         "rps_all": maxima,
-        "rps_lower_bound": lower,
+        "rps_lower_bound": {k: any(lower[k]) for k in keys},
+        "rps_lower_bound_all": lower,
+        # The target, on serve; every other serve variant against the same BEFORE, the same way.
+        "verdict": rate_verdict(maxima, lower, "serve", before, w["want"]),
+        "variants": {k: rate_verdict(maxima, lower, k, before, w["want"]) for k in keys[2:]},
         "fixed_rps": rate,
-        "p99_ms": both(lambda s: c.latency(s, "p99")),
-        "p99_ms_all": {t: [c.latency(s, "p99") for s in fixed[t]] for t in names},
-        "p50_ms": both(lambda s: c.latency(s, "p50")),
-        "errors": both(lambda s: s["errors"]),
-        "cpu_percent": both(lambda s: s.get("cpu_percent")),
-        "pss_mb": both(lambda s: s.get("pss_mb")),
-        "cpu_us_per_request": both(c.cpu_us_per_request),
+        "p99_endpoint": endpoint,
+        "p99_ms": {k: c.median(p99_all[k]) for k in keys},
+        "p99_ms_all": p99_all,
+        # serve's p99 at equal load over BEFORE's, per fixed run: the interval alone.
+        "p99_ratio": {k: c.verdict([c.ratio(a, b) for a, b in zip(p99_all[k], p99_all[before])], None)
+                      for k in keys[1:]},
+        "p99_step_ms": each(lambda s: c.latency(s, "p99")),
+        "p50_ms": each(lambda s: c.latency(s, "p50")),
+        "errors": each(lambda s: s["errors"]),
+        "cpu_percent": each(lambda s: s.get("cpu_percent")),
+        "pss_mb": each(lambda s: s.get("pss_mb")),
+        "cpu_us_per_request": each(c.cpu_us_per_request),
         "ramp_files": ramp_files,
         "fixed_files": fixed_files,
     }
 
 
 def print_workload(w):
-    c.section(f"3. Runtime: {w['what']}: pm2 cluster mode vs scalpel serve, 2 workers each")
+    keys = list(w["setups"])
+    before = w["before"]
+    c.section(f"3. Runtime: {w['what']}: {', '.join(w['setups'][k] for k in keys)}; 2 workers each")
     lb = w["rps_lower_bound"]
-    old = "serve-lc" in w["rps"]
-    # A target that missed the SLO at the ramp's first step held no step: say so, not "0".
-    mx = lambda t: c.fmt_max(w["rps"][t], lb[t], w.get("ramp_start"))
-    ms = lambda key: lambda t: c.fmt_ms(w[key][t])
-    num = lambda key, digits=1: lambda t: c.fmt_num(w[key][t], digits)
-
-    def row(label, key, show):
-        # A max of 0 is "below the ramp's first step": no ratio can be taken from it.
-        div = c.max_ratio if key == "rps" else c.ratio
-        cells = [label, show("pm2"), show("serve"), c.fmt_ratio(div(w[key]["serve"], w[key]["pm2"]))]
-        if old:
-            cells += [show("serve-lc"), c.fmt_ratio(div(w[key]["serve-lc"], w[key]["pm2"]))]
-        return cells
-
+    # A setup that missed the SLO at the ramp's first step shows "< first", not "0".
+    mx = lambda k: c.fmt_max(w["rps"][k], lb[k], w.get("ramp_start"))
+    which = f"{w['p99_endpoint']} endpoint's p99" if w.get("p99_endpoint") else "p99"
     rows = [
-        row(f"max req/s at {w['slo']}", "rps", mx),
-        row(f"p99 ms at {w['fixed_rps']:,} req/s (80% of pm2's max)", "p99_ms", ms("p99_ms")),
-        row("p50 ms there", "p50_ms", ms("p50_ms")),
-        row("errors there", "errors", num("errors", 0)),
-        row("CPU % (whole tree, 100 = one core)", "cpu_percent", num("cpu_percent")),
-        row("CPU µs per request", "cpu_us_per_request", num("cpu_us_per_request")),
-        row("memory, PSS MiB (whole tree)", "pss_mb", num("pss_mb")),
+        [f"max req/s at {w['slo']}"] + [mx(k) for k in keys],
+        ["  each ramp"] + [" ".join(c.fmt_max(v, b, w.get("ramp_start")) for v, b in
+                                    zip(w["rps_all"][k], w["rps_lower_bound_all"][k])) for k in keys],
+        [f"{which} ms at {w['fixed_rps']:,} req/s (80% of {before}'s max)"] + [c.fmt_ms(w["p99_ms"][k]) for k in keys],
+        ["  each run"] + [" ".join(c.fmt_ms(v) for v in w["p99_ms_all"][k]) for k in keys],
+        ["p50 ms there (all requests)"] + [c.fmt_ms(w["p50_ms"][k]) for k in keys],
+        ["errors there"] + [c.fmt_num(w["errors"][k], 0) for k in keys],
+        ["CPU % (whole tree, 100 = one core)"] + [c.fmt_num(w["cpu_percent"][k]) for k in keys],
+        ["CPU µs per request"] + [c.fmt_num(w["cpu_us_per_request"][k]) for k in keys],
+        ["memory, PSS MiB (whole tree)"] + [c.fmt_num(w["pss_mb"][k]) for k in keys],
     ]
-    rows[3][3] = ""
-    head = ["figure", "pm2", "serve", "serve/pm2"]
-    if old:
-        rows[3][5] = ""
-        head += ["serve, proxy mode" if w.get("serve_mode") == "direct" else "serve, least_conn alone", "/pm2"]
-    slots = w.get("serve_max_in_flight_per_worker")
     if w.get("serve_mode") == "direct":
         print("serve: mode = \"direct\" (the workers accept on serve's socket, no balancer hop)")
     else:
-        print(f"serve: max_in_flight_per_worker = {slots}" if slots else "serve: least_conn alone")
-    print(c.table(head, rows))
+        slots = w.get("serve_max_in_flight_per_worker")
+        print(f"serve: least_conn, max_in_flight_per_worker = {slots}" if slots else "serve: least_conn alone")
+    print(c.table(["figure"] + keys, rows))
+    print(f"target: {w['target']}: {w['verdict']['text']}" if w["target"] else
+          f"serve / {before}, rate at the SLO: {w['verdict']['text']}")
+    for k, v in w["variants"].items():
+        print(f"{k} / {before}, rate at the SLO: {v['text']}")
+    for k, v in w["p99_ratio"].items():
+        print(f"{which} at equal load, {k} / {before}: {v['text']}")
 
 
 def metrics(admin):
@@ -317,7 +467,7 @@ def metric(values, name, **labels):
     return None
 
 
-def ab_split(cfg, out, procs, results):
+def ab_split(cfg, out, procs):
     """Tier 0 host vs tier 3 host through serve, 50/50 sticky by user, tier 4 mirrored."""
     listen, admin = c.free_ports(2)
     base = c.port_block(12)
@@ -333,15 +483,13 @@ def ab_split(cfg, out, procs, results):
               'mirror = "tier4"\nmirror_percent = 100\n')
     cfg_path = os.path.join(out, "serve-ab.toml")
     serve_config(cfg_path, listen, admin, apps, routes)
-    qr_w = next(r for r in results if r["name"] == "qr")
-    # Half of the traffic lands on one tier-0 worker: keep that at half of what one worker of
-    # the 2-worker setups held (the tier-3 arm, the mirror and the generator share the cores).
-    rate = max(20, int(0.5 * (qr_w["rps"]["pm2"] or qr_w["probe_rps"])))
     data = os.path.join(out, "ab.csv")
     with open(data, "w") as f:
         f.write("user,text\n")
         for i, t in enumerate(ladder.texts() * 10):
             f.write(f"user-{i % 997},{urllib.parse.quote(t, safe='')}\n")
+    with open(data.replace(".csv", "-texts.txt"), "w") as f:
+        f.write("".join(urllib.parse.quote(t, safe="") + "\n" for t in ladder.texts()))
     sp, _ = procs.start("serve-ab", [c.SCALPEL, "serve", "--config", cfg_path], cpu=None,
                         ready=f"http://127.0.0.1:{admin}/status")
     deadline = time.monotonic() + 60
@@ -352,6 +500,14 @@ def ab_split(cfg, out, procs, results):
         time.sleep(0.2)
     else:
         raise c.DemoError("the A/B apps did not all become ready")
+    # Half of the traffic lands on the one tier-0 worker: the rate is 80% of what that
+    # worker answers alone (closed model, probed on its own port, so serve's counters see
+    # none of it), which puts it near 40% busy (the tier-3 arm, the mirror and the
+    # generator share the cores).
+    probe = c.scalpel_load(["-c", "4", "-d", cfg["rt_probe"], "--data", data.replace(".csv", "-texts.txt"),
+                            f"http://127.0.0.1:{base}/qrcode?text={{text:raw}}"], os.path.join(out, "ab-probe.json"),
+                           cpu=None)
+    rate = max(20, int(0.8 * probe["targets"][0]["steps"][0]["achieved_rps"]))
     c.log(f"runtime: A/B: tier 0 vs tier 3 host, 50/50 sticky by X-User, tier 4 mirrored; {rate} req/s for "
           f"{cfg['ab_duration']}")
     try:

@@ -13,6 +13,7 @@ use clap::{Parser, Subcommand};
 mod dashboard;
 mod load;
 mod logs;
+mod procstat;
 mod recorded;
 mod report;
 mod serve;
@@ -39,6 +40,8 @@ enum Command {
     Shadow(shadow::ShadowArgs),
     /// Run a service's workers on per-worker ports behind a built-in balancer.
     Serve(serve::ServeArgs),
+    /// CPU time and memory (RSS, PSS) of process trees now, as load and serve measure them.
+    Procstat(procstat::ProcstatArgs),
 }
 
 fn main() -> ExitCode {
@@ -90,6 +93,7 @@ fn main() -> ExitCode {
         Command::Report(args) => report::run(args),
         Command::Shadow(args) => shadow::run(args),
         Command::Serve(args) => serve::run(args),
+        Command::Procstat(args) => procstat::run(args),
     };
     if let Some(f) = flush {
         f.wait(std::time::Duration::from_secs(5));

@@ -3,12 +3,38 @@
 
 use std::io;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
 
-use crate::h1::WireError;
+use crate::h1::wire::WireError;
+
+/// RST_STREAM reasons by code (RFC 9113 §7), and one slot for codes beyond them.
+pub(crate) const REASONS: [&str; 15] = [
+    "no_error",
+    "protocol_error",
+    "internal_error",
+    "flow_control_error",
+    "settings_timeout",
+    "stream_closed",
+    "frame_size_error",
+    "refused_stream",
+    "cancel",
+    "compression_error",
+    "connect_error",
+    "enhance_your_calm",
+    "inadequate_security",
+    "http_1_1_required",
+    "other",
+];
+
+/// The stable name of an RST_STREAM or GOAWAY reason (`cancel`, `refused_stream`, …;
+/// `other` for codes RFC 9113 does not define).
+pub(crate) fn reason_name(reason: h2::Reason) -> &'static str {
+    REASONS[(u32::from(reason) as usize).min(REASONS.len() - 1)]
+}
 
 /// What went wrong, in the words of a results table: each kind has a stable short name
 /// ([`ErrorKind::name`]) used as a JSON key and table column, and a side
@@ -16,9 +42,11 @@ use crate::h1::WireError;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum ErrorKind {
-    /// No connection: refused, unreachable, no address, or the connect time-out.
+    /// No connection: refused, unreachable, no address, the connect time-out, or an
+    /// HTTP/2 handshake (after TCP and TLS) that failed. Nothing of a request was sent.
     Connect,
-    /// The TLS handshake failed: certificate not trusted, wrong name, expired, ALPN.
+    /// The TLS handshake failed or did not end within the connect time-out: certificate
+    /// not trusted, wrong name, expired, ALPN. Nothing of a request was sent.
     Tls,
     /// A time-out after the connection was made (response head, body, or the caller's
     /// whole-request deadline).
@@ -33,7 +61,8 @@ pub enum ErrorKind {
     /// A response head over the configured limit, or a body over the caller's limit.
     TooLarge,
     /// This machine ran out of something: file descriptors (EMFILE), ephemeral ports
-    /// (EADDRNOTAVAIL), buffers or memory. Not the upstream's fault.
+    /// (EADDRNOTAVAIL), buffers or memory; or a request the connection cannot carry.
+    /// Not the upstream's fault. [`Error::detail`] names the errno.
     Local,
 }
 
@@ -65,6 +94,25 @@ impl ErrorKind {
         }
     }
 
+    /// The kind of a [`ErrorKind::name`], for files that recorded one.
+    pub fn from_name(name: &str) -> Option<ErrorKind> {
+        ErrorKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// What the kind means, in a few words for a person (a message's first half).
+    pub fn describe(self) -> &'static str {
+        match self {
+            ErrorKind::Connect => "could not connect",
+            ErrorKind::Tls => "the TLS handshake failed",
+            ErrorKind::Timeout => "no response within the time-out",
+            ErrorKind::Reset => "the connection or stream was reset before the response",
+            ErrorKind::Protocol => "the response is not valid HTTP",
+            ErrorKind::BodyCut => "the response body was cut short",
+            ErrorKind::TooLarge => "the response is over a size limit",
+            ErrorKind::Local => "this machine's own limit",
+        }
+    }
+
     /// Where the fault lies. Everything this crate reports is the upstream's doing except
     /// [`ErrorKind::Local`].
     pub fn side(self) -> Side {
@@ -88,6 +136,49 @@ impl ErrorKind {
 impl std::fmt::Display for ErrorKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+/// The key a results table counts an error under: its [`ErrorKind`] and, where there is
+/// one, a finer name ([`Error::detail`]) — written `kind` or `kind:detail`
+/// (`local:EMFILE`, `reset:cancel`, `reset:goaway`). `Copy` and allocation-free, so a
+/// load generator's per-thread tallies keep it on the hot path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ErrorKey {
+    /// The kind.
+    pub kind: ErrorKind,
+    /// The finer name, if any.
+    pub detail: Option<&'static str>,
+}
+
+impl ErrorKey {
+    /// A key without detail.
+    pub const fn of(kind: ErrorKind) -> ErrorKey {
+        ErrorKey { kind, detail: None }
+    }
+
+    /// A [`ErrorKind::Local`] key naming its cause (an errno name, or a tool's own such as
+    /// `source`).
+    pub const fn local(cause: &'static str) -> ErrorKey {
+        ErrorKey {
+            kind: ErrorKind::Local,
+            detail: Some(cause),
+        }
+    }
+}
+
+impl From<ErrorKind> for ErrorKey {
+    fn from(kind: ErrorKind) -> ErrorKey {
+        ErrorKey::of(kind)
+    }
+}
+
+impl std::fmt::Display for ErrorKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.detail {
+            None => f.write_str(self.kind.name()),
+            Some(d) => write!(f, "{}:{d}", self.kind.name()),
+        }
     }
 }
 
@@ -291,6 +382,11 @@ pub enum Error {
     /// A request the connection cannot carry (e.g. headers h2 refuses): the caller's bug.
     #[error("request not sendable: {0}")]
     Request(String),
+    /// The failure of a connection attempt that several requests waited for (a shared
+    /// HTTP/2 connection is opened once for all of them): each gets this, sorted as the
+    /// attempt's own error.
+    #[error("{0}")]
+    Shared(Arc<Error>),
 }
 
 fn fmt_duration(d: Duration) -> String {
@@ -305,16 +401,28 @@ fn fmt_duration(d: Duration) -> String {
 
 /// Is this I/O error a shortage on this machine rather than the peer's doing?
 fn local_shortage(e: &io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM | libc::EADDRNOTAVAIL)
-    ) || e.kind() == io::ErrorKind::OutOfMemory
+    shortage_name(e).is_some()
+}
+
+/// The errno name of a shortage on this machine: its descriptor tables, its ephemeral
+/// ports, its buffers or memory.
+fn shortage_name(e: &io::Error) -> Option<&'static str> {
+    Some(match e.raw_os_error() {
+        Some(libc::EMFILE) => "EMFILE",
+        Some(libc::ENFILE) => "ENFILE",
+        Some(libc::ENOBUFS) => "ENOBUFS",
+        Some(libc::ENOMEM) => "ENOMEM",
+        Some(libc::EADDRNOTAVAIL) => "EADDRNOTAVAIL",
+        Some(libc::EADDRINUSE) => "EADDRINUSE",
+        _ if e.kind() == io::ErrorKind::OutOfMemory => "ENOMEM",
+        _ => return None,
+    })
 }
 
 impl Error {
     /// The kind, for tables and JSON.
     pub fn kind(&self) -> ErrorKind {
-        match self {
+        match self.own() {
             Error::Resolve { .. } => ErrorKind::Connect,
             Error::Connect(e) => {
                 if local_shortage(e) {
@@ -327,6 +435,10 @@ impl Error {
                 phase: Phase::Connect,
                 ..
             } => ErrorKind::Connect,
+            Error::Timeout {
+                phase: Phase::Handshake,
+                ..
+            } => ErrorKind::Tls,
             Error::Timeout { .. } => ErrorKind::Timeout,
             Error::Tls(_) => ErrorKind::Tls,
             Error::NotSent(e) | Error::Io { source: e, .. } if local_shortage(e) => {
@@ -348,6 +460,46 @@ impl Error {
             Error::Wire(_) => ErrorKind::Protocol,
             Error::H2 { phase, source } => h2_kind(*phase, source),
             Error::Request(_) => ErrorKind::Local,
+            Error::Shared(_) => unreachable!("own() looks through it"),
+        }
+    }
+
+    /// This error, or the one a [`Error::Shared`] carries.
+    fn own(&self) -> &Error {
+        match self {
+            Error::Shared(e) => e.own(),
+            e => e,
+        }
+    }
+
+    /// A finer name within the kind, where there is one: the errno of a shortage on this
+    /// machine (`EMFILE`, `EADDRNOTAVAIL`, …; `EINVAL` for a request the connection
+    /// cannot carry), the reason of an HTTP/2 stream the peer reset (`cancel`,
+    /// `refused_stream`, …), or `goaway` for a request the peer's GOAWAY refused.
+    pub fn detail(&self) -> Option<&'static str> {
+        if let Some(reason) = self.reset_by_peer() {
+            return Some(reason);
+        }
+        if self.refused_by_goaway() {
+            return Some("goaway");
+        }
+        if self.kind() != ErrorKind::Local {
+            return None;
+        }
+        let io = match self.own() {
+            Error::Connect(e) | Error::NotSent(e) | Error::Io { source: e, .. } => Some(e),
+            Error::H2 { source, .. } => source.get_io(),
+            _ => None,
+        };
+        Some(io.and_then(shortage_name).unwrap_or("EINVAL"))
+    }
+
+    /// The key a results table counts this error under: [`Error::kind`] and
+    /// [`Error::detail`].
+    pub fn key(&self) -> ErrorKey {
+        ErrorKey {
+            kind: self.kind(),
+            detail: self.detail(),
         }
     }
 
@@ -360,7 +512,7 @@ impl Error {
     /// any method: no connection, no handshake, not one byte written, or an HTTP/2
     /// stream the server refused (REFUSED_STREAM, RFC 9113 §8.7).
     pub fn never_sent(&self) -> bool {
-        match self {
+        match self.own() {
             Error::Resolve { .. } | Error::Connect(_) | Error::Tls(_) | Error::NotSent(_) => true,
             Error::Timeout { phase, .. } | Error::Io { phase, .. } => {
                 matches!(phase, Phase::Connect | Phase::Handshake)
@@ -376,7 +528,7 @@ impl Error {
     /// ([`Error::Closed`]) instead. A proxy that never resends a request its upstream took
     /// tells the two apart with this.
     pub fn is_connection_reset(&self) -> bool {
-        matches!(self, Error::Io { source, .. } if matches!(
+        matches!(self.own(), Error::Io { source, .. } if matches!(
             source.kind(),
             io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe
         ))
@@ -385,9 +537,9 @@ impl Error {
     /// An HTTP/2 stream the peer reset (RST_STREAM): the reason's stable name
     /// (`cancel`, `refused_stream`, …, as in [`crate::H2Counts::rst_by_reason`]).
     pub fn reset_by_peer(&self) -> Option<&'static str> {
-        match self {
+        match self.own() {
             Error::H2 { source, .. } if source.is_reset() && source.is_remote() => {
-                source.reason().map(crate::h2::reason_name)
+                source.reason().map(reason_name)
             }
             _ => None,
         }
@@ -398,7 +550,7 @@ impl Error {
     /// promises not to process (RFC 9113 §6.8). Sending it again on a new connection is
     /// safe for any method.
     pub fn refused_by_goaway(&self) -> bool {
-        matches!(self, Error::H2 { source, .. } if source.is_go_away() && source.is_remote())
+        matches!(self.own(), Error::H2 { source, .. } if source.is_go_away() && source.is_remote())
     }
 
     /// The JSON error answer a gateway gives its client for this error: the status of
@@ -425,10 +577,14 @@ fn h2_kind(phase: Phase, e: &h2::Error) -> ErrorKind {
         } else if phase == Phase::Body {
             ErrorKind::BodyCut
         } else if phase == Phase::Handshake {
-            ErrorKind::Tls
+            ErrorKind::Connect
         } else {
             ErrorKind::Reset
         };
+    }
+    if phase == Phase::Handshake {
+        // The h2 preface after TCP and TLS: no connection to send on.
+        return ErrorKind::Connect;
     }
     if e.is_reset() || e.is_go_away() {
         return match e.reason() {
@@ -556,6 +712,45 @@ mod tests {
         );
         assert!(!t.never_sent());
         assert!(Error::Connect(os(libc::ECONNREFUSED)).never_sent());
+    }
+
+    /// The key a results table counts an error under: the kind, and the errno of a
+    /// shortage on this machine (EADDRINUSE among them, as the load generator always
+    /// counted it); a handshake that never finished is never a sent request's failure.
+    #[test]
+    fn keys_name_the_errno_of_a_local_shortage_and_handshakes_sort_as_never_sent() {
+        let os = io::Error::from_raw_os_error;
+        let key = |e: Error| e.key().to_string();
+        assert_eq!(key(Error::Connect(os(libc::EMFILE))), "local:EMFILE");
+        assert_eq!(
+            key(Error::Connect(os(libc::EADDRINUSE))),
+            "local:EADDRINUSE"
+        );
+        assert_eq!(
+            key(Error::io(Phase::Write, os(libc::ENOBUFS))),
+            "local:ENOBUFS"
+        );
+        assert_eq!(key(Error::Request("bad header".into())), "local:EINVAL");
+        assert_eq!(key(Error::Connect(os(libc::ECONNREFUSED))), "connect");
+        assert_eq!(key(Error::io(Phase::Head, os(libc::ECONNRESET))), "reset");
+        let handshake = Error::Timeout {
+            phase: Phase::Handshake,
+            after: Duration::from_secs(1),
+        };
+        assert_eq!(handshake.kind(), ErrorKind::Tls);
+        assert!(handshake.never_sent());
+        let shared = Error::Shared(Arc::new(Error::Connect(os(libc::EMFILE))));
+        assert_eq!(shared.key(), ErrorKey::local("EMFILE"));
+        assert!(shared.never_sent());
+        assert_eq!(
+            shared.to_string(),
+            Error::Connect(os(libc::EMFILE)).to_string()
+        );
+        for k in ErrorKind::ALL {
+            assert_eq!(ErrorKind::from_name(k.name()), Some(k));
+            assert_eq!(ErrorKey::of(k).to_string(), k.name());
+        }
+        assert_eq!(ErrorKind::from_name("io"), None);
     }
 
     /// The grammar read back: every kind name round-trips, and a body of another shape

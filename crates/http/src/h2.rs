@@ -14,35 +14,10 @@ use h2::client::SendRequest;
 use h2::{RecvStream, SendStream};
 use http::{HeaderMap, Request, StatusCode};
 
-use crate::error::{Error, Phase};
+use crate::error::{Error, Phase, REASONS};
 use crate::hop::strip_hop_by_hop;
 use crate::peer::PeerOptions;
 use crate::stream::Stream;
-
-/// RST_STREAM reasons by code (RFC 9113 §7), and one slot for codes beyond them.
-const REASONS: [&str; 15] = [
-    "no_error",
-    "protocol_error",
-    "internal_error",
-    "flow_control_error",
-    "settings_timeout",
-    "stream_closed",
-    "frame_size_error",
-    "refused_stream",
-    "cancel",
-    "compression_error",
-    "connect_error",
-    "enhance_your_calm",
-    "inadequate_security",
-    "http_1_1_required",
-    "other",
-];
-
-/// The stable name of an RST_STREAM or GOAWAY reason (`cancel`, `refused_stream`, …;
-/// `other` for codes RFC 9113 does not define).
-pub(crate) fn reason_name(reason: h2::Reason) -> &'static str {
-    REASONS[(u32::from(reason) as usize).min(REASONS.len() - 1)]
-}
 
 /// Counters of HTTP/2 events, shared by the connections that record into them (one per
 /// connector by default). Updated only on rare events: atomics are cheap enough.

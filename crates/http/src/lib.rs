@@ -11,12 +11,13 @@ mod host;
 mod ipnet;
 mod peer;
 pub mod server_tls;
+mod session;
 mod stream;
 mod tls;
 
 pub use connector::{Conn, Connected, Connector, Timing};
 pub use error::{
-    Error, ErrorKind, Phase, Side, TlsError, error_body, error_response, parse_error_body,
+    Error, ErrorKey, ErrorKind, Phase, Side, TlsError, error_body, error_response, parse_error_body,
 };
 pub use guard::{AdminGuard, Refusal};
 pub use h2::{H2BodySender, H2Conn, H2Counts, H2Driver, H2PendingResponse, H2Response, H2Stats};
@@ -28,4 +29,5 @@ pub use host::{HostError, request_host, valid_authority};
 pub use ipnet::IpNet;
 pub use peer::{HttpVersion, Peer, PeerOptions, Resolve, ResolveError, Scheme, UrlError};
 pub use server_tls::ServerTls;
+pub use session::{H1Sessions, H2Lease, Resend, Reuse, Session, Sessions, SharedH2};
 pub use stream::Stream;

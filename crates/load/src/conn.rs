@@ -3,132 +3,38 @@
 //! connection it shares with the thread's other slots — opened on demand (the TLS
 //! handshake timed apart from requests), checked before each request (a keep-alive
 //! connection the server closed while idle is replaced, an HTTP/2 connection ended by
-//! GOAWAY is reopened), and the sorting of what went wrong into the kinds the result
-//! counts.
+//! GOAWAY is reopened by one slot while the others wait: scalpel-http's session layer).
+//! What went wrong is counted by scalpel-http's [`ErrorKey`]: its `ErrorKind` and, for
+//! the generator's own limits and HTTP/2 resets, the errno or the reason.
 //!
 //! No task or channel per request: an HTTP/1.1 exchange runs in the slot's own task
 //! (scalpel-http's `H1Conn`, no allocation per request); an HTTP/2 request is a stream
 //! on a connection whose one driver task was spawned at its handshake.
 
-use std::cell::{Cell, RefCell};
-use std::io;
+use std::cell::Cell;
 use std::rc::Rc;
 use std::time::Duration;
 
 use scalpel_http::h1::H1Conn;
-use scalpel_http::{Conn, Connector, Error, H2Conn, H2Driver};
-use tokio::sync::Notify;
+use scalpel_http::{
+    Conn, Connector, Error, ErrorKey, ErrorKind, H2Conn, H2Driver, H2Lease, Resend, SharedH2,
+    TlsError,
+};
 
-/// Why a request did not get a response.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Failure {
-    /// Could not connect to the target (refused, unreachable, connect time-out): the
-    /// request was never sent.
-    Connect,
-    /// The TLS handshake failed (certificate, alert, ALPN, time-out): never sent.
-    Tls,
-    /// The generator's own limit, not the target's fault (no descriptor, no ephemeral
-    /// port, no buffer memory, a request it could not encode): never sent. The name is
-    /// the errno.
-    Local(&'static str),
-    /// The request was sent and no whole response came within the request time-out.
-    Timeout,
-    /// The connection broke while writing or reading (a reset, a body cut short).
-    Io,
-    /// The response was not valid HTTP, or over a byte limit.
-    Protocol,
-    /// HTTP/2: the server reset the request's stream (RST_STREAM), with this reason.
-    Reset(&'static str),
-    /// HTTP/2: the server's GOAWAY refused the request, again on a new connection.
-    GoAway,
-}
+/// load's part of the session layer's one resend rule: a request an HTTP/2 server refused
+/// unprocessed goes out once more (nginx sends a GOAWAY every `keepalive_requests`). Its
+/// HTTP/1.1 connections are each slot's own, checked before every request instead.
+const RESEND: Resend = Resend {
+    unsent_on_reused: false,
+    refused_h2: true,
+};
 
-impl Failure {
-    /// Sorts a scalpel-http error into the kinds a result counts.
-    pub(crate) fn from_error(e: &Error) -> Failure {
-        use scalpel_http::Phase;
-        if let Some(reason) = e.reset_by_peer() {
-            return Failure::Reset(reason);
-        }
-        if e.refused_by_goaway() {
-            return Failure::GoAway;
-        }
-        let io =
-            |e: &io::Error, otherwise: Failure| local_errno(e).map_or(otherwise, Failure::Local);
-        match e {
-            Error::Resolve { .. } => Failure::Connect,
-            Error::Connect(e) => io(e, Failure::Connect),
-            Error::Timeout {
-                phase: Phase::Connect,
-                ..
-            } => Failure::Connect,
-            Error::Timeout {
-                phase: Phase::Handshake,
-                ..
-            }
-            | Error::Tls(_) => Failure::Tls,
-            Error::Timeout { .. } => Failure::Timeout,
-            Error::Io {
-                phase: Phase::Handshake,
-                source,
-            } => io(source, Failure::Tls),
-            Error::Io { source, .. } | Error::NotSent(source) => io(source, Failure::Io),
-            Error::Closed { .. } => Failure::Io,
-            Error::Wire(_) | Error::BodyTooLarge(_) => Failure::Protocol,
-            Error::H2 {
-                phase: Phase::Handshake,
-                ..
-            } => Failure::Connect,
-            Error::H2 { source, .. } => match source.get_io() {
-                Some(e) => io(e, Failure::Io),
-                None if source.is_library() || source.is_go_away() => Failure::Protocol,
-                None => Failure::Io,
-            },
-            Error::Request(_) => Failure::Local("EINVAL"),
-            _ => Failure::Io,
-        }
-    }
-
-    /// The request never left: no connection, no handshake, or the generator's own limit.
-    pub(crate) fn unsent(self) -> bool {
-        matches!(self, Failure::Connect | Failure::Tls | Failure::Local(_))
-    }
-
-    /// The connection cannot carry more requests after this failure (an HTTP/2 stream
-    /// reset or a slow answer leave it usable).
-    fn ends_connection(self) -> bool {
-        !matches!(self, Failure::Reset(_) | Failure::Timeout)
-    }
-}
-
-impl std::fmt::Display for Failure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Failure::Connect => f.write_str("could not connect"),
-            Failure::Tls => f.write_str("the TLS handshake failed"),
-            Failure::Local(errno) => write!(f, "the load generator's own limit ({errno})"),
-            Failure::Timeout => f.write_str("no response within the time-out"),
-            Failure::Io => f.write_str("the connection broke before the response was complete"),
-            Failure::Protocol => f.write_str("the response is not valid HTTP/1.1 or over a limit"),
-            Failure::Reset(reason) => write!(f, "the server reset the stream ({reason})"),
-            Failure::GoAway => f.write_str("the server's GOAWAY refused the request"),
-        }
-    }
-}
-
-/// The errno names of failures that are the generator's own: its descriptor table, its
-/// ephemeral ports, its memory. Counted as `local:NAME`, never against the target.
-fn local_errno(error: &io::Error) -> Option<&'static str> {
-    use nix::errno::Errno;
-    Some(match Errno::from_raw(error.raw_os_error()?) {
-        Errno::EMFILE => "EMFILE",
-        Errno::ENFILE => "ENFILE",
-        Errno::ENOBUFS => "ENOBUFS",
-        Errno::ENOMEM => "ENOMEM",
-        Errno::EADDRNOTAVAIL => "EADDRNOTAVAIL",
-        Errno::EADDRINUSE => "EADDRINUSE",
-        _ => return None,
-    })
+/// The request never left: no connection, no handshake, or the generator's own limit.
+pub(crate) fn unsent(failure: ErrorKey) -> bool {
+    matches!(
+        failure.kind,
+        ErrorKind::Connect | ErrorKind::Tls | ErrorKind::Local
+    )
 }
 
 /// Called with the TLS handshake time (`None` over plain TCP) of each connection opened.
@@ -139,10 +45,8 @@ pub(crate) type OnOpen<'a> = &'a dyn Fn(Option<Duration>);
 /// future that large, and moving it cost more than the rare allocation. An HTTP/2
 /// connection's driver task is spawned on the thread's `LocalSet`, beside the slots that
 /// send on it (so an HTTP/2 connection must be opened inside it).
-async fn open(connector: &Connector, on_open: OnOpen<'_>) -> Result<Conn, Failure> {
-    let connected = Box::pin(connector.connect_with(H2Driver::Local))
-        .await
-        .map_err(|e| Failure::from_error(&e))?;
+async fn open(connector: &Connector, on_open: OnOpen<'_>) -> Result<Conn, Error> {
+    let connected = Box::pin(connector.connect_with(H2Driver::Local)).await?;
     on_open(connected.timing.tls);
     Ok(connected.conn)
 }
@@ -155,14 +59,15 @@ pub(crate) async fn h1_ready<'c>(
     conn: &'c mut Option<H1Conn>,
     connector: &Connector,
     on_open: OnOpen<'_>,
-) -> Result<&'c mut H1Conn, Failure> {
+) -> Result<&'c mut H1Conn, ErrorKey> {
     if conn.as_mut().is_some_and(H1Conn::is_closed) {
         *conn = None;
     }
     if conn.is_none() {
-        match open(connector, on_open).await? {
+        match open(connector, on_open).await.map_err(|e| e.key())? {
             Conn::H1(c) => *conn = Some(c),
-            Conn::H2(_) => return Err(Failure::Protocol), // HTTP/1.1 was the only offer
+            // HTTP/1.1 was the only offer
+            Conn::H2(_) => return Err(ErrorKey::of(ErrorKind::Protocol)),
         }
     }
     Ok(conn.as_mut().expect("connected above"))
@@ -175,26 +80,16 @@ pub(crate) async fn h1_exchange(
     conn: &mut H1Conn,
     request: &[u8],
     head: bool,
-) -> Result<(u16, bool), Failure> {
-    conn.round_trip(request, head)
-        .await
-        .map_err(|e| Failure::from_error(&e))
+) -> Result<(u16, bool), ErrorKey> {
+    conn.round_trip(request, head).await.map_err(|e| e.key())
 }
 
-/// One HTTP/2 connection of a thread, shared by the stream slots attached to it. Single
-/// threaded (the thread's `LocalSet`): cells, no locks.
+/// One HTTP/2 connection of a thread, shared by the stream slots attached to it: the
+/// session layer's [`SharedH2`] (one slot reopens it when it ends, the others wait and
+/// share the outcome), and the count of slots.
 #[derive(Debug, Default)]
 pub(crate) struct H2Link {
-    conn: RefCell<Option<H2Conn>>,
-    /// Bumped at each new connection: a slot's handle of an older one is stale.
-    generation: Cell<u64>,
-    /// A slot is opening the connection; the others wait for it.
-    opening: Cell<bool>,
-    /// Attempts to open that ended, and the failure of the last one if it failed: the
-    /// slots that waited for an attempt share its failure instead of each trying again.
-    attempts: Cell<u64>,
-    failed: Cell<Option<Failure>>,
-    opened: Notify,
+    shared: SharedH2,
     /// Stream slots attached.
     slots: Cell<u32>,
 }
@@ -209,20 +104,8 @@ impl H2Link {
     /// run, whose slots try again and count it.
     pub(crate) async fn preconnect(&self, connector: &Connector, on_open: OnOpen<'_>) {
         if let Ok(Conn::H2(c)) = open(connector, on_open).await {
-            *self.conn.borrow_mut() = Some(c);
-            self.generation.set(self.generation.get() + 1);
+            self.shared.install(c);
         }
-    }
-}
-
-/// Resets `opening` and wakes the waiting slots however the attempt ends, also when the
-/// opening slot's request times out or is cut by an interrupt mid-handshake.
-struct Opening<'a>(&'a H2Link);
-
-impl Drop for Opening<'_> {
-    fn drop(&mut self) {
-        self.0.opening.set(false);
-        self.0.opened.notify_waiters();
     }
 }
 
@@ -231,8 +114,9 @@ impl Drop for Opening<'_> {
 #[derive(Debug)]
 pub(crate) struct H2Slot {
     link: Rc<H2Link>,
-    /// The slot's own handle and the generation it belongs to.
-    mine: Option<(H2Conn, u64)>,
+    /// The slot's own handle on the link's connection (checked with two atomic loads
+    /// before each request).
+    mine: Option<H2Lease>,
 }
 
 impl H2Slot {
@@ -244,89 +128,17 @@ impl H2Slot {
         }
     }
 
-    /// Makes `mine` a live handle on the link's connection, opening it (or waiting for
-    /// the slot that is opening it) when there is none or it has ended; returns its
-    /// generation.
-    async fn ready(&mut self, connector: &Connector, on_open: OnOpen<'_>) -> Result<u64, Failure> {
-        let link = self.link.clone();
-        loop {
-            let generation = link.generation.get();
-            if let Some((c, g)) = &self.mine
-                && *g == generation
-                && !c.is_closed()
-            {
-                return Ok(generation);
-            }
-            self.mine = None;
-            let shared = link
-                .conn
-                .borrow()
-                .as_ref()
-                .filter(|c| !c.is_closed())
-                .cloned();
-            if let Some(c) = shared {
-                self.mine = Some((c, generation));
-                continue;
-            }
-            if link.opening.get() {
-                let attempt = link.attempts.get();
-                let notified = link.opened.notified();
-                tokio::pin!(notified);
-                notified.as_mut().enable();
-                if link.opening.get() {
-                    notified.await;
-                }
-                if link.attempts.get() > attempt
-                    && let Some(failure) = link.failed.get()
-                {
-                    return Err(failure);
-                }
-                continue;
-            }
-            link.opening.set(true);
-            let guard = Opening(&link);
-            let result = open(connector, on_open).await;
-            link.attempts.set(link.attempts.get() + 1);
-            match result {
-                Ok(Conn::H2(c)) => {
-                    *link.conn.borrow_mut() = Some(c);
-                    link.generation.set(generation + 1);
-                    link.failed.set(None);
-                }
-                Ok(Conn::H1(_)) => {
-                    // Only h2 was offered, so this cannot happen; never loop on it.
-                    link.failed.set(Some(Failure::Protocol));
-                    drop(guard);
-                    return Err(Failure::Protocol);
-                }
-                Err(failure) => {
-                    link.failed.set(Some(failure));
-                    drop(guard);
-                    return Err(failure);
-                }
-            }
-            drop(guard);
-        }
-    }
-
-    /// Forgets the connection of `generation` (it ended): the next request opens another.
-    fn kill(&mut self, generation: u64) {
-        self.mine = None;
-        if self.link.generation.get() == generation {
-            *self.link.conn.borrow_mut() = None;
-        }
-    }
-
-    /// A live handle, opening the connection when needed; `sent` is called once the
+    /// Sends one request on the link's connection, opening it when there is none or it
+    /// has ended (or waiting for the slot that is opening it); `sent` is called as the
     /// request is about to go out, then the request is sent and its body skipped.
     ///
-    /// A request the server refused without processing it goes out once more, as an
-    /// HTTP/1.1 connection closed while idle is replaced: only a second refusal counts
-    /// as an error. Refused are the streams past a GOAWAY (RFC 9113 §6.8; nginx sends one
-    /// every `keepalive_requests`), sent again on a new connection, and a stream reset
-    /// with REFUSED_STREAM (§8.7: a server limiting concurrent streams refuses those a
-    /// client opened before its SETTINGS arrived), sent again on the same one. Both still
-    /// count among the step's HTTP/2 events.
+    /// A request the server refused without processing it goes out once more (the
+    /// session layer's rule, [`RESEND`]), as an HTTP/1.1 connection closed while idle is
+    /// replaced: only a second refusal counts as an error. Refused are the streams past a
+    /// GOAWAY (RFC 9113 §6.8; nginx sends one every `keepalive_requests`), sent again on a
+    /// new connection, and a stream reset with REFUSED_STREAM (§8.7: a server limiting
+    /// concurrent streams refuses those a client opened before its SETTINGS arrived), sent
+    /// again on the same one. Both still count among the step's HTTP/2 events.
     pub(crate) async fn exchange(
         &mut self,
         connector: &Connector,
@@ -334,29 +146,26 @@ impl H2Slot {
         sent: &dyn Fn(),
         request: &http::Request<()>,
         body: &bytes::Bytes,
-    ) -> Result<u16, Failure> {
-        let mut refused = false;
-        loop {
-            let generation = self.ready(connector, on_open).await?;
-            let (conn, _) = self.mine.as_mut().expect("made ready above");
-            sent();
-            match conn.round_trip(request.clone(), body.clone()).await {
-                Ok(status) => return Ok(status),
-                Err(e) => {
-                    let failure = Failure::from_error(&e);
-                    if failure.ends_connection() {
-                        self.kill(generation);
-                    }
-                    let unprocessed =
-                        matches!(failure, Failure::GoAway | Failure::Reset("refused_stream"));
-                    if unprocessed && !refused {
-                        refused = true;
-                        continue;
-                    }
-                    return Err(failure);
-                }
+    ) -> Result<u16, ErrorKey> {
+        let open_h2 = || async {
+            match open(connector, on_open).await? {
+                Conn::H2(c) => Ok(c),
+                // Only h2 was offered, so this cannot happen; never loop on it.
+                Conn::H1(_) => Err(Error::Tls(TlsError::NoH2 {
+                    chosen: "http/1.1".into(),
+                })),
             }
-        }
+        };
+        let exchange = |mut conn: H2Conn| async move {
+            sent();
+            let status = conn.round_trip(request.clone(), body.clone()).await;
+            (conn, status)
+        };
+        self.link
+            .shared
+            .send(&mut self.mine, RESEND, open_h2, exchange)
+            .await
+            .map_err(|e| e.key())
     }
 }
 
@@ -386,6 +195,7 @@ impl Link {
 
 #[cfg(test)]
 mod tests {
+    use std::io;
     use std::sync::Arc;
 
     use scalpel_http::{Peer, PeerOptions};
@@ -395,7 +205,7 @@ mod tests {
 
     /// Serves each of `responses` on its own connection (written, then closed) and returns
     /// what the client made of each, through the hot path's own functions.
-    fn exchange(responses: Vec<Vec<u8>>) -> Vec<Result<(u16, bool), Failure>> {
+    fn exchange(responses: Vec<Vec<u8>>) -> Vec<Result<(u16, bool), ErrorKey>> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -434,7 +244,7 @@ mod tests {
                     h1_exchange(c, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", false),
                 )
                 .await
-                .unwrap_or(Err(Failure::Timeout));
+                .unwrap_or(Err(ErrorKey::of(ErrorKind::Timeout)));
                 out.push(result);
             }
             assert_eq!(opened.load(std::sync::atomic::Ordering::Relaxed), n as u64);
@@ -451,7 +261,8 @@ mod tests {
         head.into_bytes()
     }
 
-    /// #18.7: 64 header lines were a protocol error; the limit is 64 KiB of head.
+    /// #18.7: 64 header lines were a protocol error; the limit is 64 KiB of head (over it:
+    /// `too_large`, counted `protocol` before the one error vocabulary).
     #[test]
     fn heads_are_limited_by_bytes_not_by_header_count() {
         let results = exchange(vec![
@@ -467,7 +278,11 @@ mod tests {
             "2000 short headers fit in 64 KiB"
         );
         assert_eq!(results[2], Ok((200, true)), "60 KiB of head");
-        assert_eq!(results[3], Err(Failure::Protocol), "70 KiB of head");
+        assert_eq!(
+            results[3],
+            Err(ErrorKey::of(ErrorKind::TooLarge)),
+            "70 KiB of head"
+        );
     }
 
     /// RFC 9112 §6.3: a response with both Transfer-Encoding and Content-Length is read by
@@ -479,7 +294,7 @@ mod tests {
             b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok".to_vec(),
         ]);
         assert_eq!(results[0], Ok((200, false)));
-        assert_eq!(results[1], Err(Failure::Protocol));
+        assert_eq!(results[1], Err(ErrorKey::of(ErrorKind::Protocol)));
     }
 
     /// A seeded mutation test of the response path over real sockets: any bytes end in an
@@ -519,32 +334,36 @@ mod tests {
         assert_eq!(results.len(), 200);
     }
 
+    /// The generator's own limits are counted by errno and never as sent; failed connects
+    /// and handshakes were never sent either; everything else was.
     #[test]
-    fn errors_sort_into_the_kinds_a_result_counts() {
+    fn errors_sort_into_the_keys_a_result_counts() {
         let os = io::Error::from_raw_os_error;
+        let key = |e: Error| e.key();
         assert_eq!(
-            Failure::from_error(&Error::Connect(os(libc_errno::ECONNREFUSED))),
-            Failure::Connect
+            key(Error::Connect(os(libc_errno::ECONNREFUSED))),
+            ErrorKey::of(ErrorKind::Connect)
         );
         assert_eq!(
-            Failure::from_error(&Error::Connect(os(libc_errno::EMFILE))),
-            Failure::Local("EMFILE")
+            key(Error::Connect(os(libc_errno::EMFILE))),
+            ErrorKey::local("EMFILE")
         );
         assert_eq!(
-            Failure::from_error(&Error::Connect(os(libc_errno::EADDRNOTAVAIL))),
-            Failure::Local("EADDRNOTAVAIL")
+            key(Error::Connect(os(libc_errno::EADDRNOTAVAIL))).to_string(),
+            "local:EADDRNOTAVAIL"
         );
-        for unsent in [Failure::Connect, Failure::Tls, Failure::Local("EMFILE")] {
-            assert!(unsent.unsent());
+        for never in [ErrorKind::Connect, ErrorKind::Tls, ErrorKind::Local] {
+            assert!(unsent(ErrorKey::of(never)));
         }
+        assert!(unsent(ErrorKey::local("source")));
         for sent in [
-            Failure::Timeout,
-            Failure::Io,
-            Failure::Protocol,
-            Failure::Reset("cancel"),
-            Failure::GoAway,
+            ErrorKind::Timeout,
+            ErrorKind::Reset,
+            ErrorKind::BodyCut,
+            ErrorKind::Protocol,
+            ErrorKind::TooLarge,
         ] {
-            assert!(!sent.unsent());
+            assert!(!unsent(ErrorKey::of(sent)));
         }
     }
 

@@ -271,10 +271,11 @@ pub struct ConnectionInfo {
 pub struct H2Events {
     /// Connections the server ended with GOAWAY (any reason, NO_ERROR included: nginx
     /// sends one every `keepalive_requests`). A request a GOAWAY refused goes out once
-    /// more on a new connection; a second refusal is an error `goaway`.
+    /// more on a new connection; a second refusal is an error `reset:goaway`.
     pub goaway: u64,
     /// Streams the server reset (RST_STREAM), all reasons; each is also an error
-    /// `rst_stream:REASON`.
+    /// `reset:REASON` (`protocol:REASON` for a protocol error, `body_cut:REASON` once the
+    /// head came), except a `refused_stream` that went out again and was answered.
     pub rst_stream: u64,
     /// Streams the server reset, by reason (`cancel`, `refused_stream`, …).
     pub rst_by_reason: BTreeMap<String, u64>,
@@ -367,10 +368,13 @@ pub struct StepResult {
     pub failed: u64,
     /// Failed connects, sent requests with no answer, and non-2xx answers.
     pub errors: u64,
-    /// Errors by kind: `connect`, `tls` (a handshake that failed: never sent),
-    /// `timeout`, `io`, `protocol`, HTTP/2's `rst_stream:REASON` and `goaway`,
-    /// `status_503`, … Every non-2xx status has its own key. Kinds `local:ERRNO` (`local:EMFILE`, …) are the
-    /// load generator's own failures: counted in `not_sent`, never in `errors`.
+    /// Errors by kind: scalpel-http's `ErrorKind` names — `connect`, `tls` (a handshake
+    /// that failed: never sent), `timeout`, `reset`, `protocol`, `body_cut`, `too_large` —
+    /// with HTTP/2's `reset:REASON` and `reset:goaway`, and `status_503`, … Every non-2xx
+    /// status has its own key. Kinds `local:ERRNO` (`local:EMFILE`, …) are the load
+    /// generator's own failures: counted in `not_sent`, never in `errors`. Files written
+    /// before that vocabulary read with its names ([`current_kind`]).
+    #[serde(deserialize_with = "current_kinds")]
     pub error_kinds: BTreeMap<String, u64>,
     /// Open models: requests whose send started later than their intended time because
     /// the in-flight limit was reached (their latency still counts from the intended time).
@@ -453,6 +457,7 @@ pub struct EndpointResult {
     /// Failed connects, sent requests with no answer, and non-2xx answers.
     pub errors: u64,
     /// Errors by kind, as the step's.
+    #[serde(deserialize_with = "current_kinds")]
     pub error_kinds: BTreeMap<String, u64>,
     /// Sent later than intended for want of a free connection (open models).
     pub late: u64,
@@ -522,6 +527,40 @@ impl StepResult {
             .map(|(_, n)| n)
             .sum()
     }
+}
+
+/// An error kind as written now, for a key a file written before the one vocabulary of
+/// failures (scalpel-http's `ErrorKind`, December 2026) holds: `io` (a connection that
+/// broke, before or during the body: those files did not tell the two apart) is `reset`,
+/// `goaway` is `reset:goaway`, `rst_stream:REASON` is `reset:REASON` (`protocol:REASON`
+/// for the protocol-error reasons). Every other key is kept as it is.
+pub fn current_kind(key: String) -> String {
+    if key == "io" {
+        return "reset".to_owned();
+    }
+    if key == "goaway" {
+        return "reset:goaway".to_owned();
+    }
+    match key.strip_prefix("rst_stream:") {
+        Some(reason @ ("protocol_error" | "frame_size_error" | "compression_error")) => {
+            format!("protocol:{reason}")
+        }
+        Some(reason) => format!("reset:{reason}"),
+        None => key,
+    }
+}
+
+/// `error_kinds` read with today's names ([`current_kind`]); counts of two old keys that
+/// now share a name are added.
+fn current_kinds<'de, D>(d: D) -> Result<BTreeMap<String, u64>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let mut kinds = BTreeMap::new();
+    for (key, n) in BTreeMap::<String, u64>::deserialize(d)? {
+        *kinds.entry(current_kind(key)).or_default() += n;
+    }
+    Ok(kinds)
 }
 
 /// Latency percentiles in milliseconds.
@@ -605,6 +644,43 @@ impl LatencySummary {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Result files written before the one vocabulary of failures — by `scalpel load`
+    /// (December 2026) against a Node peer that dropped every third HTTP/1.1 connection
+    /// and reset every fourth h2 stream — read with scalpel-http's `ErrorKind` names, and
+    /// write back with them.
+    #[test]
+    fn files_from_before_the_one_error_vocabulary_read_with_its_names() {
+        let kinds = |text: &str| {
+            let run: RunResult = serde_json::from_str(text).unwrap();
+            let again: RunResult =
+                serde_json::from_str(&serde_json::to_string(&run).unwrap()).unwrap();
+            assert_eq!(again, run, "written back as read");
+            run.targets[0].steps[0].error_kinds.clone()
+        };
+        let h1 = kinds(include_str!(
+            "../tests/fixtures/kinds-before-errorkind-h1.json"
+        ));
+        assert_eq!(
+            h1,
+            BTreeMap::from([("reset".into(), 10), ("status_503".into(), 10)]),
+            "`io` is `reset`"
+        );
+        let h2 = kinds(include_str!(
+            "../tests/fixtures/kinds-before-errorkind-h2.json"
+        ));
+        assert_eq!(h2, BTreeMap::from([("reset:cancel".into(), 10)]));
+        for (old, new) in [
+            ("goaway", "reset:goaway"),
+            ("rst_stream:protocol_error", "protocol:protocol_error"),
+            ("io", "reset"),
+            ("local:EMFILE", "local:EMFILE"),
+            ("status_503", "status_503"),
+            ("body_cut", "body_cut"),
+        ] {
+            assert_eq!(current_kind(old.to_owned()), new);
+        }
+    }
 
     #[test]
     fn histogram_survives_base64_round_trip() {

@@ -8,7 +8,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use scalpel_http::{Connector, HttpVersion, PeerOptions};
 
-use crate::conn::Failure;
 use crate::live_latency::{LiveLatency, Window};
 use crate::request::{Endpoint, RequestParts, UrlError};
 use crate::result::{
@@ -556,7 +555,7 @@ fn peer_of(plan: &Plan, t: &Target) -> scalpel_http::Peer {
 }
 
 async fn probe_target(plan: &Plan, t: &Target) -> Result<(Connector, Duration), LoadError> {
-    use scalpel_http::Error;
+    use scalpel_http::{Error, ErrorKind};
     let unreachable = |why: String| LoadError::Unreachable {
         target: t.name.clone(),
         url: t.url.clone(),
@@ -587,11 +586,12 @@ async fn probe_target(plan: &Plan, t: &Target) -> Result<(Connector, Duration), 
             ..
         } => refused(format!("no TLS handshake with {addr} within {within}")),
         Error::H2 { .. } if h2c => refused(no_h2c(&e)),
-        e => match Failure::from_error(&e) {
-            f @ Failure::Local(_) => {
-                unreachable(format!("cannot open a connection to {addr}: {f}"))
-            }
-            Failure::Tls => refused(format!("TLS handshake with {addr} failed: {e}")),
+        e => match e.kind() {
+            ErrorKind::Local => unreachable(format!(
+                "cannot open a connection to {addr}: the load generator's own limit ({})",
+                e.detail().unwrap_or("EINVAL")
+            )),
+            ErrorKind::Tls => refused(format!("TLS handshake with {addr} failed: {e}")),
             _ => unreachable(format!("cannot connect to {addr} within {within}")),
         },
     })?;
@@ -605,7 +605,10 @@ async fn probe_target(plan: &Plan, t: &Target) -> Result<(Connector, Duration), 
         .renderer()
         .render(plan.shard.global(0), &mut parts)
         .map_err(|e| unreachable(format!("cannot make the probe request: {e}")))?;
-    let failed = |f: Failure| unreachable(format!("the probe request failed: {f}"));
+    let failed = |e: &Error| {
+        let what = e.kind().describe();
+        unreachable(format!("the probe request failed: {what} ({e})"))
+    };
     let answer = async {
         match connected.conn {
             scalpel_http::Conn::H1(mut conn) => {
@@ -613,7 +616,7 @@ async fn probe_target(plan: &Plan, t: &Target) -> Result<(Connector, Duration), 
                 parts.encode(&t.endpoint, &mut wire);
                 conn.round_trip(&wire, parts.is_head())
                     .await
-                    .map_err(|e| failed(Failure::from_error(&e)))?;
+                    .map_err(|e| failed(&e))?;
             }
             scalpel_http::Conn::H2(mut conn) => {
                 let (request, body) = parts
@@ -623,7 +626,7 @@ async fn probe_target(plan: &Plan, t: &Target) -> Result<(Connector, Duration), 
                     if h2c && e.reset_by_peer().is_none() {
                         refused(no_h2c(&e))
                     } else {
-                        failed(Failure::from_error(&e))
+                        failed(&e)
                     }
                 })?;
             }

@@ -17,11 +17,11 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use hdrhistogram::Histogram;
-use scalpel_http::Connector;
+use scalpel_http::{Connector, ErrorKey, ErrorKind};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use crate::conn::{Failure, H2Link, H2Slot, Link, h1_exchange, h1_ready};
+use crate::conn::{H2Link, H2Slot, Link, h1_exchange, h1_ready, unsent};
 use crate::request::{Endpoint, RequestParts};
 use crate::result::new_histogram;
 use crate::shard::Shard;
@@ -167,16 +167,9 @@ pub(crate) struct Tally {
     pub(crate) handshakes: Option<Histogram<u64>>,
     /// Connections opened (before the clock too), TLS or not.
     pub(crate) connections: u64,
-    connect: u64,
-    tls: u64,
-    timeout: u64,
-    io: u64,
-    protocol: u64,
-    goaway: u64,
-    /// HTTP/2 streams the server reset, by reason: few distinct ones.
-    resets: Vec<(&'static str, u64)>,
-    /// The generator's own errors by errno: few distinct ones.
-    local: Vec<(&'static str, u64)>,
+    /// Failures by key (`connect`, `reset:cancel`, the generator's own `local:EMFILE`…):
+    /// few distinct ones, so a small vector beats a map on the hot path.
+    failures: Vec<(ErrorKey, u64)>,
     /// Non-2xx statuses, few distinct ones: a small vector beats a map on the hot path.
     statuses: Vec<(u16, u64)>,
     /// A mix's endpoints, each counted like the whole (their own histograms and counts),
@@ -200,14 +193,7 @@ impl Tally {
             error_kinds: BTreeMap::new(),
             handshakes: None,
             connections: 0,
-            connect: 0,
-            tls: 0,
-            timeout: 0,
-            io: 0,
-            protocol: 0,
-            goaway: 0,
-            resets: Vec::new(),
-            local: Vec::new(),
+            failures: Vec::new(),
             statuses: Vec::new(),
             endpoints: Vec::new(),
         }
@@ -238,7 +224,7 @@ impl Tally {
     fn record_failure_at(
         &mut self,
         endpoint: Option<usize>,
-        failure: Failure,
+        failure: ErrorKey,
         latency: Duration,
         weight: u64,
     ) {
@@ -286,45 +272,24 @@ impl Tally {
     /// error with no latency, and counts `weight` times (the requests the connection would
     /// have completed in the time it lost). The generator's own failures are `not_sent`,
     /// never the target's.
-    fn record_failure(&mut self, failure: Failure, latency: Duration, weight: u64) {
-        match failure {
-            Failure::Local(errno) => {
-                self.not_sent += weight;
-                match self.local.iter_mut().find(|(e, _)| *e == errno) {
-                    Some((_, n)) => *n += weight,
-                    None => self.local.push((errno, weight)),
-                }
-            }
-            Failure::Connect | Failure::Tls => {
+    fn record_failure(&mut self, failure: ErrorKey, latency: Duration, weight: u64) {
+        match failure.kind {
+            ErrorKind::Local => self.not_sent += weight,
+            ErrorKind::Connect | ErrorKind::Tls => {
                 self.requests += weight;
                 self.errors += weight;
-                match failure {
-                    Failure::Connect => self.connect += weight,
-                    _ => self.tls += weight,
-                }
             }
-            Failure::Timeout
-            | Failure::Io
-            | Failure::Protocol
-            | Failure::Reset(_)
-            | Failure::GoAway => {
+            _ => {
                 self.requests += 1;
                 self.sent += 1;
                 self.errors += 1;
                 self.record_latency(latency);
-                match failure {
-                    Failure::Timeout => self.timeout += 1,
-                    Failure::Io => self.io += 1,
-                    Failure::GoAway => self.goaway += 1,
-                    Failure::Reset(reason) => {
-                        match self.resets.iter_mut().find(|(r, _)| *r == reason) {
-                            Some((_, n)) => *n += 1,
-                            None => self.resets.push((reason, 1)),
-                        }
-                    }
-                    _ => self.protocol += 1,
-                }
             }
+        }
+        let weight = if unsent(failure) { weight } else { 1 };
+        match self.failures.iter_mut().find(|(k, _)| *k == failure) {
+            Some((_, n)) => *n += weight,
+            None => self.failures.push((failure, weight)),
         }
     }
 
@@ -333,39 +298,17 @@ impl Tally {
         (self.answered > 0).then(|| Duration::from_micros(self.answered_us / self.answered))
     }
 
-    /// Moves the hot-path counters into `error_kinds` (keys `connect`, `tls`,
-    /// `timeout`, `io`, `protocol`, `goaway`, `rst_stream:REASON`, `status_NNN`,
-    /// `local:ERRNO`).
+    /// Moves the hot-path counters into `error_kinds` (keys: scalpel-http's `ErrorKey`s
+    /// — `connect`, `tls`, `timeout`, `reset`, `protocol`, `body_cut`, `too_large`,
+    /// `reset:REASON` and `reset:goaway` for HTTP/2, `local:ERRNO` — and `status_NNN`).
     fn settle(&mut self) {
-        for (key, n) in [
-            ("connect", &mut self.connect),
-            ("tls", &mut self.tls),
-            ("timeout", &mut self.timeout),
-            ("io", &mut self.io),
-            ("protocol", &mut self.protocol),
-            ("goaway", &mut self.goaway),
-        ] {
-            if *n > 0 {
-                *self.error_kinds.entry(key.to_string()).or_default() += *n;
-                *n = 0;
-            }
+        for (key, n) in self.failures.drain(..) {
+            *self.error_kinds.entry(key.to_string()).or_default() += n;
         }
         for (status, n) in self.statuses.drain(..) {
             *self
                 .error_kinds
                 .entry(format!("status_{status}"))
-                .or_default() += n;
-        }
-        for (reason, n) in self.resets.drain(..) {
-            *self
-                .error_kinds
-                .entry(format!("rst_stream:{reason}"))
-                .or_default() += n;
-        }
-        for (errno, n) in self.local.drain(..) {
-            *self
-                .error_kinds
-                .entry(format!("local:{errno}"))
                 .or_default() += n;
         }
         for e in &mut self.endpoints {
@@ -564,7 +507,7 @@ fn thread_main(
             // the generator's own failure, never the target's.
             gate.ready_and_wait();
             let mut t = Tally::with_endpoints(spec.source.endpoints().len());
-            t.record_failure(Failure::Local("ENOMEM"), Duration::ZERO, 1);
+            t.record_failure(ErrorKey::local("ENOMEM"), Duration::ZERO, 1);
             return (t, Instant::now());
         }
     };
@@ -745,7 +688,7 @@ impl Prepared {
 
     /// Encodes `parts`; a request HTTP/2 cannot carry (a header value with a line break,
     /// a bad method) is the generator's own failure: never sent.
-    fn render(&mut self, parts: &RequestParts, endpoint: &Endpoint) -> Result<(), Failure> {
+    fn render(&mut self, parts: &RequestParts, endpoint: &Endpoint) -> Result<(), ErrorKey> {
         match self {
             Prepared::H1 { wire, head } => {
                 parts.encode(endpoint, wire);
@@ -754,7 +697,7 @@ impl Prepared {
             Prepared::H2(slot) => {
                 let request = parts
                     .to_h2(endpoint)
-                    .map_err(|_| Failure::Local("EINVAL"))?;
+                    .map_err(|_| ErrorKey::local("EINVAL"))?;
                 *slot = Some(Box::new(request));
             }
         }
@@ -1167,7 +1110,7 @@ async fn slot(ctx: Rc<Ctx>, pacer: Rc<Pacer>, mut link: Link, handed: bool) {
                         .await
                         .map(|status| (status, true))
                 }
-                _ => Err(Failure::Local("EINVAL")), // not rendered: never sent
+                _ => Err(ErrorKey::local("EINVAL")), // not rendered: never sent
             }
         };
         // An interrupt aborts this task here, with the request counted in `in_flight`
@@ -1185,8 +1128,8 @@ async fn slot(ctx: Rc<Ctx>, pacer: Rc<Pacer>, mut link: Link, handed: bool) {
         let outcome = match outcome {
             Ok(result) => result,
             // The time-out struck while connecting: the request was never sent.
-            Err(_) if sent_at.get().is_none() => Err(Failure::Connect),
-            Err(_) => Err(Failure::Timeout),
+            Err(_) if sent_at.get().is_none() => Err(ErrorKey::of(ErrorKind::Connect)),
+            Err(_) => Err(ErrorKey::of(ErrorKind::Timeout)),
         };
         let start = ticket.intended.or(sent_at.get()).unwrap_or(attempt_start);
         let now = Instant::now();
@@ -1212,7 +1155,7 @@ async fn slot(ctx: Rc<Ctx>, pacer: Rc<Pacer>, mut link: Link, handed: bool) {
                     // An HTTP/2 slot keeps its connection unless the failure ended it
                     // (`crate::conn`); an HTTP/1.1 connection is not reused after one.
                     link.close_h1();
-                    let unsent = failure.unsent();
+                    let unsent = unsent(failure);
                     let mut weight = 1;
                     if unsent && pacer.is_closed() {
                         // The open model's schedule paces failed connects by itself; a
@@ -1232,7 +1175,7 @@ async fn slot(ctx: Rc<Ctx>, pacer: Rc<Pacer>, mut link: Link, handed: bool) {
                         }
                     }
                     tally.record_failure_at(endpoint, failure, latency, weight);
-                    if !matches!(failure, Failure::Local(_)) {
+                    if failure.kind != ErrorKind::Local {
                         ctx.live.errors.fetch_add(1, Ordering::Relaxed);
                     }
                 }
@@ -1256,10 +1199,10 @@ async fn source_failed(
 ) {
     {
         let mut tally = ctx.tally.borrow_mut();
-        if !tally.local.iter().any(|(e, _)| *e == SOURCE_FAILED) {
+        if !tally.failures.iter().any(|(k, _)| *k == SOURCE_FAILED) {
             tracing::warn!("the request source failed: {error}");
         }
-        tally.record_failure_at(endpoint, Failure::Local(SOURCE_FAILED), Duration::ZERO, 1);
+        tally.record_failure_at(endpoint, SOURCE_FAILED, Duration::ZERO, 1);
     }
     ctx.live.completed.fetch_add(1, Ordering::Relaxed);
     if closed {
@@ -1271,7 +1214,7 @@ async fn source_failed(
 }
 
 /// The error kind (`local:source`) of requests the source could not produce.
-const SOURCE_FAILED: &str = "source";
+const SOURCE_FAILED: ErrorKey = ErrorKey::local("source");
 
 /// Waits for the slots to finish, or, when the run is interrupted, aborts them: what they
 /// had in flight is counted `interrupted` (cut, in no other count).
@@ -1493,7 +1436,7 @@ async fn dispatch(
     // generator's own failure, never the target's, and never silently dropped.
     let lost = if interrupted { 0 } else { sched.lost() };
     if lost > 0 {
-        tally.record_failure(Failure::Local(SOURCE_FAILED), Duration::ZERO, lost);
+        tally.record_failure(SOURCE_FAILED, Duration::ZERO, lost);
     }
 }
 

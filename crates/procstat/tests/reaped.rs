@@ -6,7 +6,8 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use scalpel_procstat::{TreeReading, TreeSampler, cpu_percent, read_tree};
+use scalpel_procstat::{TreeReading, TreeSampler, read_tree};
+use scalpel_testkit::cpu_seconds;
 
 /// CPU seconds of all children this process has reaped (and, through them, theirs):
 /// the kernel's own accounting, read without /proc.
@@ -24,11 +25,6 @@ fn reaped_children_cpu_seconds() -> f64 {
     };
     let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     secs(usage.ru_utime) + secs(usage.ru_stime)
-}
-
-/// CPU seconds between two readings, through the public API.
-fn cpu_seconds(a: &TreeReading, b: &TreeReading) -> f64 {
-    cpu_percent(a, b) / 100.0 * b.at.duration_since(a.at).as_secs_f64()
 }
 
 #[test]

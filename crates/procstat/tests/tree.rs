@@ -9,9 +9,10 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use scalpel_procstat::{
-    ProcStatError, TreeReading, TreeSampler, cpu_percent, pid_listening_on, read_pids, read_set,
-    read_tree, tree_pids, trees_of,
+    ProcStatError, TreeSampler, cpu_percent, pid_listening_on, read_pids, read_set, read_tree,
+    tree_pids, trees_of,
 };
+use scalpel_testkit::cpu_seconds;
 
 const MIB: u64 = 1024 * 1024;
 /// Generous: the machine is shared with other builds.
@@ -103,11 +104,6 @@ impl Drop for Group {
 
 fn cores() -> f64 {
     std::thread::available_parallelism().map_or(64.0, |n| n.get() as f64)
-}
-
-/// CPU seconds between two readings, through the public API.
-fn cpu_seconds(a: &TreeReading, b: &TreeReading) -> f64 {
-    cpu_percent(a, b) / 100.0 * b.at.duration_since(a.at).as_secs_f64()
 }
 
 /// Lets the spinner in `tree` burn at least one CPU second (however long the loaded
@@ -463,16 +459,9 @@ fn a_stopped_process_reads_stopped_only_once_every_thread_has_stopped() {
         std::thread::sleep(Duration::from_millis(5));
     }
     assert_eq!(scalpel_procstat::all_threads_stopped(pid), Some(false));
-    let signal = |sig: &str| {
-        let status = Command::new("kill")
-            .args([sig, &pid.to_string()])
-            .status()
-            .expect("kill(1)");
-        assert!(status.success(), "kill {sig} {pid}");
-    };
-    signal("-STOP");
+    scalpel_testkit::signal(pid, "STOP");
     wait_for(Some(true));
-    signal("-CONT");
+    scalpel_testkit::signal(pid, "CONT");
     wait_for(Some(false));
     child.kill().expect("kill node");
     child.wait().expect("reap node");

@@ -7,10 +7,9 @@
 //! cargo run -p scalpel-report --example sample_run -- /tmp/b.json - bench-2 8
 //! ```
 
-#[path = "../tests/report/common/mod.rs"]
-mod common;
-
 use std::path::PathBuf;
+// Realistic result files built in code (the test kit's, a dev-dependency).
+use scalpel_testkit::results as common;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args_os().skip(1).map(PathBuf::from);

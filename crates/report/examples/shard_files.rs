@@ -7,12 +7,11 @@
 //! scalpel report merge /tmp/set/shard-*.json -o /tmp/merged.json
 //! ```
 
-#[path = "../tests/report/common/mod.rs"]
-mod common;
-
 use std::path::PathBuf;
 
 use scalpel_load::result::{ShardInfo, TargetResult};
+// Realistic result files built in code (the test kit's, a dev-dependency).
+use scalpel_testkit::results as common;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);

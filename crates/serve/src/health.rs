@@ -14,7 +14,7 @@ const MAX_PROBE_BODY: usize = 64 * 1024;
 
 /// A health probe of one worker. The supervisor runs it at an interval and counts
 /// failures in a row.
-pub trait HealthCheck: Send + Sync + fmt::Debug {
+pub(crate) trait HealthCheck: Send + Sync + fmt::Debug {
     /// `Ok` when the worker at `addr` answers as healthy; `Err(reason)` otherwise.
     fn check(
         &self,
@@ -26,14 +26,14 @@ pub trait HealthCheck: Send + Sync + fmt::Debug {
 /// connection per probe, so a worker whose event loop is blocked (the kernel still
 /// accepts its connections) fails on the time-out rather than on a stale socket.
 #[derive(Debug, Clone)]
-pub struct HttpHealthCheck {
+pub(crate) struct HttpHealthCheck {
     path: String,
     timeout: Duration,
 }
 
 impl HttpHealthCheck {
     /// Probes `path` with `timeout` for the whole exchange.
-    pub fn new(path: impl Into<String>, timeout: Duration) -> Self {
+    pub(crate) fn new(path: impl Into<String>, timeout: Duration) -> Self {
         Self {
             path: path.into(),
             timeout,

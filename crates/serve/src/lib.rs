@@ -31,15 +31,20 @@
 //! (`pidfd_getfd`) and served on by another worker (`rescue`). `max_memory_mb` replaces a
 //! worker whose process tree grows past it, successor first.
 //!
-//! It must NOT compare responses or read `/proc` itself (that is `scalpel-diff` and
-//! `scalpel-procstat`), nor parse command lines or print to the terminal beyond the
-//! workers' prefixed output (the `scalpel` binary does that), nor ever resend a request
-//! its worker had taken.
+//! It must NOT compare responses or sample processes itself: responses are compared by
+//! `scalpel-diff` (through `scalpel-shadow`'s recorder), and every read of a process's
+//! state, its sockets or `/proc/net/tcp` goes through `scalpel-procstat` — the one file
+//! serve reads in `/proc` is the kernel's ephemeral port range, once at start, for a
+//! warning. Nor does it parse command lines or print to the terminal beyond the workers'
+//! prefixed output (the `scalpel` binary does that), nor ever resend a request its worker
+//! had taken.
 //!
 //! Main types: [`Config`] (parse and check a TOML file: every error names the file and
-//! line), [`Server`] (start, status, metrics, reload, shutdown), [`Selection`] with
-//! [`RoundRobin`], [`LeastConn`] and [`PowerOfTwo`], [`HealthCheck`] with
-//! [`HttpHealthCheck`], and [`Backend`] (one worker process as the balancer sees it).
+//! line, [`ConfigError`]), [`Server`] (start, status, metrics, reload, shutdown; its
+//! errors are [`ServeError`]), [`Status`] and [`MirrorReport`] (what `/status` and
+//! `/mirror` answer), and [`WorkerLogs`] (where worker output goes). The seams inside —
+//! the selection algorithms, the health check, the worker as the balancer sees it — are
+//! private: nothing outside the crate plugs into them.
 //!
 //! # Example
 //!
@@ -74,60 +79,104 @@
 //!
 //! One seam per question, as in Pingora's load balancer: *which workers exist* is the
 //! supervisor's business (one task per worker slot owns its process; reload and stop
-//! reach it as commands), *are they healthy* is a [`HealthCheck`] whose verdicts move a
-//! worker in or out of the pool, and *which one next* is a [`Selection`]. The pool's
-//! ready set is an immutable `Vec` swapped whole with `ArcSwap`, so the request path
-//! reads it without a lock; in-flight counts are atomics on each [`Backend`]. The apps and
-//! routes of one config form a table, also swapped whole by a live reload: a request
-//! loads it once, so it sees one config from route to worker. A new
-//! incarnation of worker *i* takes the other of its two ports (`port_base + i` and
-//! `port_base + i + workers`), so a replacement can start and become ready while the
-//! process it replaces still holds its port; a worker counts as ready only when the
-//! socket listening on its port belongs to its own process tree (a leftover process or a
-//! second balancer on the same ports is never taken for it). Request bodies are buffered
-//! (bounded by `max_body_bytes` and `body_read_timeout`) so that a request its worker
-//! never took can be sent again; small response bodies are read whole before the head
-//! goes out (one write), larger ones stream. A request the worker took — read, then froze
-//! on or died with, or began to answer — is never resent: it may be a query of death, and
-//! a resend would carry it to a healthy worker ("took" comes from the kernel: the worker's
-//! unread socket queue in `/proc/net/tcp`, and whether its connection ended by a reset or
-//! by the close of an exiting process). A failed health probe counts only when the worker
-//! answered no proxied request since the previous probe, so an overloaded worker (its
-//! probe queued behind requests) is not mistaken for a blocked one; only requests waiting
-//! for their response head can make a worker "stalled", a streaming body is progress.
+//! reach it as commands), *are they healthy* is a health check whose verdicts move a
+//! worker in or out of the pool, and *which one next* is a selection algorithm behind one
+//! trait (round robin, least connections, power of two choices; rendezvous hashing for a
+//! `sticky_worker` key, falling back to the app's algorithm). The pool's ready set is an
+//! immutable `Vec` swapped whole with `ArcSwap`, so the request path reads it without a
+//! lock; in-flight counts are atomics on each worker. The apps and routes of one config
+//! form a table, also swapped whole by a live reload: a request loads it once, so it
+//! sees one config from route to worker. A new incarnation of worker *i* takes the other
+//! of its two ports (`port_base + i` and `port_base + i + workers`), so a replacement
+//! can start and become ready while the process it replaces still holds its port; a
+//! worker counts as ready only when the socket listening on its port belongs to its own
+//! process tree (a leftover process or a second balancer on the same ports is never
+//! taken for it). Request bodies are buffered (bounded by `max_body_bytes` and
+//! `body_read_timeout`) so that a request its worker never took can be sent again; small
+//! response bodies are read whole before the head goes out (one write), larger ones
+//! stream. A request the worker took — read, then froze on or died with, or began to
+//! answer — is never resent: it may be a query of death, and a resend would carry it to
+//! a healthy worker ("took" comes from the kernel: the worker's unread socket queue in
+//! `/proc/net/tcp`, and whether its connection ended by a reset or by the close of an
+//! exiting process). A failed health probe counts only when the worker answered no
+//! proxied request since the previous probe, so an overloaded worker (its probe queued
+//! behind requests) is not mistaken for a blocked one; only requests waiting for their
+//! response head can make a worker "stalled", a streaming body is progress.
 //!
 //! The data plane is `threads` OS threads, each a current-thread runtime with its own
 //! accept loop on the shared listening socket and its own keep-alive connections to the
-//! workers (`upstream`), so a request and everything it wakes stay on one thread; the
-//! control plane (supervisor, health checks, admin, sampler) runs on the caller's runtime.
-//! Clients are served by hyper; the exchange with a worker runs in the request's own
-//! task over the toolkit's one HTTP/1.1 codec (`scalpel_http::h1`, pooled per thread in
-//! `upstream`; `h1` here writes only the proxy's request head), which halved the
-//! balancer's user-space CPU per request against hyper's client connection
-//! (docs/serve.md). Every error serve answers is `scalpel_http::error_body`. A request that switches protocols (WebSocket) ends as a `tunnel`
-//! between the two connections. Mirror copies and their comparison run on a thread of
-//! their own (low priority, bounded queue and byte budget, counted skips), never on the
-//! data plane; worker output goes to scalpel's stdout through a bounded, lossy writer
-//! thread, so a reader that stops never blocks supervision.
+//! workers, so a request and everything it wakes stay on one thread; the control plane
+//! (supervisor, health checks, admin, sampler) runs on the caller's runtime. Clients are
+//! served by hyper; the exchange with a worker runs in the request's own task over the
+//! toolkit's one HTTP/1.1 codec (`scalpel_http::h1`), rather than through hyper's client
+//! connection and its per-request channel hand-offs (docs/serve.md, "Request
+//! lifecycle", has the measurement). Every error serve answers is
+//! `scalpel_http::error_body`. A request that switches protocols (WebSocket) ends as a
+//! tunnel between the two connections. Mirror copies and their comparison run on a
+//! thread of their own (low priority, bounded queue and byte budget, counted skips),
+//! never on the data plane; worker output goes to scalpel's stdout through a bounded,
+//! lossy writer thread, so a reader that stops never blocks supervision.
+//!
+//! # Where each concern lives
+//!
+//! Each module imports only modules below it in this list (no file imports one that
+//! imports it back).
+//!
+//! | module | concern |
+//! |---|---|
+//! | `server` | the public face: start (bind, threads, apps, control plane), status, reload, shutdown |
+//! | `admin` | the admin server: token check, `/status`, `/metrics`, `/mirror`, `POST /reload`, the live page |
+//! | `sampler` | resource sampling through `scalpel-procstat`; the `max_memory_mb` check |
+//! | `accept` | the data-plane threads, accept loops, connection cap, TLS, the raw 503/408 |
+//! | `metrics` | the Prometheus text, one function per family |
+//! | `live` | the live page's series and snapshot |
+//! | `reload` | a live reload, step by step |
+//! | `proxy` | the request path, one method per phase: `route`, `request_filter`, `upstream`, `response_filter`, `finish` |
+//! | `status` | `/status` and `/mirror`: the types and the code that builds them |
+//! | `mirror_thread` | the mirror thread: sends copies, compares |
+//! | `state` | the runtime state every part reads (`Shared`, `Table`) |
+//! | `supervisor` | worker processes: `slot`, `task`, `prestart`, `spawn` (command and environment), `logs` |
+//! | `route` | a route at run time: rule, arms, counters, mirror |
+//! | `pool`, `selection`, `backend`, `health` | the ready set and its queue; which worker next; one worker as the balancer sees it; the health probe |
+//! | `mirror`, `rescue`, `tunnel` | the data plane's side of a mirror; taking over a stuck direct worker's connections; a switched connection |
+//! | `upstream`, `h1` | the exchange with a worker over `scalpel_http::h1` |
+//! | `error` | [`ServeError`] |
+//! | `config` | the TOML: raw sections (`raw`), one check per section (`server`, `app`, `route`), errors with their line (`error`) |
+//! | `counters`, `sticky`, `ipnet`, `tls`, `clock`, `rng` | per-app counters; sticky keys; address ranges; certificate swap; a µs clock; a cheap RNG |
 
+mod accept;
+mod admin;
+mod backend;
+mod clock;
 mod config;
+mod counters;
+mod error;
 mod h1;
 mod health;
+mod ipnet;
 mod live;
 mod metrics;
 mod mirror;
+mod mirror_thread;
 mod pool;
 mod proxy;
+mod reload;
 mod rescue;
+mod rng;
+mod route;
+mod sampler;
+mod selection;
 mod server;
+mod state;
+mod status;
 mod sticky;
 mod supervisor;
 mod tls;
 mod tunnel;
 mod upstream;
 
-pub use config::{ADMIN_TOKEN_ENV, Balance, Config, ConfigError, Mode};
-pub use health::{HealthCheck, HttpHealthCheck};
-pub use pool::{Backend, LeastConn, PowerOfTwo, RoundRobin, Selection, WorkerState};
-pub use server::{AppStatus, MirrorReport, ServeError, ServeOptions, Server, Status, WorkerStatus};
+pub use config::{ADMIN_TOKEN_ENV, Config, ConfigError};
+pub use error::ServeError;
+pub use server::{ServeOptions, Server};
+pub use status::{AppStatus, MirrorReport, Status, WorkerStatus};
 pub use supervisor::{LogBuffer, WorkerLogs};

@@ -15,9 +15,11 @@ use scalpel_live::{Action, Chart, History, Kind, Line, Page, Snapshot};
 use serde::Serialize;
 use tokio::sync::watch;
 
-use crate::metrics::MAX_LATENCY_US;
-use crate::proxy::{Shared, Table};
-use crate::server::{MirrorReport, Status};
+use crate::counters::MAX_LATENCY_US;
+use crate::route::Route;
+use crate::state::{Shared, Table};
+use crate::status::{MirrorReport, Status, WorkerStatus};
+use crate::supervisor::App;
 
 const TICK: Duration = Duration::from_secs(1);
 /// Points kept per series: five minutes of one-second ticks.
@@ -132,7 +134,7 @@ fn route_series(table: &Table) -> Vec<RouteSeries> {
 
 /// A series that starts now: its first point counts from the counters' current values
 /// (carried over a reload, they are not zero).
-fn fresh_route_series(route: &crate::proxy::Route) -> RouteSeries {
+fn fresh_route_series(route: &Route) -> RouteSeries {
     RouteSeries {
         counters: route.arm_requests.clone(),
         prev: route
@@ -227,14 +229,8 @@ impl Live {
                 })
                 .collect();
             std::mem::swap(&mut s.prev, &mut s.scratch);
-            let requests = app
-                .metrics
-                .requests
-                .load(std::sync::atomic::Ordering::Relaxed);
-            let errors = app
-                .metrics
-                .errors
-                .load(std::sync::atomic::Ordering::Relaxed);
+            let requests = app.metrics.requests.load(Ordering::Relaxed);
+            let errors = app.metrics.errors.load(Ordering::Relaxed);
             let q = quantiles(std::iter::once(&delta), &[0.5, 0.99]);
             s.points.push(AppPoint {
                 t,
@@ -255,7 +251,7 @@ impl Live {
             let now: Vec<u64> = route
                 .arm_requests
                 .iter()
-                .map(|a| a.load(std::sync::atomic::Ordering::Relaxed))
+                .map(|a| a.load(Ordering::Relaxed))
                 .collect();
             let deltas = now
                 .iter()
@@ -297,149 +293,9 @@ impl Live {
         let mut ticks = self.lock();
         ticks.fit(&table);
         let now_t = ticks.started.elapsed().as_secs_f64();
-        let window = |points: &History<AppPoint>| {
-            let last: Vec<&AppPoint> = points.iter().rev().take(WINDOW).collect();
-            let secs: f64 = last.iter().map(|p| p.dt).sum();
-            let sum = |f: fn(&AppPoint) -> u64| last.iter().map(|p| f(p)).sum::<u64>() as f64;
-            if secs > 0.0 {
-                (sum(|p| p.requests) / secs, sum(|p| p.errors) / secs)
-            } else {
-                (0.0, 0.0)
-            }
-        };
-        let apps: Vec<AppOut> = status
-            .apps
-            .into_iter()
-            .enumerate()
-            // `status` was read apart from `table`: a reload in between leaves out what
-            // no longer matches (the next poll has it).
-            .filter_map(|(i, a)| {
-                let app = table.apps.get(i).filter(|x| *x.cfg.name == a.name)?;
-                let series = ticks.apps.get(i)?;
-                let (rps, errors_per_s) = window(&series.points);
-                let q = quantiles(series.recent.iter(), &[0.5, 0.9, 0.99]);
-                let workers = a
-                    .workers
-                    .into_iter()
-                    .map(|w| {
-                        let last_restart = app.slots.get(w.index).and_then(|slot| {
-                            *slot.last_restart.lock().unwrap_or_else(|e| e.into_inner())
-                        });
-                        let usage = w
-                            .pid
-                            .and_then(|pid| ticks.workers.get(&pid))
-                            .map(|(_, u)| *u);
-                        WorkerOut {
-                            last_restart: last_restart.map(|(reason, at)| LastRestart {
-                                reason: reason.name(),
-                                ago_s: (at.elapsed().as_secs_f64() * 10.0).round() / 10.0,
-                            }),
-                            cpu_percent: usage.and_then(|u| u.cpu_percent),
-                            rss_bytes: usage.map(|u| u.rss_bytes),
-                            pss_bytes: usage.and_then(|u| u.pss_bytes),
-                            status: w,
-                        }
-                    })
-                    .collect();
-                Some(AppOut {
-                    name: a.name,
-                    balance: a.balance,
-                    ready: a.ready,
-                    rps,
-                    errors_per_s,
-                    p50_ms: q.as_ref().map(|q| q[0]),
-                    p90_ms: q.as_ref().map(|q| q[1]),
-                    p99_ms: q.as_ref().map(|q| q[2]),
-                    cpu_percent: app.metrics.cpu_percent(),
-                    rss_bytes: app.metrics.rss_bytes(),
-                    pss_bytes: app.metrics.pss_bytes(),
-                    workers,
-                })
-            })
-            .collect();
-        let mut routes: Vec<RouteOut> = table
-            .routes
-            .iter()
-            .zip(&ticks.routes)
-            .enumerate()
-            .map(|(index, (route, series))| {
-                let last: Vec<_> = series.points.iter().rev().take(WINDOW).collect();
-                let secs: f64 = last.iter().map(|p| p.1).sum();
-                let arms = route
-                    .cfg
-                    .arms
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(ai, &(app, weight))| {
-                        let n: u64 = last.iter().map(|p| p.2[ai]).sum();
-                        let name = &table.apps.get(app)?.cfg.name;
-                        let a = apps.iter().find(|a| *a.name == **name)?;
-                        Some(ArmOut {
-                            app: a.name.clone(),
-                            weight,
-                            requests: route.arm_requests[ai]
-                                .load(std::sync::atomic::Ordering::Relaxed),
-                            rps: if secs > 0.0 { n as f64 / secs } else { 0.0 },
-                            errors_per_s: a.errors_per_s,
-                            p50_ms: a.p50_ms,
-                            p90_ms: a.p90_ms,
-                            p99_ms: a.p99_ms,
-                        })
-                    })
-                    .collect();
-                RouteOut {
-                    index,
-                    prefix: route.cfg.prefix.clone(),
-                    arms,
-                }
-            })
-            .collect();
-        if table.routes.is_empty()
-            && let Some(a) = apps.first()
-        {
-            // No [[route]]: every request goes to the first app, as one implicit route.
-            routes.push(RouteOut {
-                index: 0,
-                prefix: "/".into(),
-                arms: vec![ArmOut {
-                    app: a.name.clone(),
-                    weight: 1,
-                    requests: table.apps[0]
-                        .metrics
-                        .requests
-                        .load(std::sync::atomic::Ordering::Relaxed),
-                    rps: a.rps,
-                    errors_per_s: a.errors_per_s,
-                    p50_ms: a.p50_ms,
-                    p90_ms: a.p90_ms,
-                    p99_ms: a.p99_ms,
-                }],
-            });
-        }
-        let mirrors = mirrors
-            .into_iter()
-            .map(|m| {
-                let recent = table
-                    .routes
-                    .get(m.route)
-                    .and_then(|r| r.mirror.as_ref())
-                    .map(|x| x.recorder.recent_differences())
-                    .unwrap_or_default();
-                MirrorOut {
-                    route: m.route,
-                    prefix: m.prefix,
-                    mirror: m.mirror,
-                    compared: m.summary.compared,
-                    matched: m.summary.matched,
-                    mismatched: m.summary.mismatched,
-                    skipped: m.summary.skipped,
-                    errors: m.summary.errors,
-                    consistency_percent: m.summary.consistency_percent,
-                    endpoints: m.summary.endpoints,
-                    newest_differences: recent,
-                }
-            })
-            .collect();
+        let apps = app_rows(&table, &ticks, status);
+        let routes = route_rows(&table, &ticks, &apps);
+        let mirrors = mirror_rows(&table, mirrors);
         let mut snap = Snapshot::new(ServeOut {
             window_s: WINDOW as u64,
             history_s: HISTORY as u64,
@@ -452,7 +308,172 @@ impl Live {
     }
 }
 
+/// Requests and errors per second over the last [`WINDOW`] points.
+fn window_rates(points: &History<AppPoint>) -> (f64, f64) {
+    let last: Vec<&AppPoint> = points.iter().rev().take(WINDOW).collect();
+    let secs: f64 = last.iter().map(|p| p.dt).sum();
+    let sum = |f: fn(&AppPoint) -> u64| last.iter().map(|p| f(p)).sum::<u64>() as f64;
+    if secs > 0.0 {
+        (sum(|p| p.requests) / secs, sum(|p| p.errors) / secs)
+    } else {
+        (0.0, 0.0)
+    }
+}
+
+/// Each app of `status` with its rates, latency percentiles and resources. `status`
+/// was read apart from `table`: a reload in between leaves out what no longer matches
+/// (the next poll has it).
+fn app_rows(table: &Table, ticks: &Ticks, status: Status) -> Vec<AppOut> {
+    status
+        .apps
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, a)| {
+            let app = table.apps.get(i).filter(|x| *x.cfg.name == a.name)?;
+            let series = ticks.apps.get(i)?;
+            let (rps, errors_per_s) = window_rates(&series.points);
+            let q = quantiles(series.recent.iter(), &[0.5, 0.9, 0.99]);
+            let workers = a
+                .workers
+                .into_iter()
+                .map(|w| worker_row(app, ticks, w))
+                .collect();
+            Some(AppOut {
+                name: a.name,
+                balance: a.balance,
+                ready: a.ready,
+                rps,
+                errors_per_s,
+                p50_ms: q.as_ref().map(|q| q[0]),
+                p90_ms: q.as_ref().map(|q| q[1]),
+                p99_ms: q.as_ref().map(|q| q[2]),
+                cpu_percent: app.metrics.cpu_percent(),
+                rss_bytes: app.metrics.rss_bytes(),
+                pss_bytes: app.metrics.pss_bytes(),
+                workers,
+            })
+        })
+        .collect()
+}
+
+/// One worker with its last restart and its process tree's usage.
+fn worker_row(app: &App, ticks: &Ticks, w: WorkerStatus) -> WorkerOut {
+    let last_restart = app
+        .slots
+        .get(w.index)
+        .and_then(|slot| *slot.last_restart.lock().unwrap_or_else(|e| e.into_inner()));
+    let usage = w
+        .pid
+        .and_then(|pid| ticks.workers.get(&pid))
+        .map(|(_, u)| *u);
+    WorkerOut {
+        last_restart: last_restart.map(|(reason, at)| LastRestart {
+            reason: reason.name(),
+            ago_s: (at.elapsed().as_secs_f64() * 10.0).round() / 10.0,
+        }),
+        cpu_percent: usage.and_then(|u| u.cpu_percent),
+        rss_bytes: usage.map(|u| u.rss_bytes),
+        pss_bytes: usage.and_then(|u| u.pss_bytes),
+        status: w,
+    }
+}
+
+/// Each route with its arms' rates (an arm's errors and latency are its app's); with no
+/// `[[route]]`, the first app as one implicit route.
+fn route_rows(table: &Table, ticks: &Ticks, apps: &[AppOut]) -> Vec<RouteOut> {
+    let mut routes: Vec<RouteOut> = table
+        .routes
+        .iter()
+        .zip(&ticks.routes)
+        .enumerate()
+        .map(|(index, (route, series))| {
+            let last: Vec<_> = series.points.iter().rev().take(WINDOW).collect();
+            let secs: f64 = last.iter().map(|p| p.1).sum();
+            let arms = route
+                .cfg
+                .arms
+                .iter()
+                .enumerate()
+                .filter_map(|(ai, &(app, weight))| {
+                    let n: u64 = last.iter().map(|p| p.2[ai]).sum();
+                    let name = &table.apps.get(app)?.cfg.name;
+                    let a = apps.iter().find(|a| *a.name == **name)?;
+                    let requests = route.arm_requests[ai].load(Ordering::Relaxed);
+                    let rps = if secs > 0.0 { n as f64 / secs } else { 0.0 };
+                    Some(arm_row(a, weight, requests, rps))
+                })
+                .collect();
+            RouteOut {
+                index,
+                prefix: route.cfg.prefix.clone(),
+                arms,
+            }
+        })
+        .collect();
+    if table.routes.is_empty()
+        && let Some(a) = apps.first()
+    {
+        // No [[route]]: every request goes to the first app, as one implicit route.
+        let requests = table.apps[0].metrics.requests.load(Ordering::Relaxed);
+        routes.push(RouteOut {
+            index: 0,
+            prefix: "/".into(),
+            arms: vec![arm_row(a, 1, requests, a.rps)],
+        });
+    }
+    routes
+}
+
+fn arm_row(a: &AppOut, weight: u64, requests: u64, rps: f64) -> ArmOut {
+    ArmOut {
+        app: a.name.clone(),
+        weight,
+        requests,
+        rps,
+        errors_per_s: a.errors_per_s,
+        p50_ms: a.p50_ms,
+        p90_ms: a.p90_ms,
+        p99_ms: a.p99_ms,
+    }
+}
+
+/// Each mirrored route's results, with its newest differences.
+fn mirror_rows(table: &Table, mirrors: Vec<MirrorReport>) -> Vec<MirrorOut> {
+    mirrors
+        .into_iter()
+        .map(|m| {
+            let recent = table
+                .routes
+                .get(m.route)
+                .and_then(|r| r.mirror.as_ref())
+                .map(|x| x.recorder.recent_differences())
+                .unwrap_or_default();
+            MirrorOut {
+                route: m.route,
+                prefix: m.prefix,
+                mirror: m.mirror,
+                compared: m.summary.compared,
+                matched: m.summary.matched,
+                mismatched: m.summary.mismatched,
+                skipped: m.summary.skipped,
+                errors: m.summary.errors,
+                consistency_percent: m.summary.consistency_percent,
+                endpoints: m.summary.endpoints,
+                newest_differences: recent,
+            }
+        })
+        .collect()
+}
+
+/// The page's charts: requests per second per route and arm, latency and errors per app,
+/// against seconds before now.
 fn charts(snap: &mut Snapshot, table: &Table, ticks: &Ticks, now_t: f64) {
+    rate_chart(snap, table, ticks, now_t);
+    app_charts(snap, table, ticks, now_t);
+}
+
+/// Requests per second per route and arm (the first app alone with no `[[route]]`).
+fn rate_chart(snap: &mut Snapshot, table: &Table, ticks: &Ticks, now_t: f64) {
     let x = |t: f64| (t - now_t).min(0.0);
     let x_label = "seconds (0 = now)".to_string();
     let mut rate = Vec::new();
@@ -496,6 +517,12 @@ fn charts(snap: &mut Snapshot, table: &Table, ticks: &Ticks, now_t: f64) {
             ..Chart::default()
         },
     );
+}
+
+/// Latency (p99, p50) and errors per second per app.
+fn app_charts(snap: &mut Snapshot, table: &Table, ticks: &Ticks, now_t: f64) {
+    let x = |t: f64| (t - now_t).min(0.0);
+    let x_label = "seconds (0 = now)".to_string();
     let mut latency = Vec::new();
     let mut errors = Vec::new();
     for (i, (app, series)) in table.apps.iter().zip(&ticks.apps).enumerate() {
@@ -591,7 +618,7 @@ struct AppOut {
 #[derive(Serialize)]
 struct WorkerOut {
     #[serde(flatten)]
-    status: crate::server::WorkerStatus,
+    status: WorkerStatus,
     last_restart: Option<LastRestart>,
     cpu_percent: Option<f64>,
     rss_bytes: Option<u64>,

@@ -29,19 +29,12 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, Method, StatusCode};
 use scalpel_diff::{NoiseRule, RouteNormalizer};
-use scalpel_shadow::{
-    CompareSettings, Failure, Recorder, Redactor, ShadowRequest, ShadowResponse, SkipReason,
-};
-use tokio::sync::{Semaphore, mpsc, oneshot, watch};
+use scalpel_shadow::{CompareSettings, Recorder, Redactor, SkipReason};
+use tokio::sync::{mpsc, oneshot};
 
 use crate::config::MirrorConfig;
 use crate::h1::Outgoing;
-use crate::pool::fast_random;
-use crate::proxy::Shared;
-use crate::upstream::{Attempt, Upstreams};
-
-/// Mirror exchanges in flight at once (all routes); queued copies wait for one.
-pub(crate) const MIRROR_CONCURRENCY: usize = 64;
+use crate::rng::fast_random;
 
 /// Copies waiting for the mirror thread; past this (or the byte budget) they are
 /// skipped (`queue_full`).
@@ -51,16 +44,16 @@ const MIRROR_QUEUE: usize = 1024;
 const MAX_SAMPLES: usize = 50;
 
 /// The served response, captured for comparison, or why it could not be.
-type Captured = Result<Served, SkipReason>;
+pub(crate) type Captured = Result<Served, SkipReason>;
 
 /// A served response as the client got it, with its share of the mirror budget (given
 /// back once it has been compared).
 #[derive(Debug)]
-struct Served {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: Bytes,
-    latency: Duration,
+pub(crate) struct Served {
+    pub(crate) status: StatusCode,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: Bytes,
+    pub(crate) latency: Duration,
     _held: Vec<Held>,
 }
 
@@ -161,7 +154,7 @@ pub(crate) struct Budget {
 
 impl Budget {
     /// `n` more bytes, when they fit; released when the guard drops.
-    fn reserve(self: &Arc<Self>, n: usize) -> Option<Held> {
+    pub(crate) fn reserve(self: &Arc<Self>, n: usize) -> Option<Held> {
         let mut used = self.used.load(Ordering::Relaxed);
         loop {
             if used.checked_add(n)? > self.limit {
@@ -179,14 +172,15 @@ impl Budget {
         }
     }
 
-    fn available(&self) -> usize {
+    /// Bytes that may still be held.
+    pub(crate) fn available(&self) -> usize {
         self.limit.saturating_sub(self.used.load(Ordering::Relaxed))
     }
 }
 
 /// Bytes of the mirror budget, given back on drop.
 #[derive(Debug)]
-struct Held(Arc<Budget>, usize);
+pub(crate) struct Held(Arc<Budget>, usize);
 
 impl Drop for Held {
     fn drop(&mut self) {
@@ -198,182 +192,44 @@ impl Drop for Held {
 #[derive(Debug)]
 pub(crate) struct MirrorQueue {
     tx: mpsc::Sender<MirrorJob>,
-    budget: Arc<Budget>,
+    pub(crate) budget: Arc<Budget>,
+}
+
+impl MirrorQueue {
+    /// A queue of copies for the mirror thread (the receiver is its end) and the byte
+    /// budget they share with the served bodies captured for them.
+    pub(crate) fn new(budget_bytes: usize) -> (Self, mpsc::Receiver<MirrorJob>) {
+        let (tx, rx) = mpsc::channel::<MirrorJob>(MIRROR_QUEUE);
+        let budget = Arc::new(Budget {
+            used: AtomicUsize::new(0),
+            limit: budget_bytes,
+        });
+        (MirrorQueue { tx, budget }, rx)
+    }
 }
 
 /// One copy to make and compare.
 #[derive(Debug)]
-struct MirrorJob {
+pub(crate) struct MirrorJob {
     /// The route's mirror (kept across live reloads that leave it unchanged).
-    mirror: Arc<Mirror>,
-    copy: Copy,
-    primary: oneshot::Receiver<Captured>,
+    pub(crate) mirror: Arc<Mirror>,
+    pub(crate) copy: Copy,
+    /// The served response, once its body has ended.
+    pub(crate) primary: oneshot::Receiver<Captured>,
     /// The request body's share of the budget.
     _held: Held,
 }
 
 /// The mirror's own copy of a request, sent after the client's request has moved on.
 #[derive(Debug)]
-struct Copy {
-    method: Method,
-    target: String,
-    headers: HeaderMap,
-    client_ip: String,
-    trusted: bool,
-    https: bool,
-    body: Bytes,
-}
-
-/// Starts the mirror thread: it waits for the shared state (sent through the returned
-/// sender once the server is built), then runs every queued copy until `stop`.
-pub(crate) fn start_mirror_thread(
-    budget_bytes: usize,
-    mut stop: watch::Receiver<bool>,
-) -> std::io::Result<(MirrorQueue, oneshot::Sender<Arc<Shared>>)> {
-    let (tx, mut rx) = mpsc::channel::<MirrorJob>(MIRROR_QUEUE);
-    let (hand_over, shared_rx) = oneshot::channel::<Arc<Shared>>();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    std::thread::Builder::new()
-        .name("scalpel-mirror".into())
-        .spawn(move || {
-            lower_this_thread_priority();
-            rt.block_on(async move {
-                let Ok(shared) = shared_rx.await else { return };
-                let up = Upstreams::new(
-                    shared.cfg.connect_timeout,
-                    shared.cfg.pool_idle_timeout,
-                    MIRROR_CONCURRENCY,
-                );
-                let slots = Arc::new(Semaphore::new(MIRROR_CONCURRENCY));
-                let dispatch = async {
-                    while let Some(job) = rx.recv().await {
-                        // Waiting here for a slot is what fills the queue when the
-                        // mirror app is slow.
-                        let Ok(permit) = slots.clone().acquire_owned().await else {
-                            return;
-                        };
-                        let (shared, up) = (shared.clone(), up.clone());
-                        tokio::spawn(async move {
-                            run(&shared, &up, job).await;
-                            drop(permit);
-                        });
-                    }
-                };
-                tokio::select! {
-                    () = dispatch => {}
-                    _ = stop.wait_for(|s| *s) => {}
-                }
-            });
-        })?;
-    Ok((
-        MirrorQueue {
-            tx,
-            budget: Arc::new(Budget {
-                used: AtomicUsize::new(0),
-                limit: budget_bytes,
-            }),
-        },
-        hand_over,
-    ))
-}
-
-/// Nice value of the mirror thread: the lowest, so that the data-plane threads (nice 0)
-/// get nearly all of a core both want; mirrors get whatever CPU is idle.
-const MIRROR_NICE: i32 = 19;
-
-/// Lowers the calling thread's scheduling priority (Linux: `setpriority` with a thread
-/// id acts on that thread only). Best effort.
-fn lower_this_thread_priority() {
-    let tid = rustix::thread::gettid();
-    if rustix::process::setpriority_process(Some(tid), MIRROR_NICE).is_err() {
-        tracing::debug!("could not lower the mirror thread's priority");
-    }
-}
-
-/// Sends one copy, waits for the served answer, compares: all on the mirror thread.
-async fn run(shared: &Arc<Shared>, up: &Arc<Upstreams>, job: MirrorJob) {
-    let mirror = job.mirror.clone();
-    let candidate = send_copy(shared, up, &mirror.app, &job.copy).await;
-    let MirrorJob { copy, primary, .. } = job;
-    // The served body normally ended long ago; the wait is bounded in case its client
-    // reads slowly.
-    let wait = shared.table.load().server.upstream_timeout * 2;
-    let captured = match tokio::time::timeout(wait, primary).await {
-        Ok(Ok(c)) => c,
-        _ => Err(SkipReason::PrimaryIncomplete),
-    };
-    let recorder = &mirror.recorder;
-    match captured {
-        Ok(served) => {
-            let request = ShadowRequest::new(copy.method, copy.target, copy.headers, copy.body);
-            let primary =
-                ShadowResponse::new(served.status, served.headers, served.body, served.latency);
-            let candidate = candidate.as_ref().map(|(r, _)| r).map_err(|f| *f);
-            recorder.observe(&request, &primary, candidate, None);
-        }
-        Err(reason) => recorder.skip(reason),
-    }
-}
-
-async fn send_copy(
-    shared: &Shared,
-    up: &Arc<Upstreams>,
-    app: &str,
-    copy: &Copy,
-) -> Result<(ShadowResponse, Option<Held>), Failure> {
-    let table = shared.table.load_full();
-    let app = table
-        .apps
-        .iter()
-        .find(|a| &*a.cfg.name == app)
-        .ok_or(Failure::Connect)?;
-    let backend = app.pool.select(None, None).ok_or(Failure::Connect)?;
-    // Not held to the app's `max_in_flight_per_worker` (the mirror's own queue bounds
-    // copies), but counted in its workers' slots.
-    let in_flight = app.pool.begin(&backend);
-    app.metrics.mirrored.fetch_add(1, Ordering::Relaxed);
-    let req = Outgoing {
-        method: &copy.method,
-        target: &copy.target,
-        headers: &copy.headers,
-        client_ip: &copy.client_ip,
-        body: &copy.body,
-        upgrade: None,
-        trusted: copy.trusted,
-        https: copy.https,
-    };
-    let start = Instant::now();
-    let lim = shared.table.load().server.clone();
-    let max = lim.max_body_bytes as usize;
-    let budget = shared
-        .mirror_queue
-        .as_ref()
-        .map(|q| q.budget.clone())
-        .ok_or(Failure::Connect)?;
-    let exchange = async {
-        let mut answer = up
-            .send(backend.addr(), &req, &Attempt::default())
-            .await
-            .map_err(|_| Failure::Connect)?;
-        in_flight.head_received();
-        let limit = max.min(budget.available());
-        let body = answer
-            .body
-            .read_up_to(limit)
-            .await
-            .map_err(|_| Failure::Connect)?
-            .ok_or(Failure::TooLarge)?;
-        let held = budget.reserve(body.len());
-        Ok((
-            ShadowResponse::new(answer.status, answer.headers, body, start.elapsed()),
-            held,
-        ))
-    };
-    tokio::time::timeout(lim.upstream_timeout, exchange)
-        .await
-        .unwrap_or(Err(Failure::Timeout))
+pub(crate) struct Copy {
+    pub(crate) method: Method,
+    pub(crate) target: String,
+    pub(crate) headers: HeaderMap,
+    pub(crate) client_ip: String,
+    pub(crate) trusted: bool,
+    pub(crate) https: bool,
+    pub(crate) body: Bytes,
 }
 
 /// Copies a served body as it streams, up to a limit and within the mirror budget, and

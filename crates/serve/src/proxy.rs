@@ -6,17 +6,20 @@
 //! never resent: it may be a poison request, and a resend would carry it to a healthy
 //! worker.
 //!
-//! Per-request phases, in order: `route` (which route and arm), `request_filter`
-//! (limits, headers), `upstream` (select, send, maybe retry), `response_filter`
-//! (headers back), then `finish` (metrics, when the body ends).
+//! Per-request phases, methods called in this order as pingora-proxy's `ProxyHttp`
+//! hooks are: `route` (which route and arm), `request_filter` (limits, the body, the
+//! headers), `upstream` (a worker, the exchange, maybe one resend), `response_filter`
+//! (the answer as the client's response: whole, streamed or switched), then `finish`
+//! (metrics; latency when the body ends). A request filter (a header rule, a check of
+//! the client) belongs in `request_filter`; `upstream` is the only phase that talks to
+//! a worker.
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
@@ -25,11 +28,13 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 
-use crate::config::{RouteConfig, ServerConfig};
+use crate::backend::{Backend, Eject};
+use crate::config::ServerConfig;
+use crate::counters::{AppMetrics, NotResent};
 use crate::h1::Outgoing;
-use crate::metrics::{AppMetrics, NotResent};
-use crate::mirror::{Mirror, MirrorQueue, Tee};
-use crate::pool::{Backend, Eject, InFlight, Refused, fast_random};
+use crate::mirror::{Mirror, Tee};
+use crate::pool::{InFlight, Refused};
+use crate::state::{Shared, Table};
 use crate::sticky;
 use crate::supervisor::App;
 use crate::tunnel;
@@ -38,149 +43,6 @@ use crate::upstream::{Answer, Attempt, UpstreamBody, UpstreamError, Upstreams};
 /// Worker bodies up to this size (by `Content-Length`) are read whole before the
 /// response goes out; larger or chunked ones stream.
 const BUFFER_BODY_BYTES: u64 = 64 * 1024;
-
-/// A route at run time: its rule and a request counter per arm.
-#[derive(Debug)]
-pub(crate) struct Route {
-    pub(crate) cfg: RouteConfig,
-    pub(crate) mirror: Option<Arc<Mirror>>,
-    total_weight: u64,
-    /// Shared with the route of the config before a live reload that kept this route
-    /// and arm (same rule, same app): a Prometheus counter must never go down, and a
-    /// request that picked its route in the old table still counts here.
-    pub(crate) arm_requests: Vec<Arc<AtomicU64>>,
-}
-
-impl Route {
-    pub(crate) fn new(cfg: RouteConfig) -> Result<Self, scalpel_shadow::ShadowError> {
-        let mirror = match &cfg.mirror {
-            Some(m) => Some(Arc::new(Mirror::new(m, &cfg.prefix)?)),
-            None => None,
-        };
-        Ok(Self::with_mirror(cfg, mirror))
-    }
-
-    /// A route whose mirror, if any, is `mirror` (kept from before a live reload).
-    pub(crate) fn with_mirror(cfg: RouteConfig, mirror: Option<Arc<Mirror>>) -> Self {
-        Self {
-            mirror,
-            total_weight: cfg.arms.iter().map(|a| a.1).sum(),
-            arm_requests: cfg.arms.iter().map(|_| Arc::default()).collect(),
-            cfg,
-        }
-    }
-
-    /// Takes over the counters of the route of the config before a reload with the same
-    /// rule (prefix, method, header): arm by arm, where the arm goes to the same app
-    /// (`app_name` of an arm's app index; `old_app_name` for `old`'s). A new arm starts
-    /// at zero; the counters of an arm or route the reload removed go with it.
-    pub(crate) fn carry_counters<'a>(
-        &mut self,
-        app_name: impl Fn(usize) -> Option<&'a str>,
-        old: &Route,
-        old_app_name: impl Fn(usize) -> Option<&'a str>,
-    ) {
-        for (i, &(app, _)) in self.cfg.arms.iter().enumerate() {
-            let Some(name) = app_name(app) else {
-                continue;
-            };
-            if let Some(ai) = old
-                .cfg
-                .arms
-                .iter()
-                .position(|&(o, _)| old_app_name(o) == Some(name))
-            {
-                self.arm_requests[i] = old.arm_requests[ai].clone();
-            }
-        }
-    }
-
-    /// Same rule: what makes a route "the same route" across a reload.
-    pub(crate) fn same_rule(&self, other: &Route) -> bool {
-        self.cfg.prefix == other.cfg.prefix
-            && self.cfg.method == other.cfg.method
-            && self.cfg.header == other.cfg.header
-    }
-
-    fn matches(&self, method: &Method, path: &str, headers: &HeaderMap) -> bool {
-        let p = &self.cfg.prefix;
-        let prefix_ok = path.starts_with(p.as_str())
-            && (p.ends_with('/') || path.len() == p.len() || path.as_bytes()[p.len()] == b'/');
-        prefix_ok
-            && self.cfg.method.as_ref().is_none_or(|m| m == method)
-            && self.cfg.header.as_ref().is_none_or(|(name, value)| {
-                headers.get_all(name).iter().any(|v| {
-                    value
-                        .as_ref()
-                        .is_none_or(|want| v.to_str().is_ok_and(|v| v.trim() == want))
-                })
-            })
-    }
-
-    /// Index into `cfg.arms`: by the sticky key's hash when present, else at random,
-    /// in proportion to the weights.
-    fn pick_arm(&self, src: &sticky::Source<'_>) -> usize {
-        if self.cfg.arms.len() == 1 {
-            return 0;
-        }
-        let key = self.cfg.sticky.as_ref().and_then(|k| sticky::hash(k, src));
-        let roll = key.unwrap_or_else(fast_random) % self.total_weight;
-        let mut acc = 0;
-        for (i, &(_, w)) in self.cfg.arms.iter().enumerate() {
-            acc += w;
-            if roll < acc {
-                return i;
-            }
-        }
-        self.cfg.arms.len() - 1
-    }
-}
-
-/// Everything the request path reads; built once, shared by every connection.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    pub(crate) cfg: ServerConfig,
-    /// The apps, routes and `[server]` limits in use; a live reload swaps the whole
-    /// table, so a request sees one config from its route to its worker.
-    pub(crate) table: ArcSwap<Table>,
-    /// The mirror thread's queue, when a route mirrors.
-    pub(crate) mirror_queue: Option<MirrorQueue>,
-    pub(crate) rejected: Rejected,
-    pub(crate) connections: Arc<crate::server::ConnCount>,
-    /// The client listener's certificates (`[server.tls]`), reloaded on SIGHUP.
-    pub(crate) tls: Option<crate::tls::Endpoint>,
-    /// The admin address's certificates (`[server.admin_tls]`).
-    pub(crate) admin_tls: Option<crate::tls::Endpoint>,
-    /// The config in use and what a live reload starts new apps with.
-    pub(crate) running: crate::server::Running,
-}
-
-/// The apps and routes of one config generation (routes name apps by index).
-#[derive(Debug)]
-pub(crate) struct Table {
-    /// Counts the live reloads applied (0: the config read at start).
-    pub(crate) generation: u64,
-    pub(crate) apps: Vec<Arc<App>>,
-    pub(crate) routes: Vec<Route>,
-    /// The `[server]` section of this generation: its limits and time-outs are read per
-    /// request (and per connection) from here, so a reload changes them live. Listeners,
-    /// threads and buffers sized at start are read from `Shared::cfg` (a reload refuses
-    /// changing them).
-    pub(crate) server: Arc<ServerConfig>,
-}
-
-/// Requests and connections refused before reaching an app, by reason.
-#[derive(Debug, Default)]
-pub(crate) struct Rejected {
-    pub(crate) no_route: AtomicU64,
-    pub(crate) too_large: AtomicU64,
-    /// Request bodies not received within `body_read_timeout` (408).
-    pub(crate) body_timeout: AtomicU64,
-    /// Request heads not received within `header_read_timeout` (408).
-    pub(crate) header_timeout: AtomicU64,
-    /// Connections over `max_connections` (503).
-    pub(crate) too_many_connections: AtomicU64,
-}
 
 /// Who sent a request: the peer's address (for `X-Forwarded-For`) and whether it is a
 /// trusted proxy; worked out once per connection.
@@ -322,6 +184,56 @@ fn idempotent(m: &Method) -> bool {
     )
 }
 
+/// What a sticky key is read from: the request's path and headers, and its client.
+fn key_source<'a>(
+    lim: &'a ServerConfig,
+    client: &'a Client,
+    path: &'a str,
+    headers: &'a HeaderMap,
+) -> sticky::Source<'a> {
+    sticky::Source {
+        path,
+        headers,
+        peer: &client.ip,
+        trusted: client.trusted,
+        trusted_proxies: &lim.trusted_proxies,
+    }
+}
+
+/// A request past `request_filter`: the head to forward, its body read whole, and the
+/// protocol it asks to switch to.
+struct Filtered {
+    parts: http::request::Parts,
+    body: Bytes,
+    upgrade: Option<HeaderValue>,
+    on_upgrade: Option<OnUpgrade>,
+}
+
+impl Filtered {
+    /// The request as the worker gets it: origin form (`/path?query`; a client's absolute
+    /// form is reduced), with the proxy's headers added as it is written.
+    fn outgoing<'a>(&'a self, client: &'a Client) -> Outgoing<'a> {
+        Outgoing {
+            method: &self.parts.method,
+            target: self.parts.uri.path_and_query().map_or("/", |p| p.as_str()),
+            headers: &self.parts.headers,
+            client_ip: &client.ip,
+            body: &self.body,
+            upgrade: self.upgrade.as_ref(),
+            trusted: client.trusted,
+            https: client.https,
+        }
+    }
+}
+
+/// A worker's answer as `upstream` hands it to `response_filter`: its head, the part of
+/// its body already read (all of a small one), and the worker's count of it.
+struct Answered {
+    answer: Answer,
+    first: Bytes,
+    in_flight: InFlight,
+}
+
 /// What became of a request the worker had (or may have had) taken.
 // Lives for a moment on one request's stack: boxing the answer would cost an allocation
 // per request.
@@ -333,37 +245,14 @@ enum Outcome {
     Ejected { taken: bool },
 }
 
+/// The phases of a request, in the order [`Shared::handle`] and `forward` call them (as
+/// pingora-proxy's `ProxyHttp` hooks): `route`, `request_filter`, `upstream`,
+/// `response_filter`, `finish`. A phase that answers the request itself (an error)
+/// returns that answer as its `Err`.
+// The `Err` is the response itself, moved out as a plain return would move it; boxing it
+// would cost an allocation per error answer.
+#[allow(clippy::result_large_err)]
 impl Shared {
-    /// What a sticky key of `req` is read from.
-    fn sticky_source<'a>(
-        lim: &'a ServerConfig,
-        client: &'a Client,
-        req: &'a Request<Incoming>,
-    ) -> sticky::Source<'a> {
-        sticky::Source {
-            path: req.uri().path(),
-            headers: req.headers(),
-            peer: &client.ip,
-            trusted: client.trusted,
-            trusted_proxies: &lim.trusted_proxies,
-        }
-    }
-
-    /// Phase `route`: the route's index (or `None` when no route matches; with no routes
-    /// configured, everything goes to the first app).
-    fn route(table: &Table, req: &Request<Incoming>) -> Result<Option<usize>, ()> {
-        if table.routes.is_empty() {
-            return Ok(None);
-        }
-        let path = req.uri().path();
-        table
-            .routes
-            .iter()
-            .position(|r| r.matches(req.method(), path, req.headers()))
-            .map(Some)
-            .ok_or(())
-    }
-
     /// Serves one client request on the calling data-plane thread, whose connections to
     /// the workers are `up`.
     pub(crate) async fn handle(
@@ -375,30 +264,9 @@ impl Shared {
         // One load of the table: the route and its app come from the same config, and
         // the request keeps its app (and mirror) even if a reload swaps the table.
         let table = self.table.load();
-        let (app_index, mirror) = match Self::route(&table, &req) {
-            // No routes: the first proxy app (a direct app has its own address).
-            Ok(None) => match table.apps.iter().position(|a| a.cfg.listen.is_none()) {
-                Some(i) => (i, None),
-                None => {
-                    self.rejected.no_route.fetch_add(1, Ordering::Relaxed);
-                    return json_error(
-                        StatusCode::NOT_FOUND,
-                        "no_route",
-                        "no proxy app here: every app is mode = \"direct\" and listens on its own address",
-                    );
-                }
-            },
-            Ok(Some(r)) => {
-                let route = &table.routes[r];
-                let arm = route.pick_arm(&Self::sticky_source(&table.server, client, &req));
-                route.arm_requests[arm].fetch_add(1, Ordering::Relaxed);
-                (route.cfg.arms[arm].0, route.mirror.clone())
-            }
-            Err(()) => {
-                self.rejected.no_route.fetch_add(1, Ordering::Relaxed);
-                let msg = format!("no route for {} {}", req.method(), req.uri().path());
-                return json_error(StatusCode::NOT_FOUND, "no_route", &msg);
-            }
+        let (app_index, mirror) = match self.route(&table, client, &req) {
+            Ok(to) => to,
+            Err(res) => return res,
         };
         let app = table.apps[app_index].clone();
         // The limits stay those of the request's own generation, whatever reloads follow.
@@ -408,12 +276,12 @@ impl Shared {
         let res = self
             .forward(up, &app, &lim, mirror.as_ref(), client, req)
             .await;
-        if res.status().is_server_error() {
-            app.metrics.errors.fetch_add(1, Ordering::Relaxed);
-        }
+        Self::finish(&app, &res);
         res
     }
 
+    /// Phases `request_filter`, `upstream` and `response_filter` for a request routed to
+    /// `app`.
     async fn forward(
         self: &Arc<Self>,
         up: &Arc<Upstreams>,
@@ -424,60 +292,75 @@ impl Shared {
         req: Request<Incoming>,
     ) -> Response<ProxyBody> {
         let start = Instant::now();
-        // Phase `request_filter`: limits and headers.
+        let mut req = match self.request_filter(lim, req).await {
+            Ok(r) => r,
+            Err(res) => return res,
+        };
+        let on_upgrade = req.on_upgrade.take();
+        let out = req.outgoing(client);
+        // A switched connection is not a response a mirror could compare.
+        let tee = match (mirror, &self.mirror_queue) {
+            (Some(m), Some(queue)) if req.upgrade.is_none() => m.begin(queue, &out),
+            _ => None,
+        };
+        let answered = match self.upstream(up, app, lim, client, &req, &out).await {
+            Ok(a) => a,
+            Err(res) => return res,
+        };
+        self.response_filter(app, lim, answered, on_upgrade, tee, start)
+    }
+
+    /// Phase `route`: the app (and mirror) of the request — the arm of the first route
+    /// that matches, by weight or sticky key; with no routes, the first proxy app — or
+    /// a 404.
+    fn route(
+        &self,
+        table: &Table,
+        client: &Client,
+        req: &Request<Incoming>,
+    ) -> Result<(usize, Option<Arc<Mirror>>), Response<ProxyBody>> {
+        if table.routes.is_empty() {
+            // No routes: the first proxy app (a direct app has its own address).
+            return match table.apps.iter().position(|a| a.cfg.listen.is_none()) {
+                Some(i) => Ok((i, None)),
+                None => {
+                    self.rejected.no_route.fetch_add(1, Ordering::Relaxed);
+                    Err(json_error(
+                        StatusCode::NOT_FOUND,
+                        "no_route",
+                        "no proxy app here: every app is mode = \"direct\" and listens on its own address",
+                    ))
+                }
+            };
+        }
+        let path = req.uri().path();
+        let Some(route) = table
+            .routes
+            .iter()
+            .find(|r| r.matches(req.method(), path, req.headers()))
+        else {
+            self.rejected.no_route.fetch_add(1, Ordering::Relaxed);
+            let msg = format!("no route for {} {}", req.method(), path);
+            return Err(json_error(StatusCode::NOT_FOUND, "no_route", &msg));
+        };
+        let arm = route.pick_arm(&key_source(&table.server, client, path, req.headers()));
+        route.arm_requests[arm].fetch_add(1, Ordering::Relaxed);
+        Ok((route.cfg.arms[arm].0, route.mirror.clone()))
+    }
+
+    /// Phase `request_filter`: the limits, the body read whole, and the head made ready
+    /// for a worker (`Host` from an HTTP/2 `:authority`). The proxy's own headers
+    /// (hop-by-hop left out, `X-Forwarded-*`, `Via`) are written with the head (`h1`).
+    async fn request_filter(
+        &self,
+        lim: &ServerConfig,
+        req: Request<Incoming>,
+    ) -> Result<Filtered, Response<ProxyBody>> {
         let mut req = req;
         let upgrade = upgrade_asked(&req);
         let on_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
-        let max = lim.max_body_bytes;
-        // The body's length as hyper framed it (a chunked body has none), never the
-        // client's own header: with both `Content-Length` and `Transfer-Encoding`, the
-        // chunked framing is the one that counts (RFC 9112 §6.3).
-        if body.size_hint().lower() > max {
-            self.rejected.too_large.fetch_add(1, Ordering::Relaxed);
-            return json_error_closing(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "too_large",
-                &format!("request body over the {max}-byte limit"),
-            );
-        }
-        // Bodies are buffered (bounded in size and in time) so a failed attempt can be
-        // sent again, and a slow client holds no worker while it trickles.
-        let body = if body.is_end_stream() {
-            Bytes::new()
-        } else {
-            let read = Limited::new(body, max as usize).collect();
-            match tokio::time::timeout(lim.body_read_timeout, read).await {
-                Ok(Ok(c)) => c.to_bytes(),
-                Ok(Err(e)) => {
-                    return if e.is::<http_body_util::LengthLimitError>() {
-                        self.rejected.too_large.fetch_add(1, Ordering::Relaxed);
-                        json_error_closing(
-                            StatusCode::PAYLOAD_TOO_LARGE,
-                            "too_large",
-                            &format!("request body over the {max}-byte limit"),
-                        )
-                    } else {
-                        json_error_closing(
-                            StatusCode::BAD_REQUEST,
-                            "bad_request",
-                            &format!("reading request body: {e}"),
-                        )
-                    };
-                }
-                Err(_) => {
-                    self.rejected.body_timeout.fetch_add(1, Ordering::Relaxed);
-                    return json_error_closing(
-                        StatusCode::REQUEST_TIMEOUT,
-                        "client_timeout",
-                        &format!(
-                            "request body not received within {}",
-                            scalpel_units::format_duration(lim.body_read_timeout)
-                        ),
-                    );
-                }
-            }
-        };
+        let body = self.read_body(lim, body).await?;
         // An HTTP/2 request names its host in `:authority` only; a worker reads `Host`.
         if !parts.headers.contains_key(header::HOST)
             && let Some(host) = parts
@@ -487,186 +370,99 @@ impl Shared {
         {
             parts.headers.insert(header::HOST, host);
         }
-        // Workers get origin form (`/path?query`); a client's absolute form is reduced.
-        let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        let method = parts.method;
-        let retry_ok = lim.retry_idempotent && idempotent(&method);
-        let out = Outgoing {
-            method: &method,
-            target,
-            headers: &parts.headers,
-            client_ip: &client.ip,
-            body: &body,
-            upgrade: upgrade.as_ref(),
-            trusted: client.trusted,
-            https: client.https,
-        };
-        // A switched connection is not a response a mirror could compare.
-        let mut tee = match (mirror, &self.mirror_queue) {
-            (Some(m), Some(queue)) if upgrade.is_none() => m.begin(queue, &out),
-            _ => None,
-        };
+        Ok(Filtered {
+            parts,
+            body,
+            upgrade,
+            on_upgrade,
+        })
+    }
 
-        // Phase `upstream`.
-        let worker_key = app.cfg.sticky_worker.as_ref().and_then(|k| {
-            let src = sticky::Source {
-                path: parts.uri.path(),
-                headers: &parts.headers,
-                peer: &client.ip,
-                trusted: client.trusted,
-                trusted_proxies: &lim.trusted_proxies,
-            };
+    /// The request body, buffered (bounded in size and in time) so that a failed attempt
+    /// can be sent again, and a slow client holds no worker while it trickles.
+    async fn read_body(
+        &self,
+        lim: &ServerConfig,
+        body: Incoming,
+    ) -> Result<Bytes, Response<ProxyBody>> {
+        let max = lim.max_body_bytes;
+        let too_large = || {
+            self.rejected.too_large.fetch_add(1, Ordering::Relaxed);
+            json_error_closing(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                &format!("request body over the {max}-byte limit"),
+            )
+        };
+        // The body's length as hyper framed it (a chunked body has none), never the
+        // client's own header: with both `Content-Length` and `Transfer-Encoding`, the
+        // chunked framing is the one that counts (RFC 9112 §6.3).
+        if body.size_hint().lower() > max {
+            return Err(too_large());
+        }
+        if body.is_end_stream() {
+            return Ok(Bytes::new());
+        }
+        let read = Limited::new(body, max as usize).collect();
+        match tokio::time::timeout(lim.body_read_timeout, read).await {
+            Ok(Ok(c)) => Ok(c.to_bytes()),
+            Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
+            Ok(Err(e)) => Err(json_error_closing(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                &format!("reading request body: {e}"),
+            )),
+            Err(_) => {
+                self.rejected.body_timeout.fetch_add(1, Ordering::Relaxed);
+                Err(json_error_closing(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "client_timeout",
+                    &format!(
+                        "request body not received within {}",
+                        scalpel_units::format_duration(lim.body_read_timeout)
+                    ),
+                ))
+            }
+        }
+    }
+
+    /// Phase `upstream`: a worker of the app, the exchange with it, and — when the
+    /// worker never took the request — one resend to another worker.
+    async fn upstream(
+        &self,
+        up: &Arc<Upstreams>,
+        app: &App,
+        lim: &ServerConfig,
+        client: &Client,
+        req: &Filtered,
+        out: &Outgoing<'_>,
+    ) -> Result<Answered, Response<ProxyBody>> {
+        let retry_ok = lim.retry_idempotent && idempotent(out.method);
+        let key = app.cfg.sticky_worker.as_ref().and_then(|k| {
+            let src = key_source(lim, client, req.parts.uri.path(), &req.parts.headers);
             sticky::hash(k, &src)
         });
         let mut avoid: Option<Arc<Backend>> = None;
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let in_flight = if app.pool.limited() {
-                // `max_in_flight_per_worker`: a slot on a worker, from the app's queue.
-                match app
-                    .pool
-                    .acquire(avoid.as_ref(), lim.wait_for_worker, app.cfg.queue_timeout)
-                    .await
-                {
-                    Ok(f) => f,
-                    Err(why) => return self.refused(app, why),
-                }
-            } else {
-                match app
-                    .pool
-                    .select_wait(avoid.as_deref(), worker_key, lim.wait_for_worker)
-                    .await
-                {
-                    Some(b) => app.pool.begin(&b),
-                    None => return self.refused(app, Refused::NoWorker),
-                }
-            };
+            let first_try = attempt == 1;
+            let in_flight = self.worker(app, lim, avoid.as_ref(), key).await?;
             let backend = in_flight.backend().clone();
             // Formatted only when needed (errors): not on the request path.
             let name = || format!("{}#{}", app.cfg.name, backend.index());
             let track = Attempt::default();
-            let outcome = {
-                let exchange = async {
-                    let mut answer = up.send(backend.addr(), &out, &track).await?;
-                    in_flight.head_received();
-                    // Phase `response_filter` (hop-by-hop headers were left out already).
-                    // A small declared body is read whole (one write to the client);
-                    // otherwise what is here goes first and the rest streams.
-                    let small = answer
-                        .body
-                        .remaining()
-                        .is_some_and(|n| n <= BUFFER_BODY_BYTES);
-                    let first = if small {
-                        answer.body.read_to_end().await?
-                    } else {
-                        answer.body.take_buffered()?
-                    };
-                    Ok::<_, UpstreamError>((answer, first))
-                };
-                let timed = tokio::time::timeout(lim.upstream_timeout, exchange);
-                tokio::pin!(timed);
-                // The supervisor may take the worker off its requests meanwhile: all of them
-                // (it is stuck and being stopped; no answer will come — dropping the
-                // exchange closes its connection), or only the ones it has not read (a
-                // `prestart` successor took over; a request it had read may still be
-                // answered, as may one that cannot be resent).
-                let mut wait_for = Eject::Queued;
-                loop {
-                    tokio::select! {
-                        r = &mut timed => break Outcome::Done(r),
-                        level = backend.ejected(wait_for) => {
-                            let taken = track.received() || backend.took(&track);
-                            // Under a partial ejection, only what can go elsewhere leaves.
-                            if level == Eject::All || (!taken && attempt == 1 && retry_ok) {
-                                break Outcome::Ejected { taken };
-                            }
-                            wait_for = Eject::All;
-                        }
-                    }
-                }
-            };
-            match outcome {
-                Outcome::Done(Ok(Ok((answer, _)))) if answer.switched.is_some() => {
-                    let finish = Finish {
-                        in_flight,
-                        metrics: app.metrics.clone(),
-                        start,
-                    };
-                    return self.switch(app, lim.tunnel_idle_timeout, answer, on_upgrade, finish);
-                }
+            let may_leave = first_try && retry_ok;
+            match Self::exchange(up, lim, &in_flight, out, &track, may_leave).await {
                 Outcome::Done(Ok(Ok((answer, first)))) => {
-                    let ended = answer.body.is_end();
-                    let tee = tee.take().map(|mut t| {
-                        let max = lim.max_body_bytes as usize;
-                        t.head(answer.status, answer.headers.clone(), max, start);
-                        t.data(&first);
-                        if ended {
-                            t.end();
-                        }
-                        Box::new(t)
-                    });
-                    let finish = Finish {
+                    return Ok(Answered {
+                        answer,
+                        first,
                         in_flight,
-                        metrics: app.metrics.clone(),
-                        start,
-                    };
-                    let first = Some(first).filter(|b| !b.is_empty());
-                    let body = if ended {
-                        ProxyBody::Buffered {
-                            data: first,
-                            _finish: finish,
-                        }
-                    } else {
-                        ProxyBody::Upstream {
-                            first,
-                            body: answer.body,
-                            finish,
-                            tee,
-                        }
-                    };
-                    let mut res = Response::new(body);
-                    *res.status_mut() = answer.status;
-                    *res.headers_mut() = answer.headers;
-                    return res;
+                    });
                 }
                 Outcome::Done(Ok(Err(e))) => {
-                    // Never resent once the worker sent any byte: it took the request.
-                    // Reset before any byte: its kernel still held (part of) the request
-                    // unread. End of file before any byte: a worker that has begun to
-                    // exit took it with it; one that lives closed a kept-alive connection
-                    // as the request arrived (its keep-alive time-out), unread.
-                    let verdict =
-                        if e.never_sent() || (!track.received() && e.is_connection_reset()) {
-                            Ok(())
-                        } else if track.received() {
-                            Err(NotResent::Answered)
-                        } else if scalpel_procstat::process_ended(backend.pid()) {
-                            Err(NotResent::Exited)
-                        } else {
-                            Ok(())
-                        };
-                    match verdict {
-                        Ok(()) if attempt == 1 && (e.never_sent() || retry_ok) => {
-                            app.metrics.retries.fetch_add(1, Ordering::Relaxed);
-                            tracing::debug!(worker = %name(), error = %e, "resending on another worker");
-                            avoid = Some(in_flight.backend().clone());
-                            continue;
-                        }
-                        Ok(()) => {
-                            // The kind is the codec's (`connect`, `reset`, `protocol`, …),
-                            // named as load and shadow name it.
-                            let kind = e.kind();
-                            return json_error(
-                                kind.gateway_status(),
-                                kind.name(),
-                                &format!("worker {} failed: {e}", name()),
-                            );
-                        }
-                        Err(why) => {
-                            return self.not_resent(app, &name(), &method, target, why, Some(&e));
-                        }
-                    }
+                    self.failed(app, &backend, out, &e, &track, first_try, retry_ok)?;
                 }
                 Outcome::Done(Err(_)) => {
                     let msg = format!(
@@ -674,44 +470,215 @@ impl Shared {
                         name(),
                         scalpel_units::format_duration(lim.upstream_timeout)
                     );
-                    return json_error(StatusCode::GATEWAY_TIMEOUT, "timeout", &msg);
+                    return Err(json_error(StatusCode::GATEWAY_TIMEOUT, "timeout", &msg));
                 }
-                Outcome::Ejected { taken } => {
-                    if taken {
-                        return self.not_resent(
-                            app,
-                            &name(),
-                            &method,
-                            target,
-                            NotResent::Stalled,
-                            None,
-                        );
-                    }
-                    // Only queued behind whatever stopped the worker: it never read this
-                    // one.
-                    if attempt == 1 && retry_ok {
-                        app.metrics.retries.fetch_add(1, Ordering::Relaxed);
-                        avoid = Some(backend.clone());
-                        continue;
-                    }
-                    return json_error(
-                        StatusCode::BAD_GATEWAY,
-                        "worker_stopped",
-                        &format!(
-                            "worker {} stopped answering before reading this request, \
-                             which is not resent ({})",
-                            name(),
-                            if attempt > 1 {
-                                "it was resent once already"
-                            } else if !lim.retry_idempotent {
-                                "retry_idempotent is off"
-                            } else {
-                                "its method is not idempotent"
-                            }
-                        ),
-                    );
+                Outcome::Ejected { taken: true } => {
+                    let why = NotResent::Stalled;
+                    return Err(self.not_resent(app, &name(), out.method, out.target, why, None));
+                }
+                // Only queued behind whatever stopped the worker: it never read this one.
+                Outcome::Ejected { taken: false } if may_leave => {
+                    app.metrics.retries.fetch_add(1, Ordering::Relaxed);
+                }
+                Outcome::Ejected { taken: false } => {
+                    return Err(worker_stopped(&name(), attempt, lim));
                 }
             }
+            avoid = Some(backend);
+        }
+    }
+
+    /// A worker for the request: with `max_in_flight_per_worker`, a slot from the app's
+    /// queue; otherwise the app's selection, waiting up to `wait_for_worker` for a ready
+    /// worker. `avoid`: the worker a first attempt failed on.
+    async fn worker(
+        &self,
+        app: &App,
+        lim: &ServerConfig,
+        avoid: Option<&Arc<Backend>>,
+        key: Option<u64>,
+    ) -> Result<InFlight, Response<ProxyBody>> {
+        if app.pool.limited() {
+            return app
+                .pool
+                .acquire(avoid, lim.wait_for_worker, app.cfg.queue_timeout)
+                .await
+                .map_err(|why| self.refused(app, why));
+        }
+        match app
+            .pool
+            .select_wait(avoid.map(|a| &**a), key, lim.wait_for_worker)
+            .await
+        {
+            Some(b) => Ok(app.pool.begin(&b)),
+            None => Err(self.refused(app, Refused::NoWorker)),
+        }
+    }
+
+    /// One exchange with the worker of `in_flight`, within `upstream_timeout`: the
+    /// request, the response head, and a small declared body read whole (one write to
+    /// the client), else what is here already (the rest streams). `may_leave`: the
+    /// request may go elsewhere if the worker is ejected before it took it.
+    async fn exchange(
+        up: &Arc<Upstreams>,
+        lim: &ServerConfig,
+        in_flight: &InFlight,
+        out: &Outgoing<'_>,
+        track: &Attempt,
+        may_leave: bool,
+    ) -> Outcome {
+        let backend = in_flight.backend();
+        let exchange = async {
+            let mut answer = up.send(backend.addr(), out, track).await?;
+            in_flight.head_received();
+            let small = answer
+                .body
+                .remaining()
+                .is_some_and(|n| n <= BUFFER_BODY_BYTES);
+            let first = if small {
+                answer.body.read_to_end().await?
+            } else {
+                answer.body.take_buffered()?
+            };
+            Ok::<_, UpstreamError>((answer, first))
+        };
+        let timed = tokio::time::timeout(lim.upstream_timeout, exchange);
+        tokio::pin!(timed);
+        // The supervisor may take the worker off its requests meanwhile: all of them
+        // (it is stuck and being stopped; no answer will come — dropping the exchange
+        // closes its connection), or only the ones it has not read (a `prestart`
+        // successor took over; a request it had read may still be answered, as may one
+        // that cannot be resent).
+        let mut wait_for = Eject::Queued;
+        loop {
+            tokio::select! {
+                r = &mut timed => break Outcome::Done(r),
+                level = backend.ejected(wait_for) => {
+                    let taken = track.received() || backend.took(track);
+                    // Under a partial ejection, only what can go elsewhere leaves.
+                    if level == Eject::All || (!taken && may_leave) {
+                        break Outcome::Ejected { taken };
+                    }
+                    wait_for = Eject::All;
+                }
+            }
+        }
+    }
+
+    /// An exchange that failed with `e`: `Ok` when the request goes to another worker
+    /// (the worker never took it, and this was the first attempt), else the answer.
+    #[allow(clippy::too_many_arguments)]
+    fn failed(
+        &self,
+        app: &App,
+        backend: &Backend,
+        out: &Outgoing<'_>,
+        e: &UpstreamError,
+        track: &Attempt,
+        first_try: bool,
+        retry_ok: bool,
+    ) -> Result<(), Response<ProxyBody>> {
+        let name = || format!("{}#{}", app.cfg.name, backend.index());
+        // Never resent once the worker sent any byte: it took the request. Reset before
+        // any byte: its kernel still held (part of) the request unread. End of file
+        // before any byte: a worker that has begun to exit took it with it; one that
+        // lives closed a kept-alive connection as the request arrived (its keep-alive
+        // time-out), unread.
+        let verdict = if e.never_sent() || (!track.received() && e.is_connection_reset()) {
+            Ok(())
+        } else if track.received() {
+            Err(NotResent::Answered)
+        } else if scalpel_procstat::process_ended(backend.pid()) {
+            Err(NotResent::Exited)
+        } else {
+            Ok(())
+        };
+        match verdict {
+            Ok(()) if first_try && (e.never_sent() || retry_ok) => {
+                app.metrics.retries.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(worker = %name(), error = %e, "resending on another worker");
+                Ok(())
+            }
+            Ok(()) => {
+                // The kind is the codec's (`connect`, `reset`, `protocol`, …), named as
+                // load and shadow name it.
+                let kind = e.kind();
+                Err(json_error(
+                    kind.gateway_status(),
+                    kind.name(),
+                    &format!("worker {} failed: {e}", name()),
+                ))
+            }
+            Err(why) => Err(self.not_resent(app, &name(), out.method, out.target, why, Some(e))),
+        }
+    }
+
+    /// Phase `response_filter`: the worker's answer as the client's response (its
+    /// hop-by-hop headers were left out as it was read). A protocol switch becomes a
+    /// tunnel; a body that ended goes out whole; a longer one streams, copied to the
+    /// mirror's tee when the request is mirrored.
+    fn response_filter(
+        &self,
+        app: &App,
+        lim: &ServerConfig,
+        answered: Answered,
+        on_upgrade: Option<OnUpgrade>,
+        tee: Option<Tee>,
+        start: Instant,
+    ) -> Response<ProxyBody> {
+        let Answered {
+            answer,
+            first,
+            in_flight,
+        } = answered;
+        let finish = Finish {
+            in_flight,
+            metrics: app.metrics.clone(),
+            start,
+        };
+        if answer.switched.is_some() {
+            return self.switch(app, lim.tunnel_idle_timeout, answer, on_upgrade, finish);
+        }
+        let ended = answer.body.is_end();
+        let tee = tee.map(|mut t| {
+            t.head(
+                answer.status,
+                answer.headers.clone(),
+                lim.max_body_bytes as usize,
+                start,
+            );
+            t.data(&first);
+            if ended {
+                t.end();
+            }
+            Box::new(t)
+        });
+        let first = Some(first).filter(|b| !b.is_empty());
+        let body = if ended {
+            ProxyBody::Buffered {
+                data: first,
+                _finish: finish,
+            }
+        } else {
+            ProxyBody::Upstream {
+                first,
+                body: answer.body,
+                finish,
+                tee,
+            }
+        };
+        let mut res = Response::new(body);
+        *res.status_mut() = answer.status;
+        *res.headers_mut() = answer.headers;
+        res
+    }
+
+    /// Phase `finish`, as the answer leaves: an error answer (5xx, the worker's or the
+    /// balancer's) counts for its app. The request's latency and its worker's in-flight
+    /// count end with its body ([`Finish`]).
+    fn finish(app: &App, res: &Response<ProxyBody>) {
+        if res.status().is_server_error() {
+            app.metrics.errors.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -892,4 +859,24 @@ fn upgrade_asked(req: &Request<Incoming>) -> Option<HeaderValue> {
         .flat_map(|v| v.as_bytes().split(|&b| b == b','))
         .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"upgrade"));
     asked.then(|| protocol.clone())
+}
+
+/// The answer to a request whose worker stopped before reading it, when it may not go to
+/// another worker: said why (a resend already, retries off, or not idempotent).
+fn worker_stopped(worker: &str, attempt: u32, lim: &ServerConfig) -> Response<ProxyBody> {
+    json_error(
+        StatusCode::BAD_GATEWAY,
+        "worker_stopped",
+        &format!(
+            "worker {worker} stopped answering before reading this request, which is not \
+             resent ({})",
+            if attempt > 1 {
+                "it was resent once already"
+            } else if !lim.retry_idempotent {
+                "retry_idempotent is off"
+            } else {
+                "its method is not idempotent"
+            }
+        ),
+    )
 }

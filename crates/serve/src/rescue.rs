@@ -69,7 +69,7 @@ use rustix::process::{PidfdFlags, PidfdGetfdFlags, pidfd_getfd, pidfd_open};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::metrics::{AppMetrics, AtReplacement};
+use crate::counters::{AppMetrics, AtReplacement};
 
 /// At most this many connections are taken from one worker (each costs serve two
 /// descriptors while it lasts); the rest close with the worker, counted `over_limit`.

@@ -2,15 +2,12 @@
 //! split route's arm (`[[route]] sticky`, A/B) and an app's worker (`[[app]]
 //! sticky_worker`). The grammar (`header:NAME`, `cookie:NAME`, `path:N`, `ip`), how the
 //! key is read from a request, and its hash live here; the arm is picked by the hash onto
-//! the weights (`proxy`), the worker by rendezvous hashing over the ready workers'
-//! slots ([`rendezvous`]).
-
-use std::sync::Arc;
+//! the weights (`route`), the worker by rendezvous hashing over the ready workers'
+//! slots (`selection::Rendezvous`).
 
 use http::header::{self, HeaderMap};
 
-use crate::config::IpNet;
-use crate::pool::Backend;
+use crate::ipnet::IpNet;
 
 /// What a sticky key is read from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,7 +120,12 @@ fn client_ip<'a>(src: &Source<'a>) -> &'a str {
 /// restarts, versions and platforms: FNV-1a, then splitmix64's finalizer to spread
 /// FNV's low bits.
 pub(crate) fn hash(key: &StickyKey, src: &Source<'_>) -> Option<u64> {
-    value(key, src).map(|v| mix(fnv1a(v.as_bytes())))
+    value(key, src).map(|v| hash_bytes(v.as_bytes()))
+}
+
+/// The hash of a key's value.
+pub(crate) fn hash_bytes(bytes: &[u8]) -> u64 {
+    mix(fnv1a(bytes))
 }
 
 fn fnv1a(bytes: &[u8]) -> u64 {
@@ -135,59 +137,16 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     h
 }
 
-/// splitmix64's finalizer.
-fn mix(mut z: u64) -> u64 {
+/// splitmix64's finalizer (also what rendezvous hashing scores with).
+pub(crate) fn mix(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
 }
 
-/// The worker for key hash `key` among `backends` (the ready set), by rendezvous
-/// (highest random weight) hashing over their slot indexes: each (key, slot) pair gets a
-/// score and the highest wins. A worker that leaves takes only its own keys with it
-/// (each moves to its key's next-highest slot), the others' keys stay where they were,
-/// and a successor in the same slot gets the slot's keys back. `eligible` passes over a
-/// worker (stalled, or the one that just failed this request): its keys go to their
-/// next slot, only while it is passed over. `None` when no worker is eligible.
-pub(crate) fn rendezvous<'a>(
-    backends: &'a [Arc<Backend>],
-    key: u64,
-    eligible: impl Fn(&Arc<Backend>) -> bool,
-) -> Option<&'a Arc<Backend>> {
-    let mut best: Option<(u64, &'a Arc<Backend>)> = None;
-    for b in backends {
-        if !eligible(b) {
-            continue;
-        }
-        let score = mix(key ^ mix(b.index() as u64 ^ 0x9e37_79b9_7f4a_7c15));
-        // `>=`: of two incarnations of one slot (a `prestart` successor next to its
-        // suspect, in the order they joined), the newer.
-        if best.is_none_or(|(s, _)| score >= s) {
-            best = Some((score, b));
-        }
-    }
-    best.map(|(_, b)| b)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
-    use std::net::SocketAddr;
-
-    fn set(slots: &[usize]) -> Vec<Arc<Backend>> {
-        slots
-            .iter()
-            .map(|&i| {
-                Arc::new(Backend::new(
-                    "t".into(),
-                    i,
-                    SocketAddr::from(([127, 0, 0, 1], 1000 + i as u16)),
-                    0,
-                ))
-            })
-            .collect()
-    }
 
     fn src<'a>(headers: &'a HeaderMap, path: &'a str, trusted: &'a [IpNet]) -> Source<'a> {
         Source {
@@ -265,67 +224,5 @@ mod tests {
         assert_eq!(got, Some(mix(fnv1a(b"alice"))));
         assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
         assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
-    }
-
-    fn owners(backends: &[Arc<Backend>], keys: u64) -> HashMap<u64, usize> {
-        (0..keys)
-            .map(|k| {
-                let key = mix(fnv1a(format!("client-{k}").as_bytes()));
-                (k, rendezvous(backends, key, |_| true).unwrap().index())
-            })
-            .collect()
-    }
-
-    /// Removing a slot moves exactly its keys; the others keep theirs; adding it back
-    /// returns its keys; and the keys spread over all slots.
-    #[test]
-    fn rendezvous_moves_only_the_keys_of_a_slot_that_leaves() {
-        let all = set(&[0, 1, 2, 3]);
-        let before = owners(&all, 4000);
-        for slot in 0..4 {
-            let n = before.values().filter(|&&s| s == slot).count();
-            assert!((700..1300).contains(&n), "slot {slot} got {n} of 4000 keys");
-        }
-        let without_2 = set(&[0, 1, 3]);
-        let after = owners(&without_2, 4000);
-        for (k, &was) in &before {
-            if was == 2 {
-                assert_ne!(after[k], 2);
-            } else {
-                assert_eq!(after[k], was, "key {k} moved from slot {was}");
-            }
-        }
-        assert_eq!(owners(&set(&[0, 1, 2, 3]), 4000), before);
-    }
-
-    /// A passed-over worker's keys go elsewhere while it is passed over, and only those.
-    #[test]
-    fn an_ineligible_worker_loses_only_its_own_keys() {
-        let all = set(&[0, 1, 2]);
-        let before = owners(&all, 600);
-        for k in 0..600u64 {
-            let key = mix(fnv1a(format!("client-{k}").as_bytes()));
-            let got = rendezvous(&all, key, |b| b.index() != 1).unwrap().index();
-            if before[&k] == 1 {
-                assert_ne!(got, 1);
-            } else {
-                assert_eq!(got, before[&k]);
-            }
-        }
-        assert!(rendezvous(&all, 7, |_| false).is_none());
-    }
-
-    /// Two incarnations of one slot (a `prestart` successor beside its suspect): the
-    /// newer, which joined the set later, takes the slot's keys.
-    #[test]
-    fn the_newer_incarnation_of_a_slot_wins() {
-        let mut b = set(&[0, 1]);
-        b.push(set(&[1]).remove(0));
-        for k in 0..200u64 {
-            let got = rendezvous(&b, mix(k), |_| true).unwrap();
-            if got.index() == 1 {
-                assert!(Arc::ptr_eq(got, &b[2]));
-            }
-        }
     }
 }

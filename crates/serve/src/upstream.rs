@@ -1,10 +1,12 @@
-//! Keep-alive connections to the workers: one pool per data-plane thread, so a request,
-//! its upstream connection and its response all stay on the thread that accepted the
-//! client. The exchange (write the request, read the head, read the body) runs in the
-//! request's own task over `scalpel_http`'s one HTTP/1.1 codec ([`H1Conn`], pooled in an
-//! [`H1Pool`]), the same one `scalpel load` and `scalpel shadow` use; what is the
-//! balancer's own is only *what it records* about each attempt ([`Attempt`]) so that a
-//! request its worker took is never resent.
+//! Keep-alive connections to the workers: one set of sessions per data-plane thread, so a
+//! request, its upstream connection and its response all stay on the thread that
+//! accepted the client. The exchange (write the request, read the head, read the body)
+//! runs in the request's own task over `scalpel_http`'s one HTTP/1.1 codec ([`H1Conn`])
+//! and its session layer ([`H1Sessions`]: checkout, release, and the resend of a request
+//! whose write found a reused connection closed before one byte left), the same ones
+//! `scalpel load` and `scalpel shadow` use. What is the balancer's own is only *what it
+//! records* about each attempt ([`Attempt`]), so that `proxy` never sends a request its
+//! worker took to another worker.
 //!
 //! A connection goes back to the pool only once its response body has ended; one
 //! dropped earlier is closed. A pooled connection the worker closed meanwhile (its own
@@ -19,12 +21,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, StatusCode};
-use scalpel_http::h1::{DEFAULT_MAX_HEAD_BYTES, Expect, H1Conn, H1Pool};
-use scalpel_http::{Error, Phase, Stream};
+use scalpel_http::h1::{DEFAULT_MAX_HEAD_BYTES, Expect, H1Conn};
+use scalpel_http::{Error, H1Sessions, Phase, Resend, Stream};
 use tokio::net::TcpStream;
 
+use crate::clock::epoch_us;
 use crate::h1::{self, Outgoing};
-use crate::pool::epoch_us;
 
 /// Bodies up to this size go out in the same write as the request head.
 const COALESCE_BODY_BYTES: usize = 16 * 1024;
@@ -75,7 +77,7 @@ impl Attempt {
 /// One data-plane thread's connections to every worker, by address.
 #[derive(Debug)]
 pub(crate) struct Upstreams {
-    idle: H1Pool<SocketAddr>,
+    sessions: H1Sessions<SocketAddr>,
     connect_timeout: Duration,
     idle_timeout: Duration,
 }
@@ -107,7 +109,16 @@ impl Upstreams {
         max_idle_per_worker: usize,
     ) -> Arc<Self> {
         Arc::new(Self {
-            idle: H1Pool::new(idle_timeout, max_idle_per_worker),
+            // Only what never left is resent here; a resend to another worker is
+            // `proxy`'s decision.
+            sessions: H1Sessions::new(
+                idle_timeout,
+                max_idle_per_worker,
+                Resend {
+                    unsent_on_reused: true,
+                    refused_h2: false,
+                },
+            ),
             connect_timeout,
             idle_timeout,
         })
@@ -122,61 +133,58 @@ impl Upstreams {
         req: &Outgoing<'_>,
         track: &Attempt,
     ) -> Result<Answer, UpstreamError> {
-        loop {
-            let (mut conn, pooled) = match self.idle.checkout(&addr) {
-                Some(c) => (c, true),
-                None => (self.connect(addr).await?, false),
-            };
+        let coalesce = req.body.len() <= COALESCE_BODY_BYTES;
+        let write = |mut conn: H1Conn| async move {
             let port = conn.local_addr().map_or(0, |a| a.port());
             track.local_port.store(u32::from(port), Ordering::Relaxed);
             let buf = conn.request_buffer();
             h1::encode_request(req, addr, buf);
-            let coalesce = req.body.len() <= COALESCE_BODY_BYTES;
-            if coalesce {
+            let body: &[u8] = if coalesce {
                 buf.extend_from_slice(req.body);
-            }
-            let body: &[u8] = if coalesce { &[] } else { req.body };
-            match conn.write_buffered_observed(body, |n| track.wrote(n)).await {
-                Ok(()) => {}
-                // A pooled connection the worker closed as the request arrived: not one
-                // byte left, so a fresh connection carries it.
-                Err(Error::NotSent(_)) if pooled => continue,
-                Err(e) => return Err(e),
-            }
-            let expect = Expect {
-                head: *req.method == Method::HEAD,
-                upgrade: req.upgrade.is_some(),
-                ..Expect::default()
+                &[]
+            } else {
+                req.body
             };
-            let head = conn
-                .read_response_observed(expect, || track.received.store(true, Ordering::Relaxed))
-                .await?;
-            if head.status == StatusCode::SWITCHING_PROTOCOLS {
-                let (io, early) = conn.into_upgraded();
-                return Ok(Answer {
-                    status: head.status,
-                    headers: head.headers,
-                    body: UpstreamBody {
-                        conn: None,
-                        pool: Arc::clone(self),
-                        addr,
-                    },
-                    switched: Some(Switched { io, early }),
-                });
-            }
-            let mut body = UpstreamBody {
-                conn: Some(Box::new(conn)),
-                pool: Arc::clone(self),
-                addr,
-            };
-            body.settle();
+            let written = conn.write_buffered_observed(body, |n| track.wrote(n)).await;
+            (conn, written)
+        };
+        let (mut conn, _) = self
+            .sessions
+            .start(&addr, || self.connect(addr), write)
+            .await?;
+        let expect = Expect {
+            head: *req.method == Method::HEAD,
+            upgrade: req.upgrade.is_some(),
+            ..Expect::default()
+        };
+        let head = conn
+            .read_response_observed(expect, || track.received.store(true, Ordering::Relaxed))
+            .await?;
+        if head.status == StatusCode::SWITCHING_PROTOCOLS {
+            let (io, early) = conn.into_upgraded();
             return Ok(Answer {
                 status: head.status,
                 headers: head.headers,
-                body,
-                switched: None,
+                body: UpstreamBody {
+                    conn: None,
+                    pool: Arc::clone(self),
+                    addr,
+                },
+                switched: Some(Switched { io, early }),
             });
         }
+        let mut body = UpstreamBody {
+            conn: Some(Box::new(conn)),
+            pool: Arc::clone(self),
+            addr,
+        };
+        body.settle();
+        Ok(Answer {
+            status: head.status,
+            headers: head.headers,
+            body,
+            switched: None,
+        })
     }
 
     /// Closes idle connections older than the idle time-out or already closed by their
@@ -184,7 +192,7 @@ impl Upstreams {
     /// periodically by each data-plane thread, so `pool_idle_timeout_ms` holds without
     /// traffic too.
     pub(crate) fn prune(&self) {
-        self.idle.prune();
+        self.sessions.prune();
     }
 
     /// How often [`Upstreams::prune`] should run: a quarter of the idle time-out, between
@@ -195,7 +203,7 @@ impl Upstreams {
 
     #[cfg(test)]
     fn idle_count(&self) -> usize {
-        self.idle.idle()
+        self.sessions.idle()
     }
 
     async fn connect(&self, addr: SocketAddr) -> Result<H1Conn, UpstreamError> {
@@ -241,7 +249,7 @@ impl UpstreamBody {
         if self.is_end()
             && let Some(conn) = self.conn.take()
         {
-            self.pool.idle.checkin(self.addr, *conn);
+            self.pool.sessions.release(self.addr, *conn);
         }
     }
 
@@ -538,7 +546,7 @@ mod tests {
         });
         let pool = Upstreams::new(Duration::from_secs(2), Duration::from_millis(50), 8);
         let conn = pool.connect(addr).await.unwrap();
-        pool.idle.checkin(addr, conn);
+        pool.sessions.release(addr, conn);
         assert_eq!(pool.idle_count(), 1);
         pool.prune();
         assert_eq!(pool.idle_count(), 1, "not expired yet");

@@ -8,14 +8,15 @@
 //!   answer comes back as an [`UpstreamBody`] that a hyper server streams to the client —
 //!   the proxy's primary.
 //!
-//! HTTP/1.1 connections are kept in a pool; an HTTP/2 upstream gets one connection, shared
-//! by every request in flight, replaced when it ends. A request that failed on a pooled
-//! HTTP/1.1 connection before one byte left (the upstream had closed it) is sent again on
-//! a new one, whatever its method.
+//! Which connection a request goes out on is `scalpel-http`'s session layer
+//! ([`Sessions`]): HTTP/1.1 connections kept in a pool; an HTTP/2 upstream gets one
+//! connection, shared by every request in flight, replaced when it ends (once, however
+//! many requests find it ended). A request that failed on a pooled HTTP/1.1 connection
+//! before one byte left (the upstream had closed it) is sent again on a new one, whatever
+//! its method; that is all shadow resends.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -24,12 +25,15 @@ use http::header::{CONTENT_LENGTH, HOST, PROXY_AUTHORIZATION, TE, TRAILER};
 use http::{HeaderMap, Method, Request, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
-use scalpel_http::h1::{self, Expect, H1Conn, H1Pool, RequestWriter, sends_length};
-use scalpel_http::{Conn, Connector, H2Conn, H2Response, HttpVersion, Peer, PeerOptions, Scheme};
+use scalpel_http::h1::{self, Expect, H1Conn, RequestWriter};
+use scalpel_http::{
+    Conn, Connector, ErrorKind, H2Conn, H2Response, HttpVersion, Peer, PeerOptions, Resend, Scheme,
+    Session, Sessions,
+};
 
 use crate::ShadowError;
 use crate::budget::{Budget, Charge};
-use crate::model::{Failure, ShadowRequest, ShadowResponse};
+use crate::model::{ShadowRequest, ShadowResponse};
 
 /// A service to send requests to: `http[s]://host[:port][/prefix]`, with the settings that
 /// travel with it (TLS trust, `--resolve`, HTTP version; see [`scalpel_http::PeerOptions`]).
@@ -147,34 +151,34 @@ pub enum Reach {
     Unreachable(String),
 }
 
-/// Connections to one upstream: the connector (address resolved, TLS configured once),
-/// an HTTP/1.1 pool and the shared HTTP/2 connection.
+/// Connections to one upstream: `scalpel-http`'s sessions with its peer (the connector,
+/// an HTTP/1.1 pool and the shared HTTP/2 connection; a request whose write found a
+/// pooled connection closed before one byte left is written again on a new one).
 #[derive(Debug)]
 pub(crate) struct Client {
-    connector: Connector,
-    pool: H1Pool<()>,
-    /// The upstream speaks HTTP/2 (asked for, or chosen by ALPN on the first connection).
-    h2_mode: AtomicBool,
-    h2: Mutex<Option<H2Conn>>,
-    /// One connection attempt at a time for HTTP/2, so a burst of requests opens one
-    /// connection, not one each.
-    connecting: tokio::sync::Mutex<()>,
+    sessions: Sessions,
 }
 
-/// A connection to send one request on.
-enum Session {
-    /// HTTP/1.1, and whether it came from the pool (it may have been closed meanwhile).
-    H1(H1Conn, bool),
-    H2(H2Conn),
-}
+/// Shadow's resend policy: HTTP/1.1 requests the upstream never took, whatever their
+/// method; nothing on HTTP/2 (a streamed body is consumed as it is sent).
+const RESEND: Resend = Resend {
+    unsent_on_reused: true,
+    refused_h2: false,
+};
 
 /// Why a buffered exchange gave no response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ExchangeError {
     /// The side failed.
-    Failed(Failure),
+    Failed(ErrorKind),
     /// The mirror byte budget could not hold the body: not the side's fault.
     OverBudget,
+}
+
+impl From<scalpel_http::Error> for ExchangeError {
+    fn from(e: scalpel_http::Error) -> Self {
+        ExchangeError::Failed(e.kind())
+    }
 }
 
 /// Why a forwarded request got no response head.
@@ -199,6 +203,19 @@ pub(crate) enum OutBody {
     },
 }
 
+impl OutBody {
+    /// Its length, when known before it is sent (else it goes chunked on HTTP/1.1).
+    fn length(&self) -> Option<u64> {
+        match self {
+            OutBody::Full(b) => Some(b.len() as u64),
+            OutBody::Stream { prefix, rest } => {
+                let before = prefix.as_ref().map_or(0, |p| p.len() as u64);
+                rest.size_hint().exact().map(|n| before + n)
+            }
+        }
+    }
+}
+
 /// The head of a forwarded request's answer and its body, still on the connection.
 pub(crate) struct Forwarded {
     pub(crate) status: StatusCode,
@@ -206,6 +223,19 @@ pub(crate) struct Forwarded {
     pub(crate) body: UpstreamBody,
     /// Interim (1xx) answers skipped before the head (hyper's server cannot pass them on).
     pub(crate) interim: u32,
+}
+
+/// A request's head and the part of its body that goes out with it on HTTP/1.1.
+#[derive(Clone, Copy)]
+struct H1Request<'a> {
+    method: &'a Method,
+    pq: &'a str,
+    headers: &'a HeaderMap,
+    /// The body's length (`None`: chunked).
+    length: Option<u64>,
+    te_trailers: bool,
+    /// Written with the head (a whole body), or nothing (a body streamed after it).
+    body: &'a [u8],
 }
 
 impl Client {
@@ -219,16 +249,9 @@ impl Client {
         read: Option<Duration>,
         max_idle: usize,
     ) -> Result<Arc<Client>, scalpel_http::Error> {
-        let peer = up.peer_with(connect, read);
-        let idle = peer.options().idle_timeout;
-        let h2 = peer.options().version == HttpVersion::Http2;
-        let connector = Connector::new(peer).await?;
+        let connector = Connector::new(up.peer_with(connect, read)).await?;
         Ok(Arc::new(Client {
-            connector,
-            pool: H1Pool::new(idle, max_idle.max(1)),
-            h2_mode: AtomicBool::new(h2),
-            h2: Mutex::new(None),
-            connecting: tokio::sync::Mutex::new(()),
+            sessions: Sessions::new(connector, max_idle, RESEND),
         }))
     }
 
@@ -245,7 +268,7 @@ impl Client {
             url: url.clone(),
             error,
         };
-        match self.connector.connect().await {
+        match self.sessions.connector().connect().await {
             Ok(c) => match c.conn {
                 Conn::H1(_) => Ok(Reach::Ok("http/1.1")),
                 Conn::H2(conn) if self.peer().is_tls() => {
@@ -280,84 +303,33 @@ impl Client {
     }
 
     fn peer(&self) -> &Peer {
-        self.connector.peer()
+        self.sessions.connector().peer()
     }
 
-    fn live_h2(&self) -> Option<H2Conn> {
-        let mut slot = self.h2.lock().unwrap_or_else(PoisonError::into_inner);
-        if slot.as_ref().is_some_and(H2Conn::is_closed) {
-            *slot = None;
-        }
-        slot.clone()
+    /// A connection for the next request (the shared HTTP/2 one, or an HTTP/1.1 one with
+    /// `req`'s head, and its body when whole, written).
+    async fn start(&self, req: H1Request<'_>) -> Result<Session, scalpel_http::Error> {
+        let write = |mut conn: H1Conn| async move {
+            self.h1_head(conn.request_buffer(), req);
+            let written = conn.write_buffered_observed(req.body, |_| {}).await;
+            (conn, written)
+        };
+        self.sessions.start(write).await
     }
 
-    async fn connect(&self) -> Result<Session, scalpel_http::Error> {
-        let connected = self.connector.connect().await?;
-        Ok(match connected.conn {
-            Conn::H1(c) => {
-                self.h2_mode.store(false, Ordering::Relaxed);
-                Session::H1(c, false)
-            }
-            Conn::H2(c) => {
-                *self.h2.lock().unwrap_or_else(PoisonError::into_inner) = Some(c.clone());
-                self.h2_mode.store(true, Ordering::Relaxed);
-                Session::H2(c)
-            }
-        })
-    }
-
-    /// A connection for the next request: the shared HTTP/2 one, a pooled HTTP/1.1 one,
-    /// or a new one.
-    async fn session(&self) -> Result<Session, scalpel_http::Error> {
-        if self.h2_mode.load(Ordering::Relaxed) {
-            if let Some(c) = self.live_h2() {
-                return Ok(Session::H2(c));
-            }
-            let _one = self.connecting.lock().await;
-            if let Some(c) = self.live_h2() {
-                return Ok(Session::H2(c));
-            }
-            return self.connect().await;
-        }
-        if let Some(c) = self.pool.checkout(&()) {
-            return Ok(Session::H1(c, true));
-        }
-        self.connect().await
-    }
-
-    fn release(&self, conn: H1Conn) {
-        self.pool.checkin((), conn);
-    }
-
-    /// The request head for HTTP/1.1: request line, `Host` of this upstream, the
-    /// client's end-to-end headers, and the body's framing.
-    fn h1_head(
-        &self,
-        method: &Method,
-        pq: &str,
-        headers: &HeaderMap,
-        framing: Framing,
-        te_trailers: bool,
-    ) -> Vec<u8> {
+    /// The request head for HTTP/1.1, into `out`: request line, `Host` of this upstream,
+    /// the client's end-to-end headers, and the body's framing.
+    fn h1_head(&self, out: &mut Vec<u8>, req: H1Request<'_>) {
         let peer = self.peer();
-        let mut head = Vec::with_capacity(512);
-        let mut w = RequestWriter::new(&mut head, method.as_str(), peer.prefix(), pq);
+        let method = req.method.as_str();
+        let mut w = RequestWriter::new(out, method, peer.prefix(), req.pq);
         w.header(b"Host", peer.authority().as_bytes());
-        w.forward(headers);
-        if te_trailers {
+        w.forward(req.headers);
+        if req.te_trailers {
             w.header(b"TE", b"trailers");
         }
-        match framing {
-            Framing::Length(n) if n > 0 || sends_length(method.as_str().as_bytes(), 0) => {
-                w.content_length(n);
-            }
-            Framing::Length(_) => {}
-            Framing::Chunked => {
-                w.header(b"Transfer-Encoding", b"chunked");
-            }
-        }
+        w.body_length(method.as_bytes(), req.length);
         w.finish();
-        head
     }
 
     /// The request for HTTP/2: absolute URI (its `:authority` is this upstream), the
@@ -390,79 +362,56 @@ impl Client {
         budget: Option<&Arc<Budget>>,
     ) -> Result<ShadowResponse, ExchangeError> {
         let start = Instant::now();
-        let headers = forwardable(&req.headers);
+        let headers = &forwardable(&req.headers);
         let work = async {
-            let mut retried = false;
-            loop {
-                let session = self
-                    .session()
-                    .await
-                    .map_err(|e| ExchangeError::Failed(Failure::of(&e, false)))?;
-                let result = match session {
-                    Session::H1(conn, reused) => {
-                        match self
-                            .exchange_h1(conn, req, &headers, max_body, budget)
-                            .await
-                        {
-                            Err(Attempt::NotSent(_)) if reused && !retried => {
-                                retried = true;
-                                continue; // the pooled connection had been closed
-                            }
-                            r => r,
-                        }
-                    }
-                    Session::H2(conn) => {
-                        self.exchange_h2(conn, req, &headers, max_body, budget)
-                            .await
-                    }
-                };
-                return result
-                    .map(|(status, headers, body, charge)| ShadowResponse {
-                        status,
-                        headers,
-                        body,
-                        latency: start.elapsed(),
-                        charge,
-                    })
-                    .map_err(Attempt::into_exchange);
-            }
+            let first = H1Request {
+                method: &req.method,
+                pq: &req.path_and_query,
+                headers,
+                length: Some(req.body.len() as u64),
+                te_trailers: false,
+                body: &req.body,
+            };
+            let (status, headers, body, charge) = match self.start(first).await? {
+                Session::H1(conn, _) => self.exchange_h1(conn, req, max_body, budget).await?,
+                Session::H2(conn) => {
+                    self.exchange_h2(conn, req, headers, max_body, budget)
+                        .await?
+                }
+            };
+            Ok(ShadowResponse {
+                status,
+                headers,
+                body,
+                latency: start.elapsed(),
+                charge,
+            })
         };
         tokio::time::timeout(timeout, work)
             .await
-            .unwrap_or(Err(ExchangeError::Failed(Failure::Timeout)))
+            .unwrap_or(Err(ExchangeError::Failed(ErrorKind::Timeout)))
     }
 
+    /// The answer to a request written on `conn`, read whole.
     async fn exchange_h1(
         &self,
         mut conn: H1Conn,
         req: &ShadowRequest,
-        headers: &HeaderMap,
         max_body: usize,
         budget: Option<&Arc<Budget>>,
-    ) -> Result<Buffered, Attempt> {
-        let head = self.h1_head(
-            &req.method,
-            &req.path_and_query,
-            headers,
-            Framing::Length(req.body.len() as u64),
-            false,
-        );
-        conn.write_request(&head, &req.body)
-            .await
-            .map_err(Attempt::sending)?;
+    ) -> Result<Buffered, ExchangeError> {
         let resp = conn
             .read_response(Expect {
                 head: req.method == Method::HEAD,
                 ..Expect::default()
             })
-            .await
-            .map_err(|e| Attempt::Failed(Failure::of(&e, false)))?;
+            .await?;
         let mut buf = Collect::new(max_body, budget);
         while let Some(piece) = conn.data().await {
-            buf.push(&piece.map_err(|e| Attempt::Failed(Failure::of(&e, true)))?)?;
+            buf.push(&piece?)?;
         }
         let (body, charge) = buf.finish();
-        self.release(conn);
+        self.sessions.release(conn);
         Ok((resp.status, resp.headers, body, charge))
     }
 
@@ -473,17 +422,14 @@ impl Client {
         headers: &HeaderMap,
         max_body: usize,
         budget: Option<&Arc<Budget>>,
-    ) -> Result<Buffered, Attempt> {
+    ) -> Result<Buffered, ExchangeError> {
         let request = self
             .h2_request(&req.method, &req.path_and_query, headers)
-            .map_err(|_| Attempt::Failed(Failure::Protocol))?;
-        let mut resp = conn
-            .send(request, req.body.clone())
-            .await
-            .map_err(|e| Attempt::Failed(Failure::of(&e, false)))?;
+            .map_err(|_| ExchangeError::Failed(ErrorKind::Protocol))?;
+        let mut resp = conn.send(request, req.body.clone()).await?;
         let mut buf = Collect::new(max_body, budget);
         while let Some(piece) = resp.data().await {
-            buf.push(&piece.map_err(|e| Attempt::Failed(Failure::of(&e, true)))?)?;
+            buf.push(&piece?)?;
         }
         let (body, charge) = buf.finish();
         Ok((resp.status(), resp.headers().clone(), body, charge))
@@ -498,70 +444,47 @@ impl Client {
         pq: &str,
         headers: &HeaderMap,
         te_trailers: bool,
-        mut body: OutBody,
+        body: OutBody,
     ) -> Result<Forwarded, ForwardError> {
-        let mut retried = false;
-        loop {
-            let session = self.session().await.map_err(ForwardError::Upstream)?;
-            match session {
-                Session::H1(conn, reused) => {
-                    match self
-                        .forward_h1(conn, method, pq, headers, te_trailers, &mut body)
-                        .await
-                    {
-                        Err(ForwardError::Upstream(e))
-                            if matches!(e, scalpel_http::Error::NotSent(_))
-                                && reused
-                                && !retried =>
-                        {
-                            retried = true; // the pooled connection had been closed
-                        }
-                        r => return r,
-                    }
-                }
-                Session::H2(conn) => return self.forward_h2(conn, method, pq, headers, body).await,
-            }
+        let length = body.length();
+        let first = H1Request {
+            method,
+            pq,
+            headers,
+            length,
+            te_trailers,
+            body: match &body {
+                OutBody::Full(b) => b,
+                OutBody::Stream { .. } => &[],
+            },
+        };
+        match self.start(first).await.map_err(ForwardError::Upstream)? {
+            Session::H1(conn, _) => self.forward_h1(conn, method, length.is_none(), body).await,
+            Session::H2(conn) => self.forward_h2(conn, method, pq, headers, body).await,
         }
     }
 
+    /// The rest of a request whose head went out on `conn` (a streamed body; a whole one
+    /// went with the head), and the answer's head.
     async fn forward_h1(
         self: &Arc<Self>,
         mut conn: H1Conn,
         method: &Method,
-        pq: &str,
-        headers: &HeaderMap,
-        te_trailers: bool,
-        body: &mut OutBody,
+        chunked: bool,
+        body: OutBody,
     ) -> Result<Forwarded, ForwardError> {
         let up = ForwardError::Upstream;
-        let framing = match body {
-            OutBody::Full(b) => Framing::Length(b.len() as u64),
-            OutBody::Stream { prefix, rest } => {
-                let before = prefix.as_ref().map_or(0, |p| p.len() as u64);
-                match rest.size_hint().exact() {
-                    Some(n) => Framing::Length(before + n),
-                    None => Framing::Chunked,
+        if let OutBody::Stream { prefix, mut rest } = body {
+            if let Some(p) = prefix {
+                conn.write_body(&p, chunked).await.map_err(up)?;
+            }
+            while let Some(frame) = rest.frame().await {
+                let frame = frame.map_err(ForwardError::ClientBody)?;
+                if let Some(data) = frame.data_ref() {
+                    conn.write_body(data, chunked).await.map_err(up)?;
                 }
             }
-        };
-        let head = self.h1_head(method, pq, headers, framing, te_trailers);
-        match body {
-            OutBody::Full(b) => conn.write_request(&head, b).await.map_err(up)?,
-            OutBody::Stream { prefix, rest } => {
-                conn.write_request(&head, &[]).await.map_err(up)?;
-                let chunked = framing == Framing::Chunked;
-                // From here the body is being consumed: no retry after this point.
-                if let Some(p) = prefix.take() {
-                    conn.write_body(&p, chunked).await.map_err(up)?;
-                }
-                while let Some(frame) = rest.frame().await {
-                    let frame = frame.map_err(ForwardError::ClientBody)?;
-                    if let Some(data) = frame.data_ref() {
-                        conn.write_body(data, chunked).await.map_err(up)?;
-                    }
-                }
-                conn.finish_body(chunked).await.map_err(up)?;
-            }
+            conn.finish_body(chunked).await.map_err(up)?;
         }
         let resp = conn
             .read_response(Expect {
@@ -646,39 +569,7 @@ fn bad_setting(e: &scalpel_http::Error) -> bool {
     }
 }
 
-/// How a request body is framed on HTTP/1.1.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Framing {
-    Length(u64),
-    Chunked,
-}
-
 type Buffered = (StatusCode, HeaderMap, Bytes, Option<Charge>);
-
-/// One try at a buffered exchange.
-enum Attempt {
-    /// Not one byte left: safe to send again on a new connection.
-    NotSent(Failure),
-    Failed(Failure),
-    OverBudget,
-}
-
-impl Attempt {
-    fn sending(e: scalpel_http::Error) -> Attempt {
-        let f = Failure::of(&e, false);
-        match e {
-            scalpel_http::Error::NotSent(_) => Attempt::NotSent(f),
-            _ => Attempt::Failed(f),
-        }
-    }
-
-    fn into_exchange(self) -> ExchangeError {
-        match self {
-            Attempt::NotSent(f) | Attempt::Failed(f) => ExchangeError::Failed(f),
-            Attempt::OverBudget => ExchangeError::OverBudget,
-        }
-    }
-}
 
 /// A body read whole, within a size limit and (for mirrors) the byte budget.
 struct Collect {
@@ -696,14 +587,14 @@ impl Collect {
         }
     }
 
-    fn push(&mut self, data: &[u8]) -> Result<(), Attempt> {
+    fn push(&mut self, data: &[u8]) -> Result<(), ExchangeError> {
         if self.buf.len() + data.len() > self.max {
-            return Err(Attempt::Failed(Failure::TooLarge));
+            return Err(ExchangeError::Failed(ErrorKind::TooLarge));
         }
         if let Some(c) = self.charge.as_mut()
             && !c.grow(data.len())
         {
-            return Err(Attempt::OverBudget);
+            return Err(ExchangeError::OverBudget);
         }
         self.buf.extend_from_slice(data);
         Ok(())
@@ -742,7 +633,7 @@ impl UpstreamBody {
         if let Some(c) = conn.take()
             && c.is_body_done()
         {
-            client.release(c);
+            client.sessions.release(c);
         }
     }
 }

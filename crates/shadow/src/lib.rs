@@ -81,7 +81,7 @@ mod tally;
 
 pub use client::{Reach, Upstream};
 pub use html::render_html;
-pub use model::{Failure, ShadowRequest, ShadowResponse, SkipReason};
+pub use model::{ShadowRequest, ShadowResponse, SkipReason};
 pub use proxy::{Proxy, ProxyConfig, ProxyStats};
 pub use recent::{EndpointLatency, LatencyFigures, RecentDifference};
 pub use recorder::{CompareSettings, DEFAULT_MAX_DECODED_BODY, Observation, Recorder};

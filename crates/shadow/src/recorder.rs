@@ -14,9 +14,10 @@ use bytes::Bytes;
 use http::HeaderMap;
 use http::header::CONTENT_ENCODING;
 use scalpel_diff::{Comparer, DecodeError, Difference, NoiseRule, RouteNormalizer, decode_body};
+use scalpel_http::ErrorKind;
 
 use crate::ShadowError;
-use crate::model::{Failure, ShadowRequest, ShadowResponse, SkipReason};
+use crate::model::{ShadowRequest, ShadowResponse, SkipReason};
 use crate::recent::{EndpointLatency, LatencyFigures, LiveTally, RecentDifference};
 use crate::redact::{Redacted, Redactor};
 use crate::store::Store;
@@ -229,15 +230,15 @@ impl Recorder {
         &self,
         req: &ShadowRequest,
         primary: &ShadowResponse,
-        candidate: Result<&ShadowResponse, Failure>,
-        secondary: Option<Result<&ShadowResponse, Failure>>,
+        candidate: Result<&ShadowResponse, ErrorKind>,
+        secondary: Option<Result<&ShadowResponse, ErrorKind>>,
     ) -> Option<Observation> {
         self.record(req, Ok(primary), candidate, secondary)
     }
 
     /// Records one exchange in which any side may have failed. When the primary or the
     /// candidate failed, the request counts once as failed (`errors`) and each side's
-    /// failure is counted by kind (`primary:timeout`, `candidate:body`…) — all of them,
+    /// failure is counted by kind (`primary:timeout`, `candidate:body_cut`…) — all of them,
     /// not only the first. Otherwise the pair is compared, bodies decoded per
     /// `Content-Encoding` first; a secondary that failed is counted by kind and the pair
     /// is compared without noise figures. Returns what was found, or `None` when nothing
@@ -245,9 +246,9 @@ impl Recorder {
     pub fn record(
         &self,
         req: &ShadowRequest,
-        primary: Result<&ShadowResponse, Failure>,
-        candidate: Result<&ShadowResponse, Failure>,
-        secondary: Option<Result<&ShadowResponse, Failure>>,
+        primary: Result<&ShadowResponse, ErrorKind>,
+        candidate: Result<&ShadowResponse, ErrorKind>,
+        secondary: Option<Result<&ShadowResponse, ErrorKind>>,
     ) -> Option<Observation> {
         let endpoint = self.endpoint_of(req);
         let (primary, candidate) = match (primary, candidate) {
@@ -289,7 +290,7 @@ impl Recorder {
                 None => {
                     self.lock()
                         .tally
-                        .error(&endpoint, "secondary", Failure::TooLarge);
+                        .error(&endpoint, "secondary", ErrorKind::TooLarge);
                     Vec::new()
                 }
             },
@@ -364,7 +365,7 @@ impl Recorder {
 
     /// Counts a failed primary whose other sides were not asked (the pair cannot be
     /// compared). When they were, use [`Recorder::record`], which counts every side.
-    pub fn primary_failed(&self, path_and_query: &str, failure: Failure) {
+    pub fn primary_failed(&self, path_and_query: &str, failure: ErrorKind) {
         let endpoint = self.endpoint(path_and_query);
         let mut inner = self.lock();
         inner.tally.endpoint(&endpoint).failed += 1;

@@ -10,12 +10,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use http::HeaderMap;
+use scalpel_http::ErrorKind;
 use scalpel_requests::{RecordedSource, RenderedRequest, RequestSet};
 use tokio::sync::{Notify, Semaphore};
 
 use crate::ShadowError;
 use crate::client::{Client, ExchangeError, Reach, Upstream};
-use crate::model::{Failure, ShadowRequest, ShadowResponse, SkipReason};
+use crate::model::{ShadowRequest, ShadowResponse, SkipReason};
 use crate::recorder::Recorder;
 
 /// How a replay runs.
@@ -447,12 +448,12 @@ async fn ask(
     req: &ShadowRequest,
     timeout: Duration,
     max_body: usize,
-) -> Result<ShadowResponse, Failure> {
+) -> Result<ShadowResponse, ErrorKind> {
     client
         .exchange(req, timeout, max_body, None)
         .await
         .map_err(|e| match e {
             ExchangeError::Failed(f) => f,
-            ExchangeError::OverBudget => Failure::TooLarge,
+            ExchangeError::OverBudget => ErrorKind::TooLarge,
         })
 }

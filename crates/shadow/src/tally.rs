@@ -5,9 +5,10 @@ use std::collections::{BTreeMap, HashMap};
 
 use bytes::Bytes;
 use scalpel_diff::{DiffKind, Difference, FieldCounts, NoiseRule, Verdict};
+use scalpel_http::ErrorKind;
 use serde::{Serialize, Serializer};
 
-use crate::model::{Failure, SkipReason};
+use crate::model::SkipReason;
 
 /// Distinct difference signatures kept per endpoint; past that, a mismatching request is
 /// counted as a real mismatch without its signature (conservative, bounded memory).
@@ -29,7 +30,7 @@ pub(crate) struct EndpointTally {
     /// Requests not compared because the primary or the candidate failed.
     pub(crate) failed: u64,
     /// Each side's failures by kind: `candidate:timeout`, `secondary:connect`,
-    /// `primary:body`… One failed request with two failed sides counts here twice.
+    /// `primary:body_cut`… One failed request with two failed sides counts here twice.
     pub(crate) errors: BTreeMap<String, u64>,
     pub(crate) fields: BTreeMap<(String, DiffKind), FieldTally>,
     /// The set of raw (primary ≠ candidate) field keys of a request, as one string, and
@@ -104,11 +105,11 @@ impl Tally {
         }
     }
 
-    pub(crate) fn error(&mut self, endpoint: &str, side: &str, failure: Failure) {
+    pub(crate) fn error(&mut self, endpoint: &str, side: &str, failure: ErrorKind) {
         *self
             .endpoint(endpoint)
             .errors
-            .entry(format!("{side}:{}", failure.as_str()))
+            .entry(format!("{side}:{}", failure.name()))
             .or_default() += 1;
     }
 
@@ -278,7 +279,7 @@ pub struct Summary {
     pub secondary: bool,
     /// `skipped` by reason.
     pub skipped_by_reason: BTreeMap<String, u64>,
-    /// Failed sides by `side:kind` (`primary:timeout`, `candidate:body`,
+    /// Failed sides by `side:kind` (`primary:timeout`, `candidate:body_cut`,
     /// `secondary:connect`…). When both sides of a request failed, both are here; a
     /// failed secondary does not stop the comparison, so it is here but not in `errors`.
     pub errors_by_kind: BTreeMap<String, u64>,

@@ -25,6 +25,26 @@ pub enum Error {
         /// What is wrong with it.
         what: String,
     },
+    /// PostgreSQL failed.
+    #[error("ledger {db}: {what}")]
+    Postgres {
+        /// The database (no password).
+        db: String,
+        /// What was being done.
+        what: &'static str,
+        /// The client's error.
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    /// A database call took longer than its limit.
+    #[error("{0}: timed out")]
+    TimedOut(&'static str),
+    /// A `--db` that is neither a path nor a PostgreSQL URL.
+    #[error("--db {0}")]
+    InvalidDb(String),
+    /// `generate` was asked to replace a database's ledger without `force`.
+    #[error("{0} already holds a ledger (use --force to replace it)")]
+    DbHasLedger(String),
     /// `generate` was asked to write over an existing file without `force`.
     #[error("{0} already exists (use --force to overwrite)")]
     Exists(PathBuf),
@@ -51,6 +71,21 @@ impl<T> SqliteContext<T> for Result<T, rusqlite::Error> {
     fn at(self, path: &std::path::Path) -> Result<T, Error> {
         self.map_err(|source| Error::Sqlite {
             path: path.to_path_buf(),
+            source,
+        })
+    }
+}
+
+/// Adds the database and what was being done to PostgreSQL errors.
+pub(crate) trait PgContext<T> {
+    fn pg(self, db: &str, what: &'static str) -> Result<T, Error>;
+}
+
+impl<T> PgContext<T> for Result<T, tokio_postgres::Error> {
+    fn pg(self, db: &str, what: &'static str) -> Result<T, Error> {
+        self.map_err(|source| Error::Postgres {
+            db: db.to_string(),
+            what,
             source,
         })
     }

@@ -15,9 +15,7 @@ use rusqlite::{Connection, params};
 
 use crate::error::{Error, SqliteContext};
 use crate::ids::{SECONDS_PER_DAY, UserId};
-
-/// The ledger schema, applied by [`generate`].
-pub const SCHEMA: &str = include_str!("../../schema.sql");
+use crate::store::{StoreKind, schema};
 
 /// Last second of the generated ledger: 2026-06-30T23:59:59Z.
 pub const END_TS: i64 = 1_782_863_999;
@@ -75,10 +73,14 @@ impl GenerateOptions {
         }
     }
 
-    /// Replace an existing file (and its `-wal`/`-shm`).
+    /// Replace an existing file (and its `-wal`/`-shm`), or a database's ledger tables.
     pub fn force(mut self, force: bool) -> GenerateOptions {
         self.force = force;
         self
+    }
+
+    pub(crate) fn forced(&self) -> bool {
+        self.force
     }
 }
 
@@ -230,9 +232,7 @@ impl Events {
 /// Writes a new ledger to `db` (schema, users, transactions in `ts` order, accounts equal
 /// to the sums) in one SQLite transaction.
 pub fn generate(db: &Path, options: &GenerateOptions) -> Result<GenerateSummary, Error> {
-    if options.users == 0 {
-        return Err(Error::InvalidOptions("--users must be at least 1".into()));
-    }
+    let plan = Plan::new(options)?;
     if db.exists() {
         if !options.force {
             return Err(Error::Exists(db.to_path_buf()));
@@ -252,15 +252,85 @@ pub fn generate(db: &Path, options: &GenerateOptions) -> Result<GenerateSummary,
             }
         }
     }
-    let mut rng = Rng::new(options.seed);
-    let users = make_users(&mut rng, options.seed, options.users);
-    let events = make_events(&mut rng, &users);
-    write(db, &users, &events)?;
-    Ok(GenerateSummary {
-        user_ids: users.iter().map(|u| u.id.clone()).collect(),
-        transactions: events.len() as u64,
-        creators: users.iter().filter(|u| u.creator).count() as u32,
-    })
+    write(db, &plan)?;
+    Ok(plan.summary())
+}
+
+/// A generated ledger in memory, before it is written to a store.
+pub(crate) struct Plan {
+    users: Vec<User>,
+    events: Vec<Event>,
+}
+
+/// One `transactions` row of a [`Plan`], in `ts` (= `seq`) order.
+pub(crate) struct PlanRow<'a> {
+    pub(crate) ts: i64,
+    pub(crate) user: &'a str,
+    pub(crate) currency: &'a str,
+    pub(crate) amount: i64,
+    pub(crate) status: &'static str,
+    pub(crate) category: &'static str,
+    pub(crate) counterparty: &'a str,
+}
+
+impl Plan {
+    pub(crate) fn new(options: &GenerateOptions) -> Result<Plan, Error> {
+        if options.users == 0 {
+            return Err(Error::InvalidOptions("--users must be at least 1".into()));
+        }
+        let mut rng = Rng::new(options.seed);
+        let users = make_users(&mut rng, options.seed, options.users);
+        let events = make_events(&mut rng, &users);
+        Ok(Plan { users, events })
+    }
+
+    pub(crate) fn summary(&self) -> GenerateSummary {
+        GenerateSummary {
+            user_ids: self.users.iter().map(|u| u.id.clone()).collect(),
+            transactions: self.events.len() as u64,
+            creators: self.users.iter().filter(|u| u.creator).count() as u32,
+        }
+    }
+
+    /// `users` rows: (id, created_at).
+    pub(crate) fn users(&self) -> impl Iterator<Item = (&str, i64)> {
+        self.users.iter().map(|u| (u.id.as_str(), u.created_at))
+    }
+
+    /// `transactions` rows in insertion order.
+    pub(crate) fn rows(&self) -> impl Iterator<Item = PlanRow<'_>> {
+        self.events.iter().map(|e| PlanRow {
+            ts: e.ts,
+            user: &self.users[e.user as usize].id,
+            currency: CURRENCIES[e.currency as usize],
+            amount: e.amount,
+            status: if e.pending { "pending" } else { "settled" },
+            category: e.category,
+            counterparty: match e.counterparty {
+                EXT_TOPUP => "ext:topup",
+                EXT_PAYOUT => "ext:payout",
+                EXT_FEE => "ext:fee",
+                EXT_BANK => "ext:bank",
+                u => self.users[u as usize].id.as_str(),
+            },
+        })
+    }
+
+    /// `accounts` rows (user, currency, settled, pending): the sums over the rows.
+    pub(crate) fn accounts(&self) -> Vec<(&str, &'static str, i64, i64)> {
+        let mut sums = vec![[[0i64; 2]; 3]; self.users.len()];
+        for e in &self.events {
+            sums[e.user as usize][e.currency as usize][usize::from(e.pending)] += e.amount;
+        }
+        let mut out = Vec::new();
+        for (u, sum) in self.users.iter().zip(&sums) {
+            for &c in &u.currencies {
+                let [settled, pending] = sum[c as usize];
+                out.push((u.id.as_str(), CURRENCIES[c as usize], settled, pending));
+            }
+        }
+        out
+    }
 }
 
 fn make_users(rng: &mut Rng, seed: u64, n: u32) -> Vec<User> {
@@ -474,9 +544,9 @@ fn add_payouts(rng: &mut Rng, users: &[User], ev: &mut Events) {
     }
 }
 
-fn write(db: &Path, users: &[User], events: &[Event]) -> Result<(), Error> {
+fn write(db: &Path, plan: &Plan) -> Result<(), Error> {
     let mut conn = Connection::open(db).at(db)?;
-    conn.execute_batch(SCHEMA).at(db)?;
+    conn.execute_batch(&schema(StoreKind::Sqlite)).at(db)?;
     // A new file built in one go: no journal while building (a failed run leaves a file to
     // delete, never a half-valid ledger mistaken for a good one, since `generate` refuses to
     // reuse it without --force), a large page cache, then WAL for the services.
@@ -489,8 +559,8 @@ fn write(db: &Path, users: &[User], events: &[Event]) -> Result<(), Error> {
         let mut insert_user = tx
             .prepare("INSERT INTO users (id, created_at) VALUES (?1, ?2)")
             .at(db)?;
-        for u in users {
-            insert_user.execute(params![u.id, u.created_at]).at(db)?;
+        for (id, created_at) in plan.users() {
+            insert_user.execute(params![id, created_at]).at(db)?;
         }
         let mut insert_tx = tx
             .prepare(
@@ -498,39 +568,26 @@ fn write(db: &Path, users: &[User], events: &[Event]) -> Result<(), Error> {
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             )
             .at(db)?;
-        let mut sums = vec![[[0i64; 2]; 3]; users.len()];
-        for e in events {
-            let counterparty = match e.counterparty {
-                EXT_TOPUP => "ext:topup",
-                EXT_PAYOUT => "ext:payout",
-                EXT_FEE => "ext:fee",
-                EXT_BANK => "ext:bank",
-                u => users[u as usize].id.as_str(),
-            };
-            let status = if e.pending { "pending" } else { "settled" };
+        for r in plan.rows() {
             insert_tx
                 .execute(params![
-                    e.ts,
-                    users[e.user as usize].id,
-                    CURRENCIES[e.currency as usize],
-                    e.amount,
-                    status,
-                    e.category,
-                    counterparty
+                    r.ts,
+                    r.user,
+                    r.currency,
+                    r.amount,
+                    r.status,
+                    r.category,
+                    r.counterparty
                 ])
                 .at(db)?;
-            sums[e.user as usize][e.currency as usize][usize::from(e.pending)] += e.amount;
         }
         let mut insert_account = tx
             .prepare("INSERT INTO accounts (user_id, currency, settled, pending) VALUES (?1, ?2, ?3, ?4)")
             .at(db)?;
-        for (u, sum) in users.iter().zip(&sums) {
-            for &c in &u.currencies {
-                let [settled, pending] = sum[c as usize];
-                insert_account
-                    .execute(params![u.id, CURRENCIES[c as usize], settled, pending])
-                    .at(db)?;
-            }
+        for (user, currency, settled, pending) in plan.accounts() {
+            insert_account
+                .execute(params![user, currency, settled, pending])
+                .at(db)?;
         }
     }
     tx.commit().at(db)?;

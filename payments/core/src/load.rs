@@ -1,4 +1,5 @@
-//! Loading the ledger into a [`ReadModel`] and tailing it by `seq`.
+//! Loading an SQLite ledger into a [`ReadModel`] and tailing it by `seq`; the row-applying
+//! [`State`] shared with the PostgreSQL side (`pg.rs`).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -12,7 +13,7 @@ use crate::ids::{UserId, category_index};
 use crate::model::{ReadModel, Snapshot, Tx, UserLedger};
 
 /// Rows read per tail query (SPEC: `LIMIT 10000`, repeated while rows come back).
-const TAIL_BATCH: i64 = 10_000;
+pub(crate) const TAIL_BATCH: i64 = 10_000;
 
 const TAIL_SQL: &str = "SELECT seq, ts, user_id, currency, amount, status, category, counterparty \
      FROM transactions WHERE seq > ?1 ORDER BY seq LIMIT ?2";
@@ -29,9 +30,10 @@ pub struct Tailer {
     state: State,
 }
 
+/// The writable side of a read model, fed rows by a store's loader and tailer.
 #[derive(Debug)]
-struct State {
-    seq: i64,
+pub(crate) struct State {
+    pub(crate) seq: i64,
     clock: i64,
     index: Arc<HashMap<UserId, u32>>,
     users: Vec<Arc<UserLedger>>,
@@ -52,14 +54,7 @@ pub fn open(path: &Path) -> Result<(Arc<ReadModel>, Tailer), Error> {
     let mut tailer = Tailer {
         path: path.to_path_buf(),
         conn,
-        state: State {
-            seq: 0,
-            clock: 0,
-            index: Arc::default(),
-            users: Vec::new(),
-            names: Arc::default(),
-            other_names: HashMap::new(),
-        },
+        state: State::empty(),
     };
     tailer.conn.execute_batch("BEGIN").at(path)?;
     let loaded = tailer.load_all();
@@ -73,29 +68,14 @@ pub fn open(path: &Path) -> Result<(Arc<ReadModel>, Tailer), Error> {
 impl Tailer {
     fn load_all(&mut self) -> Result<(), Error> {
         let path = self.path.clone();
-        let mut index = HashMap::new();
-        let mut users = Vec::new();
-        let mut names: Vec<Box<str>> = Vec::new();
         {
             let mut stmt = self.conn.prepare("SELECT id FROM users").at(&path)?;
             let mut rows = stmt.query([]).at(&path)?;
             while let Some(row) = rows.next().at(&path)? {
                 let raw = row.get_ref(0).and_then(|v| Ok(v.as_str()?)).at(&path)?;
-                // An id the API could never ask for is not a user of the read model.
-                let Some(id) = UserId::parse(raw) else {
-                    continue;
-                };
-                if index.contains_key(&id) {
-                    continue;
-                }
-                index.insert(id, users.len() as u32);
-                users.push(Arc::new(UserLedger::default()));
-                names.push(raw.into());
+                self.state.add_user(raw);
             }
         }
-        self.state.index = Arc::new(index);
-        self.state.users = users;
-        self.state.names = Arc::new(names);
         {
             let mut stmt = self
                 .conn
@@ -105,9 +85,7 @@ impl Tailer {
             while let Some(row) = rows.next().at(&path)? {
                 let user = row.get_ref(0).and_then(|v| Ok(v.as_str()?)).at(&path)?;
                 let currency = row.get_ref(1).and_then(|v| Ok(v.as_str()?)).at(&path)?;
-                if let Some(&i) = UserId::parse(user).and_then(|id| self.state.index.get(&id)) {
-                    Arc::make_mut(&mut self.state.users[i as usize]).account_mut(currency);
-                }
+                self.state.add_account(user, currency);
             }
         }
         self.read_rows(i64::MAX)?;
@@ -166,7 +144,40 @@ impl Tailer {
 }
 
 impl State {
-    fn snapshot(&self) -> Snapshot {
+    pub(crate) fn empty() -> State {
+        State {
+            seq: 0,
+            clock: 0,
+            index: Arc::default(),
+            users: Vec::new(),
+            names: Arc::default(),
+            other_names: HashMap::new(),
+        }
+    }
+
+    /// Adds a `users` row, read at start (before any transaction). An id the API could
+    /// never ask for is not a user of the read model; a repeated one is ignored.
+    pub(crate) fn add_user(&mut self, raw: &str) {
+        let Some(id) = UserId::parse(raw) else {
+            return;
+        };
+        let index = Arc::make_mut(&mut self.index);
+        if index.contains_key(&id) {
+            return;
+        }
+        index.insert(id, self.users.len() as u32);
+        self.users.push(Arc::new(UserLedger::default()));
+        Arc::make_mut(&mut self.names).push(raw.into());
+    }
+
+    /// Adds an `accounts` row of a known user (others are ignored).
+    pub(crate) fn add_account(&mut self, user: &str, currency: &str) {
+        if let Some(&i) = UserId::parse(user).and_then(|id| self.index.get(&id)) {
+            Arc::make_mut(&mut self.users[i as usize]).account_mut(currency);
+        }
+    }
+
+    pub(crate) fn snapshot(&self) -> Snapshot {
         Snapshot {
             seq: self.seq,
             clock: self.clock,
@@ -191,7 +202,7 @@ impl State {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn apply(
+    pub(crate) fn apply(
         &mut self,
         seq: i64,
         ts: i64,

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::{Connection, params};
 
-use crate::{SCHEMA, Scratch, open, respond};
+use crate::{Scratch, StoreKind, open, respond, schema};
 
 const A: &str = "u00000000000a";
 const B: &str = "u00000000000b";
@@ -32,7 +32,7 @@ fn ledger(users: &[&str], accounts: &[(&str, &str)], rows: &[Row]) -> Ledger {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ledger.db");
     let conn = Connection::open(&path).unwrap();
-    conn.execute_batch(SCHEMA).unwrap();
+    conn.execute_batch(&schema(StoreKind::Sqlite)).unwrap();
     for u in users {
         conn.execute("INSERT INTO users VALUES (?1, 0)", [u])
             .unwrap();

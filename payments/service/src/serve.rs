@@ -1,10 +1,10 @@
-//! The HTTP side: accept loop, limits, graceful shutdown, and the tail thread. Every
-//! connection's request heads pass the SPEC's checks (head.rs) before hyper reads them.
+//! The HTTP side: accept loop, limits, graceful shutdown, and the tail (a thread over
+//! SQLite, a task over the PostgreSQL pool). Every connection's request heads pass the
+//! SPEC's checks (head.rs) before hyper reads them.
 
 use std::cell::RefCell;
 use std::io::Write;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -18,22 +18,25 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use payments_core::{ReadModel, Scratch, Tailer};
+use payments_core::{Db, PgTailer, ReadModel, Scratch, Tailer};
 
 use crate::head::Checked;
+use crate::metrics::{self, Pool};
+use crate::pgtail;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{Semaphore, watch};
 
-/// How often the tail thread looks for new ledger rows (SPEC: 100 ms).
-const TAIL_EVERY: Duration = Duration::from_millis(100);
+/// How often the tail looks for new ledger rows (SPEC: 100 ms).
+pub(crate) const TAIL_EVERY: Duration = Duration::from_millis(100);
 /// How long shutdown waits for in-flight requests.
 const DRAIN_FOR: Duration = Duration::from_secs(10);
 
 /// What `serve` needs.
 #[derive(Debug)]
 pub(crate) struct Config {
-    pub(crate) db: PathBuf,
+    pub(crate) db: Db,
+    pub(crate) db_pool: usize,
     pub(crate) addr: SocketAddr,
     pub(crate) max_connections: u32,
     pub(crate) header_timeout: Duration,
@@ -46,7 +49,24 @@ thread_local! {
 
 /// Answers inline on the runtime thread: a whole request costs ~37 µs of CPU on average
 /// under load (docs/payments.md), about what a `spawn_blocking` hop would add.
-fn handle(model: &ReadModel, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+fn handle(model: &ReadModel, pool: &Pool, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+    if req.uri().path() == "/metrics" {
+        if req.method() != hyper::Method::GET {
+            let e = payments_core::ApiError::MethodNotAllowed;
+            let mut response = Response::new(Full::new(Bytes::from_static(e.body())));
+            *response.status_mut() = hyper::StatusCode::METHOD_NOT_ALLOWED;
+            response
+                .headers_mut()
+                .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            return response;
+        }
+        let mut response = Response::new(Full::new(Bytes::from(metrics::render(pool, model))));
+        response.headers_mut().insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4"),
+        );
+        return response;
+    }
     let snapshot = model.snapshot();
     let (status, body) = SCRATCH.with_borrow_mut(|scratch| {
         let reply = payments_core::respond(
@@ -71,12 +91,8 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     // exit 0, not a kill by the default action. The abandoned load only reads.
     let mut sigterm = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
     let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
-    let db = config.db.clone();
-    let loading = tokio::task::spawn_blocking(move || payments_core::open(&db));
-    let (model, tailer) = tokio::select! {
-        loaded = loading => loaded
-            .context("loading the ledger")?
-            .with_context(|| format!("loading {}", config.db.display()))?,
+    let (model, follow) = tokio::select! {
+        loaded = load(&config) => loaded.with_context(|| format!("loading {}", config.db))?,
         _ = sigterm.recv() => {
             stopped_while_loading();
             return Ok(());
@@ -92,7 +108,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     let local = listener.local_addr().context("reading the bound address")?;
 
     let stop_tail = Arc::new(AtomicBool::new(false));
-    let tail_thread = spawn_tail(tailer, Arc::clone(&model), Arc::clone(&stop_tail))?;
+    let (tail, pool) = start_tail(follow, &model, &stop_tail)?;
 
     {
         let snapshot = model.snapshot();
@@ -141,11 +157,12 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         };
         let _ = stream.set_nodelay(true);
         let model = Arc::clone(&model);
+        let pool = pool.clone();
         let mut shutdown = shutdown_rx.clone();
         let conn = builder.serve_connection(
             TokioIo::new(Checked::new(stream)),
             service_fn(move |req| {
-                let response = handle(&model, &req);
+                let response = handle(&model, &pool, &req);
                 async move { Ok::<_, std::convert::Infallible>(response) }
             }),
         );
@@ -175,8 +192,82 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         tracing::warn!("some connections did not finish within {DRAIN_FOR:?}");
     }
     stop_tail.store(true, Ordering::Relaxed);
-    let _ = tokio::task::spawn_blocking(move || tail_thread.join()).await;
+    match tail {
+        TailHandle::Thread(thread) => {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
+        TailHandle::Task(task) => {
+            let _ = task.await;
+        }
+    }
     Ok(())
+}
+
+/// What keeps the read model current after loading.
+enum Follow {
+    Sqlite(Tailer),
+    /// The tailer, its pool, and the configuration of the LISTEN connection.
+    Postgres(
+        PgTailer,
+        deadpool_postgres::Pool,
+        Box<deadpool_postgres::tokio_postgres::Config>,
+    ),
+}
+
+enum TailHandle {
+    Thread(std::thread::JoinHandle<()>),
+    Task(tokio::task::JoinHandle<()>),
+}
+
+/// Starts what keeps `model` current: the SQLite tail thread, or the PostgreSQL tail task
+/// with its LISTEN connection. Returns its handle and where /metrics reads the pool from.
+fn start_tail(
+    follow: Follow,
+    model: &Arc<ReadModel>,
+    stop: &Arc<AtomicBool>,
+) -> anyhow::Result<(TailHandle, Pool)> {
+    Ok(match follow {
+        Follow::Sqlite(tailer) => {
+            let busy = Arc::new(AtomicBool::new(false));
+            let thread = spawn_tail(
+                tailer,
+                Arc::clone(model),
+                Arc::clone(stop),
+                Arc::clone(&busy),
+            )?;
+            (TailHandle::Thread(thread), Pool::Sqlite(busy))
+        }
+        Follow::Postgres(tailer, pool, listen) => {
+            let listening = Arc::new(AtomicBool::new(false));
+            let task = tokio::spawn(pgtail::follow(
+                tailer,
+                pool.clone(),
+                pgtail::Wakeups::listen(*listen, Arc::clone(&listening)),
+                Arc::clone(model),
+                Arc::clone(stop),
+            ));
+            (TailHandle::Task(task), Pool::Postgres(pool, listening))
+        }
+    })
+}
+
+/// Loads the ledger: an SQLite file on a blocking thread (rusqlite blocks), a PostgreSQL
+/// database over a pooled connection (pgtail.rs).
+async fn load(config: &Config) -> anyhow::Result<(Arc<ReadModel>, Follow)> {
+    match &config.db {
+        Db::Sqlite(path) => {
+            let path = path.clone();
+            let (model, tailer) = tokio::task::spawn_blocking(move || payments_core::open(&path))
+                .await
+                .context("loading the ledger")??;
+            Ok((model, Follow::Sqlite(tailer)))
+        }
+        Db::Postgres(pg) => {
+            let (model, tailer, pool) = pgtail::load(pg, config.db_pool).await?;
+            let listen = pg.config().clone();
+            Ok((model, Follow::Postgres(tailer, pool, Box::new(listen))))
+        }
+    }
 }
 
 fn stopped_while_loading() {
@@ -189,13 +280,17 @@ fn spawn_tail(
     mut tailer: Tailer,
     model: Arc<ReadModel>,
     stop: Arc<AtomicBool>,
+    busy: Arc<AtomicBool>,
 ) -> anyhow::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("ledger-tail".into())
         .spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 std::thread::sleep(TAIL_EVERY);
-                match tailer.poll(&model) {
+                busy.store(true, Ordering::Relaxed);
+                let polled = tailer.poll(&model);
+                busy.store(false, Ordering::Relaxed);
+                match polled {
                     Ok(0) => {}
                     Ok(n) => tracing::debug!(rows = n, seq = tailer.seq(), "applied new rows"),
                     Err(e) => tracing::warn!(error = %e, "tailing the ledger failed; retrying"),

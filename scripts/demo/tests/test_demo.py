@@ -17,6 +17,7 @@ import sys
 import tempfile
 import importlib.util
 import threading
+import time
 import unittest
 import unittest.mock
 
@@ -88,12 +89,14 @@ class PortBlock(unittest.TestCase):
 class _Handler(http.server.BaseHTTPRequestHandler):
     # Per server: answer 500 to every `fail_every`-th request (0: never); a silent one
     # answers the first request (`scalpel load`'s reachability probe), then closes every
-    # connection without an answer.
+    # connection without an answer; one with `fail_after` answers 500 once it has answered
+    # that many requests (a quota used up: where a ramp breaks it depends on the requests
+    # sent, never on the machine's timing).
     def do_GET(self):
         srv = self.server
         with srv.lock:
             srv.count += 1
-            fail = srv.fail_every and srv.count % srv.fail_every == 0
+            fail = (srv.fail_every and srv.count % srv.fail_every == 0) or 0 < srv.fail_after < srv.count
         if srv.silent and srv.count > 1:
             self.close_connection = True
             return
@@ -108,10 +111,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 
 @contextlib.contextmanager
-def server(fail_every=0, silent=False):
+def server(fail_every=0, silent=False, fail_after=0):
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     srv.daemon_threads = True
     srv.lock, srv.count, srv.fail_every, srv.silent = threading.Lock(), 0, fail_every, silent
+    srv.fail_after = fail_after
     t = threading.Thread(target=srv.serve_forever, daemon=True)
     t.start()
     try:
@@ -124,35 +128,165 @@ def server(fail_every=0, silent=False):
 RAMP_START = 20
 
 
-class RealRamp:
-    """One real `scalpel load` ramp (20 then 40 req/s, 500 ms steps) over four targets: one
-    that always answers, one that fails every third request, one that always fails, and
-    one that answers nothing (closes every connection). Run once for the tests that read
-    it; a failure is kept, not retried by every test."""
+class Once:
+    """A real run that several tests read: made by the first test that asks (`make`), kept;
+    a failure is kept too, not retried by every test."""
 
-    result = None
-    path = None
+    value = None
     error = None
 
     @classmethod
     def get(cls):
         if cls.error is not None:
             raise AssertionError(cls.error)
-        if cls.result is None:
-            cls.error = "the ramp failed (see the first test that ran it)"
+        if cls.value is None:
+            cls.error = f"{cls.__name__} failed (see the first test that ran it)"
             if not os.path.exists(c.SCALPEL):
                 raise AssertionError(f"{c.SCALPEL} is not built: run scripts/build.sh (./run test does)")
-            d = os.path.join(c.OUT, "ramp")
-            os.makedirs(d, exist_ok=True)
-            cls.path = os.path.join(d, "ramp.json")
-            with server() as ok, server(3) as flaky, server(1) as failing, server(silent=True) as silent:
-                cls.result = c.scalpel_load(
-                    ["--ramp", f"{RAMP_START},{RAMP_START},{2 * RAMP_START}", "--step-duration", "500ms",
-                     "--slo", "p99<2s,errors<1%", "-c", "4", "--rounds", "1", "--timeout", "2s",
-                     "--target", f"ok={ok}", "--target", f"flaky={flaky}", "--target", f"failing={failing}",
-                     "--target", f"silent={silent}", "/"], cls.path, cpu=None)
+            cls.value = cls.make()
             cls.error = None
-        return cls.result
+        return cls.value
+
+
+class RealRamp(Once):
+    """One real `scalpel load` ramp (20 then 40 req/s, 500 ms steps) over four targets: one
+    that always answers, one that fails every third request, one that always fails, and
+    one that answers nothing (closes every connection)."""
+
+    path = None
+
+    @classmethod
+    def make(cls):
+        d = os.path.join(c.OUT, "ramp")
+        os.makedirs(d, exist_ok=True)
+        cls.path = os.path.join(d, "ramp.json")
+        with server() as ok, server(3) as flaky, server(1) as failing, server(silent=True) as silent:
+            return c.scalpel_load(
+                ["--ramp", f"{RAMP_START},{RAMP_START},{2 * RAMP_START}", "--step-duration", "500ms",
+                 "--slo", "p99<2s,errors<1%", "-c", "4", "--rounds", "1", "--timeout", "2s",
+                 "--target", f"ok={ok}", "--target", f"flaky={flaky}", "--target", f"failing={failing}",
+                 "--target", f"silent={silent}", "/"], cls.path, cpu=None)
+
+
+RATE_RAMP = (20, 20, 120)
+# RATE_RAMP's 500 ms steps send 10, 20, 30, ... requests: a server that answers the
+# reachability probe and the first two steps (+ 5 to spare) holds 40 req/s, one that
+# answers the first four holds 80.
+LOW_QUOTA, LOW_HOLDS = 1 + 10 + 20 + 5, 40.0
+HIGH_QUOTA, HIGH_HOLDS = 1 + 10 + 20 + 30 + 40 + 5, 80.0
+
+
+class RateRamps(Once):
+    """Two real `scalpel load` ramps (20 to 120 req/s by 20, 500 ms steps, the targets one
+    after the other in each step), the repeats of one measurement, over four targets: one
+    that always answers (holds the top: a lower bound), two that answer 500 once their quota
+    is used up (hold 40 and 80: ratios of exactly 2 and 0.5), one that answers nothing."""
+
+    @classmethod
+    def make(cls):
+        d = os.path.join(c.OUT, "rate-ramps")
+        os.makedirs(d, exist_ok=True)
+        results = []
+        for r in range(2):
+            with server() as fast, server(fail_after=LOW_QUOTA) as low, server(fail_after=HIGH_QUOTA) as high, \
+                    server(silent=True) as silent:
+                results.append(c.scalpel_load(
+                    ["--ramp", ",".join(map(str, RATE_RAMP)), "--step-duration", "500ms", "--rounds", "1",
+                     "--slo", "p99<2s,errors<1%", "-c", "4", "--timeout", "2s", "--target", f"fast={fast}",
+                     "--target", f"low={low}", "--target", f"high={high}", "--target", f"silent={silent}", "/"],
+                    os.path.join(d, f"ramp-{r + 1}.json"), cpu=None))
+        return results
+
+    @classmethod
+    def maxima(cls, repeats=2):
+        """The runtime stage's per-ramp maxima and lower-bound flags, from the real ramps."""
+        maxima, lower = {}, {}
+        for res in cls.get()[:repeats]:
+            for t in res["targets"]:
+                held, lb = c.breaking_rps(t)
+                maxima.setdefault(t["name"], []).append(held)
+                lower.setdefault(t["name"], []).append(lb)
+        return maxima, lower
+
+
+class VerdictRule(unittest.TestCase):
+    """common.verdict, through the runtime stage's rate_verdict, on real ramps: MET or NOT
+    MET only when the repeats' interval is wholly on one side of the target."""
+
+    def setUp(self):
+        self.maxima, self.lower = RateRamps.maxima()
+        # The ramps did what the servers were built for (else the rule is not what is tested).
+        self.assertEqual(self.maxima["low"], [LOW_HOLDS] * 2, self.maxima)
+        self.assertEqual(self.maxima["high"], [HIGH_HOLDS] * 2, self.maxima)
+        self.assertEqual(self.maxima["fast"], [float(RATE_RAMP[2])] * 2)
+        self.assertEqual(self.lower["fast"], [True, True])
+
+    def test_an_interval_wholly_above_the_target_is_met(self):
+        v = runtime.rate_verdict(self.maxima, self.lower, "high", "low", 1.4)
+        self.assertEqual((v["verdict"], v["lo"], v["hi"], v["repeats"]), ("MET", 2.0, 2.0, 2), v)
+        self.assertIsNone(v["coverage"], "two repeats: min–max, not a 95% interval")
+        self.assertIn("min–max of 2 repeats", v["text"])
+
+    def test_an_interval_wholly_below_the_target_is_not_met(self):
+        v = runtime.rate_verdict(self.maxima, self.lower, "low", "high", 1.4)
+        self.assertEqual((v["verdict"], v["lo"], v["hi"]), ("NOT MET", 0.5, 0.5), v)
+
+    def test_a_second_run_that_reverses_the_first_leaves_it_undecided(self):
+        # Repeat 1 as measured (high / low = 2), repeat 2 reversed (low / high = 0.5): the
+        # interval straddles the target, so neither MET nor NOT MET.
+        m = {"after": [self.maxima["high"][0], self.maxima["low"][1]],
+             "before": [self.maxima["low"][0], self.maxima["high"][1]]}
+        lb = {"after": [False, False], "before": [False, False]}
+        v = runtime.rate_verdict(m, lb, "after", "before", 1.4)
+        self.assertEqual((v["verdict"], v["lo"], v["hi"]), ("undecided", 0.5, 2.0), v)
+        self.assertIn("straddles", v["text"])
+
+    def test_one_repeat_is_never_decided(self):
+        maxima, lower = RateRamps.maxima(repeats=1)
+        for after, before in (("high", "low"), ("low", "high")):
+            v = runtime.rate_verdict(maxima, lower, after, before, 1.4)
+            self.assertEqual(v["verdict"], "undecided", v)
+            self.assertIn("one repeat", v["text"])
+
+    def test_no_answers_is_never_met(self):
+        # The silent target held nothing: no figure either way, whatever the other held.
+        for after, before in (("fast", "silent"), ("silent", "fast"), ("high", "silent")):
+            v = runtime.rate_verdict(self.maxima, self.lower, after, before, 1.0)
+            self.assertEqual(v["verdict"], "undecided", (after, before, v))
+            self.assertIsNone(v["median"])
+            self.assertIn("2 of 2 repeats gave no figure", v["text"])
+        # One repeat above the target and one where BEFORE answered nothing: still undecided.
+        m = {"after": self.maxima["high"], "before": [self.maxima["low"][0], self.maxima["silent"][1]]}
+        lb = {"after": self.lower["high"], "before": [self.lower["low"][0], self.lower["silent"][1]]}
+        v = runtime.rate_verdict(m, lb, "after", "before", 1.4)
+        self.assertEqual((v["verdict"], v["values"]), ("undecided", [2.0, None]), v)
+        self.assertIn("1 of 2 repeats gave no figure", v["text"])
+
+    def test_bounds_decide_only_the_side_they_bound(self):
+        # fast held the ramp's top: fast / high >= 1.5 is a lower bound. It cannot show
+        # "below 2", and high / fast <= 0.67 cannot show "above 0.5".
+        v = runtime.rate_verdict(self.maxima, self.lower, "fast", "high", 2.0)
+        self.assertEqual(v["verdict"], "undecided", v)
+        self.assertEqual(v["bounds"], ["at_least", "at_least"])
+        v = runtime.rate_verdict(self.maxima, self.lower, "fast", "high", 1.4)
+        self.assertEqual(v["verdict"], "MET", v)
+        v = runtime.rate_verdict(self.maxima, self.lower, "high", "fast", 0.5)
+        self.assertEqual(v["verdict"], "undecided", v)
+        v = runtime.rate_verdict(self.maxima, self.lower, "high", "fast", 1.0)
+        self.assertEqual(v["verdict"], "NOT MET", v)
+
+    def test_full_mode_repeats_while_undecided_up_to_its_cap(self):
+        cfg = {"until_decided": True, "decide_cap_s": 3600, "max_repeats": 4}
+        with contextlib.redirect_stdout(io.StringIO()):  # its progress lines
+            self.assertEqual(list(c.repeats(cfg, "test", lambda: True, 2)), [0, 1, 2, 3])
+            self.assertEqual(list(c.repeats(cfg, "test", lambda: False, 2)), [0, 1])
+            self.assertEqual(list(c.repeats(dict(cfg, until_decided=False), "test", lambda: True, 2)), [0, 1])
+            # A cap the next repeat would pass stops it (the repeats here take ~0.2 s each).
+            ran = []
+            for r in c.repeats(dict(cfg, decide_cap_s=0.3), "test", lambda: True, 1):
+                ran.append(r)
+                time.sleep(0.2)
+        self.assertEqual(ran, [0])
 
 
 class SloVerdict(unittest.TestCase):
@@ -197,33 +331,26 @@ class Ratios(unittest.TestCase):
     def test_payments_ratio_refuses_a_zero_max(self):
         import payments
         e = payments.summarize_endpoint(
-            "stats", {"go": [0.0], "rust": [3000.0]}, {"go": False, "rust": False}, {"go": [None], "rust": [50.0]},
+            "stats", {"go": [0.0], "rust": [3000.0]}, {"go": [False], "rust": [False]}, {"go": [None], "rust": [50.0]},
             100, {"go": [], "rust": []}, [], [], ramp_start=1000)
         self.assertIsNone(e["max_ratio"], "Rust / a Go max below the first step is no ratio")
+        self.assertEqual(e["target"]["verdict"], "undecided", "no figure is never a verdict")
         self.assertEqual(e["ramp_start"], 1000)
 
 
 def workload_from(res):
-    """The runtime stage's result structure (runtime.workload's) for one workload, built
-    from a real ramp: pm2 is the target that answered, serve the one that failed every
-    third request (it held not even the first step)."""
-    names = {"pm2": "ok", "serve": "flaky"}
-    steps = {t: c.target_of(res, n)["steps"][0] for t, n in names.items()}
-    held = {t: c.breaking_rps(c.target_of(res, n)) for t, n in names.items()}
-    per = lambda get: {t: get(steps[t]) for t in names}
-    return {
-        "name": "uneven", "what": "a test workload", "slo": "p99<2s,errors<1%",
-        "serve_max_in_flight_per_worker": 1, "serve_mode": "proxy", "probe_rps": 100.0,
-        "ramp_start": RAMP_START,
-        "rps": {t: h for t, (h, _) in held.items()}, "rps_all": {t: [h] for t, (h, _) in held.items()},
-        "rps_lower_bound": {t: lb for t, (_, lb) in held.items()},
-        "fixed_rps": RAMP_START,
-        "p99_ms": per(lambda s: c.latency(s, "p99")), "p99_ms_all": {t: [] for t in names},
-        "p50_ms": per(lambda s: c.latency(s, "p50")), "errors": per(lambda s: s["errors"]),
-        "cpu_percent": per(lambda s: s.get("cpu_percent")), "pss_mb": per(lambda s: s.get("pss_mb")),
-        "cpu_us_per_request": per(c.cpu_us_per_request),
-        "ramp_files": [RealRamp.path], "fixed_files": [RealRamp.path],
-    }
+    """The runtime stage's result for the uneven workload (runtime.summarize's), from one real
+    ramp: BEFORE (nginx-pm2) is the target that answered (it held the ramp's top), serve the
+    one that failed every third request (it held not even the first step); the ramp's first
+    step stands in for the fixed-load run."""
+    names = {"nginx-pm2": "ok", "serve": "flaky"}
+    w = dict(next(x for x in runtime.workloads() if x["name"] == "uneven"), slo="p99<2s,errors<1%")
+    maxima, lower, fixed = {}, {}, {}
+    for k, n in names.items():
+        held, lb = c.breaking_rps(c.target_of(res, n))
+        maxima[k], lower[k], fixed[k] = [held], [lb], [c.target_of(res, n)["steps"][0]]
+    return runtime.summarize(w, list(names), "proxy", 1, 100.0, RAMP_START, maxima, lower, RAMP_START, fixed,
+                             None, [RealRamp.path], [RealRamp.path])
 
 
 def run_cli(*args, out):
@@ -238,10 +365,13 @@ class Report(unittest.TestCase):
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
             runtime.print_workload(w)
-        line = next(x for x in buf.getvalue().splitlines() if x.startswith("max req/s"))
+        lines = buf.getvalue().splitlines()
+        line = next(x for x in lines if x.startswith("max req/s"))
         self.assertIn(f">= {c.fmt_num(2.0 * RAMP_START)}", line)
-        self.assertIn(f"< {RAMP_START}", line)
-        self.assertTrue(line.rstrip().endswith("-"), f"a ratio from a max below the first step: {line}")
+        self.assertTrue(line.rstrip().endswith(f"< {RAMP_START}"), line)
+        # No ratio from a max below the first step, so no verdict either.
+        verdict = next(x for x in lines if x.startswith("target: "))
+        self.assertIn("undecided (1 of 1 repeats gave no figure): no figure", verdict)
 
     def test_report_only_renders_a_recorded_results_file(self):
         w = workload_from(RealRamp.get())
@@ -256,12 +386,19 @@ class Report(unittest.TestCase):
             self.assertEqual(r.returncode, 0, r.stderr)
             page = c.read(os.path.join(out, "index.html"))
         self.assertIn("<h2>1. The tier ladder, served</h2><p class=\"note\">not run</p>", page)
-        row = page[page.index("<th class=\"left\">uneven</th>"):]
-        row = row[:row.index("</tr>")]
-        cells = [x.split("<")[0] for x in row.split("<td>")[1:]]
-        self.assertEqual(cells[:3], [f"&gt;= {c.fmt_num(2.0 * RAMP_START)}", f"&lt; {RAMP_START}", "-"])
+        cells = lambda key: [x.split("<")[0] for x in
+                             page[page.index(f'<th class="left">{key}: '):].split("</tr>")[0].split("<td>")[1:]]
+        self.assertEqual(cells("nginx-pm2")[0], f"&gt;= {c.fmt_num(2.0 * RAMP_START)}")
+        self.assertEqual(cells("serve")[0], f"&lt; {RAMP_START}")
+        self.assertEqual(cells("serve")[2:4], ["-", "- (0 of 1)"], "no ratio, no interval")
+        self.assertIn('<span class="target-open">undecided</span>: no figure (1 repeat), target &gt;= 1.40x — '
+                      "1 of 1 repeats gave no figure", page)
+        # The headline card: the verdict with what its interval rests on, never MET.
+        card = page[page.index('<div class="card-name" style="color:#7c3aed">runtime'):]
+        card = card[:card.index('<div class="card-note">')]
+        self.assertIn('<span class="target-open">undecided</span> no figure in 1 repeat', card)
         # The ramp's own page (`scalpel report html` on the recorded file) is folded in.
-        folded = page[page.index("<details><summary>uneven: the ramp"):]
+        folded = page[page.index("<details><summary>uneven: the first ramp"):]
         self.assertIn('<div class="embedded">', folded[:200])
         self.assertIn("flaky", folded, "the ramp page names its targets")
         self.assertIn("Stages that failed", page)
@@ -314,7 +451,7 @@ class Cli(unittest.TestCase):
     def test_set_rejects_a_value_of_the_wrong_shape(self):
         # These were taken and failed minutes later, inside a stage (or, for the string,
         # matched workload names by substring).
-        for item, want in [("ladder_rounds=two", "ladder_rounds takes a value like 4"),
+        for item, want in [("ladder_rounds=two", "ladder_rounds takes a value like 2"),
                            ("pay_ramp=[1000,2000]", "pay_ramp takes a value like [1000, 1000, 160000]"),
                            ("rt_workloads=uneven", "rt_workloads takes a value like"),
                            ("rt_ab=1", "rt_ab takes a value like true"),

@@ -6,12 +6,13 @@
 //! No timed assertions: the only comparison between the servers is that the one doing
 //! eight times the work per request spends more CPU per request.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::io::{Read, Write};
+use std::process::Output;
 
+use scalpel_testkit::raw::serve_requests;
+use scalpel_testkit::{ChildServer, child_server, scalpel, scratch};
+
+use crate::util::assert_one_line_error;
 use serde_json::Value;
 
 /// A child server: answers every request after `SCALPEL_COST_TEST_WORK` rounds of a hash
@@ -23,34 +24,7 @@ fn cost_child_server() {
         return;
     };
     let work: u64 = work.to_str().unwrap().parse().unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    println!("PORT {}", listener.local_addr().unwrap().port());
-    std::io::stdout().flush().unwrap();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            std::thread::spawn(move || serve(stream, work));
-        }
-    });
-    // Live until the parent closes our stdin (or kills us).
-    let _ = std::io::stdin().read_to_end(&mut Vec::new());
-    std::process::exit(0);
-}
-
-fn serve(stream: TcpStream, work: u64) {
-    let _ = stream.set_nodelay(true);
-    let mut writer = stream.try_clone().unwrap();
-    let mut reader = BufReader::new(stream);
-    loop {
-        let mut line = String::new();
-        loop {
-            line.clear();
-            if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                return;
-            }
-            if line == "\r\n" {
-                break;
-            }
-        }
+    let port = serve_requests(move |_, writer| {
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         for i in 0..work {
             x ^= x << 13;
@@ -63,79 +37,20 @@ fn serve(stream: TcpStream, work: u64) {
             "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
         );
-        if writer.write_all(reply.as_bytes()).is_err() {
-            return;
-        }
-    }
-}
-
-struct ChildServer {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for ChildServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+        writer.write_all(reply.as_bytes()).is_ok()
+    });
+    println!("PORT {port}");
+    std::io::stdout().flush().unwrap();
+    // Live until the parent closes our stdin (or kills us).
+    let _ = std::io::stdin().read_to_end(&mut Vec::new());
+    std::process::exit(0);
 }
 
 fn start_child(work: u64) -> ChildServer {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "cost_cli::cost_child_server",
-            "--ignored",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .env("SCALPEL_COST_TEST_WORK", work.to_string())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let port = loop {
-        let line = lines.next().expect("child prints its port").unwrap();
-        // libtest may print its "test … ..." prefix on the same line.
-        if let Some((_, p)) = line.split_once("PORT ") {
-            break p.trim().parse().unwrap();
-        }
-    };
-    ChildServer { child, port }
-}
-
-/// Runs `scalpel` with a deadline that only turns a hang into a failure.
-fn scalpel(args: &[&str]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_scalpel"))
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the scalpel binary runs");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("scalpel {args:?} hung");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn scratch(test: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("cost_cli-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    child_server(
+        "cost_cli::cost_child_server",
+        &[("SCALPEL_COST_TEST_WORK", &work.to_string())],
+    )
 }
 
 fn ok(out: &Output) -> String {
@@ -146,19 +61,6 @@ fn ok(out: &Output) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout.clone()).unwrap()
-}
-
-fn assert_one_line_error(args: &[&str], mention: &str) {
-    let out = scalpel(args);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
-    assert_eq!(err.lines().count(), 1, "{args:?}: one line, got: {err}");
-    assert!(err.starts_with("scalpel: "), "{args:?}: {err}");
-    assert!(
-        err.contains(mention),
-        "{args:?}: expected `{mention}` in: {err}"
-    );
-    assert!(out.stdout.is_empty(), "{args:?}");
 }
 
 /// The projection of a real two-step ramp, recomputed here from the file's own figures.

@@ -10,24 +10,22 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use scalpel_testkit::raw::{RawRequest, serve_requests};
+use scalpel_testkit::{ChildServer, child_server, read_json, scalpel, scratch, signal};
+
+use crate::util::{assert_one_line_error as assert_one_line_usage_error, f, load_json, u};
 use serde_json::Value;
 
 // ---------------------------------------------------------------------------------------
 // Test servers
 
 /// One request as the server saw it.
-#[derive(Debug, Clone)]
-struct Seen {
-    method: String,
-    path: String,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
+type Seen = RawRequest;
 
 /// How the server frames a response body.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -73,18 +71,11 @@ struct Server {
 
 impl Server {
     fn start(handler: impl Fn(u64, &Seen) -> Reply + Send + Sync + 'static) -> Server {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
         let count = Arc::new(AtomicU64::new(0));
         let seen = Arc::new(Mutex::new(Vec::new()));
         let handler: Arc<Handler> = Arc::new(handler);
         let (c, s) = (count.clone(), seen.clone());
-        std::thread::spawn(move || {
-            for stream in listener.incoming().flatten() {
-                let (c, s, h) = (c.clone(), s.clone(), handler.clone());
-                std::thread::spawn(move || serve_connection(stream, &c, &s, &*h));
-            }
-        });
+        let port = serve_requests(move |req, writer| answer(req, writer, &c, &s, &*handler));
         Server { port, count, seen }
     }
 
@@ -106,86 +97,51 @@ impl Server {
     }
 }
 
-fn serve_connection(stream: TcpStream, count: &AtomicU64, seen: &Mutex<Vec<Seen>>, h: &Handler) {
-    // The response goes out in two writes (below); without this, Nagle holds the second
-    // until the client's delayed ACK, ~40 ms per request.
-    let _ = stream.set_nodelay(true);
-    let mut writer = stream.try_clone().unwrap();
-    let mut reader = BufReader::new(stream);
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-            return;
+/// Counts and records `req`, then writes the answer `h` chose; `false` when the
+/// connection is to end.
+fn answer(
+    req: &Seen,
+    writer: &mut TcpStream,
+    count: &AtomicU64,
+    seen: &Mutex<Vec<Seen>>,
+    h: &Handler,
+) -> bool {
+    let n = count.fetch_add(1, Ordering::SeqCst);
+    seen.lock().unwrap().push(req.clone());
+    let reply = h(n, req);
+    if let Some(d) = reply.delay {
+        std::thread::sleep(d);
+    }
+    let reason = if reply.status == 200 { "OK" } else { "Other" };
+    let mut out = format!("HTTP/1.1 {} {reason}\r\nServer: test\r\n", reply.status);
+    for i in 0..reply.extra_headers {
+        out += &format!("X-Filler-{i}: {}\r\n", "f".repeat(reply.filler_len));
+    }
+    match reply.framing {
+        Framing::Length => {
+            out += &format!("Content-Length: {}\r\n\r\n{}", reply.body.len(), reply.body);
         }
-        let mut parts = line.split_whitespace();
-        let method = parts.next().unwrap_or("").to_string();
-        let path = parts.next().unwrap_or("").to_string();
-        let mut headers = Vec::new();
-        let mut length = 0usize;
-        loop {
-            let mut h = String::new();
-            if reader.read_line(&mut h).unwrap_or(0) == 0 {
-                return;
-            }
-            let h = h.trim_end();
-            if h.is_empty() {
-                break;
-            }
-            let (n, v) = h.split_once(':').unwrap();
-            if n.eq_ignore_ascii_case("content-length") {
-                length = v.trim().parse().unwrap();
-            }
-            headers.push((n.to_string(), v.trim().to_string()));
-        }
-        let mut body = vec![0; length];
-        if reader.read_exact(&mut body).is_err() {
-            return;
-        }
-        let req = Seen {
-            method,
-            path,
-            headers,
-            body,
-        };
-        let n = count.fetch_add(1, Ordering::SeqCst);
-        seen.lock().unwrap().push(req.clone());
-        let reply = h(n, &req);
-        if let Some(d) = reply.delay {
-            std::thread::sleep(d);
-        }
-        let reason = if reply.status == 200 { "OK" } else { "Other" };
-        let mut out = format!("HTTP/1.1 {} {reason}\r\nServer: test\r\n", reply.status);
-        for i in 0..reply.extra_headers {
-            out += &format!("X-Filler-{i}: {}\r\n", "f".repeat(reply.filler_len));
-        }
-        match reply.framing {
-            Framing::Length => {
-                out += &format!("Content-Length: {}\r\n\r\n{}", reply.body.len(), reply.body);
-            }
-            Framing::Chunked => {
-                out += "Transfer-Encoding: chunked\r\n\r\n";
-                let (a, b) = reply.body.split_at(reply.body.len() / 2);
-                for chunk in [a, b] {
-                    if !chunk.is_empty() {
-                        out += &format!("{:x};ext=1\r\n{chunk}\r\n", chunk.len());
-                    }
+        Framing::Chunked => {
+            out += "Transfer-Encoding: chunked\r\n\r\n";
+            let (a, b) = reply.body.split_at(reply.body.len() / 2);
+            for chunk in [a, b] {
+                if !chunk.is_empty() {
+                    out += &format!("{:x};ext=1\r\n{chunk}\r\n", chunk.len());
                 }
-                out += "0\r\nX-Trailer: yes\r\n\r\n";
             }
-            Framing::Close => {
-                out += &format!("Connection: close\r\n\r\n{}", reply.body);
-            }
+            out += "0\r\nX-Trailer: yes\r\n\r\n";
         }
-        // Written in two pieces so the client must reassemble a split head.
-        let bytes = out.as_bytes();
-        let cut = bytes.len().min(20);
-        if writer.write_all(&bytes[..cut]).is_err() || writer.write_all(&bytes[cut..]).is_err() {
-            return;
-        }
-        if reply.framing == Framing::Close {
-            return;
+        Framing::Close => {
+            out += &format!("Connection: close\r\n\r\n{}", reply.body);
         }
     }
+    // Written in two pieces so the client must reassemble a split head.
+    let bytes = out.as_bytes();
+    let cut = bytes.len().min(20);
+    if writer.write_all(&bytes[..cut]).is_err() || writer.write_all(&bytes[cut..]).is_err() {
+        return false;
+    }
+    reply.framing != Framing::Close
 }
 
 /// A token bucket: `rate` tokens a second, at most `burst`; `true` when a token was taken.
@@ -221,67 +177,8 @@ impl Bucket {
 // ---------------------------------------------------------------------------------------
 // Running the binary
 
-/// Runs `scalpel` with a deadline that only turns a hang into a failure.
-pub(super) fn scalpel(args: &[&str]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_scalpel"))
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the scalpel binary runs");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "scalpel {args:?} hung; stderr: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-pub(super) fn scratch(test: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("load_cli-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// Runs a load with `--json` and returns the exit code and the parsed result.
-pub(super) fn load_json(test: &str, args: &[&str]) -> (i32, Value, Output) {
-    let dir = scratch(test);
-    let json = dir.join("out.json");
-    let mut all: Vec<&str> = vec!["load", "--no-progress", "--json", json.to_str().unwrap()];
-    all.extend_from_slice(args);
-    let out = scalpel(&all);
-    let code = out.status.code().unwrap_or(-1);
-    let text = std::fs::read_to_string(&json).unwrap_or_else(|_| {
-        panic!(
-            "no JSON written (exit {code}); stderr: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    (code, serde_json::from_str(&text).unwrap(), out)
-}
-
 fn step(result: &Value, target: usize, step: usize) -> &Value {
     &result["targets"][target]["steps"][step]
-}
-
-fn u(v: &Value) -> u64 {
-    v.as_u64().unwrap_or_else(|| panic!("not an integer: {v}"))
-}
-
-fn f(v: &Value) -> f64 {
-    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -677,47 +574,15 @@ fn child_server_process() {
     std::process::exit(0);
 }
 
-struct ChildServer {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for ChildServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn start_child_server() -> ChildServer {
     start_child_server_kind("busy")
 }
 
 fn start_child_server_kind(kind: &str) -> ChildServer {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "load_cli::child_server_process",
-            "--ignored",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .env("SCALPEL_LOAD_TEST_CHILD", kind)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let port = loop {
-        let line = lines.next().expect("child prints its port").unwrap();
-        // libtest may print its "test … ..." prefix on the same line.
-        if let Some((_, p)) = line.split_once("PORT ") {
-            break p.trim().parse().unwrap();
-        }
-    };
-    ChildServer { child, port }
+    child_server(
+        "load_cli::child_server_process",
+        &[("SCALPEL_LOAD_TEST_CHILD", kind)],
+    )
 }
 
 #[test]
@@ -740,19 +605,6 @@ fn watched_process_cpu_and_memory_are_sampled() {
         assert!(f(&s["rss_mb_peak"]) >= rss);
         assert!(f(&s["cpu_percent_peak"]) >= cpu * 0.5);
     }
-}
-
-fn assert_one_line_usage_error(args: &[&str], mention: &str) {
-    let out = scalpel(args);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
-    assert_eq!(err.lines().count(), 1, "{args:?}: one line, got: {err}");
-    assert!(err.starts_with("scalpel: "), "{args:?}: {err}");
-    assert!(
-        err.contains(mention),
-        "{args:?}: expected `{mention}` in: {err}"
-    );
-    assert!(out.stdout.is_empty(), "{args:?}");
 }
 
 #[test]
@@ -966,20 +818,15 @@ impl Running {
     }
 
     fn signal(&self, name: &str) {
-        let status = Command::new("kill")
-            .args([&format!("-{name}"), &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
+        signal(self.child.id(), name);
     }
 
     /// Exit code, stdout, stderr.
     fn finish(mut self) -> (i32, String, String) {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while self.child.try_wait().unwrap().is_none() {
-            assert!(Instant::now() < deadline, "scalpel hung");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        assert!(
+            scalpel_testkit::wait_exit(&mut self.child, Duration::from_secs(120)).is_some(),
+            "scalpel hung"
+        );
         let mut stdout = String::new();
         self.child
             .stdout
@@ -995,13 +842,6 @@ impl Running {
     }
 }
 
-fn read_json(path: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-/// #11.1: a target that answered 3 requests and then held every connection open passed
-/// `p99<50ms` ("SLO ok", exit 0): time-outs were left out of the histogram and an empty
-/// one read p99 = 0.
 #[test]
 fn a_target_that_stops_answering_breaks_a_latency_slo() {
     let server = Server::start(|n, _| Reply {
@@ -1385,7 +1225,7 @@ fn response_headers_are_limited_by_bytes_not_by_count() {
     });
     assert_one_line_usage_error(
         &["load", "--no-progress", "-n", "5", &huge.url()],
-        "not valid HTTP/1.1 or over a limit",
+        "the response is over a size limit (response head over 65536 bytes)",
     );
 }
 

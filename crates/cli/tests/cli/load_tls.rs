@@ -1,61 +1,33 @@
 //! `scalpel load` over TLS and HTTP/2 (issue #12), as a user runs it: the real binary
-//! against real peers on loopback started here — nginx with TLS, h2 and h2c (the
-//! helper of `crates/http/tests`), nginx choosing its certificate by SNI, Node `node:http2`
+//! against real peers on loopback started here — nginx with TLS, h2 and h2c (the test
+//! kit's `peers::hello`, as the connector's tests use it), nginx choosing its certificate by SNI, Node `node:http2`
 //! servers that count concurrent streams, reset streams and hold back their flow-control
 //! window — with certificates made by rcgen: good, expired, for the wrong name, untrusted.
 //!
 //! No timed assertions: counts are exact where the protocol makes them so, and every run
 //! has a deadline only to turn a hang into a failure.
 
-#[path = "../../../http/tests/http/util/mod.rs"]
-mod util;
-
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
 
+use scalpel_testkit::peers::Peer;
+use scalpel_testkit::peers::hello::{Certs, certs, nginx, node};
+use scalpel_testkit::scratch;
 use serde_json::Value;
-use util::{Certs, certs, free_ports, nginx, node};
+
+use crate::util::{assert_one_line_error, load_json, stderr, stdout as text, u};
 
 // ---------------------------------------------------------------------------------------
 // Running the binary
 
-// The runner, scratch folders and `--json` reader are load_cli's (one test binary).
-use super::load_cli::{load_json, scalpel, scratch};
-
 fn step(result: &Value) -> &Value {
     &result["targets"][0]["steps"][0]
-}
-
-fn u(v: &Value) -> u64 {
-    v.as_u64().unwrap_or_else(|| panic!("not an integer: {v}"))
-}
-
-fn text(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 /// Bad input: exit 2, one line on stderr that names the problem, nothing on stdout.
 fn assert_refused(args: &[&str], mention: &str) {
     let mut all = vec!["load", "--no-progress", "-n", "5"];
     all.extend_from_slice(args);
-    let out = scalpel(&all);
-    let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
-    assert_eq!(
-        err.trim_end().lines().count(),
-        1,
-        "{args:?}: one line: {err}"
-    );
-    assert!(
-        err.contains(mention),
-        "{args:?}: expected `{mention}` in: {err}"
-    );
-    assert!(out.stdout.is_empty(), "{args:?}: no table: {}", text(&out));
+    assert_one_line_error(&all, mention);
 }
 
 fn ca(certs: &Certs) -> &str {
@@ -72,94 +44,30 @@ fn handshakes(s: &Value) -> u64 {
 // ---------------------------------------------------------------------------------------
 // Peers of our own: nginx choosing a certificate by SNI, Node h2c servers
 
-/// A child process killed when the test ends.
-struct Peer {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// nginx on one TLS port with two certificates: the good one for `scalpel.test` (chosen
 /// by SNI) and, for any other name or none, the wrong-name one.
 fn nginx_by_sni(certs: &Certs) -> Peer {
-    for _ in 0..3 {
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path().display();
-        let port = free_ports(1)[0];
-        let conf = format!(
+    scalpel_testkit::peers::nginx(1, |p, _| {
+        format!(
             r#"
-daemon off;
-master_process off;
-worker_processes 1;
-error_log {d}/error.log warn;
-pid {d}/nginx.pid;
-events {{ worker_connections 256; }}
-http {{
     access_log off;
-    client_body_temp_path {d}/body;
-    proxy_temp_path {d}/proxy;
-    fastcgi_temp_path {d}/fastcgi;
-    uwsgi_temp_path {d}/uwsgi;
-    scgi_temp_path {d}/scgi;
     server {{
         listen 127.0.0.1:{port} ssl default_server;
-        ssl_certificate {wrong_cert}; ssl_certificate_key {wrong_key};
+        {wrong}
         location / {{ return 200 "default server\n"; }}
     }}
     server {{
         listen 127.0.0.1:{port} ssl;
         server_name scalpel.test;
-        ssl_certificate {good_cert}; ssl_certificate_key {good_key};
+        {good}
         location / {{ return 200 "scalpel.test\n"; }}
     }}
-}}
 "#,
-            wrong_cert = certs.wrong_name.cert.display(),
-            wrong_key = certs.wrong_name.key.display(),
-            good_cert = certs.good.cert.display(),
-            good_key = certs.good.key.display(),
-        );
-        let conf_path = dir.path().join("nginx.conf");
-        std::fs::write(&conf_path, conf).unwrap();
-        let nginx = ["/usr/sbin/nginx", "nginx"]
-            .into_iter()
-            .find(|n| Command::new(n).arg("-v").output().is_ok())
-            .expect("nginx is not installed: run scripts/setup.sh");
-        let mut child = Command::new(nginx)
-            .arg("-p")
-            .arg(dir.path())
-            .arg("-c")
-            .arg(&conf_path)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start nginx");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Peer {
-                    child,
-                    port,
-                    _dir: dir,
-                };
-            }
-            if matches!(child.try_wait(), Ok(Some(_))) || Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                break; // most likely the port was taken meanwhile: try another
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-    panic!("nginx did not start in three tries");
+            port = p[0],
+            wrong = certs.wrong_name.nginx_directives(),
+            good = certs.good.nginx_directives(),
+        )
+    })
 }
 
 /// A Node `node:http2` server over plain TCP (h2c) that records, in `stats` (a JSON
@@ -168,13 +76,18 @@ http {{
 /// fourth stream with CANCEL (`/reset?refused`: with REFUSED_STREAM), `/goaway` answers after 100 ms but ends each connection at
 /// its tenth stream with a GOAWAY that refuses it and the streams after it, `/echo`
 /// reads the request body and answers its length.
-fn node_h2c(certs: &Certs, settings: &str, stats: &Path) -> util::Server {
+fn node_h2c(certs: &Certs, settings: &str, stats: &Path) -> Peer {
     let script = r#"
 import http2 from 'node:http2';
 import fs from 'node:fs';
 const STATS = __STATS__;
 let active = 0, max = 0, total = 0, resets = 0;
-const save = () => fs.writeFileSync(STATS, JSON.stringify({ max, total, resets }));
+// Written aside and renamed: a reader never sees the file empty mid-write (a stream closing
+// after the run, as the test reads it, made the read fail once).
+const save = () => {
+  fs.writeFileSync(STATS + '.tmp', JSON.stringify({ max, total, resets }));
+  fs.renameSync(STATS + '.tmp', STATS);
+};
 const server = http2.createServer({ settings: __SETTINGS__ });
 server.on('stream', (stream, headers) => {
   const path = headers[':path'];
@@ -340,7 +253,7 @@ fn bad_certificates_are_refused_before_any_load_and_insecure_is_said() {
 fn resolve_keeps_the_name_for_sni_and_the_certificate() {
     let certs = certs();
     let peer = nginx_by_sni(&certs);
-    let port = peer.port;
+    let port = peer.ports[0];
     let named = format!("https://scalpel.test:{port}/");
     let resolve = format!("scalpel.test:{port}:127.0.0.1");
     let (code, r, out) = load_json(
@@ -490,7 +403,7 @@ fn h2_closed_model_keeps_connections_times_streams_in_flight() {
     assert_eq!(u(&s["h2"]["stalled_on_streams"]), 0, "{s}");
 }
 
-/// A server that resets streams: each reset request is an error `rst_stream:cancel`
+/// A server that resets streams: each reset request is an error `reset:cancel`
 /// (sent, no answer), counted again under the step's HTTP/2 events; the other requests
 /// on the same connection go on.
 #[test]
@@ -511,7 +424,7 @@ fn streams_the_server_resets_are_errors_by_reason() {
     let resets = u(&seen["resets"]);
     assert_eq!(u(&seen["total"]), 102, "{seen}");
     assert_eq!(resets, 25, "every fourth of streams 1..=102: {seen}");
-    assert_eq!(u(&s["error_kinds"]["rst_stream:cancel"]), resets, "{s}");
+    assert_eq!(u(&s["error_kinds"]["reset:cancel"]), resets, "{s}");
     assert_eq!(u(&s["h2"]["rst_stream"]), resets, "{s}");
     assert_eq!(u(&s["h2"]["rst_by_reason"]["cancel"]), resets, "{s}");
     assert_eq!(u(&s["answered"]) + resets, 101, "{s}");
@@ -523,7 +436,7 @@ fn streams_the_server_resets_are_errors_by_reason() {
     );
     let table = text(&out);
     assert!(
-        table.contains("rst_stream:cancel") && table.contains("h2 RST_STREAM"),
+        table.contains("reset:cancel") && table.contains("h2 RST_STREAM"),
         "{table}"
     );
 }

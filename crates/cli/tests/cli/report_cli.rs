@@ -1,30 +1,13 @@
 //! `scalpel report` as a user runs it: the real binary on result files written here.
 
-#[path = "../../../report/tests/report/common/mod.rs"]
-mod common;
-
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Output;
 
 use scalpel_load::result::{
     LatencySummary, RunResult, TargetResult, decode_histogram, new_histogram,
 };
-
-fn scalpel(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_scalpel"))
-        .args(args)
-        .output()
-        .expect("the scalpel binary runs")
-}
-
-/// A fresh directory per test under cargo's scratch space for integration tests.
-fn scratch(test: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("report_cli-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
+use scalpel_testkit::results as common;
+use scalpel_testkit::{scalpel, scratch};
 
 fn write(dir: &Path, name: &str, run: &RunResult) -> String {
     let path = dir.join(name);

@@ -2,82 +2,23 @@
 //! SIGHUP reloads (re-reading the config; a typo is refused with its line); SIGTERM
 //! drains an in-flight request, stops the workers, exits 0.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_scalpel");
 
-pub(crate) fn app_js() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../serve/tests/apps/app.js")
-}
+pub(crate) use scalpel_testkit::peers::app_js;
+pub(crate) use scalpel_testkit::raw::http;
+pub(crate) use scalpel_testkit::{
+    KillOnDrop as Running, free_base, free_port, metric, poll, process_alive, wait_exit,
+};
 
-pub(crate) fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-pub(crate) fn free_base(count: u16) -> u16 {
-    use std::hash::{BuildHasher, Hasher};
-    for _ in 0..500 {
-        let r = std::collections::hash_map::RandomState::new()
-            .build_hasher()
-            .finish();
-        // Below the ephemeral range (32768+): see crates/serve/tests/util free_base.
-        let base = 20_000 + (r % 12_000) as u16;
-        if (0..count).all(|i| TcpListener::bind(("127.0.0.1", base + i)).is_ok()) {
-            return base;
-        }
-    }
-    panic!("no free port range");
-}
-
-/// A raw HTTP/1.1 exchange with `Connection: close`; (status, body).
-pub(crate) fn http(port: u16, method: &str, path: &str) -> std::io::Result<(u16, String)> {
-    let mut s = TcpStream::connect(("127.0.0.1", port))?;
-    s.set_read_timeout(Some(Duration::from_secs(60)))?;
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw)?;
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let status = text
-        .get(9..12)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| std::io::Error::other(format!("bad response: {text:?}")))?;
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Ok((status, body))
-}
-
-pub(crate) fn poll(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    false
-}
-
+/// Sends signal `sig` (`"HUP"`, `"TERM"`, …) to `child`.
 pub(crate) fn signal(child: &Child, sig: &str) {
-    let ok = Command::new("kill")
-        .arg(format!("-{sig}"))
-        .arg(child.id().to_string())
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "kill -{sig} failed");
+    scalpel_testkit::signal(child.id(), sig);
 }
 
 fn pids(body: &str) -> Vec<u64> {
@@ -342,38 +283,10 @@ fn workers_die_with_a_sigkilled_balancer() {
     assert!(
         poll(Duration::from_secs(10), || {
             // Gone, or a zombie waiting for whoever inherited it to reap it.
-            workers.iter().all(|pid| {
-                std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
-                    s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z'))
-                })
-            })
+            workers.iter().all(|&pid| !process_alive(pid as u32))
         }),
         "workers {workers:?} outlived a SIGKILLed balancer"
     );
-}
-
-/// A `scalpel serve` of a test, killed (SIGKILL) however the test ends, so a failed
-/// test leaves no balancer behind.
-pub(crate) struct Running(pub(crate) Child);
-
-impl std::ops::Deref for Running {
-    type Target = Child;
-    fn deref(&self) -> &Child {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for Running {
-    fn deref_mut(&mut self) -> &mut Child {
-        &mut self.0
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// Starts `scalpel serve` on `toml` (written to a temp dir) with stdout and stderr
@@ -400,28 +313,8 @@ fn spawn_serve(
             .spawn()
             .unwrap(),
     );
-    let stderr = child.stderr.take().unwrap();
-    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let sink = lines.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            sink.lock().unwrap().push(line);
-        }
-    });
+    let lines = scalpel_testkit::collect_lines(child.stderr.take().unwrap());
     (dir, child, lines)
-}
-
-pub(crate) fn wait_exit(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            return Some(st);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 fn app_toml(listen: u16, admin: u16, base: u16, workers: u16, extra: &str) -> String {
@@ -479,11 +372,10 @@ fn a_stalled_stdout_reader_never_freezes_supervision() {
         "the killed worker was not replaced: {status}"
     );
     let (_, metrics) = http(admin, "GET", "/metrics").unwrap();
-    let dropped: f64 = metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("scalpel_serve_worker_log_lines_dropped_total{app=\"web\"} "))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0);
+    let dropped = metric(
+        &metrics,
+        "scalpel_serve_worker_log_lines_dropped_total{app=\"web\"}",
+    );
     assert!(dropped > 0.0, "{metrics}");
     signal(&child, "KILL");
     let _ = child.wait();
@@ -742,14 +634,7 @@ fn pid_on(port: u16) -> Option<u64> {
 /// A self-signed certificate for `localhost` with common name `cn`, written to
 /// `dir/cert.pem` and `dir/key.pem`.
 fn write_cert(dir: &Path, cn: &str) {
-    let key = rcgen::KeyPair::generate().unwrap();
-    let mut params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, cn);
-    let cert = params.self_signed(&key).unwrap();
-    std::fs::write(dir.join("cert.pem"), cert.pem()).unwrap();
-    std::fs::write(dir.join("key.pem"), key.serialize_pem()).unwrap();
+    scalpel_testkit::write_self_signed(dir, cn);
 }
 
 /// `--check` reads the TLS files: a key that does not match its certificate, a missing

@@ -13,13 +13,15 @@
 //! compiler and a dependency for one rule that this file states in full.
 
 use std::collections::{HashMap, HashSet};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use scalpel_testkit::raw::split_response;
 
 use crate::serve_cli::{Running, app_js, free_base, free_port, http, poll, wait_exit};
 
@@ -90,14 +92,7 @@ fn spawn_filtered(path: &std::path::Path, nr: u32) -> (Running, Arc<Mutex<Vec<St
         });
     }
     let mut child = Running(cmd.spawn().expect("spawn scalpel serve under seccomp"));
-    let stderr = child.0.stderr.take().unwrap();
-    let lines = Arc::new(Mutex::new(Vec::new()));
-    let sink = lines.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            sink.lock().unwrap().push(line);
-        }
-    });
+    let lines = scalpel_testkit::collect_lines(child.0.stderr.take().unwrap());
     (child, lines)
 }
 
@@ -109,20 +104,12 @@ fn get_pid(c: &mut TcpStream, close: bool) -> Result<u32, String> {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 1024];
     loop {
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
-            let len: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .and_then(|v| v.trim().parse().ok())
-                .ok_or_else(|| format!("no content-length: {head:?}"))?;
-            if !head.starts_with("http/1.1 200") {
+        if let Some(response) = split_response(&buf) {
+            let (head, body) = response?;
+            if !head.to_ascii_lowercase().starts_with("http/1.1 200") {
                 return Err(format!("status: {head:?}"));
             }
-            if buf.len() >= end + 4 + len {
-                let body = String::from_utf8_lossy(&buf[end + 4..end + 4 + len]).into_owned();
-                return body.trim().parse().map_err(|_| format!("body {body:?}"));
-            }
+            return body.trim().parse().map_err(|_| format!("body {body:?}"));
         }
         match c.read(&mut chunk) {
             Ok(0) => return Err(format!("closed after {} bytes", buf.len())),
@@ -362,12 +349,9 @@ fn refused(nr: u32, name: &str) {
     let (_, m) = http(admin, "GET", "/metrics").expect("/metrics");
     let at = |outcome: &str| {
         let key = format!(
-            "scalpel_serve_direct_connections_at_replacement_total{{app=\"web\",outcome=\"{outcome}\"}} "
+            "scalpel_serve_direct_connections_at_replacement_total{{app=\"web\",outcome=\"{outcome}\"}}"
         );
-        m.lines()
-            .find_map(|l| l.strip_prefix(&key))
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .unwrap_or(-1.0)
+        scalpel_testkit::metric_value(&m, &key).unwrap_or(-1.0)
     };
     assert_eq!(at("not_taken"), held.len() as f64, "{m}");
     assert_eq!(

@@ -1,18 +1,21 @@
 //! `scalpel shadow` as a user runs it: the real binary against servers on loopback.
 
-#[path = "../../../shadow/tests/shadow/peers/mod.rs"]
-mod peers;
-#[path = "../../../shadow/tests/shadow/support/mod.rs"]
-pub(crate) mod support;
-
 use std::io::{BufRead, BufReader};
-use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
+// The shadow tests' peers: TLS and h2 servers that all answer the same JSON document.
+use scalpel_testkit::peers::json as peers;
+use scalpel_testkit::{curl, read_json, signal};
 use serde_json::Value;
 use support::{Answer, Asked, eventually, get, send, serve};
+
+/// Scripted test servers and a client, as the shadow tests use them.
+pub(crate) mod support {
+    pub(crate) use scalpel_testkit::eventually_some as eventually;
+    pub(crate) use scalpel_testkit::scripted::*;
+}
 
 const BIN: &str = env!("CARGO_BIN_EXE_scalpel");
 
@@ -36,10 +39,6 @@ async fn run(args: Vec<String>) -> Output {
 
 fn strings(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
-}
-
-fn read_json(p: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -473,35 +472,17 @@ async fn absurd_durations_and_sizes_are_one_line_and_exit_2() {
 }
 
 pub(crate) fn sigint(child: &Child) {
-    let status = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    signal(child.id(), "INT");
 }
 
 /// Waits for a child to exit (a hang guard, not a timing assertion) and returns its
 /// stdout and exit code.
-fn wait_out(mut child: Child) -> (String, Option<i32>) {
-    use std::io::Read as _;
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            let mut out = String::new();
-            child
-                .stdout
-                .take()
-                .unwrap()
-                .read_to_string(&mut out)
-                .unwrap();
-            return (out, status.code());
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the process did not stop within 60 s of SIGINT");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+fn wait_out(child: Child) -> (String, Option<i32>) {
+    let out = scalpel_testkit::finish(child, Duration::from_secs(60), "the process after SIGINT");
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        out.status.code(),
+    )
 }
 
 /// Issue #18.10: at SIGINT, 1,097 mirrored, 680 accounted for, and the table said
@@ -742,17 +723,6 @@ async fn a_store_that_cannot_be_written_fails_the_run_loudly() {
 // ---------------------------------------------------------------------------------------
 // TLS and HTTP/2 (issue #12)
 
-/// `curl` with its own flags; stdout, and the exit status checked.
-fn curl(args: &[&str]) -> String {
-    let out = Command::new("curl").args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "curl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
 /// The proxy listens with TLS (ALPN h2 and http/1.1); `curl --http2` and `curl
 /// --http1.1` get the Node h2 primary's answers through it, while every request is
 /// mirrored to an nginx TLS + h2 candidate and compared, each upstream with its own
@@ -853,8 +823,9 @@ async fn bad_tls_settings_are_one_line_and_exit_2_before_any_traffic() {
         v
     };
     let localhost = format!("https://localhost:{tls_port}");
-    let real_name = format!("https://scalpel.test:{tls_port}");
-    let resolve = format!("scalpel.test:{tls_port}:127.0.0.1");
+    // A name the trusted certificate does not hold (it holds localhost and scalpel.test).
+    let real_name = format!("https://unlisted.test:{tls_port}");
+    let resolve = format!("unlisted.test:{tls_port}:127.0.0.1");
     let missing = certs.dir.path().join("nope.pem");
     let h1_only = format!("https://localhost:{}", node.ports[1]);
     let cases = [
@@ -872,8 +843,8 @@ async fn bad_tls_settings_are_one_line_and_exit_2_before_any_traffic() {
                 "--cacert",
                 &ca,
             ]),
-            "candidate https://scalpel.test",
-            "not valid for the name scalpel.test",
+            "candidate https://unlisted.test",
+            "not valid for the name unlisted.test",
         ),
         (
             proxy(&[

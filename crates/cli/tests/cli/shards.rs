@@ -12,15 +12,18 @@
 //! second wide, and a late start is one this test caused by starting a process late.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use scalpel_load::result::{LatencySummary, decode_histogram, new_histogram};
+use scalpel_testkit::raw::serve_requests;
+use scalpel_testkit::{scalpel_bin, scratch};
 use serde_json::Value;
+
+use crate::util::{f, stderr, u};
 
 // ---------------------------------------------------------------------------------------
 // The recording server
@@ -51,15 +54,21 @@ struct Recorder {
 
 impl Recorder {
     fn start(delay: fn(&str) -> Duration) -> Recorder {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
         let served = Arc::new(Mutex::new(Vec::new()));
         let log = served.clone();
-        std::thread::spawn(move || {
-            for stream in listener.incoming().flatten() {
-                let log = log.clone();
-                std::thread::spawn(move || serve(stream, &log, delay));
+        let port = serve_requests(move |req, writer| {
+            let arrived = Instant::now();
+            std::thread::sleep(delay(&req.path));
+            let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n";
+            if writer.write_all(answer).is_err() {
+                return false;
             }
+            log.lock().unwrap().push(Served {
+                path: req.path.clone(),
+                arrived,
+                answered: Instant::now(),
+            });
+            true
         });
         Recorder { port, served }
     }
@@ -82,50 +91,6 @@ impl Recorder {
             all.remove(at);
         }
         all
-    }
-}
-
-fn serve(stream: TcpStream, log: &Mutex<Vec<Served>>, delay: fn(&str) -> Duration) {
-    let _ = stream.set_nodelay(true);
-    let mut writer = stream.try_clone().unwrap();
-    let mut reader = BufReader::new(stream);
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-            return;
-        }
-        let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
-        let mut length = 0usize;
-        loop {
-            let mut h = String::new();
-            if reader.read_line(&mut h).unwrap_or(0) == 0 {
-                return;
-            }
-            let h = h.trim_end();
-            if h.is_empty() {
-                break;
-            }
-            if let Some((n, v)) = h.split_once(':')
-                && n.eq_ignore_ascii_case("content-length")
-            {
-                length = v.trim().parse().unwrap();
-            }
-        }
-        let mut body = vec![0; length];
-        if reader.read_exact(&mut body).is_err() {
-            return;
-        }
-        let arrived = Instant::now();
-        std::thread::sleep(delay(&path));
-        let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n";
-        if writer.write_all(answer).is_err() {
-            return;
-        }
-        log.lock().unwrap().push(Served {
-            path,
-            arrived,
-            answered: Instant::now(),
-        });
     }
 }
 
@@ -260,16 +225,8 @@ fn value_of<'a>(args: &'a [String], flag: &str) -> &'a str {
 // ---------------------------------------------------------------------------------------
 // Processes
 
-fn scratch(test: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("shards-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
 fn spawn(args: &[String], job_index: Option<u32>) -> Child {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_scalpel"));
+    let mut cmd = Command::new(scalpel_bin());
     cmd.args(args)
         .env_remove("JOB_COMPLETION_INDEX")
         .stdin(Stdio::null())
@@ -283,24 +240,11 @@ fn spawn(args: &[String], job_index: Option<u32>) -> Child {
 }
 
 /// Waits for a child with a deadline that only turns a hang into a failure.
-fn finish(mut child: Child, what: &str) -> Output {
-    let deadline = Instant::now() + Duration::from_secs(180);
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "{what} hung; stderr: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+fn finish(child: Child, what: &str) -> Output {
+    scalpel_testkit::finish(child, Duration::from_secs(180), what)
 }
 
+/// `scalpel ARGS`, outside any Indexed Job (no `JOB_COMPLETION_INDEX`).
 fn scalpel(args: &[&str]) -> Output {
     let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
     finish(spawn(&args, None), &format!("scalpel {args:?}"))
@@ -324,18 +268,6 @@ fn result_of(out: &Output, what: &str) -> Value {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{what}: {e}: {stdout}"))
-}
-
-fn u(v: &Value) -> u64 {
-    v.as_u64().unwrap_or_else(|| panic!("not an integer: {v}"))
-}
-
-fn f(v: &Value) -> f64 {
-    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 /// The data file: ids `0..rows`, one per line.

@@ -6,35 +6,24 @@
 //! No timed assertions: latency bounds are lower bounds caused by the servers' own sleeps,
 //! and every run has a deadline only to turn a hang into a failure.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use scalpel_testkit::peers::{Peer, nginx_in};
+use scalpel_testkit::raw::{RawRequest, serve_requests};
+use scalpel_testkit::{scalpel, scratch};
 use serde_json::Value;
+
+use crate::util::{load_json_in as load_json, stderr, stdout, u};
 
 // ---------------------------------------------------------------------------------------
 // A recording server
 
 /// One request as the server saw it.
-#[derive(Debug, Clone, PartialEq)]
-struct Seen {
-    method: String,
-    path: String,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Seen {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-}
+type Seen = RawRequest;
 
 /// The status and delay of the answer to a request.
 type Handler = dyn Fn(&Seen) -> (u16, Duration) + Send + Sync;
@@ -46,16 +35,15 @@ struct Server {
 
 impl Server {
     fn start(handler: impl Fn(&Seen) -> (u16, Duration) + Send + Sync + 'static) -> Server {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let handler: Arc<Handler> = Arc::new(handler);
         let s = seen.clone();
-        std::thread::spawn(move || {
-            for stream in listener.incoming().flatten() {
-                let (s, h) = (s.clone(), handler.clone());
-                std::thread::spawn(move || serve(stream, &s, &*h));
-            }
+        let port = serve_requests(move |req, writer| {
+            s.lock().unwrap().push(req.clone());
+            let (status, delay) = handler(req);
+            std::thread::sleep(delay);
+            let out = format!("HTTP/1.1 {status} X\r\nContent-Length: 3\r\n\r\nok\n");
+            writer.write_all(out.as_bytes()).is_ok()
         });
         Server { port, seen }
     }
@@ -80,121 +68,8 @@ impl Server {
     }
 }
 
-fn serve(stream: TcpStream, seen: &Mutex<Vec<Seen>>, handler: &Handler) {
-    let _ = stream.set_nodelay(true);
-    let mut writer = stream.try_clone().unwrap();
-    let mut reader = BufReader::new(stream);
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-            return;
-        }
-        let mut parts = line.split_whitespace();
-        let method = parts.next().unwrap_or("").to_string();
-        let path = parts.next().unwrap_or("").to_string();
-        let mut headers = Vec::new();
-        let mut length = 0usize;
-        loop {
-            let mut h = String::new();
-            if reader.read_line(&mut h).unwrap_or(0) == 0 {
-                return;
-            }
-            let h = h.trim_end();
-            if h.is_empty() {
-                break;
-            }
-            let (n, v) = h.split_once(':').unwrap();
-            if n.eq_ignore_ascii_case("content-length") {
-                length = v.trim().parse().unwrap();
-            }
-            headers.push((n.to_string(), v.trim().to_string()));
-        }
-        let mut body = vec![0; length];
-        if reader.read_exact(&mut body).is_err() {
-            return;
-        }
-        let req = Seen {
-            method,
-            path,
-            headers,
-            body,
-        };
-        seen.lock().unwrap().push(req.clone());
-        let (status, delay) = handler(&req);
-        std::thread::sleep(delay);
-        let out = format!("HTTP/1.1 {status} X\r\nContent-Length: 3\r\n\r\nok\n");
-        if writer.write_all(out.as_bytes()).is_err() {
-            return;
-        }
-    }
-}
-
 // ---------------------------------------------------------------------------------------
 // Running the binary
-
-/// Runs `scalpel` with a deadline that only turns a hang into a failure.
-fn scalpel(args: &[&str]) -> Output {
-    let mut child: Child = Command::new(env!("CARGO_BIN_EXE_scalpel"))
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the scalpel binary runs");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "scalpel {args:?} hung; stderr: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn scratch(test: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("traffic-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// Runs `scalpel load ARGS --json FILE` and returns the exit code, the result and the
-/// output.
-fn load_json(dir: &Path, name: &str, args: &[&str]) -> (i32, Value, Output) {
-    let json = dir.join(format!("{name}.json"));
-    let mut all = vec!["load", "--no-progress", "--json", json.to_str().unwrap()];
-    all.extend_from_slice(args);
-    let out = scalpel(&all);
-    let code = out.status.code().unwrap_or(-1);
-    let text = std::fs::read_to_string(&json).unwrap_or_else(|_| {
-        panic!(
-            "no JSON written (exit {code}); stderr: {}; stdout: {}",
-            stderr(&out),
-            stdout(&out)
-        )
-    });
-    (code, serde_json::from_str(&text).unwrap(), out)
-}
-
-fn u(v: &Value) -> u64 {
-    v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
-}
 
 // ---------------------------------------------------------------------------------------
 // A mix of endpoints
@@ -542,85 +417,17 @@ fn report_merge_merges_endpoints_exactly() {
 // ---------------------------------------------------------------------------------------
 // Recorded traffic
 
-/// Kills nginx when the test ends, however it ends.
-struct Nginx(Child);
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// nginx on a free loopback port writing a combined access log to `dir/access.log`; `None`
-/// (the test is skipped, and says so) when nginx is not installed.
-fn start_nginx(dir: &Path) -> Option<(Nginx, u16)> {
-    let Some(binary) = ["/usr/sbin/nginx", "/usr/bin/nginx", "/usr/local/sbin/nginx"]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists())
-    else {
-        eprintln!(
-            "SKIPPED: nginx is not installed (scripts/setup.sh installs it: apt-get install nginx)"
-        );
-        return None;
-    };
-    for _attempt in 0..5 {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .unwrap()
-            .port();
-        let d = dir.display();
-        let conf = format!(
-            r#"daemon off;
-master_process off;
-worker_processes 1;
-error_log {d}/error.log info;
-pid {d}/nginx.pid;
-events {{ worker_connections 64; }}
-http {{
-    client_body_temp_path {d}/body;
-    proxy_temp_path {d}/proxy;
-    fastcgi_temp_path {d}/fastcgi;
-    uwsgi_temp_path {d}/uwsgi;
-    scgi_temp_path {d}/scgi;
-    access_log {d}/access.log combined;
-    server {{
-        listen 127.0.0.1:{port};
-        location / {{ return 200 "ok\n"; }}
-    }}
-}}
-"#
-        );
-        let conf_path = dir.join("nginx.conf");
-        std::fs::write(&conf_path, conf).unwrap();
-        let child = Command::new(&binary)
-            .arg("-p")
-            .arg(dir)
-            .arg("-e")
-            .arg(dir.join("error.log"))
-            .arg("-c")
-            .arg(&conf_path)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start nginx");
-        let mut nginx = Nginx(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Some((nginx, port));
-            }
-            if let Ok(Some(_)) = nginx.0.try_wait() {
-                break; // the port was taken meanwhile: try another
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-    panic!(
-        "nginx did not start: {}",
-        std::fs::read_to_string(dir.join("error.log")).unwrap_or_default()
-    );
+/// nginx on a free loopback port writing a combined access log to `dir/access.log`.
+fn start_nginx(dir: &Path) -> (Peer, u16) {
+    let nginx = nginx_in(dir, 1, |ports, d| {
+        format!(
+            "    access_log {}/access.log combined;\n    server {{\n        listen 127.0.0.1:{};\n        location / {{ return 200 \"ok\\n\"; }}\n    }}\n",
+            d.display(),
+            ports[0]
+        )
+    });
+    let port = nginx.ports[0];
+    (nginx, port)
 }
 
 /// Sends one request on a new connection (as curl would) and reads the answer.
@@ -653,9 +460,7 @@ fn wait_for_lines(path: &Path, lines: usize) {
 #[test]
 fn an_nginx_access_log_is_replayed_in_its_recorded_order() {
     let dir = scratch("nginx-replay");
-    let Some((nginx, port)) = start_nginx(&dir) else {
-        return;
-    };
+    let (nginx, port) = start_nginx(&dir);
     // A sequence over about three seconds, with unsafe methods among the reads.
     let sent: Vec<(&str, &str)> = vec![
         ("GET", "/"),

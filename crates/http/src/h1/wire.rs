@@ -140,6 +140,18 @@ impl<'a> RequestWriter<'a> {
         self.header(b"Content-Length", digits.format(n).as_bytes())
     }
 
+    /// The body's framing: `Content-Length: n` for a body of `Some(n)` bytes (none for an
+    /// empty body of a method that sends no length, see [`sends_length`]),
+    /// `Transfer-Encoding: chunked` for a body of unknown length (`None`), sent with
+    /// [`crate::h1::H1Conn::write_body`] in chunks.
+    pub fn body_length(&mut self, method: &[u8], length: Option<u64>) -> &mut Self {
+        match length {
+            Some(n) if n > 0 || sends_length(method, 0) => self.content_length(n),
+            Some(_) => self,
+            None => self.header(b"Transfer-Encoding", b"chunked"),
+        }
+    }
+
     /// Ends the head (the blank line); the body, if any, follows in the same buffer or
     /// its own write.
     pub fn finish(self) {
@@ -242,14 +254,13 @@ struct Scan {
     keep_alive: bool,
 }
 
+/// Scans the response head at the start of `buf`: interim (1xx) heads skipped, the final
+/// one's status, framing and reuse decided; with `spans`, where its headers sit.
 fn scan(
     buf: &[u8],
     expect: &Expect,
     mut spans: Option<&mut Vec<Span>>,
 ) -> Result<Option<Scan>, WireError> {
-    let too_large = || WireError::HeadTooLarge {
-        limit: expect.max_head_bytes,
-    };
     let mut start = 0;
     let mut interim = 0u32;
     loop {
@@ -257,34 +268,10 @@ fn scan(
         // Uninitialised slots: filling 64 empty headers before every parse cost more
         // than parsing a small response's few headers (callgrind, docs/load.md).
         let mut slots = [MaybeUninit::<httparse::Header<'_>>::uninit(); MAX_HEADERS];
-        let mut more;
-        let mut res = httparse::Response::new(&mut []);
-        let mut parsed = httparse::ParserConfig::default()
-            .parse_response_with_uninit_headers(&mut res, rest, &mut slots);
-        if let Err(httparse::Error::TooManyHeaders) = parsed {
-            // More headers than the stack holds: parse again with a slot for every line
-            // within the byte limit (so the vector is bounded by the limit, not the peer).
-            let window = &rest[..rest.len().min(expect.max_head_bytes)];
-            let lines = window.iter().filter(|&&b| b == b'\n').count();
-            more = vec![httparse::EMPTY_HEADER; lines + 1];
-            res = httparse::Response::new(&mut more);
-            parsed = res.parse(rest);
-        }
-        let len = match parsed {
-            Ok(httparse::Status::Complete(n)) => n,
-            Ok(httparse::Status::Partial) if rest.len() >= expect.max_head_bytes => {
-                return Err(too_large());
-            }
-            Ok(httparse::Status::Partial) => return Ok(None),
-            // Still too many: the head runs past the byte limit.
-            Err(httparse::Error::TooManyHeaders) => return Err(too_large()),
-            Err(e) => return Err(WireError::Head(e.to_string())),
+        let mut more = Vec::new(); // allocates only for a head with more headers
+        let Some((res, len)) = parse_one(rest, expect, &mut slots, &mut more)? else {
+            return Ok(None);
         };
-        if len > expect.max_head_bytes {
-            return Err(WireError::HeadTooLarge {
-                limit: expect.max_head_bytes,
-            });
-        }
         let code = res.code.unwrap_or(0);
         let switched = code == 101;
         if switched && !expect.upgrade {
@@ -298,60 +285,12 @@ fn scan(
         if StatusCode::from_u16(code).is_err() {
             return Err(WireError::Head(format!("status {code}")));
         }
-        let mut chunked = None;
-        let mut length: Option<u64> = None;
-        let (mut close, mut keep) = (false, false);
-        for h in res.headers.iter() {
-            let name = h.name.as_bytes();
-            // By length first: most headers are none of these three (the hot path).
-            match name.len() {
-                10 if name.eq_ignore_ascii_case(b"connection") => {
-                    for token in h.value.split(|&b| b == b',') {
-                        let token = token.trim_ascii();
-                        close |= token.eq_ignore_ascii_case(b"close");
-                        keep |= token.eq_ignore_ascii_case(b"keep-alive");
-                    }
-                }
-                17 if name.eq_ignore_ascii_case(b"transfer-encoding") => {
-                    // The last coding decides (RFC 9112 §6.3): chunked, or read until close.
-                    let last = h.value.rsplit(|&b| b == b',').next().unwrap_or_default();
-                    chunked = Some(last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
-                }
-                14 if name.eq_ignore_ascii_case(b"content-length") => {
-                    let n = content_length(h.value).ok_or(WireError::ContentLength)?;
-                    if length.is_some_and(|l| l != n) {
-                        return Err(WireError::ContentLength);
-                    }
-                    length = Some(n);
-                }
-                _ => {}
-            }
-        }
+        let delimiting = Delimiting::read(res.headers)?;
         if let Some(spans) = spans.as_deref_mut() {
-            let base = rest.as_ptr() as usize;
-            spans.clear();
-            spans.extend(res.headers.iter().map(|h| {
-                let name = start + h.name.as_ptr() as usize - base;
-                let value = start + h.value.as_ptr() as usize - base;
-                (name, h.name.len(), value, h.value.len())
-            }));
+            record_spans(spans, rest, start, res.headers);
         }
         let http11 = res.version == Some(1);
-        let reframed = chunked.is_some() && length.is_some();
-        let framing = if expect.head || switched || code == 204 || code == 304 {
-            Framing::Empty
-        } else {
-            match (chunked, length) {
-                (Some(true), _) => Framing::Chunked,
-                (Some(false), _) => Framing::Close,
-                (None, Some(n)) => Framing::Length(n),
-                (None, None) => Framing::Close,
-            }
-        };
-        let keep_alive = framing != Framing::Close
-            && !switched
-            && !reframed
-            && if http11 { !close } else { keep && !close };
+        let framing = delimiting.framing(expect.head, code);
         return Ok(Some(Scan {
             start,
             interim,
@@ -359,12 +298,140 @@ fn scan(
             code,
             http11,
             count: res.headers.len(),
-            chunked,
-            reframed,
+            chunked: delimiting.chunked,
+            reframed: delimiting.reframed(),
             framing,
-            keep_alive,
+            keep_alive: delimiting.keep_alive(framing, http11, switched),
         }));
     }
+}
+
+/// Parses one head at the start of `rest` into the stack's `slots`, or — when it has more
+/// headers than they hold — into `more`, sized by the head's line count within the byte
+/// limit (so the vector is bounded by the limit, not by the peer). `Ok(None)`: not all
+/// there yet. Returns the parsed head and its length.
+#[inline(always)]
+fn parse_one<'h, 'b>(
+    rest: &'b [u8],
+    expect: &Expect,
+    slots: &'h mut [MaybeUninit<httparse::Header<'b>>; MAX_HEADERS],
+    more: &'h mut Vec<httparse::Header<'b>>,
+) -> Result<Option<(httparse::Response<'h, 'b>, usize)>, WireError> {
+    let too_large = || WireError::HeadTooLarge {
+        limit: expect.max_head_bytes,
+    };
+    let mut res = httparse::Response::new(&mut []);
+    let mut parsed =
+        httparse::ParserConfig::default().parse_response_with_uninit_headers(&mut res, rest, slots);
+    if let Err(httparse::Error::TooManyHeaders) = parsed {
+        let window = &rest[..rest.len().min(expect.max_head_bytes)];
+        let lines = window.iter().filter(|&&b| b == b'\n').count();
+        *more = vec![httparse::EMPTY_HEADER; lines + 1];
+        res = httparse::Response::new(more);
+        parsed = res.parse(rest);
+    }
+    let len = match parsed {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) if rest.len() >= expect.max_head_bytes => {
+            return Err(too_large());
+        }
+        Ok(httparse::Status::Partial) => return Ok(None),
+        // Still too many: the head runs past the byte limit.
+        Err(httparse::Error::TooManyHeaders) => return Err(too_large()),
+        Err(e) => return Err(WireError::Head(e.to_string())),
+    };
+    if len > expect.max_head_bytes {
+        return Err(too_large());
+    }
+    Ok(Some((res, len)))
+}
+
+/// The headers of a final head that decide how its body is delimited and whether the
+/// connection is reused (RFC 9112 §6.3, §9.3).
+#[derive(Debug, Default)]
+struct Delimiting {
+    /// `Transfer-Encoding` was present: is its last coding `chunked`?
+    chunked: Option<bool>,
+    length: Option<u64>,
+    close: bool,
+    keep: bool,
+}
+
+impl Delimiting {
+    #[inline(always)]
+    fn read(headers: &[httparse::Header<'_>]) -> Result<Delimiting, WireError> {
+        let mut d = Delimiting::default();
+        for h in headers {
+            let name = h.name.as_bytes();
+            // By length first: most headers are none of these three (the hot path).
+            match name.len() {
+                10 if name.eq_ignore_ascii_case(b"connection") => {
+                    for token in h.value.split(|&b| b == b',') {
+                        let token = token.trim_ascii();
+                        d.close |= token.eq_ignore_ascii_case(b"close");
+                        d.keep |= token.eq_ignore_ascii_case(b"keep-alive");
+                    }
+                }
+                17 if name.eq_ignore_ascii_case(b"transfer-encoding") => {
+                    // The last coding decides (RFC 9112 §6.3): chunked, or read until close.
+                    let last = h.value.rsplit(|&b| b == b',').next().unwrap_or_default();
+                    d.chunked = Some(last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+                }
+                14 if name.eq_ignore_ascii_case(b"content-length") => {
+                    let n = content_length(h.value).ok_or(WireError::ContentLength)?;
+                    if d.length.is_some_and(|l| l != n) {
+                        return Err(WireError::ContentLength);
+                    }
+                    d.length = Some(n);
+                }
+                _ => {}
+            }
+        }
+        Ok(d)
+    }
+
+    /// Both `Transfer-Encoding` and `Content-Length`: framed by the coding, not reused.
+    fn reframed(&self) -> bool {
+        self.chunked.is_some() && self.length.is_some()
+    }
+
+    /// How the body of a response with status `code` is delimited (`head`: the request
+    /// was a `HEAD`).
+    fn framing(&self, head: bool, code: u16) -> Framing {
+        if head || code == 101 || code == 204 || code == 304 {
+            return Framing::Empty;
+        }
+        match (self.chunked, self.length) {
+            (Some(true), _) => Framing::Chunked,
+            (Some(false), _) => Framing::Close,
+            (None, Some(n)) => Framing::Length(n),
+            (None, None) => Framing::Close,
+        }
+    }
+
+    /// May the connection carry another request after this response?
+    fn keep_alive(&self, framing: Framing, http11: bool, switched: bool) -> bool {
+        framing != Framing::Close
+            && !switched
+            && !self.reframed()
+            && if http11 {
+                !self.close
+            } else {
+                self.keep && !self.close
+            }
+    }
+}
+
+/// Records where each header's name and value sit in the whole buffer (`rest` starts at
+/// `start` in it).
+fn record_spans(spans: &mut Vec<Span>, rest: &[u8], start: usize, headers: &[httparse::Header]) {
+    let base = rest.as_ptr() as usize;
+    spans.clear();
+    spans.extend(headers.iter().map(|h| {
+        let name = start + h.name.as_ptr() as usize - base;
+        let value = start + h.value.as_ptr() as usize - base;
+        (name, h.name.len(), value, h.value.len())
+    }));
 }
 
 /// A `Content-Length` value: ASCII digits only (RFC 9110 §8.6), spaces around them

@@ -4,4 +4,5 @@
 
 mod peers;
 mod raw;
+mod session;
 mod util;

@@ -3,7 +3,7 @@
 
 use crate::util;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, Request};
@@ -13,7 +13,7 @@ use scalpel_http::{
 };
 use util::*;
 
-fn get(path: &str, host: &str) -> Vec<u8> {
+pub(crate) fn get(path: &str, host: &str) -> Vec<u8> {
     let mut out = Vec::new();
     let mut w = RequestWriter::new(&mut out, "GET", "", path);
     w.header(b"Host", host.as_bytes());
@@ -43,14 +43,18 @@ async fn fetch(conn: &mut H1Conn, path: &str, host: &str) -> Result<(u16, Bytes)
     Ok((head.status.as_u16(), body))
 }
 
-fn request(c: &Connector, path: &str) -> Request<()> {
+pub(crate) fn request(c: &Connector, path: &str) -> Request<()> {
     Request::builder()
         .uri(c.peer().uri(path).unwrap())
         .body(())
         .unwrap()
 }
 
-async fn fetch2(conn: &mut H2Conn, c: &Connector, path: &str) -> Result<(u16, Bytes), Error> {
+pub(crate) async fn fetch2(
+    conn: &mut H2Conn,
+    c: &Connector,
+    path: &str,
+) -> Result<(u16, Bytes), Error> {
     let mut res = conn.send(request(c, path), Bytes::new()).await?;
     let body = res.read_body(1 << 20).await?.expect("under the limit");
     Ok((res.status().as_u16(), body))
@@ -65,15 +69,8 @@ fn tls_error(r: Result<impl std::fmt::Debug, Error>) -> TlsError {
 
 /// Polls `check` until it holds, for at most 10 s (the machine is loaded: no tight
 /// margins).
-async fn eventually(mut check: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if check() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    false
+pub(crate) async fn eventually(check: impl FnMut() -> bool) -> bool {
+    scalpel_testkit::eventually(Duration::from_secs(10), check).await
 }
 
 // ---------------------------------------------------------------------------------------
@@ -445,16 +442,18 @@ h2.listen(0, '127.0.0.1', () => {
 });
 "#;
 
+/// The Node servers, and a connector to their h2 one (TLS, the test CA, h2 required).
+pub(crate) async fn node_h2(certs: &Certs) -> (scalpel_testkit::peers::Peer, Connector) {
+    let node = node(NODE_SERVERS, certs);
+    let url = format!("https://localhost:{}", node.ports[0]);
+    let c = connector(&url, h2_with(&certs.ca)).await.unwrap();
+    (node, c)
+}
+
 #[tokio::test]
 async fn streams_reset_by_node_are_errors_and_counted_by_reason() {
     let certs = certs();
-    let node = node(NODE_SERVERS, &certs);
-    let c = connector(
-        &format!("https://localhost:{}", node.ports[0]),
-        h2_with(&certs.ca),
-    )
-    .await
-    .unwrap();
+    let (_node, c) = node_h2(&certs).await;
     let mut conn = h2(&c).await;
     let e = fetch2(&mut conn, &c, "/reset").await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Reset, "{e}");
@@ -481,13 +480,7 @@ async fn streams_reset_by_node_are_errors_and_counted_by_reason() {
 #[tokio::test]
 async fn stream_limit_and_window_stalls_are_counted_apart() {
     let certs = certs();
-    let node = node(NODE_SERVERS, &certs);
-    let c = connector(
-        &format!("https://localhost:{}", node.ports[0]),
-        h2_with(&certs.ca),
-    )
-    .await
-    .unwrap();
+    let (_node, c) = node_h2(&certs).await;
     let mut conn = h2(&c).await;
     fetch2(&mut conn, &c, "/").await.unwrap(); // SETTINGS have arrived
     assert_eq!(conn.max_streams(), 2);
@@ -538,13 +531,7 @@ async fn https_h1_to_node_reads_a_chunked_body_arriving_in_pieces() {
 #[tokio::test]
 async fn a_streamed_h2_request_body_arrives_whole_and_trailers_are_read() {
     let certs = certs();
-    let node = node(NODE_SERVERS, &certs);
-    let c = connector(
-        &format!("https://localhost:{}", node.ports[0]),
-        h2_with(&certs.ca),
-    )
-    .await
-    .unwrap();
+    let (_node, c) = node_h2(&certs).await;
     let mut conn = h2(&c).await;
     let req = Request::builder()
         .method(Method::POST)

@@ -1,12 +1,12 @@
 //! The load engine as a library against a real HTTP/1.1 server on loopback.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpListener;
+use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use scalpel_load::{FixedRequest, Model, Plan, StepLimit, Target};
+use scalpel_testkit::raw::serve_requests;
 
 /// A keep-alive server answering every request at once, a thread per connection.
 fn server() -> String {
@@ -15,38 +15,14 @@ fn server() -> String {
 
 /// The same, but every request after the first `fast` sleeps `delay` before its answer.
 fn server_slow_after(fast: u64, delay: Duration) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let seen = Arc::new(AtomicU64::new(0));
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let seen = seen.clone();
-            std::thread::spawn(move || {
-                let _ = stream.set_nodelay(true);
-                let mut writer = stream.try_clone().unwrap();
-                let mut reader = BufReader::new(stream);
-                loop {
-                    let mut line = String::new();
-                    loop {
-                        line.clear();
-                        match reader.read_line(&mut line) {
-                            Ok(0) | Err(_) => return,
-                            Ok(_) if line == "\r\n" => break,
-                            Ok(_) => {}
-                        }
-                    }
-                    if seen.fetch_add(1, Ordering::SeqCst) >= fast {
-                        std::thread::sleep(delay);
-                    }
-                    if writer
-                        .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-                        .is_err()
-                    {
-                        return;
-                    }
-                }
-            });
+    let seen = AtomicU64::new(0);
+    let port = serve_requests(move |_, writer| {
+        if seen.fetch_add(1, Ordering::SeqCst) >= fast {
+            std::thread::sleep(delay);
         }
+        writer
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            .is_ok()
     });
     format!("http://127.0.0.1:{port}")
 }

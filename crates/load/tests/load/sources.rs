@@ -3,8 +3,7 @@
 //! sent), a recorded schedule split over threads and shards, and a source that fails while
 //! the run goes on (counted as the generator's own failure, never a hang).
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpListener;
+use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -13,49 +12,18 @@ use scalpel_load::{
     Model, Plan, RecordedSchedule, RecordedTimes, Renderer, RequestParts, RequestSource, Shard,
     SourceError, StepLimit, Target,
 };
+use scalpel_testkit::raw::serve_requests;
 
 /// A keep-alive server that sleeps `delay` before each answer and keeps the paths it got.
 fn server(delay: Duration) -> (String, Arc<Mutex<Vec<String>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
     let paths = Arc::new(Mutex::new(Vec::new()));
     let seen = paths.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let seen = seen.clone();
-            std::thread::spawn(move || {
-                let _ = stream.set_nodelay(true);
-                let mut writer = stream.try_clone().unwrap();
-                let mut reader = BufReader::new(stream);
-                loop {
-                    let mut line = String::new();
-                    let mut first = None;
-                    loop {
-                        line.clear();
-                        match reader.read_line(&mut line) {
-                            Ok(0) | Err(_) => return,
-                            Ok(_) if line == "\r\n" => break,
-                            Ok(_) if first.is_none() => first = Some(line.clone()),
-                            Ok(_) => {}
-                        }
-                    }
-                    let path = first
-                        .unwrap_or_default()
-                        .split_whitespace()
-                        .nth(1)
-                        .unwrap_or("")
-                        .to_owned();
-                    seen.lock().unwrap().push(path);
-                    std::thread::sleep(delay);
-                    if writer
-                        .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-                        .is_err()
-                    {
-                        return;
-                    }
-                }
-            });
-        }
+    let port = serve_requests(move |req, writer| {
+        seen.lock().unwrap().push(req.path.clone());
+        std::thread::sleep(delay);
+        writer
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            .is_ok()
     });
     (format!("http://127.0.0.1:{port}"), paths)
 }

@@ -4,61 +4,20 @@
 //! and the recorded schedule.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::net::TcpStream;
+use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
 use scalpel_requests::{RecordedSource, RenderedRequest, SkipReason, SourceFormat, SourceOptions};
+use scalpel_testkit::peers::{Peer, nginx_in};
 
-/// Kills nginx when the test ends, however it ends.
-struct Nginx(Child);
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn nginx_binary() -> Option<PathBuf> {
-    ["/usr/sbin/nginx", "/usr/bin/nginx", "/usr/local/sbin/nginx"]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists())
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind an ephemeral port")
-        .port()
-}
-
-fn start_nginx(dir: &Path) -> Option<(Nginx, u16)> {
-    let Some(binary) = nginx_binary() else {
-        eprintln!(
-            "SKIPPED: nginx is not installed (scripts/setup.sh installs it: apt-get install nginx)"
-        );
-        return None;
-    };
-    for _attempt in 0..5 {
-        let port = free_port();
-        let d = dir.display();
-        let conf = format!(
-            r#"daemon off;
-master_process off;
-worker_processes 1;
-error_log {d}/error.log info;
-pid {d}/nginx.pid;
-events {{ worker_connections 64; }}
-http {{
-    client_body_temp_path {d}/body;
-    proxy_temp_path {d}/proxy;
-    fastcgi_temp_path {d}/fastcgi;
-    uwsgi_temp_path {d}/uwsgi;
-    scgi_temp_path {d}/scgi;
-    log_format timed '$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent "$http_referer" "$http_user_agent" $request_time';
+/// nginx on a free loopback port writing three access logs to `dir`: `combined.log`,
+/// `timed.log` (combined + `$request_time`) and `common.log`.
+fn start_nginx(dir: &Path) -> (Peer, u16) {
+    let nginx = nginx_in(dir, 1, |ports, d| {
+        let d = d.display();
+        format!(
+            r#"    log_format timed '$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent "$http_referer" "$http_user_agent" $request_time';
     log_format plain '$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent';
     access_log {d}/combined.log combined;
     access_log {d}/timed.log timed;
@@ -67,38 +26,12 @@ http {{
         listen 127.0.0.1:{port};
         location / {{ return 200 "ok\n"; }}
     }}
-}}
-"#
-        );
-        let conf_path = dir.join("nginx.conf");
-        std::fs::write(&conf_path, conf).expect("write nginx.conf");
-        let child = Command::new(&binary)
-            .arg("-p")
-            .arg(dir)
-            .arg("-e")
-            .arg(dir.join("error.log"))
-            .arg("-c")
-            .arg(&conf_path)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start nginx");
-        let mut nginx = Nginx(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Some((nginx, port));
-            }
-            if let Ok(Some(_)) = nginx.0.try_wait() {
-                break; // the port was taken meanwhile: try another
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-    panic!(
-        "nginx did not start: {}",
-        std::fs::read_to_string(dir.join("error.log")).unwrap_or_default()
-    );
+"#,
+            port = ports[0]
+        )
+    });
+    let port = nginx.ports[0];
+    (nginx, port)
 }
 
 /// Sends raw bytes on a new connection and reads until nginx closes it.
@@ -305,9 +238,7 @@ fn stamps_by_line(path: &Path) -> std::collections::HashMap<u64, (u64, u64, u64)
 #[test]
 fn logs_written_by_a_real_nginx_replay_what_was_sent_on_the_recorded_schedule() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let Some((nginx, port)) = start_nginx(dir.path()) else {
-        return;
-    };
+    let (nginx, port) = start_nginx(dir.path());
     let sent = send_sequence(port);
     wait_for_logs(dir.path(), sent.len() + 1);
     drop(nginx);
@@ -418,9 +349,7 @@ fn logs_written_by_a_real_nginx_replay_what_was_sent_on_the_recorded_schedule() 
 #[test]
 fn filters_shares_loops_and_malformed_lines_on_a_real_nginx_log() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let Some((nginx, port)) = start_nginx(dir.path()) else {
-        return;
-    };
+    let (nginx, port) = start_nginx(dir.path());
     for i in 0..10 {
         send(
             port,

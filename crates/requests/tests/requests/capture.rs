@@ -2,7 +2,7 @@
 //! a real crash (a child process killed mid-write), and read back as a recorded source.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -264,13 +264,7 @@ const CHILD_ENV: &str = "SCALPEL_CAPTURE_CRASH_CHILD";
 fn a_writer_killed_mid_run_loses_at_most_the_last_record() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("crash.jsonl");
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--ignored",
-            "--exact",
-            "capture::child_writes_until_killed",
-            "--test-threads=1",
-        ])
+    let mut child = scalpel_testkit::child_test("capture::child_writes_until_killed")
         .env(CHILD_ENV, &path)
         .stdout(Stdio::null())
         .stderr(Stdio::null())

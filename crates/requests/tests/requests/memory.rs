@@ -9,7 +9,6 @@
 
 use std::io::Write;
 use std::path::Path;
-use std::process::Command;
 
 use scalpel_requests::{
     DataSet, Order, RecordedSource, RenderedRequest, RequestSet, RequestTemplate, SourceOptions,
@@ -21,15 +20,7 @@ const LOG_CHILD_ENV: &str = "SCALPEL_REQUESTS_LOG_MEMORY_CHILD";
 /// Runs the ignored test `name` of this binary in a child with `env` set to `path`, and
 /// returns the numbers it printed as `KEY=value`.
 fn run_child(name: &str, env: &str, path: &Path) -> impl Fn(&str) -> u64 {
-    let exe = std::env::current_exe().expect("test binary");
-    let output = Command::new(exe)
-        .args([
-            "--ignored",
-            "--exact",
-            name,
-            "--nocapture",
-            "--test-threads=1",
-        ])
+    let output = scalpel_testkit::child_test(name)
         .env(env, path)
         .output()
         .expect("run child");

@@ -7,10 +7,6 @@ use std::time::Duration;
 
 use crate::util::*;
 
-fn pid_of(reply: &Reply) -> u64 {
-    reply.json()["pid"].as_u64().expect("pid in reply")
-}
-
 /// The pid of the worker with a request in flight, once one has.
 async fn busy_worker(h: &Harness) -> u64 {
     assert!(

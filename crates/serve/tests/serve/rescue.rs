@@ -5,8 +5,6 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -24,47 +22,19 @@ fn direct_config(listen: SocketAddr) -> String {
     )
 }
 
-fn signal(pid: u32, sig: Signal) {
-    kill(Pid::from_raw(pid as i32), sig).expect("signal a worker");
+fn signal(pid: u32, sig: &str) {
+    scalpel_testkit::signal(pid, sig);
 }
 
 /// Reads one response with a `Content-Length` body (app.js's `/pid`) from a kept-alive
 /// connection: (head, body).
 async fn read_response(c: &mut TcpStream) -> Result<(String, String), String> {
-    tokio::time::timeout(Duration::from_secs(60), read_response_now(c))
-        .await
-        .map_err(|_| "no answer in 60 s".to_string())?
-}
-
-async fn read_response_now(c: &mut TcpStream) -> Result<(String, String), String> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    {
-        loop {
-            if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                let head = String::from_utf8_lossy(&buf[..end]).into_owned();
-                let len: usize = head
-                    .lines()
-                    .find_map(|l| {
-                        let (k, v) = l.split_once(':')?;
-                        k.eq_ignore_ascii_case("content-length")
-                            .then(|| v.trim().parse().ok())?
-                    })
-                    .ok_or_else(|| format!("no content-length in {head:?}"))?;
-                if buf.len() >= end + 4 + len {
-                    let body = String::from_utf8_lossy(&buf[end + 4..end + 4 + len]).into_owned();
-                    return Ok((head, body));
-                }
-            }
-            match c.read(&mut chunk).await {
-                Ok(0) => {
-                    return Err(format!("closed after {:?}", String::from_utf8_lossy(&buf)));
-                }
-                Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                Err(e) => return Err(format!("{e} after {:?}", String::from_utf8_lossy(&buf))),
-            }
-        }
-    }
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        scalpel_testkit::net::read_response(c),
+    )
+    .await
+    .map_err(|_| "no answer in 60 s".to_string())?
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -77,7 +47,7 @@ async fn direct_mode_frozen_workers_unread_connections_are_answered_by_another_w
     let other = status.apps[0].workers[1].pid.unwrap();
 
     // Only the victim accepts while the other is stopped: the connections are its own.
-    signal(other, Signal::SIGSTOP);
+    signal(other, "STOP");
     let mut fresh = Vec::new();
     for _ in 0..FRESH {
         fresh.push(TcpStream::connect(listen).await.expect("connect"));
@@ -101,8 +71,8 @@ async fn direct_mode_frozen_workers_unread_connections_are_answered_by_another_w
     .await;
     // Frozen with the connections accepted and the half request read, then the other
     // worker runs again.
-    signal(victim, Signal::SIGSTOP);
-    signal(other, Signal::SIGCONT);
+    signal(victim, "STOP");
+    signal(other, "CONT");
     assert!(
         accepted,
         "the victim did not accept and read: {:?}",
@@ -181,18 +151,9 @@ async fn direct_mode_frozen_workers_unread_connections_are_answered_by_another_w
 
 /// Reads from `c` until `want` has arrived (or 60 s pass); what arrived.
 async fn read_until(c: &mut TcpStream, want: &str) -> String {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    let _ = tokio::time::timeout(Duration::from_secs(60), async {
-        while !String::from_utf8_lossy(&buf).contains(want) {
-            match c.read(&mut chunk).await {
-                Ok(n) if n > 0 => buf.extend_from_slice(&chunk[..n]),
-                _ => return,
-            }
-        }
-    })
-    .await;
-    String::from_utf8_lossy(&buf).into_owned()
+    let mut got = Vec::new();
+    scalpel_testkit::net::read_until(c, &mut got, want, Duration::from_secs(60)).await;
+    String::from_utf8_lossy(&got).into_owned()
 }
 
 /// Reads `c` to its end (or 60 s); (bytes, how it ended).
@@ -222,7 +183,7 @@ async fn direct_mode_a_request_read_after_an_answer_gets_504_and_idle_connection
     let other = status.apps[0].workers[1].pid.unwrap();
 
     // Only the victim accepts while the other is stopped: the three connections are its.
-    signal(other, Signal::SIGSTOP);
+    signal(other, "STOP");
     let mut next = TcpStream::connect(listen).await.expect("connect");
     let mut idle = TcpStream::connect(listen).await.expect("connect");
     let mut stream = TcpStream::connect(listen).await.expect("connect");
@@ -230,7 +191,7 @@ async fn direct_mode_a_request_read_after_an_answer_gets_504_and_idle_connection
         scalpel_procstat::connections_held(victim, listen.port()).is_ok_and(|h| h.len() == 3)
     })
     .await;
-    signal(other, Signal::SIGCONT);
+    signal(other, "CONT");
     assert!(accepted, "the victim did not accept the three connections");
 
     for (name, c) in [("next", &mut next), ("idle", &mut idle)] {

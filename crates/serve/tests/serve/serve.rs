@@ -16,10 +16,6 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use util::*;
 
-fn pid_of(reply: &Reply) -> u64 {
-    reply.json()["pid"].as_u64().expect("pid in reply")
-}
-
 async fn spread(h: &Harness, n: usize) -> HashMap<u64, usize> {
     let mut seen = HashMap::new();
     for _ in 0..n {
@@ -858,24 +854,6 @@ async fn prestart_retires_a_recovered_worker_after_its_request() {
         "nothing resent: {m}"
     );
     h.server.shutdown().await;
-}
-
-/// Reads from `sock` into `got` until it holds `want`.
-async fn read_until(sock: &mut tokio::net::TcpStream, got: &mut Vec<u8>, want: &str) {
-    use tokio::io::AsyncReadExt;
-    let mut buf = [0u8; 1024];
-    while !String::from_utf8_lossy(got).contains(want) {
-        let n = tokio::time::timeout(Duration::from_secs(10), sock.read(&mut buf))
-            .await
-            .unwrap_or_else(|_| panic!("no {want:?} in {:?}", String::from_utf8_lossy(got)))
-            .unwrap();
-        assert!(
-            n > 0,
-            "closed before {want:?}: {:?}",
-            String::from_utf8_lossy(got)
-        );
-        got.extend_from_slice(&buf[..n]);
-    }
 }
 
 /// An Upgrade request (a WebSocket handshake, here the test app's "shout" protocol)

@@ -18,15 +18,7 @@ use util::*;
 /// A self-signed certificate for `localhost` with common name `cn`, written to
 /// `dir/cert.pem` and `dir/key.pem`; its DER, to compare with what a handshake shows.
 fn write_cert(dir: &Path, cn: &str) -> CertificateDer<'static> {
-    let key = rcgen::KeyPair::generate().unwrap();
-    let mut params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, cn);
-    let cert = params.self_signed(&key).unwrap();
-    std::fs::write(dir.join("cert.pem"), cert.pem()).unwrap();
-    std::fs::write(dir.join("key.pem"), key.serialize_pem()).unwrap();
-    cert.der().clone()
+    CertificateDer::from(scalpel_testkit::write_self_signed(dir, cn))
 }
 
 fn tls_server(dir: &Path) -> String {
@@ -60,63 +52,22 @@ async fn connect(
         .expect("TLS handshake")
 }
 
-/// Reads until `want` appears in `got` (10 s at most).
-async fn read_until<S: AsyncReadExt + Unpin>(s: &mut S, got: &mut Vec<u8>, want: &str) {
-    let mut buf = [0u8; 4096];
-    let found = tokio::time::timeout(Duration::from_secs(10), async {
-        while !String::from_utf8_lossy(got).contains(want) {
-            let n = s.read(&mut buf).await.unwrap();
-            assert!(
-                n > 0,
-                "closed before {want:?}: {}",
-                String::from_utf8_lossy(got)
-            );
-            got.extend_from_slice(&buf[..n]);
-        }
-    })
-    .await;
-    assert!(
-        found.is_ok(),
-        "no {want:?} in {}",
-        String::from_utf8_lossy(got)
-    );
-}
-
 /// One keep-alive GET on an open HTTP/1.1 connection; the whole response text.
 async fn get_on<S: AsyncReadExt + AsyncWriteExt + Unpin>(s: &mut S, path: &str) -> String {
     s.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").as_bytes())
         .await
         .unwrap();
-    let mut got = Vec::new();
-    read_until(s, &mut got, "\r\n\r\n").await;
-    let text = String::from_utf8_lossy(&got).to_lowercase();
-    let len: usize = text
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length: "))
-        .map_or(0, |v| v.trim().parse().unwrap());
-    let head = text.find("\r\n\r\n").unwrap() + 4;
-    while got.len() < head + len {
-        let mut buf = [0u8; 4096];
-        let n = s.read(&mut buf).await.unwrap();
-        assert!(n > 0, "closed mid-body");
-        got.extend_from_slice(&buf[..n]);
-    }
-    String::from_utf8_lossy(&got).into_owned()
+    let read = scalpel_testkit::net::read_response(s);
+    let (head, body) = tokio::time::timeout(Duration::from_secs(10), read)
+        .await
+        .expect("an answer within 10 s")
+        .expect("a whole answer");
+    format!("{head}\r\n\r\n{body}")
 }
 
+/// `curl ARGS` whose last output line is `-w`'s protocol version: (body, version).
 fn curl(args: &[&str]) -> (String, String) {
-    let out = Command::new("curl")
-        .args(["-sS", "--max-time", "20"])
-        .args(args)
-        .output()
-        .expect("curl runs");
-    assert!(
-        out.status.success(),
-        "curl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    // The last line is `-w`'s protocol version.
+    let text = scalpel_testkit::curl(args);
     let (body, version) = text.rsplit_once('\n').unwrap_or((&text, ""));
     (body.to_string(), version.to_string())
 }

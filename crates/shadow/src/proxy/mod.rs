@@ -38,7 +38,7 @@ use hyper::rt::{Read, Write};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use scalpel_diff::{SampleKey, Sampler};
-use scalpel_http::{AdminGuard, IpNet, ServerTls};
+use scalpel_http::{AdminGuard, ErrorKind, IpNet, ServerTls};
 use scalpel_requests::{CaptureSink, CaptureStats};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
@@ -50,7 +50,7 @@ use crate::client::{
     Client, ExchangeError, ForwardError, OutBody, Reach, Upstream, UpstreamBody, accepts_trailers,
     forwardable, strip_hop_by_hop,
 };
-use crate::model::{Failure, ShadowRequest, ShadowResponse, SkipReason};
+use crate::model::{ShadowRequest, ShadowResponse, SkipReason};
 use crate::recorder::Recorder;
 use capture::CaptureJob;
 
@@ -176,7 +176,7 @@ enum PrimaryOutcome {
     /// The whole answer (its body within the capture limit).
     Done(ShadowResponse),
     /// The primary failed: counted as `primary:KIND`.
-    Failed(Failure),
+    Failed(ErrorKind),
     /// No answer to compare, through nobody's failure (client gone, over a limit).
     Skipped(SkipReason),
 }
@@ -740,7 +740,9 @@ async fn run_mirror(job: MirrorJob, ctx: &Ctx) {
         // The request's task ended before the primary answered (the client went away).
         Ok(Err(_)) | Err(_) => return job.pending.skip(SkipReason::PrimaryIncomplete),
     };
-    fn side(r: &Result<ShadowResponse, ExchangeError>) -> Option<Result<&ShadowResponse, Failure>> {
+    fn side(
+        r: &Result<ShadowResponse, ExchangeError>,
+    ) -> Option<Result<&ShadowResponse, ErrorKind>> {
         match r {
             Ok(r) => Some(Ok(r)),
             Err(ExchangeError::Failed(f)) => Some(Err(*f)),
@@ -911,7 +913,7 @@ async fn handle(
         Err(_) => {
             ctx.counters.primary_errors.fetch_add(1, Ordering::Relaxed);
             if let Some(tx) = mirror_tx {
-                let _ = tx.send(PrimaryOutcome::Failed(Failure::Timeout));
+                let _ = tx.send(PrimaryOutcome::Failed(ErrorKind::Timeout));
             }
             return Ok(json_error(
                 StatusCode::GATEWAY_TIMEOUT,
@@ -970,13 +972,13 @@ fn forward_failed(
         ForwardError::Upstream(e) => {
             ctx.counters.primary_errors.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(error = %e, "primary failed");
-            let failure = Failure::of(&e, false);
+            let failure = e.kind();
             if let Some(tx) = mirror_tx {
                 let _ = tx.send(PrimaryOutcome::Failed(failure));
             }
             json_error(
                 e.kind().gateway_status(),
-                &format!("primary_{}", failure.as_str()),
+                &format!("primary_{}", failure.name()),
                 &format!("the primary did not answer: {e}"),
             )
         }
@@ -1101,8 +1103,9 @@ impl Body for TeeBody {
                 }
             }
             Poll::Ready(None) => this.finish(Ok(())),
-            // The head came; the body broke (cut short, a bad chunk).
-            Poll::Ready(Some(Err(_))) => this.finish(Err(PrimaryOutcome::Failed(Failure::Body))),
+            // The head came; the body broke: cut short (`body_cut`), or a bad chunk or an
+            // h2 protocol error (`protocol`), as the connector sorts it.
+            Poll::Ready(Some(Err(e))) => this.finish(Err(PrimaryOutcome::Failed(e.kind()))),
             _ => {}
         }
         polled

@@ -8,13 +8,15 @@ use std::io::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
-use scalpel_diff::{Comparer, NoiseRule, RouteNormalizer, Sampler};
+use scalpel_diff::{Comparer, NoiseRule, RouteNormalizer};
 use scalpel_requests::{DataSet, Order, RequestSet, RequestTemplate};
 use scalpel_shadow::{
-    CompareSettings, Proxy, ProxyConfig, Recorder, Redactor, ReplayConfig, Store, Summary,
-    Upstream, replay,
+    CompareSettings, ProxyConfig, Recorder, Redactor, ReplayConfig, Store, Upstream, replay,
 };
-use support::{Answer, Step, dead_addr, eventually, get, raw_exchange, raw_server, send, serve};
+use support::{
+    Answer, Running, Step, accounted, dead_addr, eventually, get, metric, metrics, raw_exchange,
+    raw_server, send, serve, start_with,
+};
 
 fn settings(comparer: Comparer) -> CompareSettings {
     CompareSettings::new(
@@ -28,59 +30,10 @@ fn settings(comparer: Comparer) -> CompareSettings {
 }
 
 fn proxy_cfg(primary: &str, candidate: &str) -> ProxyConfig {
-    ProxyConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        primary: Upstream::parse(primary).unwrap(),
-        candidate: Upstream::parse(candidate).unwrap(),
-        secondary: None,
-        admin: Some("127.0.0.1:0".parse().unwrap()),
-        admin_hosts: Vec::new(),
-        trusted_proxies: Vec::new(),
-        sampler: Sampler::new(100.0).unwrap(),
-        sample_key: None,
-        mirror_unsafe: false,
-        queue: 1024,
-        mirror_concurrency: 64,
-        mirror_timeout: Duration::from_secs(20),
-        primary_timeout: Duration::from_secs(20),
-        max_request_body: 1024,
-        max_response_body: 4 << 20,
-        mirror_budget: 256 << 20,
-        mirror_max_age: Duration::from_secs(60),
-        client_timeout: Duration::from_secs(30),
-        flush_interval: Duration::from_millis(200),
-        tls: None,
-    }
-}
-
-struct Running {
-    url: String,
-    admin: String,
-    recorder: Arc<Recorder>,
-    stop: tokio::sync::oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<scalpel_shadow::ProxyStats>,
-}
-
-async fn start_with(cfg: ProxyConfig, recorder: Arc<Recorder>) -> Running {
-    let proxy = Proxy::bind(cfg, recorder.clone()).await.unwrap();
-    let url = format!("http://{}", proxy.local_addr());
-    let admin = format!("http://{}", proxy.admin_addr().unwrap());
-    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        proxy
-            .run(async {
-                let _ = rx.await;
-            })
-            .await
-            .unwrap()
-    });
-    Running {
-        url,
-        admin,
-        recorder,
-        stop,
-        task,
-    }
+    support::proxy_cfg(
+        Upstream::parse(primary).unwrap(),
+        Upstream::parse(candidate).unwrap(),
+    )
 }
 
 async fn start(cfg: ProxyConfig) -> Running {
@@ -89,23 +42,6 @@ async fn start(cfg: ProxyConfig) -> Running {
         Arc::new(Recorder::new(settings(Comparer::new()), None)),
     )
     .await
-}
-
-async fn metrics(admin: &str) -> String {
-    let c = support::client();
-    String::from_utf8(get(&c, &format!("{admin}/metrics")).await.body).unwrap()
-}
-
-/// The value of a metric line that starts with `prefix` (name and labels).
-fn metric(text: &str, prefix: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.starts_with(prefix) && l.as_bytes().get(prefix.len()) == Some(&b' '))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-}
-
-/// Every chosen request ended in exactly one of compared, failed or skipped.
-fn accounted(s: &Summary) -> u64 {
-    s.compared + s.errors + s.skipped
 }
 
 fn gzip(b: &[u8]) -> Vec<u8> {
@@ -500,7 +436,8 @@ fn ids(n: u64) -> Arc<RequestSet> {
 }
 
 /// Issue #18.13: a body cut short was `primary:connect`, and when both sides failed only
-/// the primary's error was counted. Now: `:body`, and every failed side is counted.
+/// the primary's error was counted. Now: `:body_cut` (`:body` before the one error
+/// vocabulary), and every failed side is counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_cut_short_is_a_body_error_and_both_failed_sides_are_counted() {
     let cut = || {
@@ -522,8 +459,12 @@ async fn a_body_cut_short_is_a_body_error_and_both_failed_sides_are_counted() {
     .unwrap();
     let s = recorder.summary();
     assert_eq!(s.errors, 3, "each request once: {s:?}");
-    assert_eq!(s.errors_by_kind.get("primary:body"), Some(&3), "{s:?}");
-    assert_eq!(s.errors_by_kind.get("candidate:body"), Some(&3), "{s:?}");
+    assert_eq!(s.errors_by_kind.get("primary:body_cut"), Some(&3), "{s:?}");
+    assert_eq!(
+        s.errors_by_kind.get("candidate:body_cut"),
+        Some(&3),
+        "{s:?}"
+    );
 
     // A dead primary and a candidate that times out: both named.
     let slow = serve(|_| Answer::json("{}").delay(Duration::from_secs(10))).await;

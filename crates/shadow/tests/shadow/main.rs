@@ -3,8 +3,10 @@
 //! file with its module name: `cargo test --test shadow FILE::`.
 
 mod failure_modes;
-mod peers;
 mod props;
 mod shadow;
 mod support;
 mod tls;
+
+// The TLS and HTTP/2 peers that all answer the same JSON document (the test kit's).
+use scalpel_testkit::peers::json as peers;

@@ -10,10 +10,9 @@ use std::time::Duration;
 use scalpel_diff::{Comparer, DiffKind, NoiseRule, RouteNormalizer, Sampler};
 use scalpel_requests::{DataSet, Order, RequestSet, RequestTemplate};
 use scalpel_shadow::{
-    CompareSettings, Proxy, ProxyConfig, Recorder, Redactor, ReplayConfig, Summary, Upstream,
-    replay,
+    CompareSettings, ProxyConfig, Recorder, Redactor, ReplayConfig, Summary, Upstream, replay,
 };
-use support::{Answer, Asked, dead_addr, eventually, get, send, serve};
+use support::{Answer, Asked, Running, dead_addr, eventually, get, send, serve, start_with};
 
 fn user_id(a: &Asked) -> u64 {
     a.path_and_query
@@ -177,59 +176,17 @@ async fn with_a_secondary_timestamps_are_noise_and_a_real_change_is_not() {
 
 fn proxy_cfg(primary: &str, candidate: &str) -> ProxyConfig {
     ProxyConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        primary: Upstream::parse(primary).unwrap(),
-        candidate: Upstream::parse(candidate).unwrap(),
-        secondary: None,
-        admin: Some("127.0.0.1:0".parse().unwrap()),
-        admin_hosts: Vec::new(),
-        trusted_proxies: Vec::new(),
-        sampler: Sampler::new(100.0).unwrap(),
-        sample_key: None,
-        mirror_unsafe: false,
-        queue: 1024,
-        mirror_concurrency: 64,
-        mirror_timeout: Duration::from_secs(20),
-        primary_timeout: Duration::from_secs(20),
-        max_request_body: 1024,
         max_response_body: 64 * 1024,
-        mirror_budget: 256 << 20,
-        mirror_max_age: Duration::from_secs(60),
-        client_timeout: Duration::from_secs(30),
-        flush_interval: Duration::from_millis(200),
-        tls: None,
+        ..support::proxy_cfg(
+            Upstream::parse(primary).unwrap(),
+            Upstream::parse(candidate).unwrap(),
+        )
     }
-}
-
-struct Running {
-    url: String,
-    admin: String,
-    recorder: Arc<Recorder>,
-    stop: tokio::sync::oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<()>,
 }
 
 async fn start(cfg: ProxyConfig) -> Running {
     let recorder = Arc::new(Recorder::new(settings(cfg.secondary.is_some()), None));
-    let proxy = Proxy::bind(cfg, recorder.clone()).await.unwrap();
-    let url = format!("http://{}", proxy.local_addr());
-    let admin = format!("http://{}", proxy.admin_addr().unwrap());
-    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        proxy
-            .run(async {
-                let _ = rx.await;
-            })
-            .await
-            .unwrap();
-    });
-    Running {
-        url,
-        admin,
-        recorder,
-        stop,
-        task,
-    }
+    start_with(cfg, recorder).await
 }
 
 /// The candidate sleeps, errors or is not there at all: clients get the primary's answers

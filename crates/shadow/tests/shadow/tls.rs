@@ -9,15 +9,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use scalpel_diff::{Comparer, NoiseRule, RouteNormalizer, Sampler};
+use scalpel_diff::{Comparer, NoiseRule, RouteNormalizer};
 use scalpel_http::h1::{Expect, RequestWriter};
 use scalpel_http::{Conn, Connector, HttpVersion, Peer, PeerOptions, ServerTls};
 use scalpel_requests::{DataSet, Order, RequestSet, RequestTemplate};
 use scalpel_shadow::{
     CompareSettings, Proxy, ProxyConfig, Reach, Recorder, Redactor, ReplayConfig, ShadowError,
-    Summary, Upstream, replay,
+    Upstream, replay,
 };
-use support::eventually;
+use support::{Running, accounted, eventually, metric, metrics};
 
 fn settings() -> CompareSettings {
     CompareSettings::new(
@@ -40,36 +40,11 @@ fn up(url: &str, ca: &std::path::Path, version: HttpVersion) -> Upstream {
 
 fn proxy_cfg(primary: Upstream, candidate: Upstream, tls: Option<ServerTls>) -> ProxyConfig {
     ProxyConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        primary,
-        candidate,
-        secondary: None,
-        admin: Some("127.0.0.1:0".parse().unwrap()),
-        admin_hosts: Vec::new(),
-        trusted_proxies: Vec::new(),
-        sampler: Sampler::new(100.0).unwrap(),
-        sample_key: None,
-        mirror_unsafe: false,
-        queue: 1024,
         mirror_concurrency: 16,
-        mirror_timeout: Duration::from_secs(20),
-        primary_timeout: Duration::from_secs(20),
         max_request_body: 64 << 10,
-        max_response_body: 4 << 20,
-        mirror_budget: 256 << 20,
-        mirror_max_age: Duration::from_secs(60),
-        client_timeout: Duration::from_secs(30),
-        flush_interval: Duration::from_millis(200),
         tls,
+        ..support::proxy_cfg(primary, candidate)
     }
-}
-
-struct Running {
-    port: u16,
-    admin: String,
-    recorder: Arc<Recorder>,
-    stop: tokio::sync::oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<scalpel_shadow::ProxyStats>,
 }
 
 async fn start(cfg: ProxyConfig) -> Running {
@@ -78,39 +53,7 @@ async fn start(cfg: ProxyConfig) -> Running {
     for (role, _, reach) in proxy.upstreams() {
         assert!(matches!(reach, Reach::Ok(_)), "{role}: {reach:?}");
     }
-    let port = proxy.local_addr().port();
-    let admin = format!("http://{}", proxy.admin_addr().unwrap());
-    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        proxy
-            .run(async {
-                let _ = rx.await;
-            })
-            .await
-            .unwrap()
-    });
-    Running {
-        port,
-        admin,
-        recorder,
-        stop,
-        task,
-    }
-}
-
-async fn metrics(admin: &str) -> String {
-    let c = support::client();
-    String::from_utf8(support::get(&c, &format!("{admin}/metrics")).await.body).unwrap()
-}
-
-fn metric(text: &str, prefix: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.starts_with(prefix))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-}
-
-fn accounted(s: &Summary) -> u64 {
-    s.compared + s.errors + s.skipped
+    support::run(proxy, recorder)
 }
 
 /// A client of the proxy's TLS listener: `version` decides what ALPN offers.

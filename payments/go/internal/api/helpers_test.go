@@ -7,22 +7,39 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"scalpel.example/payments-go/internal/ledger"
+	"scalpel.example/payments-go/internal/pgtest"
 	"scalpel.example/payments-go/internal/readmodel"
 	"scalpel.example/payments-go/internal/testledger"
 )
 
-// env is a real service over a real SQLite ledger file, served by httptest.
+// env is a real service over a real ledger (an SQLite file or a PostgreSQL
+// database), served by httptest.
 type env struct {
 	t      *testing.T
 	b      *testledger.Builder
 	model  *readmodel.Model
-	ledger *ledger.Ledger
+	ledger ledger.Store
 	srv    *httptest.Server
+}
+
+// TestMain stops the package's PostgreSQL cluster, if a test started one.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	pgtest.Stop()
+	os.Exit(code)
+}
+
+// onEachStore runs test once per store, as subtests named after the store.
+func onEachStore(t *testing.T, test func(t *testing.T, kind string)) {
+	for _, kind := range testledger.Stores {
+		t.Run(kind, func(t *testing.T) { test(t, kind) })
+	}
 }
 
 // start opens the ledger built by b, loads the read model, starts the tailer
@@ -30,12 +47,12 @@ type env struct {
 func start(t *testing.T, b *testledger.Builder) *env {
 	t.Helper()
 	ctx := context.Background()
-	l, err := ledger.Open(ctx, b.Path)
+	l, err := ledger.Open(ctx, b.DSN, ledger.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	m, err := readmodel.Load(ctx, l.Reader(), log)
+	m, err := readmodel.Load(ctx, l, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,13 +27,13 @@ var userIDPattern = regexp.MustCompile(`^u[0-9a-f]{12}$`)
 // Server holds what the handlers need.
 type Server struct {
 	model  *readmodel.Model
-	ledger *ledger.Ledger
+	ledger ledger.Store
 	log    *slog.Logger
 }
 
-// New returns a Server answering from model and writing through l.
-func New(model *readmodel.Model, l *ledger.Ledger, log *slog.Logger) *Server {
-	return &Server{model: model, ledger: l, log: log}
+// New returns a Server answering from model and writing through store.
+func New(model *readmodel.Model, store ledger.Store, log *slog.Logger) *Server {
+	return &Server{model: model, ledger: store, log: log}
 }
 
 // Handler returns the routes. Every answer, including unknown paths (404) and
@@ -45,6 +45,7 @@ func (s *Server) Handler() http.Handler {
 	rt.handle(http.MethodGet, "/v1/users/{id}/transactions", s.transactions)
 	rt.handle(http.MethodPost, "/v1/transfers", s.transfer)
 	rt.handle(http.MethodGet, "/healthz", s.healthz)
+	rt.handle(http.MethodGet, "/metrics", s.metrics)
 	return s.recoverPanics(rt)
 }
 

@@ -16,8 +16,8 @@ const rich = "u00000000aaaa" // EUR settled close to the int64 limit
 // transferLedger: alice has EUR settled 1000 with a pending payout of -100
 // (available 900) and an empty USD account; bob has EUR and IDR; carol has
 // no accounts; rich holds MaxInt64-10 EUR.
-func transferLedger(t *testing.T) *testledger.Builder {
-	b := testledger.New(t)
+func transferLedger(t *testing.T, kind string) *testledger.Builder {
+	b := testledger.NewStore(t, kind)
 	b.User(alice, "EUR", "USD")
 	b.User(bob, "EUR", "IDR")
 	b.User(carol)
@@ -45,8 +45,10 @@ func errBody(code, message string) string {
 	return fmt.Sprintf(`{"error":{"code":%q,"message":%q}}`, code, message)
 }
 
-func TestTransferErrors(t *testing.T) {
-	e := start(t, transferLedger(t))
+func TestTransferErrors(t *testing.T) { onEachStore(t, testTransferErrors) }
+
+func testTransferErrors(t *testing.T, kind string) {
+	e := start(t, transferLedger(t, kind))
 	var (
 		missingKey  = errBody("missing_idempotency_key", "the Idempotency-Key header is required")
 		invalidKey  = errBody("invalid_idempotency_key", "Idempotency-Key must be 1 to 128 characters of A-Z a-z 0-9 _ -")
@@ -143,7 +145,11 @@ func decodeAnswer(t *testing.T, r response) transferAnswer {
 }
 
 func TestTransferAppliesOnceAndReplaysIdenticalBytes(t *testing.T) {
-	e := start(t, transferLedger(t))
+	onEachStore(t, testTransferAppliesOnceAndReplaysIdenticalBytes)
+}
+
+func testTransferAppliesOnceAndReplaysIdenticalBytes(t *testing.T, kind string) {
+	e := start(t, transferLedger(t, kind))
 	key := strings.Repeat("K", 128) // the longest key allowed
 	first := e.transfer(key, body(alice, bob, "EUR", 900))
 	a := decodeAnswer(t, first)
@@ -153,7 +159,7 @@ func TestTransferAppliesOnceAndReplaysIdenticalBytes(t *testing.T) {
 	}
 
 	// The debit then the credit, both settled transfers, same transfer_id.
-	rows, err := e.b.DB.Query(`SELECT seq, user_id, amount, status, category, counterparty FROM transactions WHERE transfer_id = ? ORDER BY seq`, a.TransferID)
+	rows, err := e.b.DB.Query(e.b.Q(`SELECT seq, user_id, amount, status, category, counterparty FROM transactions WHERE transfer_id = ? ORDER BY seq`), a.TransferID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +183,7 @@ func TestTransferAppliesOnceAndReplaysIdenticalBytes(t *testing.T) {
 
 	// Retries, sequential and concurrent, give the same bytes and apply nothing.
 	var wg sync.WaitGroup
-	replies := make([]response, 8)
+	replies := make([]response, 16) // a 16-way race on one key
 	for i := range replies {
 		wg.Go(func() { replies[i] = e.transfer(key, body(alice, bob, "EUR", 900)) })
 	}
@@ -210,15 +216,21 @@ func TestTransferAppliesOnceAndReplaysIdenticalBytes(t *testing.T) {
 }
 
 func TestRejectedKeyIsNotStoredAndMayBeRetried(t *testing.T) {
-	b := transferLedger(t)
+	onEachStore(t, testRejectedKeyIsNotStoredAndMayBeRetried)
+}
+
+func testRejectedKeyIsNotStoredAndMayBeRetried(t *testing.T, kind string) {
+	b := transferLedger(t, kind)
 	e := start(t, b)
 	expect(t, "too much", e.transfer("later", body(bob, alice, "EUR", 50)), 422, errBody("insufficient_funds", "insufficient funds"))
 	decodeAnswer(t, e.transfer("fund-bob", body(alice, bob, "EUR", 50)))
 	decodeAnswer(t, e.transfer("later", body(bob, alice, "EUR", 50))) // now bob can pay
 }
 
-func TestTransferAtTheLimits(t *testing.T) {
-	e := start(t, transferLedger(t))
+func TestTransferAtTheLimits(t *testing.T) { onEachStore(t, testTransferAtTheLimits) }
+
+func testTransferAtTheLimits(t *testing.T, kind string) {
+	e := start(t, transferLedger(t, kind))
 	const max53 = 1<<53 - 1
 	a := decodeAnswer(t, e.transfer("big", body(rich, bob, "EUR", max53)))
 	if a.Amount != max53 {
@@ -230,7 +242,7 @@ func TestTransferAtTheLimits(t *testing.T) {
 	expect(t, "one more", e.transfer("more", body(alice, rich, "EUR", 1)), 422,
 		errBody("amount_overflow", "the receiver's balance would overflow"))
 	var settled int64
-	if err := e.b.DB.QueryRow(`SELECT settled FROM accounts WHERE user_id = ? AND currency = 'EUR'`, rich).Scan(&settled); err != nil || settled != math.MaxInt64 {
+	if err := e.b.QueryRow(`SELECT settled FROM accounts WHERE user_id = ? AND currency = 'EUR'`, rich).Scan(&settled); err != nil || settled != math.MaxInt64 {
 		t.Errorf("rich settled %d (%v), want MaxInt64", settled, err)
 	}
 	if err := testledger.CheckInvariant(e.b.DB); err != nil {
@@ -239,7 +251,11 @@ func TestTransferAtTheLimits(t *testing.T) {
 }
 
 func TestConcurrentTransfersNeverOverdraw(t *testing.T) {
-	b := transferLedger(t)
+	onEachStore(t, testConcurrentTransfersNeverOverdraw)
+}
+
+func testConcurrentTransfersNeverOverdraw(t *testing.T, kind string) {
+	b := transferLedger(t, kind)
 	dave := "u00000000000d"
 	b.User(dave, "EUR")
 	b.Txn(day, dave, "EUR", 1000, "settled", "topup", "ext:topup")
@@ -269,7 +285,7 @@ func TestConcurrentTransfersNeverOverdraw(t *testing.T) {
 		t.Errorf("201: %d, 422: %d; statuses %v", ok, poor, statuses)
 	}
 	var settled int64
-	if err := e.b.DB.QueryRow(`SELECT settled FROM accounts WHERE user_id = ? AND currency = 'EUR'`, dave).Scan(&settled); err != nil || settled != 0 {
+	if err := e.b.QueryRow(`SELECT settled FROM accounts WHERE user_id = ? AND currency = 'EUR'`, dave).Scan(&settled); err != nil || settled != 0 {
 		t.Errorf("dave settled %d (%v), want 0", settled, err)
 	}
 	if err := testledger.CheckInvariant(e.b.DB); err != nil {
@@ -282,7 +298,11 @@ func TestConcurrentTransfersNeverOverdraw(t *testing.T) {
 // bodies transferred money (the first one 2, not 1). Every one must be 400
 // invalid_json and leave the ledger untouched.
 func TestTransferBodyWithFoldedOrDuplicateKeysMovesNoMoney(t *testing.T) {
-	b := transferLedger(t)
+	onEachStore(t, testTransferBodyWithFoldedOrDuplicateKeysMovesNoMoney)
+}
+
+func testTransferBodyWithFoldedOrDuplicateKeysMovesNoMoney(t *testing.T, kind string) {
+	b := transferLedger(t, kind)
 	e := start(t, b)
 	invalidJSON := errBody("invalid_json", "body must be a JSON object with from, to, currency and amount")
 	bodies := []string{
@@ -311,4 +331,40 @@ func TestTransferBodyWithFoldedOrDuplicateKeysMovesNoMoney(t *testing.T) {
 	if a.From != alice || a.Amount != 3 {
 		t.Errorf("escaped key: %+v", a)
 	}
+}
+
+// TestOppositeTransfersRaceWithoutDeadlock: 16 transfers at once, half from
+// alice to bob and half back, on the same two accounts. PostgreSQL locks both
+// accounts in user-id order, so no pair of transactions waits on each other
+// (a deadlock would be a 500); every one succeeds and the balances net out.
+func TestOppositeTransfersRaceWithoutDeadlock(t *testing.T) {
+	onEachStore(t, func(t *testing.T, kind string) {
+		b := transferLedger(t, kind)
+		b.Txn(day, bob, "EUR", 1000, "settled", "topup", "ext:topup")
+		e := start(t, b)
+		var wg sync.WaitGroup
+		replies := make([]response, 16)
+		for i := range replies {
+			from, to := alice, bob
+			if i%2 == 1 {
+				from, to = bob, alice
+			}
+			wg.Go(func() { replies[i] = e.transfer(fmt.Sprintf("swap-%d", i), body(from, to, "EUR", 100)) })
+		}
+		wg.Wait()
+		for i, r := range replies {
+			if r.status != 201 {
+				t.Errorf("transfer %d: %d %s", i, r.status, r.body)
+			}
+		}
+		for user, want := range map[string]int64{alice: 1000, bob: 1000} {
+			var settled int64
+			if err := e.b.QueryRow(`SELECT settled FROM accounts WHERE user_id = ? AND currency = 'EUR'`, user).Scan(&settled); err != nil || settled != want {
+				t.Errorf("%s settled %d (%v), want %d", user, settled, err, want)
+			}
+		}
+		if err := testledger.CheckInvariant(e.b.DB); err != nil {
+			t.Error(err)
+		}
+	})
 }

@@ -67,24 +67,31 @@ func newTransferID() string {
 	return "t" + hex.EncodeToString(b[:])
 }
 
-// Transfer applies req once per idempotency key. Inside one BEGIN IMMEDIATE
-// transaction it replays a stored answer for a known key, or checks both
-// users and accounts, appends the debit and credit legs, updates accounts and
-// stores the answer; the answer is returned only after COMMIT.
-func (l *Ledger) Transfer(ctx context.Context, key string, req TransferRequest) (Outcome, error) {
+// Transfer applies req once per idempotency key. Inside one transaction it
+// replays a stored answer for a known key, or checks both users and
+// accounts, appends the debit and credit legs, updates accounts and stores
+// the answer; the answer is returned only after COMMIT. The locks it takes
+// are the dialect's (see the package doc).
+func (s *sqlStore) Transfer(ctx context.Context, key string, req TransferRequest) (Outcome, error) {
 	hash, err := requestHash(req)
 	if err != nil {
 		return Outcome{}, err
 	}
-	tx, err := l.writer.BeginTx(ctx, nil) // BEGIN IMMEDIATE (_txlock=immediate)
+	q := s.d.bind
+	tx, err := s.writer.BeginTx(ctx, nil) // SQLite: BEGIN IMMEDIATE (_txlock=immediate)
 	if err != nil {
 		return Outcome{}, fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // no-op after Commit
 
+	if s.d.lockKey != "" {
+		if _, err := tx.ExecContext(ctx, q(s.d.lockKey), key); err != nil {
+			return Outcome{}, fmt.Errorf("lock idempotency key: %w", err)
+		}
+	}
 	var storedHash, storedBody string
 	var storedStatus int
-	err = tx.QueryRowContext(ctx, `SELECT request_hash, status_code, response FROM transfers WHERE idempotency_key = ?`, key).
+	err = tx.QueryRowContext(ctx, q(`SELECT request_hash, status_code, response FROM transfers WHERE idempotency_key = ?`), key).
 		Scan(&storedHash, &storedStatus, &storedBody)
 	switch {
 	case err == nil:
@@ -98,7 +105,7 @@ func (l *Ledger) Transfer(ctx context.Context, key string, req TransferRequest) 
 
 	for _, id := range []string{req.From, req.To} {
 		var one int
-		err := tx.QueryRowContext(ctx, `SELECT 1 FROM users WHERE id = ?`, id).Scan(&one)
+		err := tx.QueryRowContext(ctx, q(`SELECT 1 FROM users WHERE id = ?`), id).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {
 			return Outcome{}, ErrUserNotFound
 		}
@@ -107,27 +114,17 @@ func (l *Ledger) Transfer(ctx context.Context, key string, req TransferRequest) 
 		}
 	}
 
-	var fromSettled, toSettled int64
-	for _, side := range []struct {
-		id      string
-		settled *int64
-	}{{req.From, &fromSettled}, {req.To, &toSettled}} {
-		err := tx.QueryRowContext(ctx, `SELECT settled FROM accounts WHERE user_id = ? AND currency = ?`,
-			side.id, req.Currency).Scan(side.settled)
-		if errors.Is(err, sql.ErrNoRows) {
-			return Outcome{}, ErrCurrencyMismatch
-		}
-		if err != nil {
-			return Outcome{}, fmt.Errorf("read account: %w", err)
-		}
+	fromSettled, toSettled, err := s.lockAccounts(ctx, tx, req)
+	if err != nil {
+		return Outcome{}, err
 	}
 
 	// available = settled + the negative pending amounts (SPEC balance rule).
 	// accounts keeps only the pending sum, so the outgoing part is summed
 	// from the sender's rows here, inside the same transaction.
 	var pendingOut int64
-	err = tx.QueryRowContext(ctx, `SELECT COALESCE(SUM(amount), 0) FROM transactions
-		WHERE user_id = ? AND currency = ? AND status = 'pending' AND amount < 0`,
+	err = tx.QueryRowContext(ctx, q(`SELECT COALESCE(SUM(amount), 0) FROM transactions
+		WHERE user_id = ? AND currency = ? AND status = 'pending' AND amount < 0`),
 		req.From, req.Currency).Scan(&pendingOut)
 	if err != nil {
 		return Outcome{}, fmt.Errorf("read pending: %w", err)
@@ -138,31 +135,62 @@ func (l *Ledger) Transfer(ctx context.Context, key string, req TransferRequest) 
 	if toSettled > math.MaxInt64-req.Amount {
 		return Outcome{}, ErrAmountOverflow
 	}
+	return s.appendLegs(ctx, tx, key, hash, req)
+}
 
+// lockAccounts reads both accounts' settled balances, in user-id order so
+// that two transfers between the same users lock their rows in the same
+// order (PostgreSQL's FOR UPDATE; SQLite's writer is already exclusive).
+func (s *sqlStore) lockAccounts(ctx context.Context, tx *sql.Tx, req TransferRequest) (from, to int64, err error) {
+	sides := []struct {
+		id      string
+		settled *int64
+	}{{req.From, &from}, {req.To, &to}}
+	if req.To < req.From {
+		sides[0], sides[1] = sides[1], sides[0]
+	}
+	for _, side := range sides {
+		err := tx.QueryRowContext(ctx, s.d.bind(`SELECT settled FROM accounts WHERE user_id = ? AND currency = ?`+s.d.forUpdate),
+			side.id, req.Currency).Scan(side.settled)
+		if errors.Is(err, sql.ErrNoRows) {
+			return 0, 0, ErrCurrencyMismatch
+		}
+		if err != nil {
+			return 0, 0, fmt.Errorf("read account: %w", err)
+		}
+	}
+	return from, to, nil
+}
+
+// appendLegs writes the two legs, the accounts and the stored answer, and
+// commits.
+func (s *sqlStore) appendLegs(ctx context.Context, tx *sql.Tx, key, hash string, req TransferRequest) (Outcome, error) {
+	q := s.d.bind
+	if s.d.lockAppend != "" {
+		if _, err := tx.ExecContext(ctx, s.d.lockAppend); err != nil {
+			return Outcome{}, fmt.Errorf("lock the ledger for appending: %w", err)
+		}
+	}
 	now := time.Now().Unix()
 	var lastTS int64
-	err = tx.QueryRowContext(ctx, `SELECT ts FROM transactions ORDER BY seq DESC LIMIT 1`).Scan(&lastTS)
+	err := tx.QueryRowContext(ctx, `SELECT ts FROM transactions ORDER BY seq DESC LIMIT 1`).Scan(&lastTS)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return Outcome{}, fmt.Errorf("read ledger clock: %w", err)
 	}
 	ts := max(now, lastTS) // keeps seq order = time order
 
 	transferID := newTransferID()
-	const insert = `INSERT INTO transactions (ts, user_id, currency, amount, status, category, counterparty, transfer_id)
-		VALUES (?, ?, ?, ?, 'settled', 'transfer', ?, ?)`
-	if _, err := tx.ExecContext(ctx, insert, ts, req.From, req.Currency, -req.Amount, req.To, transferID); err != nil {
+	insert := q(`INSERT INTO transactions (ts, user_id, currency, amount, status, category, counterparty, transfer_id)
+		VALUES (?, ?, ?, ?, 'settled', 'transfer', ?, ?) RETURNING seq`)
+	var debitSeq, creditSeq int64
+	if err := tx.QueryRowContext(ctx, insert, ts, req.From, req.Currency, -req.Amount, req.To, transferID).Scan(&debitSeq); err != nil {
 		return Outcome{}, fmt.Errorf("insert debit: %w", err)
 	}
-	res, err := tx.ExecContext(ctx, insert, ts, req.To, req.Currency, req.Amount, req.From, transferID)
-	if err != nil {
-		return Outcome{}, fmt.Errorf("insert credit: %w", err)
-	}
-	creditSeq, err := res.LastInsertId()
-	if err != nil {
+	if err := tx.QueryRowContext(ctx, insert, ts, req.To, req.Currency, req.Amount, req.From, transferID).Scan(&creditSeq); err != nil {
 		return Outcome{}, fmt.Errorf("insert credit: %w", err)
 	}
 
-	const update = `UPDATE accounts SET settled = settled + ? WHERE user_id = ? AND currency = ?`
+	update := q(`UPDATE accounts SET settled = settled + ? WHERE user_id = ? AND currency = ?`)
 	if _, err := tx.ExecContext(ctx, update, -req.Amount, req.From, req.Currency); err != nil {
 		return Outcome{}, fmt.Errorf("update sender: %w", err)
 	}
@@ -177,8 +205,8 @@ func (l *Ledger) Transfer(ctx context.Context, key string, req TransferRequest) 
 	if err != nil {
 		return Outcome{}, err
 	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO transfers (idempotency_key, request_hash, transfer_id, status_code, response, created_at)
-		VALUES (?, ?, ?, ?, ?, ?)`, key, hash, transferID, http.StatusCreated, string(body), now)
+	_, err = tx.ExecContext(ctx, q(`INSERT INTO transfers (idempotency_key, request_hash, transfer_id, status_code, response, created_at)
+		VALUES (?, ?, ?, ?, ?, ?)`), key, hash, transferID, http.StatusCreated, string(body), now)
 	if err != nil {
 		return Outcome{}, fmt.Errorf("store idempotency key: %w", err)
 	}

@@ -9,12 +9,12 @@ package readmodel
 
 import (
 	"context"
-	"database/sql"
-	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
 	"time"
+
+	"scalpel.example/payments-go/internal/ledger"
 )
 
 // TailInterval is how often Run polls the ledger for new transactions.
@@ -69,7 +69,7 @@ func (u *user) account(currency string) *account {
 // Model is the in-memory read model. It is safe for concurrent use: readers
 // take a read lock, the single tailer takes the write lock per batch.
 type Model struct {
-	db  *sql.DB
+	src ledger.Reader
 	log *slog.Logger
 
 	mu    sync.RWMutex
@@ -83,28 +83,21 @@ type Model struct {
 	strs map[string]string
 }
 
-// Load reads users, accounts and every transaction from db, in one read
-// transaction so that they agree, and returns a model ready to serve. Call
-// Run to keep it up to date.
-func Load(ctx context.Context, db *sql.DB, log *slog.Logger) (*Model, error) {
-	m := &Model{db: db, log: log, users: make(map[string]*user), strs: make(map[string]string)}
-	tx, err := db.BeginTx(ctx, nil) // a deferred read transaction: one snapshot
+// Load reads users, accounts and every transaction from store, in one
+// read-only snapshot so that they agree, and returns a model ready to serve.
+// Call Run to keep it up to date.
+func Load(ctx context.Context, store ledger.Store, log *slog.Logger) (*Model, error) {
+	m := &Model{src: store.Reader(), log: log, users: make(map[string]*user), strs: make(map[string]string)}
+	err := store.Snapshot(ctx, func(r ledger.Reader) error {
+		if err := m.loadUsers(ctx, r); err != nil {
+			return err
+		}
+		return m.catchUp(ctx, r)
+	})
 	if err != nil {
-		return nil, fmt.Errorf("load: %w", err)
-	}
-	defer tx.Rollback() //nolint:errcheck // read-only
-	if err := m.loadUsers(ctx, tx); err != nil {
-		return nil, err
-	}
-	if err := m.catchUp(ctx, tx); err != nil {
 		return nil, err
 	}
 	return m, nil
-}
-
-// querier is what loading needs from a *sql.DB or a *sql.Tx.
-type querier interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
 func (m *Model) intern(s string) string {
@@ -117,44 +110,18 @@ func (m *Model) intern(s string) string {
 
 // loadUsers reads the known users, once: users rows are only written by the
 // generator (SPEC "The read model").
-func (m *Model) loadUsers(ctx context.Context, q querier) error {
-	rows, err := q.QueryContext(ctx, `SELECT id FROM users`)
-	if err != nil {
-		return fmt.Errorf("load users: %w", err)
+func (m *Model) loadUsers(ctx context.Context, r ledger.Reader) error {
+	if err := r.Users(ctx, func(id string) { m.users[id] = &user{} }); err != nil {
+		return err
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return fmt.Errorf("load users: %w", err)
-		}
-		m.users[id] = &user{}
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("load users: %w", err)
-	}
-
 	// Accounts without any transaction still appear in the answers, so the
 	// set of accounts comes from the accounts table; their amounts come from
 	// the transactions (applied next), which the SPEC keeps equal.
-	rows, err = q.QueryContext(ctx, `SELECT user_id, currency FROM accounts`)
-	if err != nil {
-		return fmt.Errorf("load accounts: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var id, currency string
-		if err := rows.Scan(&id, &currency); err != nil {
-			return fmt.Errorf("load accounts: %w", err)
-		}
+	return r.Accounts(ctx, func(id, currency string) {
 		if u, ok := m.users[id]; ok {
 			u.account(m.intern(currency))
 		}
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("load accounts: %w", err)
-	}
-	return nil
+	})
 }
 
 // Run tails the ledger every TailInterval until ctx is done. Errors are
@@ -180,12 +147,12 @@ func (m *Model) Run(ctx context.Context) {
 // CatchUp applies every transaction newer than the model's seq, in batches.
 // Only one goroutine may call it at a time (Run, or a test).
 func (m *Model) CatchUp(ctx context.Context) error {
-	return m.catchUp(ctx, m.db)
+	return m.catchUp(ctx, m.src)
 }
 
-func (m *Model) catchUp(ctx context.Context, q querier) error {
+func (m *Model) catchUp(ctx context.Context, r ledger.Reader) error {
 	for {
-		batch, err := fetch(ctx, q, m.seq) // m.seq is only written by this goroutine
+		batch, err := r.Transactions(ctx, m.seq, tailBatch) // m.seq is only written by this goroutine
 		if err != nil {
 			return err
 		}
@@ -201,46 +168,21 @@ func (m *Model) catchUp(ctx context.Context, q querier) error {
 	}
 }
 
-type row struct {
-	Txn
-	userID string
-}
-
-func fetch(ctx context.Context, q querier, after int64) ([]row, error) {
-	rows, err := q.QueryContext(ctx, `SELECT seq, ts, user_id, currency, amount, status, category, counterparty
-		FROM transactions WHERE seq > ? ORDER BY seq LIMIT ?`, after, tailBatch)
-	if err != nil {
-		return nil, fmt.Errorf("tail transactions: %w", err)
-	}
-	defer rows.Close()
-	var batch []row
-	for rows.Next() {
-		var r row
-		if err := rows.Scan(&r.Seq, &r.TS, &r.userID, &r.Currency, &r.Amount, &r.Status, &r.Category, &r.Counterparty); err != nil {
-			return nil, fmt.Errorf("tail transactions: %w", err)
-		}
-		batch = append(batch, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("tail transactions: %w", err)
-	}
-	return batch, nil
-}
-
 // apply adds a batch to the model under the write lock. A row of a user who
 // is not known is skipped but still advances seq and the clock (SPEC).
-func (m *Model) apply(batch []row) (skipped int) {
+func (m *Model) apply(batch []ledger.Row) (skipped int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, r := range batch {
 		m.seq = r.Seq
 		m.clock = max(m.clock, r.TS)
-		u, ok := m.users[r.userID]
+		u, ok := m.users[r.UserID]
 		if !ok {
 			skipped++
 			continue
 		}
-		t := r.Txn
+		t := Txn{Seq: r.Seq, TS: r.TS, Currency: r.Currency, Amount: r.Amount, Status: r.Status,
+			Category: r.Category, Counterparty: r.Counterparty}
 		t.Currency = m.intern(t.Currency)
 		t.Status = m.intern(t.Status)
 		t.Category = m.intern(t.Category)

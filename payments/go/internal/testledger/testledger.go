@@ -1,6 +1,7 @@
-// Package testledger builds small real ledger files for tests: the schema is
-// read from payments/schema.sql at test time, and every helper keeps the
-// SPEC invariant (accounts = sums over transactions).
+// Package testledger builds small real ledgers for tests — an SQLite file,
+// or a fresh database on the package's PostgreSQL cluster (pgtest): the
+// schema is read from payments/schema.sql at test time, and every helper
+// keeps the SPEC invariant (accounts = sums over transactions).
 package testledger
 
 import (
@@ -12,7 +13,13 @@ import (
 	"testing"
 
 	_ "github.com/mattn/go-sqlite3" // the "sqlite3" driver
+
+	"scalpel.example/payments-go/internal/ledger"
+	"scalpel.example/payments-go/internal/pgtest"
 )
+
+// Stores are the kinds New takes, for tests that run on both.
+var Stores = []string{"sqlite", "postgres"}
 
 // SchemaPath is payments/schema.sql, found from this source file.
 func SchemaPath() string {
@@ -20,31 +27,67 @@ func SchemaPath() string {
 	return filepath.Join(filepath.Dir(file), "..", "..", "..", "schema.sql")
 }
 
-// Builder writes a fresh ledger file.
+// Builder writes a fresh ledger.
 type Builder struct {
+	// Kind is "sqlite" or "postgres".
+	Kind string
+	// Path is the SQLite file ("" on PostgreSQL).
 	Path string
-	DB   *sql.DB
-	t    testing.TB
+	// DSN is what ledger.Open and the service's --db take.
+	DSN string
+	DB  *sql.DB
+	t   testing.TB
 }
 
-// New creates an empty ledger in a temporary directory of t.
+// New creates an empty SQLite ledger in a temporary directory of t.
 func New(t testing.TB) *Builder {
+	return NewStore(t, "sqlite")
+}
+
+// NewStore creates an empty ledger of kind "sqlite" (a file in a temporary
+// directory of t) or "postgres" (a new database on the package's cluster).
+func NewStore(t testing.TB, kind string) *Builder {
 	t.Helper()
-	schema, err := os.ReadFile(SchemaPath())
+	text, err := os.ReadFile(SchemaPath())
 	if err != nil {
 		t.Fatalf("read schema: %v", err)
 	}
-	path := filepath.Join(t.TempDir(), "ledger.db")
-	db, err := sql.Open("sqlite3", "file:"+path+"?_fk=1&_busy_timeout=5000")
+	b := &Builder{Kind: kind, t: t}
+	switch kind {
+	case "sqlite":
+		b.Path = filepath.Join(t.TempDir(), "ledger.db")
+		b.DSN = b.Path
+		b.DB, err = sql.Open("sqlite3", "file:"+b.Path+"?_fk=1&_busy_timeout=5000")
+		if err == nil {
+			b.DB.SetMaxOpenConns(1)
+		}
+	case "postgres":
+		b.DSN = pgtest.URL(t)
+		b.DB, err = sql.Open("pgx", b.DSN)
+	default:
+		t.Fatalf("unknown store %q", kind)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	db.SetMaxOpenConns(1)
-	t.Cleanup(func() { db.Close() })
-	if _, err := db.Exec(string(schema)); err != nil {
+	t.Cleanup(func() { b.DB.Close() })
+	if _, err := b.DB.Exec(ledger.Schema(string(text), kind)); err != nil {
 		t.Fatalf("apply schema: %v", err)
 	}
-	return &Builder{Path: path, DB: db, t: t}
+	return b
+}
+
+// Q rewrites a query's ? placeholders for the builder's store.
+func (b *Builder) Q(query string) string {
+	if b.Kind != "postgres" {
+		return query
+	}
+	return ledger.Dollar(query)
+}
+
+// QueryRow runs a one-row query written with ? placeholders.
+func (b *Builder) QueryRow(query string, args ...any) *sql.Row {
+	return b.DB.QueryRow(b.Q(query), args...)
 }
 
 // User adds a user with accounts in the given currencies (zero balances).
@@ -65,8 +108,9 @@ func (b *Builder) Txn(ts int64, user, currency string, amount int64, status, cat
 		b.t.Fatal(err)
 	}
 	defer tx.Rollback() //nolint:errcheck
-	res, err := tx.Exec(`INSERT INTO transactions (ts, user_id, currency, amount, status, category, counterparty)
-		VALUES (?, ?, ?, ?, ?, ?, ?)`, ts, user, currency, amount, status, category, counterparty)
+	var seq int64
+	err = tx.QueryRow(b.Q(`INSERT INTO transactions (ts, user_id, currency, amount, status, category, counterparty)
+		VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING seq`), ts, user, currency, amount, status, category, counterparty).Scan(&seq)
 	if err != nil {
 		b.t.Fatalf("insert transaction: %v", err)
 	}
@@ -74,7 +118,7 @@ func (b *Builder) Txn(ts int64, user, currency string, amount int64, status, cat
 	if status == "pending" {
 		column = "pending"
 	}
-	upd, err := tx.Exec(`UPDATE accounts SET `+column+` = `+column+` + ? WHERE user_id = ? AND currency = ?`, amount, user, currency)
+	upd, err := tx.Exec(b.Q(`UPDATE accounts SET `+column+` = `+column+` + ? WHERE user_id = ? AND currency = ?`), amount, user, currency)
 	if err != nil {
 		b.t.Fatalf("update account: %v", err)
 	}
@@ -84,13 +128,12 @@ func (b *Builder) Txn(ts int64, user, currency string, amount int64, status, cat
 	if err := tx.Commit(); err != nil {
 		b.t.Fatal(err)
 	}
-	seq, _ := res.LastInsertId()
 	return seq
 }
 
 func (b *Builder) exec(query string, args ...any) {
 	b.t.Helper()
-	if _, err := b.DB.Exec(query, args...); err != nil {
+	if _, err := b.DB.Exec(b.Q(query), args...); err != nil {
 		b.t.Fatalf("%s: %v", query, err)
 	}
 }

@@ -102,11 +102,7 @@ fn rust_and_go_answer_byte_for_byte_before_and_after_transfers() {
         ids.to_str().unwrap(),
     ]);
     assert!(status.success(), "{err}");
-    let users: Vec<String> = std::fs::read_to_string(&ids)
-        .unwrap()
-        .lines()
-        .map(String::from)
-        .collect();
+    let users = util::read_ids(&ids);
     assert_eq!(users.len(), 400);
 
     let db_arg = db.to_str().unwrap();

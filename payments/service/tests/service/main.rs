@@ -4,5 +4,6 @@
 
 mod cross;
 mod generate;
+mod pg;
 mod serve;
 mod util;

@@ -10,10 +10,6 @@ use http_body_util::Full;
 
 use crate::util::*;
 
-fn pid_of(reply: &Reply) -> u64 {
-    reply.json()["pid"].as_u64().expect("pid in reply")
-}
-
 fn restarts(h: &Harness, reason: &str) -> f64 {
     metric(
         &h.server.metrics_text(),
@@ -635,16 +631,6 @@ impl Drop for KillListeners {
     }
 }
 
-/// A process of the test's own, killed however the test ends.
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Issue 18, item 15 — the worker's own listen failed, and a daemon it started (out of
 /// its process tree) answers on its port: the health check passes, the ownership check
 /// does not. The worker is not admitted; the error says the port answers for someone
@@ -731,66 +717,6 @@ async fn reloads_stop_a_workers_setsid_children_with_it() {
         );
     }
     h.server.shutdown().await;
-}
-
-/// Several test processes on one machine (other worktrees' runs of these tests at the same
-/// time, the load of a shared 2-core machine): a port one of them claimed is never handed
-/// to another, even while nothing is bound to it. A range's spare port (a reload's next
-/// port, a successor's) is unbound between two incarnations, and a bind probe of another
-/// process took it then; the reload after that failed on "port in use".
-#[test]
-fn a_port_claimed_by_another_test_process_is_not_handed_out() {
-    // A port this process was never given and nobody holds, claimed here, then handed
-    // straight to another process (it waits for the lock), so that no third process (a
-    // concurrent run of these tests) can take it in between.
-    let (port, mine) = (0..1000)
-        .map(|_| 20_000 + rand::random::<u16>() % 12_000)
-        .filter(|&p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
-        .find_map(|p| match claim_port(p) {
-            Claim::Held(f) => Some((p, f)),
-            _ => None,
-        })
-        .expect("a free port");
-    let path = port_lock_dir().join(port.to_string());
-    // `-o`: flock alone holds the lock, not the `sleep` it runs, so killing it releases it.
-    let other = KillOnDrop(
-        std::process::Command::new("flock")
-            .arg("-o")
-            .arg(&path)
-            .args(["sleep", "120"])
-            .spawn()
-            .expect("flock (util-linux) runs"),
-    );
-    drop(mine);
-    let inode = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&path).unwrap());
-    let held_by_other = || {
-        // /proc/locks: "1: FLOCK  ADVISORY  WRITE PID MAJ:MIN:INODE 0 EOF".
-        std::fs::read_to_string("/proc/locks")
-            .unwrap_or_default()
-            .lines()
-            .any(|l| {
-                let f: Vec<&str> = l.split_whitespace().collect();
-                f.get(1) == Some(&"FLOCK")
-                    && f.get(4) == Some(&other.0.id().to_string().as_str())
-                    && f.get(5).is_some_and(|d| d.ends_with(&format!(":{inode}")))
-            })
-    };
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !held_by_other() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "flock never took the lock"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert_eq!(
-        free_base_from(1, [port]),
-        None,
-        "port {port} handed out while another process claims it"
-    );
-    // Free again once that process is gone.
-    drop(other);
-    assert_eq!(free_base_from(1, [port]), Some(port));
 }
 
 /// Issue 18, item 17 — a worker line longer than `log_line_max_bytes` is cut (and

@@ -1,110 +1,28 @@
-//! Harness for the serve tests: free port ranges, a server from TOML text, an HTTP
-//! client with time-outs, and poll-with-deadline.
+//! Harness for the serve tests: a server from TOML text, an HTTP client with time-outs,
+//! background load, the balancer's own log lines; and what they use of the test kit
+//! (`scalpel_testkit`): free port ranges claimed across processes, the Node test app,
+//! waits, Prometheus samples, raw exchanges.
 
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, unused_imports)]
 
-use std::net::{SocketAddr, TcpListener};
-use std::path::{Path, PathBuf};
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use http_body_util::Full;
 use scalpel_serve::{Config, LogBuffer, ServeOptions, Server, WorkerLogs};
+use scalpel_testkit::scripted::{TestClient, fetch};
+use tokio::io::AsyncRead;
 
-pub fn app_js() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/apps/app.js")
-}
-
-/// A base port with `count` free ports above it (bind-probed), random so parallel tests
-/// and other users of the machine do not collide. Below Linux's ephemeral range (32768 and
-/// up): a port probed free now must still be free when a replacement worker binds it
-/// seconds later, and outgoing connections (the tests' clients, the balancer's pool) take
-/// their local ports from the ephemeral range — one landed on a reload's spare port once.
-///
-/// A range is never handed out twice in one test process: a bind probe cannot see a range
-/// given to another app of the same config (or a parallel test) whose workers have not
-/// bound it yet, and two random ranges overlapped once (a config refused as invalid). Nor
-/// to two test processes at once (several worktrees' runs of these tests on one machine):
-/// each port is claimed with a lock file held until the process ends ([`claim_port`]),
-/// since a range's spare port stays unbound between a worker and its successor.
-pub fn free_base(count: u16) -> u16 {
-    let candidates = std::iter::repeat_with(|| 20_000 + (rand::random::<u16>() % 12_000));
-    free_base_from(count, candidates.take(200))
-        .unwrap_or_else(|| panic!("no free port range of {count}"))
-}
-
-/// [`free_base`] over the given candidate bases; `None` when none is free.
-pub fn free_base_from(count: u16, candidates: impl IntoIterator<Item = u16>) -> Option<u16> {
-    static GIVEN: std::sync::Mutex<Vec<(u16, u16)>> = std::sync::Mutex::new(Vec::new());
-    // The lock files of the claimed ports, open (so held) for the life of the process.
-    static CLAIMED: std::sync::Mutex<Vec<std::fs::File>> = std::sync::Mutex::new(Vec::new());
-    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
-    for base in candidates {
-        let end = base + count; // exclusive
-        if given.iter().any(|&(b, e)| base < e && b < end) {
-            continue;
-        }
-        let mut claims = Vec::new();
-        let all_claimed = (base..end).all(|p| match claim_port(p) {
-            Claim::Held(f) => {
-                claims.push(f);
-                true
-            }
-            Claim::Unavailable => true,
-            Claim::Taken => false,
-        });
-        if all_claimed && (base..end).all(|p| TcpListener::bind(("127.0.0.1", p)).is_ok()) {
-            given.push((base, end));
-            CLAIMED
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .extend(claims);
-            return Some(base);
-        }
-        // Dropping `claims` releases them.
-    }
-    None
-}
-
-pub enum Claim {
-    /// This process holds the port's lock (while the file stays open).
-    Held(std::fs::File),
-    /// Another process holds it.
-    Taken,
-    /// No lock could be made (the directory is not writable): the bind probe alone decides.
-    Unavailable,
-}
-
-/// The machine-wide lock directory of the test ports.
-pub fn port_lock_dir() -> PathBuf {
-    std::env::temp_dir().join("scalpel-test-ports")
-}
-
-/// Claims `port` for this process with an exclusive `flock` on its lock file, which the
-/// kernel releases when the file is closed or the process ends, however it ends.
-pub fn claim_port(port: u16) -> Claim {
-    let dir = port_lock_dir();
-    let file = std::fs::create_dir_all(&dir).and_then(|()| {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(dir.join(port.to_string()))
-    });
-    let Ok(file) = file else {
-        return Claim::Unavailable;
-    };
-    match file.try_lock() {
-        Ok(()) => Claim::Held(file),
-        Err(std::fs::TryLockError::WouldBlock) => Claim::Taken,
-        Err(std::fs::TryLockError::Error(_)) => Claim::Unavailable,
-    }
-}
+pub use scalpel_testkit::peers::app_js;
+pub use scalpel_testkit::scripted::client;
+pub use scalpel_testkit::{
+    Claim, KillOnDrop, claim_port, eventually, free_base, free_base_from, metric, port_lock_dir,
+    process_alive,
+};
 
 /// An `[[app]]` table running tests/apps/app.js.
 pub fn node_app(name: &str, workers: u16, balance: &str, extra: &str) -> String {
@@ -129,7 +47,7 @@ pub const SERVER: &str = "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.
 pub struct Harness {
     pub server: Server,
     pub logs: LogBuffer,
-    pub client: Client<HttpConnector, Full<Bytes>>,
+    pub client: TestClient,
     /// The config file the server was started from (a reload reads it again).
     pub config_path: PathBuf,
     _dir: tempfile::TempDir,
@@ -171,10 +89,7 @@ impl Harness {
     }
 }
 
-pub fn client() -> Client<HttpConnector, Full<Bytes>> {
-    Client::builder(TokioExecutor::new()).build_http()
-}
-
+/// A whole response, its body as text.
 pub struct Reply {
     pub status: u16,
     pub headers: http::HeaderMap,
@@ -182,6 +97,7 @@ pub struct Reply {
 }
 
 impl Reply {
+    /// The body as JSON (panics when it is not).
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
     }
@@ -194,23 +110,19 @@ impl Reply {
     }
 }
 
-pub async fn send(
-    client: &Client<HttpConnector, Full<Bytes>>,
-    req: http::Request<Full<Bytes>>,
-) -> Result<Reply, String> {
-    let fut = async {
-        let res = client.request(req).await.map_err(|e| format!("{e:?}"))?;
-        let (parts, body) = res.into_parts();
-        let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
-        Ok(Reply {
-            status: parts.status.as_u16(),
-            headers: parts.headers,
-            body: String::from_utf8_lossy(&body).into_owned(),
-        })
-    };
-    tokio::time::timeout(Duration::from_secs(60), fut)
-        .await
-        .unwrap_or_else(|_| Err("no answer within 60 s".into()))
+/// Sends `req` and reads the whole response (60 s at most).
+pub async fn send(client: &TestClient, req: http::Request<Full<Bytes>>) -> Result<Reply, String> {
+    let (status, headers, body) = fetch(client, req, Duration::from_secs(60)).await?;
+    Ok(Reply {
+        status,
+        headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    })
+}
+
+/// The `pid` field of a JSON answer of the test app (which worker answered).
+pub fn pid_of(reply: &Reply) -> u64 {
+    reply.json()["pid"].as_u64().expect("pid in reply")
 }
 
 impl Harness {
@@ -236,29 +148,11 @@ impl Harness {
     }
 }
 
-pub async fn get_at(
-    client: &Client<HttpConnector, Full<Bytes>>,
-    addr: SocketAddr,
-    path: &str,
-) -> Result<Reply, String> {
+pub async fn get_at(client: &TestClient, addr: SocketAddr, path: &str) -> Result<Reply, String> {
     let req = http::Request::get(format!("http://{addr}{path}"))
         .body(Full::new(Bytes::new()))
         .unwrap();
     send(client, req).await
-}
-
-/// Polls `cond` every 50 ms until it holds or `limit` passes; `true` if it held.
-pub async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    loop {
-        if cond() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// Background load: `concurrency` loops of GET `path` until stopped; counts outcomes.
@@ -328,22 +222,9 @@ impl Load {
     }
 }
 
-pub fn process_alive(pid: u32) -> bool {
-    // A zombie still has a /proc entry; its state letter is Z.
-    process_state(pid).is_some_and(|c| c != 'Z')
-}
-
 /// Stopped by a signal (SIGSTOP), every thread of it: the reading serve's rescue waits for.
 pub fn process_stopped(pid: u32) -> bool {
     scalpel_procstat::all_threads_stopped(pid) == Some(true)
-}
-
-/// The state letter of `/proc/PID/stat`; `None` when the process is gone.
-fn process_state(pid: u32) -> Option<char> {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()?
-        .rsplit_once(')')
-        .and_then(|(_, rest)| rest.trim_start().chars().next())
 }
 
 /// The balancer's own log lines (tracing, every test of this binary), from a subscriber
@@ -386,22 +267,16 @@ impl std::io::Write for TraceWriter {
     }
 }
 
-/// One raw HTTP/1.1 exchange on a fresh connection: writes `request` (in pieces with
-/// pauses when `pause` is set), reads until the server closes or `limit` passes; the
-/// bytes received.
+/// One raw HTTP/1.1 exchange on a fresh connection: writes `request`, reads until the
+/// server closes or `limit` passes; the bytes received, as text.
 pub async fn raw_exchange(addr: SocketAddr, request: &[u8], limit: Duration) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(request).await.unwrap();
-    let mut out = Vec::new();
-    let _ = tokio::time::timeout(limit, s.read_to_end(&mut out)).await;
-    String::from_utf8_lossy(&out).into_owned()
+    let (got, _) = scalpel_testkit::net::raw_exchange(addr, request, limit).await;
+    String::from_utf8_lossy(&got).into_owned()
 }
 
-/// A metric's value in Prometheus text (0 when absent).
-pub fn metric(text: &str, sample: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(sample).and_then(|v| v.strip_prefix(' ')))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0.0)
+/// Reads from `s` into `got` until it holds `want` (10 s at most); fails the test when the
+/// stream closes or the time passes first.
+pub async fn read_until<S: AsyncRead + Unpin>(s: &mut S, got: &mut Vec<u8>, want: &str) {
+    let found = scalpel_testkit::net::read_until(s, got, want, Duration::from_secs(10)).await;
+    assert!(found, "no {want:?} in {:?}", String::from_utf8_lossy(got));
 }

@@ -11,6 +11,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 pub mod heads;
+pub mod pg;
 
 /// Generous: the machine running the tests may be busy.
 pub const START_DEADLINE: Duration = Duration::from_secs(120);
@@ -19,7 +20,7 @@ pub fn payments_bin() -> &'static str {
     env!("CARGO_BIN_EXE_payments")
 }
 
-fn workspace_root() -> PathBuf {
+pub(crate) fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
@@ -51,6 +52,15 @@ pub fn generate(args: &[&str]) -> (String, String, ExitStatus) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
         out.status,
     )
+}
+
+/// The user ids `payments generate --ids-out` wrote, one per line.
+pub fn read_ids(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect()
 }
 
 /// A service process on a free port; SIGTERM on drop.
@@ -111,6 +121,13 @@ impl Service {
         terminate(&child);
         wait_with_deadline(&mut child, Duration::from_secs(30))
             .unwrap_or_else(|| panic!("{} did not exit after SIGTERM", self.name))
+    }
+
+    /// SIGKILL, then wait: no chance to finish anything.
+    pub fn kill(mut self) {
+        let mut child = self.child.take().unwrap();
+        let _ = child.kill();
+        let _ = child.wait();
     }
 
     pub fn stderr(&self) -> String {

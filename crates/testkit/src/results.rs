@@ -1,6 +1,5 @@
-//! Realistic result files built in code, with real HdrHistograms, for tests and the sample
-//! page. Shared with `examples/sample_run.rs` and the CLI's tests through `#[path]`.
-#![allow(dead_code, unreachable_pub)]
+//! Realistic result files built in code, with real HdrHistograms: the report's tests,
+//! its examples (`sample_run`, `shard_files`) and the CLI's report tests.
 
 use std::collections::BTreeMap;
 
@@ -10,9 +9,11 @@ use scalpel_load::result::{
 };
 
 /// A small deterministic generator (xorshift64*), so fixtures are the same on every run.
+#[derive(Debug)]
 pub struct Rng(u64);
 
 impl Rng {
+    /// Seeded with `seed` (0 counts as 1).
     pub fn new(seed: u64) -> Self {
         Rng(seed.max(1))
     }
@@ -79,6 +80,7 @@ pub fn step_with_values(
     }
 }
 
+/// The machine block of a run on `host`.
 pub fn machine(host: &str) -> Machine {
     Machine {
         hosts: vec![host.to_owned()],
@@ -88,6 +90,7 @@ pub fn machine(host: &str) -> Machine {
     }
 }
 
+/// The config block of a run of `model` with `slo`.
 pub fn config(model: &str, slo: Option<&str>) -> RunConfig {
     RunConfig {
         model: model.to_owned(),
@@ -101,6 +104,7 @@ pub fn config(model: &str, slo: Option<&str>) -> RunConfig {
     }
 }
 
+/// A whole run on `host` with `targets`.
 pub fn run(host: &str, model: &str, slo: Option<&str>, targets: Vec<TargetResult>) -> RunResult {
     RunResult {
         format_version: scalpel_load::result::FORMAT_VERSION,
@@ -118,12 +122,17 @@ pub fn run(host: &str, model: &str, slo: Option<&str>, targets: Vec<TargetResult
 
 /// How a simulated service behaves: the rate at which it saturates its cores, its
 /// unloaded median latency, and its memory.
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 pub struct Service {
+    /// The rate at which its cores saturate.
     pub capacity_rps: f64,
+    /// Its unloaded median latency.
     pub median_ms: f64,
+    /// The cores it has.
     pub cores: f64,
+    /// Its memory at rest.
     pub base_rss_mb: f64,
+    /// The memory each 1000 req/s adds.
     pub rss_mb_per_krps: f64,
 }
 
