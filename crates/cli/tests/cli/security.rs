@@ -1,6 +1,7 @@
 //! Issue 31, as a user runs the tools: the admin planes and the stored traffic of real
 //! `scalpel shadow` processes, driven by requests written byte for byte as a browser or a
-//! client sends them, and the real SQLite store and capture files they leave.
+//! client sends them, and the real SQLite store and capture files they leave; what a real
+//! `scalpel serve` gives its workers, and what its `--check` refuses or warns about.
 
 use std::io::Read as _;
 use std::os::unix::fs::PermissionsExt as _;
@@ -501,4 +502,153 @@ async fn redaction_fails_closed_in_the_store_and_the_capture_and_both_are_privat
         cases.len()
     );
     assert!(all.contains("[REDACTED]"));
+}
+
+/// Issue 31 item 2: serve's own credential, `SCALPEL_ADMIN_TOKEN`, was in every worker's
+/// environment (std passes the parent's on), where an application that shows its
+/// environment (an error page, a crash report) shows it too. The real workers — one
+/// behind the balancer, one in direct mode, whose environment is built before fork —
+/// are read through `/proc/PID/environ`: the token is gone, everything else stays.
+#[test]
+fn workers_never_inherit_serves_admin_token() {
+    use crate::serve_cli::{app_js, free_base, free_port, http, spawn_serve};
+    let token = "tok-0123456789abcdef-secret";
+    let (listen, admin, direct) = (free_port(), free_port(), free_port());
+    let (base, dbase) = (free_base(2), free_base(2));
+    let app = app_js();
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:{listen}\"\nadmin = \"127.0.0.1:{admin}\"\n\n\
+         [[app]]\nname = \"web\"\ncommand = [\"node\", \"{app}\"]\nworkers = 1\nport_base = {base}\n\
+         env = {{ APP_MARK = \"from-the-app\" }}\n[app.health]\npath = \"/healthz\"\n\n\
+         [[app]]\nname = \"direct\"\ncommand = [\"node\", \"{app}\"]\nworkers = 1\nport_base = {dbase}\n\
+         mode = \"direct\"\nlisten = \"127.0.0.1:{direct}\"\nenv = {{ APP_MARK = \"from-the-app\" }}\n\
+         [app.health]\npath = \"/healthz\"\n",
+        app = app.display()
+    );
+    let (_dir, _serve, lines) = spawn_serve(
+        &toml,
+        &[
+            (scalpel_serve::ADMIN_TOKEN_ENV, token),
+            ("PARENT_MARK", "kept"),
+        ],
+    );
+    for port in [listen, direct] {
+        let mut pid = String::new();
+        let answered = crate::serve_cli::poll(Duration::from_secs(60), || {
+            match http(port, "GET", "/pid") {
+                Ok((200, body)) => {
+                    pid = body;
+                    true
+                }
+                _ => false,
+            }
+        });
+        assert!(answered, "no worker on {port}: {:?}", lines.lock().unwrap());
+        let environ = std::fs::read(format!("/proc/{}/environ", pid.trim())).unwrap();
+        let vars: Vec<String> = environ
+            .split(|&b| b == 0)
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+            .collect();
+        assert!(
+            !vars
+                .iter()
+                .any(|v| v.starts_with("SCALPEL_ADMIN_TOKEN=") || v.contains(token)),
+            "port {port}: the token reached the worker: {vars:?}"
+        );
+        for want in [
+            "PARENT_MARK=kept",
+            "APP_MARK=from-the-app",
+            "WORKER_INDEX=0",
+        ] {
+            assert!(
+                vars.iter().any(|v| v == want),
+                "port {port}: no {want}: {vars:?}"
+            );
+        }
+        assert!(vars.iter().any(|v| v.starts_with("PORT=")), "{vars:?}");
+    }
+    // The admin still wants the token: serve kept it for itself.
+    assert_eq!(http(admin, "GET", "/status").unwrap().0, 401);
+}
+
+fn check(dir: &Path, toml: &str) -> (Option<i32>, String) {
+    let path = dir.join("serve.toml");
+    std::fs::write(&path, toml).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_scalpel"))
+        .args(["serve", "--check", "--config"])
+        .arg(&path)
+        .env_remove(scalpel_serve::ADMIN_TOKEN_ENV)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Issue 31 item 6: `--check` passed a NUL byte in an `env` value or a `command`
+/// argument (every worker then failed to start) and an admin token of spaces or of a
+/// few letters; each is now refused on one line with the file and line, exit 2.
+#[test]
+fn check_refuses_nul_bytes_and_weak_admin_tokens_with_their_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("serve.toml");
+    let app = |extra: &str, arg: &str| {
+        format!(
+            "[server]\nlisten = \"127.0.0.1:8080\"\nadmin = \"127.0.0.1:9090\"\n{extra}\n\
+             [[app]]\nname = \"web\"\ncommand = [\"node\", \"{arg}\"]\nworkers = 1\nport_base = 3001\n\
+             env = {{ SECRET = \"a\\u0000b\" }}\n"
+        )
+    };
+    let cases = [
+        (
+            app("", "app.js"),
+            10,
+            "app `web`: env `SECRET` holds a NUL byte",
+        ),
+        (
+            app("", "app.js\\u0000x").replace("SECRET = \"a\\u0000b\"", "SECRET = \"ab\""),
+            7,
+            "app `web`: command argument 1 holds a NUL byte",
+        ),
+        (
+            app("admin_token = \"   \"", "app.js").replace("\\u0000", ""),
+            4,
+            "admin_token is only white space",
+        ),
+        (
+            app("admin_token = \"hunter2\"", "app.js").replace("\\u0000", ""),
+            4,
+            "admin_token is 7 bytes: use at least 16",
+        ),
+    ];
+    for (toml, line, reason) in cases {
+        let (code, err) = check(dir.path(), &toml);
+        assert_eq!(code, Some(2), "{toml}\n{err}");
+        let want = format!("{}:{line}: {reason}", path.display());
+        assert!(err.contains(&want), "expected {want:?}\n     got {err:?}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+}
+
+/// Issue 31 item 6: serve run as root from a config in a directory anyone can write
+/// said nothing; whoever writes there runs code as root at the next reload. `--check`
+/// now warns on stderr (and still passes: a warning, not a refusal).
+#[test]
+fn check_warns_when_root_runs_a_config_others_can_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let open = dir.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let toml = "[server]\nlisten = \"127.0.0.1:8080\"\nadmin = \"127.0.0.1:9090\"\n\n\
+                [[app]]\nname = \"web\"\ncommand = [\"sh\"]\nworkers = 1\nport_base = 3001\n";
+    let (code, err) = check(&open, toml);
+    assert_eq!(code, Some(0), "{err}");
+    let root = rustix::process::geteuid().is_root();
+    let want = format!("directory {} writable by everyone", open.display());
+    assert_eq!(err.contains(&want), root, "root: {root}; stderr: {err:?}");
+    // In a private directory nothing is said.
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (code, err) = check(&open, toml);
+    assert_eq!((code, err.as_str()), (Some(0), ""), "{err}");
 }
