@@ -101,6 +101,18 @@ pub fn serve_requests(
     })
 }
 
+/// A whole HTTP/1.x answer read back: its status (0 when there is none) and its body.
+pub fn status_and_body(answer: &[u8]) -> (u16, String) {
+    let text = String::from_utf8_lossy(answer);
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    (status, body.to_string())
+}
+
 /// One request on a fresh connection (`Connection: close`, no body), the answer read
 /// to its end (60 s at most): (status, body). It names the address it connects to as
 /// its `Host`, and types a `POST` as JSON, as the toolkit's admins require of a client.

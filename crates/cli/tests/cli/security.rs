@@ -14,18 +14,7 @@ use crate::shadow_cli::{sigint, spawn_proxy};
 
 /// A raw HTTP/1.1 exchange: the status and the body of the answer.
 async fn raw(addr: &str, request: &str) -> (u16, String) {
-    let out = raw_exchange(addr, request.as_bytes()).await;
-    let text = String::from_utf8_lossy(&out).into_owned();
-    let status = text
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map_or("", |(_, b)| b)
-        .to_string();
-    (status, body)
+    scalpel_testkit::raw::status_and_body(&raw_exchange(addr, request.as_bytes()).await)
 }
 
 /// The error body's kind, read with the toolkit's own grammar.

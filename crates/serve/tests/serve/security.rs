@@ -10,15 +10,8 @@ use crate::util::*;
 /// A raw HTTP/1.1 exchange: the status and the body.
 async fn raw(addr: std::net::SocketAddr, request: &str) -> (u16, String) {
     let got = raw_exchange(addr, request.as_bytes(), Duration::from_secs(30)).await;
-    let status = got
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no status: {got:?}"));
-    let body = got
-        .split_once("\r\n\r\n")
-        .map_or("", |(_, b)| b)
-        .to_string();
+    let (status, body) = scalpel_testkit::raw::status_and_body(got.as_bytes());
+    assert_ne!(status, 0, "no status: {got:?}");
     (status, body)
 }
 
