@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Payments benchmark, Go (payments/go) vs Rust (payments/service), on each ledger store
-# (SQLite, PostgreSQL), one command, one machine.
+# Payments benchmark, three ways to serve the hot endpoints, on each ledger store (SQLite,
+# PostgreSQL), one command, one machine: Go (payments/go, tier 0), Go with the Rust core
+# linked in by cgo (`payments-go --engine rust`, tier 3) and the separate Rust service
+# (payments/service, tier 4).
 #
 #   scripts/bench-payments.sh                    full run: 5 s ramp steps, 30 s fixed load, 3 repeats
 #   QUICK=1 scripts/bench-payments.sh            short run for a busy machine: 2 s steps, 10 s, 1 repeat
@@ -12,20 +14,22 @@
 #      (kept between runs; same seed, same rows); for PostgreSQL, starts a throw-away cluster
 #      (scripts/lib/pg.sh, fsync on, the postmaster tree pinned to the servers' CPU) and
 #      generates the same ledger into it (the same rows: see the tests);
-#   3. starts both services pinned to CPU $SERVER_CPU (default 1) with taskset; the load
+#   3. starts the three services pinned to CPU $SERVER_CPU (default 1) with taskset; the load
 #      generator (`scalpel load`, one thread) runs pinned to CPU $LOAD_CPU (default 0), so the
 #      server never competes with the load for its core;
-#   4. checks both answer byte for byte (status + body) for 300 users on both endpoints
+#   4. checks all three answer byte for byte (status + body) for 300 users on both endpoints
 #      before measuring anything;
-#   5. per store and endpoint (stats, balance): an open-model ramp on both targets in
+#   5. per store and endpoint (stats, balance): an open-model ramp on the three targets in
 #      alternation until p99 >= 50 ms or errors >= 1% (max rate = the last step that held),
-#      then a fixed load at half of Go's max rate on both, with CPU% and RSS/PSS sampled
+#      then a fixed load at half of Go's max rate on each, with CPU% and RSS/PSS sampled
 #      from /proc by `scalpel load --watch-pid`. On PostgreSQL the ramp watches the
 #      postmaster tree (the database's own CPU at the last step that held: is the ceiling
 #      the database's?) and the fixed load runs twice, once watching the services and once
 #      the postmaster tree (the database's CPU while Go, then Rust, is loaded);
 #   6. writes every result (JSON with histograms, text tables) and summary.md with medians,
-#      min-max over repeats and Rust/Go ratios, one table per store and endpoint.
+#      min-max over repeats and the ratios to Go, one table per store and endpoint, with the
+#      CPU per request of each and what Go's HTTP layer costs (cgo minus the Rust service:
+#      both compute with the same Rust code).
 #
 # Environment knobs: USERS SEED RAMP STEP FIXED REPEATS SERVER_CPU LOAD_CPU ENDPOINTS STORES;
 # SUMMARY_ONLY=1 re-writes summary.md from the JSON of the last run without measuring;
@@ -78,11 +82,11 @@ postgres_ledger() {
 
 load() {
   taskset -c "$LOAD_CPU" "$SCALPEL" load --threads 1 --no-progress \
-    --target "go=$GO_URL" --target "rust=$RUST_URL" \
+    --target "go=$GO_URL" --target "cgo=$CGO_URL" --target "rust=$RUST_URL" \
     --data "$IDS" --shuffle 1 "$@"
 }
-watch_services() { echo --watch-pid "go=$GO_PID" --watch-pid "rust=$RUST_PID"; }
-watch_database() { echo --watch-pid "go=$PG_PID" --watch-pid "rust=$PG_PID"; }
+watch_services() { echo --watch-pid "go=$GO_PID" --watch-pid "cgo=$CGO_PID" --watch-pid "rust=$RUST_PID"; }
+watch_database() { echo --watch-pid "go=$PG_PID" --watch-pid "cgo=$PG_PID" --watch-pid "rust=$PG_PID"; }
 
 if [[ "${SUMMARY_ONLY:-0}" != 1 ]]; then
 [[ "${SKIP_BUILD:-0}" == 1 ]] || payments_build
@@ -99,8 +103,11 @@ for store in $STORES; do
   esac
   echo "== $store: start (servers on cpu $SERVER_CPU, load on cpu $LOAD_CPU)"
   start go "$GO" --db "$db" --port 0
+  start cgo "$GO" --db "$db" --port 0 --engine rust
   start rust "$PAY" serve --db "$db" --port 0
   payments_parity 300 7 /balance /stats '/stats?days=7' '/stats?days=365'
+  # The same users and queries, Go against the cgo engine.
+  RUST_URL="$CGO_URL" payments_parity 300 7 /balance /stats '/stats?days=7' '/stats?days=365'
 
   for ep in $ENDPOINTS; do
     path="/v1/users/{id}/$ep"
@@ -174,15 +181,21 @@ def ratio(a, b):
     return None if not b or a is None else a / b
 print(f"# payments benchmark, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
 print(f"\nmachine: {machine}; {n} repeat(s); servers (and PostgreSQL) pinned to one CPU, load generator to another\n")
+NAMES = ("go", "cgo", "rust")
+LABEL = {"go": "Go", "cgo": "Go+Rust (cgo)", "rust": "Rust"}
+def per_target():
+    return {k: [] for k in NAMES}
 for store, ep in [(s, e) for s in stores for e in endpoints]:
-    mx = {"go": [], "rust": []}
+    mx = per_target()
     held_all = set()
     held_tops = {}
-    fixed = {k: {"go": [], "rust": []} for k in ("rate", "cpu", "rss", "pss", "p99", "p50")}
-    db_at_max = {"go": [], "rust": []}
-    db_fixed = {"go": [], "rust": []}
+    fixed = {k: per_target() for k in ("rate", "cpu", "rss", "pss", "p99", "p50", "us")}
+    db_at_max = per_target()
+    db_fixed = per_target()
     for r in range(1, n + 1):
         for t in json.load(open(f"{out}/ramp-{store}-{ep}-{r}.json"))["targets"]:
+            if t["name"] not in mx:
+                continue  # a result from before the third target: not mixed in
             bp = t["breaking_point"]
             if bp is None:
                 # Held at every step: the ramp's top is only a lower bound of the max.
@@ -201,40 +214,55 @@ for store, ep in [(s, e) for s in stores for e in endpoints]:
         dbf = f"{out}/fixeddb-{store}-{ep}-{r}.json"
         if os.path.exists(dbf):
             for t in json.load(open(dbf))["targets"]:
-                db_fixed[t["name"]].append(t["steps"][0]["cpu_percent"])
+                if t["name"] in db_fixed:
+                    db_fixed[t["name"]].append(t["steps"][0]["cpu_percent"])
         for t in json.load(open(f"{out}/fixed-{store}-{ep}-{r}.json"))["targets"]:
+            if t["name"] not in mx:
+                continue
             s = t["steps"][0]
-            for k, v in (("rate", s["achieved_rps"]), ("cpu", s["cpu_percent"]), ("rss", s["rss_mb"]),
+            cpu, rps = s["cpu_percent"], s["achieved_rps"]
+            # CPU µs per request: percent of one core x 10,000 µs per second / requests per second.
+            us = cpu * 10_000 / rps if cpu is not None and rps else None
+            for k, v in (("rate", rps), ("cpu", cpu), ("rss", s["rss_mb"]), ("us", us),
                          ("pss", s["pss_mb"]), ("p99", s["latency_ms"]["p99"]), ("p50", s["latency_ms"]["p50"])):
                 fixed[k][t["name"]].append(v)
     print(f"## {store}: {ep}\n")
-    print("| figure | Go | Rust | Rust/Go |\n|---|---|---|---|")
+    print("| figure | Go | Go+Rust (cgo) | Rust | cgo/Go | Rust/Go |\n|---|---|---|---|---|---|")
     rows = [("max rps at p99 < 50 ms", mx)] + [
         (f"at half Go's max: {label}", fixed[k]) for k, label in
-        (("rate", "achieved rps"), ("cpu", "CPU % (of one core)"), ("rss", "RSS MiB"), ("pss", "PSS MiB"),
-         ("p50", "p50 ms"), ("p99", "p99 ms"))]
+        (("rate", "achieved rps"), ("cpu", "CPU % (of one core)"), ("us", "CPU µs per request"),
+         ("rss", "RSS MiB"), ("pss", "PSS MiB"), ("p50", "p50 ms"), ("p99", "p99 ms"))]
     if store == "postgres":
         rows += [("PostgreSQL CPU % at the last ramp step held", db_at_max),
                  ("PostgreSQL CPU % at half Go's max", db_fixed)]
     for label, d in rows:
-        ratios = [ratio(a, b) for a, b in zip(d["rust"], d["go"])]
+        cells = []
         if d is mx:
             # ">=" marks a side that never broke the SLO: its max and the ratio are lower bounds.
-            g = (">= " if "go" in held_all else "") + spread(d["go"])
-            r = (">= " if "rust" in held_all else "") + spread(d["rust"])
-            if {"go", "rust"} <= held_all:
-                q = "-"  # two lower bounds: no ratio
-            else:
-                q = {"rust": ">= ", "go": "<= "}.get(next(iter(held_all), ""), "") + spread(ratios, 2)
-            print(f"| {label} | {g} | {r} | {q} |")
-            continue
-        digits = 3 if label.endswith(" ms") else 1
-        print(f"| {label} | {spread(d['go'], digits)} | {spread(d['rust'], digits)} | {spread(ratios, 2)} |")
-    print()
+            for name in NAMES:
+                cells.append((">= " if name in held_all else "") + spread(d[name]))
+            for name in ("cgo", "rust"):
+                ratios = [ratio(a, b) for a, b in zip(d[name], d["go"])]
+                if {name, "go"} <= held_all:
+                    cells.append("-")  # two lower bounds: no ratio
+                else:
+                    mark = ">= " if name in held_all else ("<= " if "go" in held_all else "")
+                    cells.append(mark + spread(ratios, 2))
+        else:
+            digits = 3 if label.endswith(" ms") else 1
+            cells = [spread(d[name], digits) for name in NAMES]
+            cells += [spread([ratio(a, b) for a, b in zip(d[name], d["go"])], 2) for name in ("cgo", "rust")]
+        print(f"| {label} | " + " | ".join(cells) + " |")
+    # Both cgo and the Rust service compute with the same Rust code, so the difference of
+    # their CPU per request is what Go's side costs: net/http, the head check, routing and
+    # the cgo crossing, against hyper and tokio.
+    layer = [a - b for a, b in zip(fixed["us"]["cgo"], fixed["us"]["rust"]) if a is not None and b is not None]
+    print(f"\nGo's HTTP layer (and the cgo crossing), CPU µs per request = cgo - Rust service: {spread(layer)}; "
+          f"Go's whole request: {spread(fixed['us']['go'])} µs\n")
     for name, tops in sorted(held_tops.items()):
         known = [x for x in tops if x is not None]
         up_to = f"{max(known):,.0f} rps" if known else "the ramp's top"
-        print(f"{name} did not break up to {up_to} in {len(tops)} of {n} repeat(s): "
+        print(f"{LABEL[name]} did not break up to {up_to} in {len(tops)} of {n} repeat(s): "
               f"its max rps is a lower bound; a longer RAMP finds it.\n")
 PY
 echo "results in $OUT"

@@ -19,4 +19,7 @@ echo "==> cargo build --release (workspace: binaries, libraries, examples)"
 source scripts/lib/pyo3-env.sh
 cargo build --release --workspace --bins --lib --examples
 SCALPEL_HOST_BUILT=1 bash scripts/build-qr.sh
-bash scripts/build-go.sh
+# The workspace build above made payments-ffi's static library for the Go service's cgo
+# engine; a `-p payments-ffi` build would compile syn and the proc macros above it again
+# with fewer features.
+SCALPEL_HOST_BUILT=1 bash scripts/build-go.sh

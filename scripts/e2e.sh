@@ -12,6 +12,10 @@
 #   4. The same seed generated into PostgreSQL (a throw-away cluster, scripts/lib/pg.sh):
 #      `scalpel shadow replay` over all ids, Go on PostgreSQL vs Rust on PostgreSQL, and Rust
 #      on SQLite vs Rust on PostgreSQL: 100% consistent.
+#   5. The Go service with the Rust engine linked in by cgo (`payments-go --engine rust`, tier
+#      3) against the pure-Go engine and against the separate Rust service, on both stores:
+#      every id on the hot endpoints and windows and on bad input (days out of range or not
+#      a number, a malformed id, unknown users): the same status and bytes, 100%.
 #
 # Needs the release binaries (./run build). Honors CARGO_TARGET_DIR.
 set -euo pipefail
@@ -77,6 +81,44 @@ start rust "$PAYMENTS" serve --db "$WORK/ledger.db" --port 0
 RUST_URL="$URL"; RUST_PID="$PID"
 start other "$PAYMENTS" serve --db "$WORK/other.db" --port 0
 OTHER_URL="$URL"
+start go-cgo "$GO" --db "$WORK/ledger.db" --port 0 --engine rust
+CGO_URL="$URL"
+
+# Every id on the hot endpoints and on bad input, and ids nobody has (404): one CSV, the
+# endpoint raw after the id, so a malformed id is the real id with a suffix.
+python3 - "$WORK/ids.txt" "$WORK/engines.csv" <<'PY'
+import random, sys
+ids = [l.strip() for l in open(sys.argv[1]) if l.strip()]
+known = set(ids)
+endpoints = ["/balance", "/stats", "/stats?days=1", "/stats?days=365", "/stats?days=0",
+             "/stats?days=abc&days=7", "/stats?days=%37", "X/balance"]
+rng = random.Random(30)
+strangers = []
+while len(strangers) < 100:
+    s = "u%012x" % rng.getrandbits(48)
+    if s not in known:
+        strangers.append(s)
+with open(sys.argv[2], "w") as f:
+    f.write("id,endpoint\n")
+    for i in ids:
+        for e in endpoints:
+            f.write(f"{i},{e}\n")
+    for i in strangers:
+        for e in ("/balance", "/stats?days=7"):
+            f.write(f"{i},{e}\n")
+PY
+engine_rows=$(($(wc -l <"$WORK/engines.csv") - 1))
+
+# The cgo engine against a primary: every row of engines.csv, the same status and bytes.
+cgo_consistent() { # primary url, candidate url
+    local out="$WORK/replay-cgo-$RANDOM.json"
+    timeout 300 "$SCALPEL" shadow replay --primary "$1" --candidate "$2" \
+        --template '/v1/users/{id}{endpoint:raw}' --data "$WORK/engines.csv" --concurrency 8 \
+        --json "$out" >"$out.txt" 2>&1 || { cat "$out.txt" >&2; return 1; }
+    [ "$(json_field "$out" 'd["compared"]')" = "$engine_rows" ] &&
+        [ "$(json_field "$out" 'd["mismatched"]')" = "0" ] &&
+        [ "$(json_field "$out" 'd["consistency_percent"]')" = "100.0" ]
+}
 
 replay() { # template, json out, candidate url [, primary url]
     timeout 300 "$SCALPEL" shadow replay --primary "${4:-$GO_URL}" --candidate "$3" \
@@ -103,6 +145,9 @@ finds_differences() {
 }
 check "shadow replay against a different ledger finds differences and exits 1" finds_differences
 
+check "shadow replay Go vs Go+Rust (cgo engine), $engine_rows hot and bad-input requests" cgo_consistent "$GO_URL" "$CGO_URL"
+check "shadow replay Rust service vs Go+Rust (cgo engine), $engine_rows hot and bad-input requests" cgo_consistent "$RUST_URL" "$CGO_URL"
+
 load_side_by_side() {
     local out="$WORK/load.json"
     timeout 120 "$SCALPEL" load --rate 200 -d 2s --data "$WORK/ids.txt" --no-progress \
@@ -123,6 +168,10 @@ if PG_OUT="$(bash "$ROOT/scripts/lib/pg.sh" start --watch $$)"; then
     GO_PG_URL="$URL"
     start rust-pg "$PAYMENTS" serve --db "$PG_URL" --port 0
     RUST_PG_URL="$URL"
+    start go-cgo-pg "$GO" --db "$PG_URL" --port 0 --engine rust
+    CGO_PG_URL="$URL"
+    check "shadow replay on PostgreSQL, Go vs Go+Rust (cgo engine), $engine_rows requests" cgo_consistent "$GO_PG_URL" "$CGO_PG_URL"
+    check "shadow replay on PostgreSQL, Rust service vs Go+Rust (cgo engine), $engine_rows requests" cgo_consistent "$RUST_PG_URL" "$CGO_PG_URL"
     for template in '/v1/users/{id}/stats?days=30' '/v1/users/{id}/stats?days=365' '/v1/users/{id}/balance'; do
         check "shadow replay on PostgreSQL, Go vs Rust, over all $ids ids: $template" \
             consistent_over_all_ids "$template" "$RUST_PG_URL" "$GO_PG_URL"

@@ -46,13 +46,21 @@ bash scripts/build.sh
 step "rust tests (release)"
 cargo test --release --workspace --no-fail-fast
 
-step "go: gofmt, vet, test"
+step "go: gofmt, vet, test (the Rust engine linked from the build step's libpayments_ffi.a), -race on internal/rustcore"
 (
     cd payments/go
+    # The build step made target/release/libpayments_ffi.a and target/payments-go: link
+    # the tests against the same library (CGO_LDFLAGS, GO_RUST_LDFLAGS) and run the
+    # process tests on that binary instead of building it again.
+    # shellcheck source=build-go.sh
+    source "$ROOT/scripts/build-go.sh" env
     unformatted="$(gofmt -l .)"
     if [ -n "$unformatted" ]; then echo "gofmt: needs formatting: $unformatted" >&2; exit 1; fi
     go vet ./...
-    go test -count=1 ./...
+    PAYMENTS_GO_BIN="$CARGO_TARGET_DIR/payments-go" go test -count=1 -ldflags "$GO_RUST_LDFLAGS" ./...
+    # The cgo boundary under the race detector: answers on many goroutines while one
+    # feeds (the soak skips itself under -race; the plain run above has it).
+    go test -count=1 -race -ldflags "$GO_RUST_LDFLAGS" ./internal/rustcore/
 )
 
 step "bench helpers (scripts/lib/proc-ticks-test.sh: scalpel procstat's CPU time of processes named with spaces; scripts/lib/stats.py: the benches' arithmetic; scripts/lib/paired.py: the paired interval's coverage and verdicts)"

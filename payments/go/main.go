@@ -2,7 +2,12 @@
 // balance, stats, transactions, transfers, healthz and metrics over one
 // ledger in SQLite or PostgreSQL, as specified in ../SPEC.md.
 //
-//	payments-go --db sqlite:FILE|FILE|postgres://URL --port P [--host H] [--db-pool N] [--pprof ADDR]
+//	payments-go --db sqlite:FILE|FILE|postgres://URL --port P [--host H] [--db-pool N] [--engine go|rust] [--pprof ADDR]
+//
+// --engine rust answers GET balance and stats with the Rust read model linked
+// into this binary (package rustcore, cgo): tier 3 of the payments ladder.
+// Everything else — transfers, transaction pages, idempotency, the HTTP layer
+// and the ledger writes — stays Go with either engine.
 //
 // --pprof serves net/http/pprof on a second, loopback-only listener (off by
 // default), so a CPU profile can be taken over exactly the window of a load
@@ -30,6 +35,7 @@ import (
 	"scalpel.example/payments-go/internal/headcheck"
 	"scalpel.example/payments-go/internal/ledger"
 	"scalpel.example/payments-go/internal/readmodel"
+	"scalpel.example/payments-go/internal/rustcore"
 )
 
 const (
@@ -44,11 +50,12 @@ func main() {
 }
 
 type config struct {
-	db    string
-	host  string
-	port  int
-	pprof string // host:port of the profiling listener; "" = off
-	pool  int    // PostgreSQL writer pool size
+	db     string
+	host   string
+	port   int
+	pprof  string // host:port of the profiling listener; "" = off
+	pool   int    // PostgreSQL writer pool size
+	engine string // "go" or "rust": who answers GET balance and stats
 }
 
 // usageError is bad command-line input: one line on stderr, exit 2.
@@ -65,9 +72,10 @@ func parseFlags(args []string, stdout io.Writer) (config, error) {
 	fs.StringVar(&c.host, "host", "127.0.0.1", "the `address` to bind")
 	fs.IntVar(&c.port, "port", -1, "the TCP `port` to listen on (0: any free port)")
 	fs.StringVar(&c.pprof, "pprof", "", "serve net/http/pprof on this loopback `host:port` (off by default)")
+	fs.StringVar(&c.engine, "engine", "go", "who answers GET balance and stats: `go` (this code) or rust (the Rust core, in-process)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(stdout, "usage: payments-go --db sqlite:FILE|FILE|postgres://URL --port P [--host H] [--db-pool N] [--pprof ADDR]")
+			fmt.Fprintln(stdout, "usage: payments-go --db sqlite:FILE|FILE|postgres://URL --port P [--host H] [--db-pool N] [--engine go|rust] [--pprof ADDR]")
 			fs.SetOutput(stdout)
 			fs.PrintDefaults()
 			return c, err
@@ -81,6 +89,8 @@ func parseFlags(args []string, stdout io.Writer) (config, error) {
 		return c, usageError{"--db FILE is required"}
 	case c.pool < 1 || c.pool > 1000:
 		return c, usageError{"--db-pool N: want 1 to 1000"}
+	case c.engine != "go" && c.engine != "rust":
+		return c, usageError{fmt.Sprintf("--engine %q: want go or rust", c.engine)}
 	case c.port < 0 || c.port > 65535:
 		return c, usageError{"--port P is required (0 to 65535)"}
 	case c.pprof != "" && !isLoopback(c.pprof):
@@ -140,11 +150,23 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	l, model, code := load(ctx, cfg, log, stderr)
+	var engine *rustcore.Engine
+	if cfg.engine == "rust" {
+		if engine, err = rustcore.New(); err != nil {
+			fmt.Fprintf(stderr, "payments-go: %v\n", err)
+			return 1
+		}
+	}
+	l, model, code := load(ctx, cfg, log, stderr, engine)
 	if l == nil {
-		return code
+		return code // an abandoned load may still feed the engine: not freed
 	}
 	defer l.Close()
+	handler := api.New(model, l, log)
+	if engine != nil {
+		defer engine.Close() // runs after the tail stopped feeding it (below)
+		handler.UseEngine(engine)
+	}
 
 	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.host, strconv.Itoa(cfg.port)))
 	if err != nil {
@@ -160,7 +182,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	srv := &http.Server{
-		Handler:           api.New(model, l, log).Handler(),
+		Handler:           handler.Handler(),
 		ReadHeaderTimeout: headTimeout,
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      30 * time.Second,
@@ -179,7 +201,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	// Every request head is checked before net/http parses it (SPEC "Request
 	// heads"), so malformed ones get the same JSON answers as from the Rust service.
 	go func() { serveErr <- srv.Serve(headcheck.Listener(ln, headTimeout)) }()
-	fmt.Fprintf(stdout, "payments-go listening on http://%s (seq %d)\n", ln.Addr(), model.Seq())
+	engineNote := ""
+	if engine != nil {
+		engineNote = ", engine rust"
+	}
+	fmt.Fprintf(stdout, "payments-go listening on http://%s (seq %d%s)\n", ln.Addr(), model.Seq(), engineNote)
 	if pln != nil {
 		psrv := pprofServer()
 		go func() { _ = psrv.Serve(pln) }()
@@ -208,13 +234,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 // seconds, and a locked file waits out SQLite's busy timeout: a SIGTERM or
 // SIGINT meanwhile is a requested stop, so it exits 0 at once (a nil ledger
 // and code 0) instead of waiting for the query or reporting the interrupted
-// one as bad input (exit 2). The abandoned load only ever read.
-func load(ctx context.Context, cfg config, log *slog.Logger, stderr io.Writer) (ledger.Store, *readmodel.Model, int) {
+// one as bad input (exit 2). The abandoned load only ever read. With
+// an engine (--engine rust), it is loaded beside the model, from the same rows.
+func load(ctx context.Context, cfg config, log *slog.Logger, stderr io.Writer, engine *rustcore.Engine) (ledger.Store, *readmodel.Model, int) {
 	db := cfg.db
 	type result struct {
 		l     ledger.Store
 		model *readmodel.Model
 		err   error
+	}
+	var mirror readmodel.Mirror // nil, not a nil *Engine
+	if engine != nil {
+		mirror = engine
 	}
 	done := make(chan result, 1)
 	go func() {
@@ -223,7 +254,7 @@ func load(ctx context.Context, cfg config, log *slog.Logger, stderr io.Writer) (
 			done <- result{err: err}
 			return
 		}
-		model, err := readmodel.Load(ctx, l, log)
+		model, err := readmodel.Load(ctx, l, log, mirror)
 		if err != nil {
 			l.Close()
 			done <- result{err: fmt.Errorf("loading %s: %w", ledger.Redact(db), err)}

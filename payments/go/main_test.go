@@ -103,7 +103,7 @@ type service struct {
 	lines  chan string // stdout lines after the first (the first few only)
 }
 
-var listeningLine = regexp.MustCompile(`^payments-go listening on (http://127\.0\.0\.1:\d+) \(seq \d+\)$`)
+var listeningLine = regexp.MustCompile(`^payments-go listening on (http://127\.0\.0\.1:\d+) \(seq \d+(, engine rust)?\)$`)
 
 // startService runs the binary on port 0 (plus extra flags) and waits (with
 // a deadline) for its "listening" line.
@@ -473,6 +473,8 @@ func TestBadStartsPrintOneLineAndExit2(t *testing.T) {
 		{"--db", notLedger, "--port", "0", "--pprof", "0.0.0.0:6060"},
 		{"--db", notLedger, "--port", "0", "--pprof", "example.com:6060"},
 		{"--db", notLedger, "--port", "0", "--pprof", "6060"},
+		{"--db", notLedger, "--port", "0", "--engine", "cgo"},
+		{"--db", notLedger, "--port", "0", "--engine", "rust"}, // not a ledger: refused with the Rust engine too
 	}
 	for _, args := range cases {
 		cmd := exec.Command(binary(t), args...)
@@ -661,44 +663,49 @@ func exchange(t *testing.T, addr string, raw []byte) (status int, ctype, body st
 // TestEveryRequestHeadOfTheTableGetsItsAnswer sends each case of
 // payments/testdata/request-heads.txt to the real service. net/http answered
 // some with text/plain 400, 431 or 505, an empty 417, a 200 to "OPTIONS *",
-// and routed "/x#frag" as a path; now the head check answers them first.
+// and routed "/x#frag" as a path; now the head check answers them first. Both
+// engines: with --engine rust the heads that pass reach the Rust core.
 func TestEveryRequestHeadOfTheTableGetsItsAnswer(t *testing.T) {
-	b := testledger.New(t)
-	b.User(testheads.ID, "EUR")
-	b.Txn(1782777600, testheads.ID, "EUR", 100, "settled", "topup", "ext:topup")
-	s := startService(t, b.Path)
-	addr := strings.TrimPrefix(s.url, "http://")
-	checkCodes := map[string]bool{}
-	for r := headcheck.InvalidRequest; r <= headcheck.HeadersTooLarge; r++ {
-		checkCodes[r.Code()] = true
-	}
-	for _, c := range testheads.Load(t, testheads.ID) {
-		status, ctype, body := exchange(t, addr, c.Raw)
-		head := bytes.HasPrefix(bytes.TrimLeft(c.Raw, "\r\n"), []byte("HEAD "))
-		switch {
-		case ctype != "application/json":
-			t.Errorf("line %d: %d with content type %q: %q", c.Line, status, ctype, body)
-		case c.Status != 0:
-			var want string
+	for _, engine := range []string{"go", "rust"} {
+		t.Run(engine, func(t *testing.T) {
+			b := testledger.New(t)
+			b.User(testheads.ID, "EUR")
+			b.Txn(1782777600, testheads.ID, "EUR", 100, "settled", "topup", "ext:topup")
+			s := startService(t, b.Path, "--engine", engine)
+			addr := strings.TrimPrefix(s.url, "http://")
+			checkCodes := map[string]bool{}
 			for r := headcheck.InvalidRequest; r <= headcheck.HeadersTooLarge; r++ {
-				if r.Code() == c.Code && !head {
-					want = r.Body()
+				checkCodes[r.Code()] = true
+			}
+			for _, c := range testheads.Load(t, testheads.ID) {
+				status, ctype, body := exchange(t, addr, c.Raw)
+				head := bytes.HasPrefix(bytes.TrimLeft(c.Raw, "\r\n"), []byte("HEAD "))
+				switch {
+				case ctype != "application/json":
+					t.Errorf("line %d: %d with content type %q: %q", c.Line, status, ctype, body)
+				case c.Status != 0:
+					var want string
+					for r := headcheck.InvalidRequest; r <= headcheck.HeadersTooLarge; r++ {
+						if r.Code() == c.Code && !head {
+							want = r.Body()
+						}
+					}
+					if status != c.Status || body != want {
+						t.Errorf("line %d: got %d %q, want %d %s", c.Line, status, body, c.Status, c.Code)
+					}
+				default:
+					var e struct {
+						Error struct{ Code string } `json:"error"`
+					}
+					_ = json.Unmarshal([]byte(body), &e)
+					if checkCodes[e.Error.Code] || (!head && !json.Valid([]byte(body))) {
+						t.Errorf("line %d: refused a head the table passes: %d %q", c.Line, status, body)
+					}
 				}
 			}
-			if status != c.Status || body != want {
-				t.Errorf("line %d: got %d %q, want %d %s", c.Line, status, body, c.Status, c.Code)
+			if code := s.stop(syscall.SIGTERM); code != 0 {
+				t.Errorf("exit code %d; stderr: %s", code, s.stderr)
 			}
-		default:
-			var e struct {
-				Error struct{ Code string } `json:"error"`
-			}
-			_ = json.Unmarshal([]byte(body), &e)
-			if checkCodes[e.Error.Code] || (!head && !json.Valid([]byte(body))) {
-				t.Errorf("line %d: refused a head the table passes: %d %q", c.Line, status, body)
-			}
-		}
-	}
-	if code := s.stop(syscall.SIGTERM); code != 0 {
-		t.Errorf("exit code %d; stderr: %s", code, s.stderr)
+		})
 	}
 }

@@ -9,6 +9,7 @@ import subprocess
 
 import common as c
 import ladder_python
+import payments
 
 EXTRA_CSS = """
 .story{margin-top:34px}
@@ -180,28 +181,25 @@ def payments_section(d, css_sink):
 <p class="note">{esc(d['pinning'])}. {d['users']:,} users, the ledger in {esc(d.get('store', 'sqlite'))}; every user on every hot endpoint and window replayed to
 both services and compared field by field: {sh['compared']:,} pairs, {sh['matched']:,} matched,
 {sh['mismatched']} differ, {sh['errors']} errors.</p><pre>{esc(sh['table'].strip())}</pre>"""]
+    if d.get("shadow_cgo"):
+        parts.append(f"<p class=\"note\">Go against Go + Rust via cgo (tier 3), the same requests:</p>"
+                     f"<pre>{esc(d['shadow_cgo']['table'].strip())}</pre>")
     for ep, e in d["endpoints"].items():
         f = e["fixed"]
-        lb = e["max_rps_lower_bound"]
-        mark = lambda n: c.fmt_max(e["max_rps"][n], lb[n], e.get("ramp_start"))
-        rows = [
-            ["max req/s at the SLO", mark("go"), mark("rust"), c.fmt_ratio(e["max_ratio"]), "85k vs >150k (1.8x)"],
-            ["fixed load: achieved req/s", c.fmt_num(f["rps"]["go"]), c.fmt_num(f["rps"]["rust"]), "", "80k"],
-            ["CPU % of one core", c.fmt_num(f["cpu_percent"]["go"]), c.fmt_num(f["cpu_percent"]["rust"]),
-             c.fmt_ratio(c.ratio(f["cpu_percent"]["rust"], f["cpu_percent"]["go"])), "78.3% vs 52.0%"],
-            ["memory, PSS MiB", c.fmt_num(f["pss_mb"]["go"]), c.fmt_num(f["pss_mb"]["rust"]),
-             c.fmt_ratio(c.ratio(f["pss_mb"]["rust"], f["pss_mb"]["go"])), "7.4% vs 2.07% of the pod"],
-            ["p99 ms", c.fmt_ms(f["p99_ms"]["go"]), c.fmt_ms(f["p99_ms"]["rust"]),
-             c.fmt_ratio(c.ratio(f["p99_ms"]["rust"], f["p99_ms"]["go"])), "19.87 vs 4.79 ms"],
-            ["CPU µs per request", c.fmt_num(f["cpu_us_per_request"]["go"]), c.fmt_num(f["cpu_us_per_request"]["rust"]),
-             c.fmt_ratio(c.ratio(f["cpu_us_per_request"]["rust"], f["cpu_us_per_request"]["go"])), ""],
-        ]
         parts.append(f"<h3>/v1/users/{{id}}/{esc(ep)}: ramped under {esc(d['slo'])}, then fixed at "
                      f"{f['offered_rps']:,} req/s (half of Go's max)</h3>")
-        parts.append(html_table(["figure", "Go", "Rust", "Rust/Go", "the story"], rows))
+        # The rungs the run had (Go, the cgo engine, the Rust service), as the terminal shows them.
+        parts.append(html_table(*payments.endpoint_table(e)))
         if e.get("target"):
             parts.append(f'<p>Target: Rust\'s max &gt;= {esc(c.fmt_ratio(e["target"]["want"]))} Go\'s: '
                          f'{verdict_line(e["target"])}</p>')
+        if e.get("target_cgo"):
+            parts.append(f'<p>Target: the cgo engine\'s max &gt;= {esc(c.fmt_ratio(e["target_cgo"]["want"]))} Go\'s: '
+                         f'{verdict_line(e["target_cgo"])}</p>')
+        if f.get("go_http_layer_us") is not None:
+            parts.append(f'<p class="note">Go\'s HTTP layer and the cgo crossing: '
+                         f'{esc(c.fmt_num(f["go_http_layer_us"]))} µs of CPU per request (tier 3 minus tier 4: '
+                         "both compute with the same Rust code).</p>")
         cpu = e.get("cpu_percent_at_max") or {}
         parts.append(f'<p class="note">CPU at the last step that held: Go {esc(c.fmt_num(cpu.get("go")))}%, Rust '
                      f'{esc(c.fmt_num(cpu.get("rust")))}% of a core. A maximum marked "&gt;=" held at the ramp\'s '

@@ -20,11 +20,14 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use scalpel_live::{Chart, History, Kind, Line, Page, Snapshot};
 use scalpel_load::{Progress, Slo, Stop};
-use scalpel_procstat::TreeSampler;
+use scalpel_procstat::{SampleMark, TreeSampler};
 use serde::Serialize;
 
 /// Points kept per target: an hour of one-second points.
 const HISTORY: usize = 3600;
+/// The shortest interval a point's CPU covers (points come about a second apart, the
+/// target's readings every 100 ms): at 100 Hz, ±1 tick is ±1.4% of a core over it.
+const CPU_INTERVAL_MIN: Duration = Duration::from_millis(700);
 
 /// What the dashboard knows of a target before the run.
 #[derive(Debug)]
@@ -51,6 +54,10 @@ struct TargetState {
     now: Option<TargetNow>,
     points: History<Point>,
     last_point: Option<Instant>,
+    /// Where the next point's CPU interval starts (the last one's end).
+    cpu_from: Option<SampleMark>,
+    /// The CPU of the last point's whole interval: what the card shows.
+    cpu: Option<f64>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -123,10 +130,12 @@ impl Dashboard {
             targets: targets
                 .into_iter()
                 .map(|target| TargetState {
+                    cpu_from: target.sampler.as_ref().map(|s| s.mark()),
                     target,
                     now: None,
                     points: History::new(HISTORY),
                     last_point: None,
+                    cpu: None,
                 })
                 .collect(),
             report: None,
@@ -185,13 +194,27 @@ impl Dashboard {
         {
             ts.last_point = Some(Instant::now());
             let sample = ts.target.sampler.as_ref().and_then(|s| s.latest());
+            // The CPU of the point's whole interval (ticks summed since the last point), not
+            // the last 100 ms sample: a tick is 10% of one, so a steady 5% read 0% or 10%.
+            // A shorter interval (the first point, soon after the start) waits for the next
+            // point, which then covers both.
+            let interval = match (&ts.target.sampler, ts.cpu_from) {
+                (Some(sampler), Some(from)) => sampler
+                    .cpu_since(from)
+                    .filter(|i| i.wall >= CPU_INTERVAL_MIN),
+                _ => None,
+            };
+            if let Some(interval) = interval {
+                ts.cpu_from = Some(interval.end);
+                ts.cpu = Some(interval.cpu_percent);
+            }
             ts.points.push(Point {
                 t,
                 offered: p.offered_rps,
                 achieved: p.rps,
                 p50: now.p50_ms,
                 p99: now.p99_ms,
-                cpu: sample.map(|s| s.cpu_percent),
+                cpu: interval.map(|i| i.cpu_percent),
                 rss: sample.map(|s| s.rss_bytes),
             });
         }
@@ -318,6 +341,7 @@ struct LoadOut<'a> {
     targets: Vec<TargetOut<'a>>,
 }
 
+/// What the page polls: the run's state and each target's figures now, and the charts.
 fn snapshot(s: &State) -> Snapshot {
     let targets = s
         .targets
@@ -328,7 +352,7 @@ fn snapshot(s: &State) -> Snapshot {
                 name: &t.target.name,
                 url: &t.target.url,
                 now: t.now,
-                cpu_percent: sample.map(|x| x.cpu_percent),
+                cpu_percent: t.cpu,
                 rss_bytes: sample.map(|x| x.rss_bytes),
             }
         })
@@ -346,54 +370,107 @@ fn snapshot(s: &State) -> Snapshot {
         step: &s.step,
         targets,
     });
-    let x_label = "seconds since the start".to_string();
-    let series = |f: &dyn Fn(&Point) -> Option<f64>, name: &str, i: usize, dashed: bool| Line {
-        name: name.to_string(),
+    for (id, chart) in charts(s) {
+        snap.push_chart(id, chart);
+    }
+    snap
+}
+
+/// The x axis of every chart.
+const SINCE_START: &str = "seconds since the start";
+
+/// One line over a target's points: `f` reads the figure from a point (`None`: no point).
+fn series(
+    target: &TargetState,
+    i: usize,
+    name: String,
+    dashed: bool,
+    f: &dyn Fn(&Point) -> Option<f64>,
+) -> Line {
+    Line {
+        name,
         color_index: i,
         dashed,
-        points: s.targets[i]
+        points: target
             .points
             .iter()
             .filter_map(|p| f(p).map(|v| (p.t, v)))
             .collect(),
-    };
-    let mut rate = Vec::new();
-    let mut latency = Vec::new();
-    let mut cpu = Vec::new();
-    let mut memory = Vec::new();
+    }
+}
+
+/// Rate and latency for every target; CPU and memory when some target is watched.
+fn charts(s: &State) -> Vec<(&'static str, Chart)> {
+    let mut out = vec![
+        ("load-rate", rate_chart(s)),
+        ("load-latency", latency_chart(s)),
+    ];
+    let (mut cpu, mut memory) = (Vec::new(), Vec::new());
     for (i, t) in s.targets.iter().enumerate() {
-        let name = &t.target.name;
-        rate.push(series(
-            &|p| Some(p.achieved),
-            &format!("{name} achieved"),
-            i,
-            false,
-        ));
-        if t.points.iter().any(|p| p.offered.is_some()) {
-            rate.push(series(&|p| p.offered, &format!("{name} offered"), i, true));
-        }
-        latency.push(series(&|p| p.p99, &format!("{name} p99"), i, false));
-        latency.push(series(&|p| p.p50, &format!("{name} p50"), i, true));
         if t.target.sampler.is_some() {
-            cpu.push(series(&|p| p.cpu, name, i, false));
-            memory.push(series(
-                &|p| p.rss.map(|b| b as f64 / 1_048_576.0),
-                name,
-                i,
-                false,
-            ));
+            let name = &t.target.name;
+            cpu.push(series(t, i, name.clone(), false, &|p| p.cpu));
+            memory.push(series(t, i, name.clone(), false, &|p| {
+                p.rss.map(|b| b as f64 / 1_048_576.0)
+            }));
         }
     }
-    snap.push_chart(
-        "load-rate",
-        Chart {
-            title: "Offered (dashed) and achieved rate".into(),
-            x_label: x_label.clone(),
-            y_label: "requests/s".into(),
-            lines: rate,
-            ..Chart::default()
-        },
-    );
+    if !cpu.is_empty() {
+        out.push((
+            "load-cpu",
+            Chart {
+                title: "Targets' CPU (100% = one core)".into(),
+                x_label: SINCE_START.into(),
+                y_label: "percent".into(),
+                lines: cpu,
+                ..Chart::default()
+            },
+        ));
+        out.push((
+            "load-memory",
+            Chart {
+                title: "Targets' memory (RSS)".into(),
+                x_label: SINCE_START.into(),
+                y_label: "MiB".into(),
+                lines: memory,
+                ..Chart::default()
+            },
+        ));
+    }
+    out
+}
+
+/// Achieved rate per target, and the offered rate dashed when the model has one.
+fn rate_chart(s: &State) -> Chart {
+    let mut rate = Vec::new();
+    for (i, t) in s.targets.iter().enumerate() {
+        let name = &t.target.name;
+        rate.push(series(t, i, format!("{name} achieved"), false, &|p| {
+            Some(p.achieved)
+        }));
+        if t.points.iter().any(|p| p.offered.is_some()) {
+            rate.push(series(t, i, format!("{name} offered"), true, &|p| {
+                p.offered
+            }));
+        }
+    }
+    Chart {
+        title: "Offered (dashed) and achieved rate".into(),
+        x_label: SINCE_START.into(),
+        y_label: "requests/s".into(),
+        lines: rate,
+        ..Chart::default()
+    }
+}
+
+/// p99 and p50 each second per target, with the SLO's bounds on them.
+fn latency_chart(s: &State) -> Chart {
+    let mut latency = Vec::new();
+    for (i, t) in s.targets.iter().enumerate() {
+        let name = &t.target.name;
+        latency.push(series(t, i, format!("{name} p99"), false, &|p| p.p99));
+        latency.push(series(t, i, format!("{name} p50"), true, &|p| p.p50));
+    }
     let limits = s
         .slo
         .as_ref()
@@ -407,39 +484,13 @@ fn snapshot(s: &State) -> Snapshot {
                 .collect()
         })
         .unwrap_or_default();
-    snap.push_chart(
-        "load-latency",
-        Chart {
-            title: "Latency each second (p99 solid, p50 dashed)".into(),
-            x_label: x_label.clone(),
-            y_label: "milliseconds".into(),
-            y_log: true,
-            limits,
-            lines: latency,
-            ..Chart::default()
-        },
-    );
-    if !cpu.is_empty() {
-        snap.push_chart(
-            "load-cpu",
-            Chart {
-                title: "Targets' CPU (100% = one core)".into(),
-                x_label: x_label.clone(),
-                y_label: "percent".into(),
-                lines: cpu,
-                ..Chart::default()
-            },
-        );
-        snap.push_chart(
-            "load-memory",
-            Chart {
-                title: "Targets' memory (RSS)".into(),
-                x_label,
-                y_label: "MiB".into(),
-                lines: memory,
-                ..Chart::default()
-            },
-        );
+    Chart {
+        title: "Latency each second (p99 solid, p50 dashed)".into(),
+        x_label: SINCE_START.into(),
+        y_label: "milliseconds".into(),
+        y_log: true,
+        limits,
+        lines: latency,
+        ..Chart::default()
     }
-    snap
 }

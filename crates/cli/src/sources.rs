@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use scalpel_load::result::{MalformedRecord, RecordedInfo};
 use scalpel_load::{
     RecordedSchedule, RecordedTimes, Renderer, RequestParts, RequestSource, SourceError,
 };
@@ -164,6 +165,35 @@ impl RecordedRequests {
     pub(crate) fn looped(&self) -> bool {
         self.looped.load(Ordering::Relaxed)
     }
+
+    /// What the recording held and how the run used it, for the result: replayed on its
+    /// schedule at `speed`, or (`None`) a pool.
+    pub(crate) fn info(&self, speed: Option<f64>) -> RecordedInfo {
+        let summary = self.source.summary();
+        RecordedInfo {
+            file: self.source.path().display().to_string(),
+            format: summary.format.to_string(),
+            schedule: if speed.is_some() { "recorded" } else { "pool" }.to_owned(),
+            speed,
+            records: summary.read,
+            usable: summary.usable,
+            skipped: summary
+                .skipped
+                .iter()
+                .map(|(reason, n)| (reason.name().to_owned(), n))
+                .collect(),
+            first_malformed: summary
+                .first_malformed
+                .iter()
+                .map(|b| MalformedRecord {
+                    line: b.line,
+                    message: b.message.clone(),
+                })
+                .collect(),
+            span_s: summary.span.as_secs_f64(),
+            looped: self.looped(),
+        }
+    }
 }
 
 struct RecordedRenderer {
@@ -183,11 +213,6 @@ impl RequestSource for RecordedRequests {
             out: RenderedRequest::default(),
             looped: self.looped.clone(),
         })
-    }
-
-    /// Replayed exactly: the probe only connects, it never sends a recorded request twice.
-    fn probe_with_request(&self) -> bool {
-        false
     }
 
     fn recorded(&self) -> Option<&dyn RecordedSchedule> {

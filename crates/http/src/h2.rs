@@ -4,8 +4,8 @@
 //! and stalls on the peer's stream limit or its flow-control window.
 
 use std::future::Future;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -80,6 +80,8 @@ struct Shared {
     stats: Arc<H2Stats>,
     closed: AtomicBool,
     in_flight: AtomicUsize,
+    /// The connection's one PING handle (`H2Conn::ping`), taken while a ping is out.
+    ping: std::sync::Mutex<Option<h2::PingPong>>,
 }
 
 /// Where an HTTP/2 connection's driver task runs (the one task that reads and writes
@@ -135,7 +137,7 @@ impl H2Conn {
         stats: Arc<H2Stats>,
         driver: H2Driver,
     ) -> Result<H2Conn, Error> {
-        let (send, connection) = h2::client::Builder::new()
+        let (send, mut connection) = h2::client::Builder::new()
             .initial_window_size(options.h2_stream_window)
             .initial_connection_window_size(options.h2_connection_window)
             .max_header_list_size(u32::try_from(options.max_head_bytes).unwrap_or(u32::MAX))
@@ -150,6 +152,7 @@ impl H2Conn {
             stats,
             closed: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
+            ping: std::sync::Mutex::new(connection.ping_pong()),
         });
         let ended = Arc::clone(&shared);
         let drive = async move {
@@ -177,6 +180,30 @@ impl H2Conn {
             send,
             shared,
             read_timeout: options.read_timeout,
+        })
+    }
+
+    /// Sends one PING and waits for its answer: proof that the peer speaks HTTP/2 (it must
+    /// send its SETTINGS before anything else), without sending a request. The handshake
+    /// alone proves nothing over plain TCP: the client's preface is written and not
+    /// answered. Unbounded: the caller sets the time limit.
+    pub async fn ping(&self) -> Result<(), Error> {
+        let handle = || {
+            self.shared
+                .ping
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+        };
+        let Some(mut ping) = handle().take() else {
+            return Err(Error::Request(
+                "a PING is already out on this connection".into(),
+            ));
+        };
+        let pong = ping.ping(h2::Ping::opaque()).await;
+        *handle() = Some(ping);
+        pong.map(drop).map_err(|source| Error::H2 {
+            phase: Phase::Handshake,
+            source,
         })
     }
 

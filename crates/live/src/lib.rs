@@ -27,9 +27,9 @@
 //!   request/response admin calls; a poll needs no streaming body type in three different
 //!   servers, survives a restarted tool without reconnect logic, and its cost is one
 //!   snapshot per open page per second.
-//! - **Charts are drawn on the server with the report's SVG code** ([`scalpel_report::chart`]),
-//!   so a live chart looks like the same chart in `scalpel report html`; the page swaps the
-//!   `<svg>` in. Tables are built in the browser from the JSON with `textContent` (never
+//! - **Charts are drawn on the server with the report's SVG code** (`scalpel-present`,
+//!   which the load report draws with too), so a live chart looks like the same chart in
+//!   `scalpel report html`; the page swaps the `<svg>` in. Tables are built in the browser from the JSON with `textContent` (never
 //!   markup from data), so the JSON alone is enough to build a page.
 //! - **Light and dark** follow `prefers-color-scheme`; every control is a native button or
 //!   input (keyboard focus, a visible focus ring); tables are real tables with captions and
@@ -60,4 +60,4 @@ mod page;
 
 pub use history::History;
 pub use page::{Action, Kind, Page, Reply, SNAPSHOT_PATH, Snapshot};
-pub use scalpel_report::chart::{Chart, Line, color};
+pub use scalpel_present::{Chart, Line, color};

@@ -3,8 +3,7 @@
 use std::borrow::Cow;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use scalpel_report::chart::Chart;
-use scalpel_report::escape_html;
+use scalpel_present::{Chart, STYLE, escape_html};
 use serde::Serialize;
 
 /// Where the page polls for its [`Snapshot`] (relative to the page: `live/snapshot`).
@@ -177,7 +176,7 @@ impl Page {
             ),
             "/live/live.css" => Reply::new(
                 "text/css; charset=utf-8",
-                Cow::Owned(format!("{}\n{LIVE_CSS}", scalpel_report::chart::STYLE).into_bytes()),
+                Cow::Owned(format!("{}\n{LIVE_CSS}", STYLE).into_bytes()),
             ),
             "/live/live.js" => Reply::new(
                 "text/javascript; charset=utf-8",

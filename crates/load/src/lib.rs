@@ -9,11 +9,22 @@
 //! toolkit's one connector (TCP or TLS, its HTTP/1.1 codec, HTTP/2), which this crate
 //! drives from its worker loop (`conn`).
 //!
-//! Main types: a [`Plan`] (model, step length, connections, time-outs, [`Slo`]), a list of
-//! [`Target`]s (base URL + [`RequestSource`] + optional [`ResourceWatch`], with the
-//! connection settings that travel with it: [`PeerOptions`] for TLS and the HTTP version,
-//! HTTP/2 streams, `--no-reuse`), and [`run`], which returns the serialized
-//! [`result::RunResult`].
+//! Main types: a [`Plan`] (model, step length, connections, time-outs, [`Slo`], the
+//! shard and common clock), a list of [`Target`]s (base URL + [`RequestSource`] + optional
+//! [`ResourceWatch`], with the connection settings that travel with it: [`PeerOptions`] for
+//! TLS and the HTTP version, HTTP/2 streams, `--no-reuse`), and [`run`], which returns the
+//! serialized [`result::RunResult`]. [`Plan::validate`] is the one place the rules of a plan
+//! live (rates within [`MAX_RATE`], a replay speed within [`MAX_SPEED`], at most
+//! [`MAX_ENDPOINTS`] endpoints, the totals a sharded run splits, a common clock within a day);
+//! each refusal is a [`PlanError`] that names its `scalpel load` flag, and [`run`] checks
+//! again. A sharded run's identity (run id and settings fingerprint) is [`Plan::identity`].
+//!
+//! Modules: `plan` (the plan and its validator), `target` and `source` (a target and where
+//! its requests come from), `run` (steps × targets × rounds, the probe, the result),
+//! `worker` (one segment's threads and the worker loop), `conn` (the connector driven from
+//! the loop: a slot's own `H1Conn`, a thread's `SharedH2`, failures counted by
+//! `scalpel_http::ErrorKey` and written by their names), `timer` (the open model's timerfd), [`shard`], [`result`], and the SLO, the
+//! live percentiles and the common clock.
 //!
 //! ```no_run
 //! use std::{sync::Arc, time::Duration};
@@ -35,6 +46,8 @@
 //! };
 //! let target = Target::new("go", "http://127.0.0.1:8080", Arc::new(FixedRequest::new("GET", "/")))
 //!     .unwrap();
+//! // The plan's rules, before anything is opened (`run` checks them again).
+//! plan.validate(std::slice::from_ref(&target)).unwrap();
 //! let result = scalpel_load::run(&plan, vec![target], &mut |_progress| {}).unwrap();
 //! println!("{:?}", result.targets[0].breaking_point);
 //! ```
@@ -67,39 +80,44 @@
 //!   template has no placeholders, written with one `write`, the response head parsed by
 //!   `httparse` into status and framing only, and the body (Content-Length, chunked or
 //!   until close) skipped in a reused buffer: no per-request allocation, body channel,
-//!   header map or connection task. (Load had a client of its own until issue #12; the
-//!   connector's path measured the same throughput, docs/load.md "One HTTP
-//!   implementation".) HTTP/2 runs on the `h2` crate: one driver task per connection, a
-//!   slot per stream, `connections × streams` slots. Measured side by side in the same closed loop
-//!   (`examples/hyper_vs_lean.rs`, docs/load.md "Benchmarks"), hyper reached 0.70x of the
-//!   lean client's req/s on one pinned thread and 0.54x on two (medians, shared machine;
-//!   lean ahead in every alternating pair): hyper hands each request to a connection task
-//!   and the response back over channels and builds a `Request` and header map per
-//!   request. The closed model reaches ~0.98x of wrk pinned, 1.4x unpinned. The project's
-//!   rule "hyper for HTTP" holds everywhere off this hot path.
+//!   header map or connection task. hyper hands each request to a connection task and the
+//!   response back over channels and builds a `Request` and header map per request; side
+//!   by side in the same closed loop (`examples/hyper_vs_lean.rs`) it was the slower one in
+//!   every alternating pair (figures: docs/load.md "Benchmarks" and docs/BENCHMARKS.md).
+//!   HTTP/2 runs on the `h2` crate: one driver task per connection, a slot per stream,
+//!   `connections × streams` slots. The project's rule "hyper for HTTP" holds everywhere
+//!   off this hot path.
 //! - **Alternation.** Each step of each target is split into `rounds` segments; the order
 //!   of targets is reversed every round (A,B, B,A, …), continuing across steps, so that
 //!   drift of the machine hits every target alike.
 
 mod conn;
 mod live_latency;
+mod plan;
 mod request;
 pub mod result;
 mod run;
 pub mod shard;
 mod slo;
+mod source;
 mod start;
+mod stop;
+mod target;
 mod timer;
 mod worker;
 
 pub use live_latency::LiveLatency;
-pub use request::{Endpoint, MAX_HEAD_BYTES, RequestParts, UrlError};
-pub use run::{
-    FixedRequest, LoadError, Model, Plan, Progress, RecordedSchedule, RecordedTimes, Renderer,
-    RequestSource, ResourceUsage, ResourceWatch, SourceError, StepLimit, Stop, Target, probe, run,
-    run_until,
+pub use plan::{
+    MAX_ENDPOINTS, MAX_RATE, MAX_SPEED, Model, Plan, PlanError, RunIdentity, StepLimit,
 };
+pub use request::{Endpoint, MAX_HEAD_BYTES, RequestParts, UrlError};
+pub use run::{LoadError, Progress, probe, run, run_until};
 pub use scalpel_http::{HttpVersion, PeerOptions, Resolve};
 pub use shard::{Shard, ShardError};
 pub use slo::{Slo, SloError};
+pub use source::{
+    FixedRequest, RecordedSchedule, RecordedTimes, Renderer, RequestSource, SourceError,
+};
 pub use start::{StartAt, StartAtError};
+pub use stop::Stop;
+pub use target::{ResourceUsage, ResourceWatch, Target};

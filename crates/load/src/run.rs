@@ -2,383 +2,29 @@
 //! each target's segments into one [`StepResult`] per step, judging the SLO, and assembling
 //! the [`RunResult`].
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use scalpel_http::{Connector, HttpVersion, PeerOptions};
+use scalpel_http::{Connector, HttpVersion};
 
 use crate::live_latency::{LiveLatency, Window};
-use crate::request::{Endpoint, RequestParts, UrlError};
+use crate::plan::{Model, Plan, PlanError, StepLimit};
 use crate::result::{
-    ConnectionInfo, EndpointResult, FORMAT_VERSION, H2Events, LatencySummary, Machine, RunConfig,
-    RunResult, StepResult, TargetResult, encode_histogram,
+    EndpointResult, FORMAT_VERSION, H2Events, LatencySummary, Machine, RunConfig, RunResult,
+    StepResult, TargetResult, encode_histogram,
 };
 use crate::shard::Shard;
-use crate::slo::Slo;
 use crate::start::StartAt;
+use crate::stop::Stop;
+use crate::target::{ResourceUsage, Target};
 use crate::worker::{Limit, Live, Outcome, Pacing, SegmentSpec, Tally, run_segment, share};
-
-/// Where a run's requests come from. Implemented by the CLI over `scalpel-requests`;
-/// [`FixedRequest`] is the simplest one.
-///
-/// Shared by every load thread; each thread asks for its own [`Renderer`], which keeps
-/// that thread's buffers and file readers between requests (no lock, no allocation once
-/// warm). Request `index` is a pure function of the index for templates and mixes, so
-/// every target of an A/B run gets the very same sequence.
-pub trait RequestSource: Send + Sync + std::fmt::Debug + 'static {
-    /// True when every index renders the same request: it is then encoded once, not per
-    /// request.
-    fn is_fixed(&self) -> bool;
-
-    /// A renderer for one load thread.
-    fn renderer(&self) -> Box<dyn Renderer>;
-
-    /// The endpoints' names when the requests are a mix of endpoints: every figure is then
-    /// kept per endpoint too (`endpoints[]` of each step). Empty (the default) otherwise.
-    fn endpoints(&self) -> &[String] {
-        &[]
-    }
-
-    /// The endpoint of request `index`, an index into [`RequestSource::endpoints`]: a pure
-    /// function of `index` (requests never sent are counted against it too).
-    fn endpoint_of(&self, _index: u64) -> usize {
-        0
-    }
-
-    /// Whether the probe before the run sends request 0 (the default) or only opens a
-    /// connection: recorded traffic is replayed exactly, and a recorded POST must not be
-    /// sent one extra time.
-    fn probe_with_request(&self) -> bool {
-        true
-    }
-
-    /// The recorded schedule, for [`Model::Recorded`]; `None` (the default) for sources
-    /// without recorded times.
-    fn recorded(&self) -> Option<&dyn RecordedSchedule> {
-        None
-    }
-}
-
-/// Renders requests for one load thread (see [`RequestSource::renderer`]).
-pub trait Renderer {
-    /// Fills `out` (reused between requests) with request `index`. The indexes one thread
-    /// asks for only grow within a segment.
-    ///
-    /// # Errors
-    ///
-    /// The request cannot be produced (a recorded file that went away or was truncated
-    /// while it was replayed): it is counted not sent, kind `local:source`.
-    fn render(&mut self, index: u64, out: &mut RequestParts) -> Result<(), SourceError>;
-}
-
-/// Recorded traffic's own schedule: when each request was sent, after the first.
-pub trait RecordedSchedule: Send + Sync + std::fmt::Debug {
-    /// Requests in one pass over the recording.
-    fn len(&self) -> u64;
-
-    /// Always false: a recording has at least one request.
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// From the first to the last request, as recorded.
-    fn span(&self) -> Duration;
-
-    /// The recorded times of requests `first`, `first + stride`, `first + 2·stride`, … in
-    /// order, never decreasing: one load thread's share of the schedule.
-    fn times(&self, first: u64, stride: u64) -> Box<dyn RecordedTimes>;
-}
-
-/// One thread's walk through a recorded schedule (see [`RecordedSchedule::times`]).
-pub trait RecordedTimes {
-    /// The next recorded time; `Ok(None)` after the last.
-    ///
-    /// # Errors
-    ///
-    /// The recording cannot be read any more; the thread's remaining requests are counted
-    /// not sent, kind `local:source`.
-    fn next_at(&mut self) -> Result<Option<Duration>, SourceError>;
-}
-
-/// A request source that failed while the run was going (see [`Renderer::render`]).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct SourceError(pub String);
-
-/// The same request every time.
-#[derive(Debug, Clone)]
-pub struct FixedRequest(RequestParts);
-
-impl FixedRequest {
-    /// A request without a body, e.g. `FixedRequest::new("GET", "/")`.
-    pub fn new(method: &str, path_and_query: &str) -> FixedRequest {
-        FixedRequest(RequestParts {
-            method: method.to_string(),
-            path_and_query: path_and_query.to_string(),
-            ..RequestParts::default()
-        })
-    }
-
-    /// A request from its parts.
-    pub fn from_parts(parts: RequestParts) -> FixedRequest {
-        FixedRequest(parts)
-    }
-}
-
-impl RequestSource for FixedRequest {
-    fn is_fixed(&self) -> bool {
-        true
-    }
-    fn renderer(&self) -> Box<dyn Renderer> {
-        Box::new(self.clone())
-    }
-}
-
-impl Renderer for FixedRequest {
-    fn render(&mut self, _index: u64, out: &mut RequestParts) -> Result<(), SourceError> {
-        out.clone_from(&self.0);
-        Ok(())
-    }
-}
-
-/// Asks a running load to stop early, e.g. from a SIGINT handler on another thread. The
-/// run stops claiming requests, cuts those in flight (counted `interrupted`), marks the
-/// step it was in `partial` and returns everything measured until then.
-#[derive(Debug, Clone, Default)]
-pub struct Stop(Arc<StopState>);
-
-#[derive(Debug, Default)]
-struct StopState {
-    raised: AtomicBool,
-    at: OnceLock<Instant>,
-}
-
-impl Stop {
-    /// A stop that has not been raised.
-    pub fn new() -> Stop {
-        Stop::default()
-    }
-
-    /// Raises it (idempotent; the first call's time counts).
-    pub fn stop(&self) {
-        let _ = self.0.at.set(Instant::now());
-        self.0.raised.store(true, Ordering::Release);
-    }
-
-    /// Whether it was raised.
-    pub fn is_stopped(&self) -> bool {
-        self.0.raised.load(Ordering::Acquire)
-    }
-
-    /// When it was raised.
-    pub(crate) fn at(&self) -> Option<Instant> {
-        if self.is_stopped() {
-            self.0.at.get().copied()
-        } else {
-            None
-        }
-    }
-}
-
-/// Resource use of a watched process tree over a segment (from `scalpel-procstat`).
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct ResourceUsage {
-    /// Samples taken; segments are combined weighted by it.
-    pub samples: u64,
-    /// Mean CPU% (100 = one core) summed over the tree.
-    pub cpu_percent_mean: f64,
-    /// Peak CPU%.
-    pub cpu_percent_peak: f64,
-    /// Mean resident set size in bytes, summed over the tree.
-    pub rss_bytes_mean: u64,
-    /// Peak resident set size in bytes.
-    pub rss_bytes_peak: u64,
-    /// Mean proportional set size in bytes, where the kernel gives it.
-    pub pss_bytes_mean: Option<u64>,
-    /// Peak proportional set size in bytes.
-    pub pss_bytes_peak: Option<u64>,
-}
-
-/// Watches a target's processes: `begin` at the start of each segment, `end` after it.
-pub trait ResourceWatch: Send + std::fmt::Debug {
-    /// Marks the start of a segment.
-    fn begin(&mut self);
-    /// The usage since the last `begin`; `None` when nothing could be sampled.
-    fn end(&mut self) -> Option<ResourceUsage>;
-}
-
-/// One service to load: a name, a base URL, its requests and optionally its processes.
-#[derive(Debug)]
-pub struct Target {
-    name: String,
-    url: String,
-    endpoint: Endpoint,
-    source: Arc<dyn RequestSource>,
-    watch: Option<Box<dyn ResourceWatch>>,
-    /// HTTP/2 streams per connection (h2load's `-m`).
-    streams: u32,
-    no_reuse: bool,
-}
-
-impl Target {
-    /// A target named `name` at `base_url` (`http[s]://host[:port][/prefix]`), HTTP/1.1
-    /// with keep-alive and the default TLS settings (the system's trust store).
-    pub fn new(
-        name: &str,
-        base_url: &str,
-        source: Arc<dyn RequestSource>,
-    ) -> Result<Target, UrlError> {
-        Ok(Target {
-            name: name.to_string(),
-            url: base_url.to_string(),
-            endpoint: Endpoint::parse(base_url)?,
-            source,
-            watch: None,
-            streams: 1,
-            no_reuse: false,
-        })
-    }
-
-    /// The settings that travel with the target: HTTP version (HTTP/2 by ALPN over TLS,
-    /// prior knowledge over `http://`), CA file or `insecure`, SNI name, `--resolve`
-    /// entries, the response head limit. Its time-outs are replaced by the plan's: the
-    /// connect time-out, and the whole-request time-out instead of a per-read one.
-    pub fn with_options(mut self, options: PeerOptions) -> Target {
-        self.endpoint.set_options(options);
-        self
-    }
-
-    /// HTTP/2: concurrent streams on each connection (h2load's `-m`; default 1). The
-    /// closed model keeps connections × streams requests in flight.
-    pub fn with_streams(mut self, streams: u32) -> Target {
-        self.streams = streams.max(1);
-        self
-    }
-
-    /// A new connection for every request, to measure the cost of connecting and the TLS
-    /// handshake (oha's `--disable-keepalive`): each request says `Connection: close`.
-    pub fn with_no_reuse(mut self, no_reuse: bool) -> Target {
-        self.no_reuse = no_reuse;
-        self.endpoint.set_close_each(no_reuse);
-        self
-    }
-
-    /// HTTP/2 streams per connection, when the target is spoken to over HTTP/2.
-    fn h2_streams(&self) -> Option<u32> {
-        (self.endpoint.peer().options().version == HttpVersion::Http2).then_some(self.streams)
-    }
-
-    /// How the target was connected to, for the result.
-    fn connection_info(&self, connector: &Connector) -> ConnectionInfo {
-        let peer = self.endpoint.peer();
-        let o = peer.options();
-        let h2 = o.version == HttpVersion::Http2;
-        ConnectionInfo {
-            protocol: match (h2, peer.is_tls()) {
-                (true, true) => "h2",
-                (true, false) => "h2c",
-                (false, _) => "http/1.1",
-            }
-            .to_string(),
-            tls: peer.is_tls(),
-            insecure: peer.is_tls() && o.insecure,
-            ca_file: (peer.is_tls() && !o.insecure)
-                .then(|| o.ca_file.as_ref().map(|p| p.display().to_string()))
-                .flatten(),
-            server_name: peer.is_tls().then(|| peer.tls_name().to_string()),
-            address: connector.addr().to_string(),
-            streams: h2.then_some(self.streams),
-            reuse: !self.no_reuse,
-        }
-    }
-
-    /// Samples this target's processes during every segment.
-    pub fn with_watch(mut self, watch: Box<dyn ResourceWatch>) -> Target {
-        self.watch = Some(watch);
-        self
-    }
-
-    /// The target's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-}
-
-/// The load model.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Model {
-    /// `connections` sending back to back (wrk).
-    Closed,
-    /// A fixed rate in requests/s (wrk2, vegeta).
-    Open {
-        /// Requests per second.
-        rate: f64,
-    },
-    /// Rates `start, start+step, …` up to `max`, one step each, until the SLO breaks.
-    Ramp {
-        /// First rate.
-        start: f64,
-        /// Increment per step.
-        step: f64,
-        /// Highest rate.
-        max: f64,
-    },
-    /// Recorded traffic on its recorded schedule: request `k` is due at its recorded time
-    /// (after the first request) divided by `speed`. The source must have a
-    /// [`RequestSource::recorded`] schedule; thread `w` of `T` takes requests `w, w+T, …`.
-    Recorded {
-        /// 1 replays at the recorded pace, 10 ten times faster.
-        speed: f64,
-    },
-}
-
-/// How long each step lasts.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum StepLimit {
-    /// A wall-clock duration.
-    Duration(Duration),
-    /// A number of requests.
-    Requests(u64),
-}
-
-/// Everything about a run except the targets.
-#[derive(Debug, Clone)]
-pub struct Plan {
-    /// Closed, open or ramp.
-    pub model: Model,
-    /// Length of each step (the only step in closed and open).
-    pub limit: StepLimit,
-    /// Closed: connections. Open/ramp: connections opened before the clock starts.
-    pub connections: u32,
-    /// Open/ramp: most requests in flight (and connections) per target.
-    pub max_in_flight: u32,
-    /// OS threads, each with its own single-threaded runtime.
-    pub threads: u32,
-    /// Time-out for establishing a connection.
-    pub connect_timeout: Duration,
-    /// Time-out for a whole request (connect, send, receive).
-    pub timeout: Duration,
-    /// The SLO each step is judged by.
-    pub slo: Option<Slo>,
-    /// Segments per step and target, run in alternating target order (A,B then B,A).
-    pub rounds: u32,
-    /// A description of the request for the result file, e.g. `GET /v1/users/{id}`.
-    pub request_label: String,
-    /// This process's part of a run spread over several (`--shard`); rates, `connections`,
-    /// `max_in_flight` and request counts above are the whole run's, and this process takes
-    /// its share of each (see [`crate::shard`]). [`Shard::WHOLE`] for a run in one process.
-    pub shard: Shard,
-    /// The common clock (`--start-at`): the first step starts at this wall-clock time, and
-    /// time-bound step `k` (segment `k` of the alternation) `k` step-lengths later, so the
-    /// steps of every shard line up. `None`: start as soon as the connections are open.
-    pub start_at: Option<StartAt>,
-}
 
 /// Failure to start a run.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    /// The target could not be resolved, connected to or did not answer the probe request.
+    /// The target could not be resolved or connected to, or did not answer the probe's
+    /// HTTP/2 PING.
     #[error("target `{target}` ({url}) is unreachable: {why}")]
     Unreachable {
         /// Target name.
@@ -399,9 +45,9 @@ pub enum LoadError {
         /// The problem, in one line.
         why: String,
     },
-    /// The plan makes no sense (no targets, zero rate, …).
-    #[error("{0}")]
-    BadPlan(String),
+    /// The plan or its targets break a rule ([`Plan::validate`]).
+    #[error(transparent)]
+    Plan(#[from] PlanError),
     /// Threads or runtimes could not be created.
     #[error("could not start the load workers: {0}")]
     Io(#[from] std::io::Error),
@@ -433,104 +79,16 @@ pub struct Progress<'a> {
     pub left: Option<Duration>,
 }
 
-impl Plan {
-    fn rates(&self) -> Vec<Option<f64>> {
-        match self.model {
-            Model::Closed | Model::Recorded { .. } => vec![None],
-            Model::Open { rate } => vec![Some(rate)],
-            Model::Ramp { start, step, max } => {
-                let mut out = Vec::new();
-                let mut k = 0.0;
-                loop {
-                    let rate = start + k * step;
-                    if rate > max * (1.0 + 1e-9) || out.len() >= 10_000 {
-                        break;
-                    }
-                    out.push(Some(rate));
-                    k += 1.0;
-                }
-                out
-            }
-        }
-    }
-
-    fn validate(&self, targets: &[Target]) -> Result<(), LoadError> {
-        let bad = |s: &str| Err(LoadError::BadPlan(s.to_string()));
-        if targets.is_empty() {
-            return bad("no target");
-        }
-        for (i, t) in targets.iter().enumerate() {
-            if targets[..i].iter().any(|o| o.name == t.name) {
-                return Err(LoadError::BadPlan(format!(
-                    "target name `{}` given twice",
-                    t.name
-                )));
-            }
-        }
-        match self.model {
-            Model::Closed if self.connections == 0 => return bad("connections must be at least 1"),
-            Model::Open { rate } if !(rate > 0.0 && rate.is_finite()) => {
-                return bad("the rate must be a positive number");
-            }
-            Model::Ramp { start, step, max }
-                if !(start > 0.0 && step > 0.0 && max >= start && max.is_finite()) =>
-            {
-                return bad(
-                    "--ramp needs START,STEP,MAX with START > 0, STEP > 0 and MAX >= START",
-                );
-            }
-            Model::Recorded { speed } => {
-                if !(speed > 0.0 && speed.is_finite()) {
-                    return bad("the replay speed must be a positive number");
-                }
-                if let Some(t) = targets.iter().find(|t| t.source.recorded().is_none()) {
-                    return Err(LoadError::BadPlan(format!(
-                        "target `{}`: a recorded schedule needs recorded traffic as its source",
-                        t.name
-                    )));
-                }
-            }
-            _ => {}
-        }
-        if self.max_in_flight == 0 {
-            return bad("the in-flight limit must be at least 1");
-        }
-        // Every shard refuses alike: one that got nothing would make the set incomplete.
-        let shards = self.shard.count();
-        if self.connections < shards {
-            return Err(LoadError::BadPlan(format!(
-                "{} connections are the whole run's: too few for {shards} shards (at least one each)",
-                self.connections
-            )));
-        }
-        if !matches!(self.model, Model::Closed) && self.max_in_flight < shards {
-            return Err(LoadError::BadPlan(format!(
-                "the in-flight limit {} is the whole run's: too low for {shards} shards (at least one each)",
-                self.max_in_flight
-            )));
-        }
-        if self.rounds == 0 || self.threads == 0 {
-            return bad("rounds and threads must be at least 1");
-        }
-        match self.limit {
-            StepLimit::Duration(d) if d.is_zero() => bad("the duration must be longer than 0"),
-            StepLimit::Requests(0) => bad("the request count must be at least 1"),
-            StepLimit::Requests(n) if n < u64::from(self.rounds) * u64::from(shards) => {
-                bad("the request count must be at least the number of rounds times the shards")
-            }
-            _ => Ok(()),
-        }
-    }
-}
-
-/// Resolves every target, opens a connection (TLS and HTTP/2 as asked) and sends it one
-/// request (request 0), so that a wrong address, a certificate that does not verify or a
-/// server that refuses HTTP/2 gives one clear line before any load.
+/// Resolves every target and opens a connection (TLS and HTTP/2 as asked; an HTTP/2 one
+/// answers a PING), so that a wrong address, a certificate that does not verify or a
+/// server that refuses HTTP/2 gives one clear line before any load. No request is sent:
+/// the server sees exactly the requests the run counts (docs/load.md, "The probe").
 pub fn probe(plan: &Plan, targets: &[Target]) -> Result<(), LoadError> {
     resolve_all(plan, targets).map(|_| ())
 }
 
-/// Each target's connector and the latency of its probe request.
+/// Each target's connector and how long its probe took (the connection, and a PING over
+/// HTTP/2).
 fn resolve_all(plan: &Plan, targets: &[Target]) -> Result<Vec<(Connector, Duration)>, LoadError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -595,49 +153,21 @@ async fn probe_target(plan: &Plan, t: &Target) -> Result<(Connector, Duration), 
             _ => unreachable(format!("cannot connect to {addr} within {within}")),
         },
     })?;
-    // Recorded traffic is replayed exactly: the connection is the probe.
-    if !t.source.probe_with_request() {
+    // The probe sends no request: the server sees exactly the requests the run counts.
+    // An HTTP/2 connection is proven by a PING answered (over plain TCP, the client's
+    // preface alone proves nothing); an HTTP/1.1 one by the connection itself.
+    let scalpel_http::Conn::H2(conn) = connected.conn else {
         return Ok((connector, started.elapsed()));
-    }
-    // The shard's own first request: a sharded run probes with N different ones.
-    let mut parts = RequestParts::default();
-    t.source
-        .renderer()
-        .render(plan.shard.global(0), &mut parts)
-        .map_err(|e| unreachable(format!("cannot make the probe request: {e}")))?;
-    let failed = |e: &Error| {
-        let what = e.kind().describe();
-        unreachable(format!("the probe request failed: {what} ({e})"))
     };
-    let answer = async {
-        match connected.conn {
-            scalpel_http::Conn::H1(mut conn) => {
-                let mut wire = Vec::new();
-                parts.encode(&t.endpoint, &mut wire);
-                conn.round_trip(&wire, parts.is_head())
-                    .await
-                    .map_err(|e| failed(&e))?;
-            }
-            scalpel_http::Conn::H2(mut conn) => {
-                let (request, body) = parts
-                    .to_h2(&t.endpoint)
-                    .map_err(|e| refused(format!("the request cannot be sent over HTTP/2: {e}")))?;
-                conn.round_trip(request, body).await.map_err(|e| {
-                    if h2c && e.reset_by_peer().is_none() {
-                        refused(no_h2c(&e))
-                    } else {
-                        failed(&e)
-                    }
-                })?;
-            }
-        }
-        Ok(())
-    };
-    match tokio::time::timeout(plan.timeout, answer).await {
+    match tokio::time::timeout(plan.timeout, conn.ping()).await {
         Ok(Ok(())) => Ok((connector, started.elapsed())),
-        Ok(Err(e)) => Err(e),
+        Ok(Err(e)) if h2c => Err(refused(no_h2c(&e))),
+        Ok(Err(e)) => Err(unreachable(format!(
+            "no HTTP/2 answer from {addr}: {} ({e})",
+            e.kind().describe()
+        ))),
         Err(_) => Err(unreachable(format!(
-            "no response to a probe request within {}",
+            "no answer to an HTTP/2 PING within {}",
             scalpel_units::format_duration(plan.timeout)
         ))),
     }
@@ -667,6 +197,38 @@ struct StepAcc {
     start_late: Option<Duration>,
 }
 
+impl StepAcc {
+    fn new(endpoints: usize) -> StepAcc {
+        StepAcc {
+            tally: Tally::with_endpoints(endpoints),
+            wall: Duration::ZERO,
+            window: None,
+            usage: None,
+            segments: 0,
+            cut: false,
+            start_late: None,
+            h2: None,
+        }
+    }
+
+    /// Adds one segment: its tally, time, resource use and HTTP/2 events.
+    fn add(&mut self, outcome: Outcome, usage: Option<ResourceUsage>, h2: Option<H2Events>) {
+        if let Some(events) = h2 {
+            self.h2.get_or_insert_with(H2Events::default).add(&events);
+        }
+        self.tally.merge(outcome.tally);
+        self.wall += outcome.wall;
+        self.window = match (self.window, outcome.window) {
+            (None, w) | (w, None) => w,
+            (Some(a), Some(b)) => Some(a + b),
+        };
+        self.usage = combine(self.usage, usage);
+        self.segments += 1;
+        self.cut |= outcome.partial;
+        self.start_late = self.start_late.max(outcome.start_late);
+    }
+}
+
 /// What the run loop knows about one target between steps.
 struct TargetState {
     /// Opens its connections: address resolved, TLS configured, HTTP/2 counters.
@@ -674,7 +236,8 @@ struct TargetState {
     /// Still ramping (no step has broken the SLO yet).
     active: bool,
     /// One connection's pace in the closed model: the mean latency of the target's answers
-    /// so far (the probe's at first), to weigh failed connects against.
+    /// so far (at first the probe's: a connection, no request), to weigh failed connects
+    /// against.
     pace: Duration,
 }
 
@@ -706,18 +269,6 @@ pub fn run_until(
             pace: probe,
         })
         .collect();
-    // The common clock on this process's monotonic one; steps are planned from it.
-    let anchor = plan.start_at.map(|at| {
-        let now = (Instant::now(), StartAt::now());
-        let ahead = now.1.seconds_until(at);
-        if ahead >= 0.0 {
-            now.0 + Duration::from_secs_f64(ahead)
-        } else {
-            now.0
-                .checked_sub(Duration::from_secs_f64(-ahead))
-                .unwrap_or(now.0)
-        }
-    });
     let started_at = plan
         .start_at
         .map_or_else(rfc3339_now, |at| at.max(StartAt::now()).to_string());
@@ -739,7 +290,7 @@ pub fn run_until(
     let mut clock = SegmentClock {
         segments_left: (rates.len() * targets.len()) as u32 * plan.rounds,
         sequence: 0,
-        anchor,
+        anchor: anchor(plan),
     };
     for (step_index, rate) in rates.iter().enumerate() {
         if stop.is_stopped() || !states.iter().any(|s| s.active) {
@@ -761,21 +312,13 @@ pub fn run_until(
         )?;
         for (ti, acc) in accs.into_iter().enumerate() {
             let Some(acc) = acc else { continue };
-            let partial = acc.cut || acc.segments < plan.rounds;
-            // This shard's part of the step's rate: every N-th request of the schedule.
-            let offered = offered_rate(plan, &targets[ti], *rate).map(|r| plan.shard.rate(r));
-            let limit = match plan.limit {
-                StepLimit::Requests(n) => StepLimit::Requests(plan.shard.share(n)),
-                d => d,
-            };
-            let names = targets[ti].source.endpoints();
-            let mut result = step_result(step.index, offered, limit, names, acc);
-            result.partial = partial;
-            let target = &mut results[ti];
-            target.steps.push(result);
+            let result = &mut results[ti];
+            result
+                .steps
+                .push(step_result_of(plan, &step, &targets[ti], acc));
             if let Some(slo) = &slo {
-                target.breaking_point = slo.judge(&mut target.steps);
-                states[ti].active = target.breaking_point.is_none();
+                result.breaking_point = slo.judge(&mut result.steps);
+                states[ti].active = result.breaking_point.is_none();
             }
         }
         // Segments of targets that stopped are not run: keep the time-left estimate honest.
@@ -796,6 +339,37 @@ pub fn run_until(
         shard: None,
         shards: None,
     })
+}
+
+/// The common clock (`start_at`) on this process's monotonic one; steps are planned from
+/// it.
+fn anchor(plan: &Plan) -> Option<Instant> {
+    plan.start_at.map(|at| {
+        let now = (Instant::now(), StartAt::now());
+        let ahead = now.1.seconds_until(at);
+        if ahead >= 0.0 {
+            now.0 + Duration::from_secs_f64(ahead)
+        } else {
+            now.0
+                .checked_sub(Duration::from_secs_f64(-ahead))
+                .unwrap_or(now.0)
+        }
+    })
+}
+
+/// A target's result of one step from its segments: this shard's part of the offered
+/// rate and of the count, `partial` when an interrupt cut a segment or left one out.
+fn step_result_of(plan: &Plan, step: &StepPlan, target: &Target, acc: StepAcc) -> StepResult {
+    let partial = acc.cut || acc.segments < plan.rounds;
+    // This shard's part of the step's rate: every N-th request of the schedule.
+    let offered = offered_rate(plan, target, step.rate).map(|r| plan.shard.rate(r));
+    let limit = match plan.limit {
+        StepLimit::Requests(n) => StepLimit::Requests(plan.shard.share(n)),
+        d => d,
+    };
+    let mut result = step_result(step.index, offered, limit, target.source.endpoints(), acc);
+    result.partial = partial;
+    result
 }
 
 /// One step's rate and place in the run.
@@ -895,114 +469,146 @@ fn run_step(
                     Limit::Count(share(n, u64::from(rounds), u64::from(round)))
                 }
             };
-            // Rates and counts stay the whole run's (the schedule is shared out by index);
-            // connections and the in-flight limit are this shard's part.
-            let part = |n: u32| plan.shard.share(u64::from(n)) as u32;
-            let h2_streams = targets[ti].h2_streams();
-            // The open models' limits: over HTTP/2, `connections` connections (all opened
-            // before the clock) and at most their streams in flight.
-            let (max_in_flight, preconnect) = match h2_streams {
-                None => (
-                    part(plan.max_in_flight),
-                    part(plan.connections).min(part(plan.max_in_flight)),
-                ),
-                Some(streams) => (
-                    part(plan.max_in_flight).min(part(plan.connections).saturating_mul(streams)),
-                    part(plan.connections),
-                ),
-            };
-            let pacing = match (plan.model, step.rate) {
-                (Model::Recorded { speed }, _) => Pacing::Recorded {
-                    speed,
-                    max_in_flight,
-                    preconnect,
-                },
-                (_, None) => Pacing::Closed {
-                    connections: part(plan.connections),
-                },
-                (_, Some(rate)) => Pacing::Open {
-                    rate,
-                    max_in_flight,
-                    preconnect,
-                },
-            };
-            let seg_threads = match (pacing, h2_streams) {
-                (Pacing::Closed { connections }, _) => plan.threads.min(connections).max(1),
-                // HTTP/2: a thread needs a connection of its own.
-                (
-                    Pacing::Open { preconnect, .. } | Pacing::Recorded { preconnect, .. },
-                    Some(_),
-                ) => plan.threads.min(preconnect).max(1),
-                (
-                    Pacing::Open { max_in_flight, .. } | Pacing::Recorded { max_in_flight, .. },
-                    None,
-                ) => plan.threads.min(max_in_flight).max(1),
-            };
-            let target = &mut targets[ti];
-            let connector = states[ti].connector.clone();
-            let h2_before = h2_streams.map(|_| connector.h2_stats().counts());
-            let spec = Arc::new(SegmentSpec {
-                connector: connector.clone(),
-                endpoint: target.endpoint.clone(),
-                h2_streams,
-                no_reuse: target.no_reuse,
-                source: target.source.clone(),
-                pacing,
-                limit,
-                threads: seg_threads,
-                timeout: plan.timeout,
-                stop: stop.clone(),
-                typical_latency: states[ti].pace,
-                shard: plan.shard,
-                planned,
-            });
-            if let Some(w) = target.watch.as_mut() {
-                w.begin();
-            }
-            let seg_left_after = clock.segments_left.saturating_sub(1);
-            let mut show = LiveProgress {
-                name: &target.name,
+            let segment = Segment {
+                plan,
                 step,
-                shard: plan.shard,
+                limit,
+                planned,
                 segment_time,
-                seg_left_after,
-                last: (Instant::now(), 0, 0),
-                window: Window::new(),
+                stop,
             };
-            let outcome: Outcome = run_segment(spec, |lives, t0| show.report(lives, t0, progress))?;
-            clock.segments_left = seg_left_after;
-            let usage = targets[ti].watch.as_mut().and_then(|w| w.end());
-            if let Some(pace) = outcome.tally.answered_mean() {
-                states[ti].pace = pace;
-            }
-            let endpoints = targets[ti].source.endpoints().len();
-            let acc = accs[ti].get_or_insert_with(|| StepAcc {
-                tally: Tally::with_endpoints(endpoints),
-                wall: Duration::ZERO,
-                window: None,
-                usage: None,
-                segments: 0,
-                cut: false,
-                start_late: None,
-                h2: None,
-            });
-            if let Some(before) = h2_before {
-                let events = H2Events::between(&before, &connector.h2_stats().counts());
-                acc.h2.get_or_insert_with(H2Events::default).add(&events);
-            }
-            acc.tally.merge(outcome.tally);
-            acc.wall += outcome.wall;
-            acc.window = match (acc.window, outcome.window) {
-                (None, w) | (w, None) => w,
-                (Some(a), Some(b)) => Some(a + b),
-            };
-            acc.usage = combine(acc.usage, usage);
-            acc.segments += 1;
-            acc.cut |= outcome.partial;
-            acc.start_late = acc.start_late.max(outcome.start_late);
+            segment.run(
+                &mut targets[ti],
+                &mut states[ti],
+                clock,
+                &mut accs[ti],
+                progress,
+            )?;
         }
     }
     Ok(accs)
+}
+
+/// One segment of one target: its place in the step and on the clock.
+struct Segment<'a> {
+    plan: &'a Plan,
+    step: &'a StepPlan,
+    limit: Limit,
+    planned: Option<Instant>,
+    segment_time: Option<Duration>,
+    stop: &'a Stop,
+}
+
+impl Segment<'_> {
+    /// Runs the segment on its threads, with the progress line fed, the target's processes
+    /// watched and its HTTP/2 events counted, and adds what it measured to the step's
+    /// `acc` (made after the first segment, so no empty histogram waits beside the
+    /// threads' own).
+    fn run(
+        &self,
+        target: &mut Target,
+        state: &mut TargetState,
+        clock: &mut SegmentClock,
+        acc: &mut Option<StepAcc>,
+        progress: &mut dyn FnMut(&Progress<'_>),
+    ) -> Result<(), LoadError> {
+        let connector = state.connector.clone();
+        let h2_before = target.h2_streams().map(|_| connector.h2_stats().counts());
+        let spec = Arc::new(self.spec(target, state));
+        if let Some(w) = target.watch.as_mut() {
+            w.begin();
+        }
+        let seg_left_after = clock.segments_left.saturating_sub(1);
+        let mut show = LiveProgress {
+            name: &target.name,
+            step: self.step,
+            shard: self.plan.shard,
+            segment_time: self.segment_time,
+            seg_left_after,
+            last: (Instant::now(), 0, 0),
+            window: Window::new(),
+        };
+        let outcome: Outcome = run_segment(spec, |lives, t0| show.report(lives, t0, progress))?;
+        clock.segments_left = seg_left_after;
+        let usage = target.watch.as_mut().and_then(|w| w.end());
+        if let Some(pace) = outcome.tally.answered_mean() {
+            state.pace = pace;
+        }
+        let h2 = h2_before.map(|before| H2Events::between(&before, &connector.h2_stats().counts()));
+        acc.get_or_insert_with(|| StepAcc::new(target.source.endpoints().len()))
+            .add(outcome, usage, h2);
+        Ok(())
+    }
+
+    /// What the segment's threads share: the target, its pacing, limits and threads.
+    fn spec(&self, target: &Target, state: &TargetState) -> SegmentSpec {
+        let plan = self.plan;
+        let h2_streams = target.h2_streams();
+        let pacing = self.pacing(h2_streams);
+        SegmentSpec {
+            connector: state.connector.clone(),
+            endpoint: target.endpoint.clone(),
+            h2_streams,
+            no_reuse: target.no_reuse,
+            source: target.source.clone(),
+            pacing,
+            limit: self.limit,
+            threads: segment_threads(plan.threads, pacing, h2_streams),
+            timeout: plan.timeout,
+            stop: self.stop.clone(),
+            typical_latency: state.pace,
+            shard: plan.shard,
+            planned: self.planned,
+        }
+    }
+
+    /// The model at this step's rate. Rates and counts stay the whole run's (the schedule
+    /// is shared out by index); connections and the in-flight limit are this shard's part.
+    /// The open models' limits over HTTP/2: `connections` connections (all opened before
+    /// the clock) and at most their streams in flight.
+    fn pacing(&self, h2_streams: Option<u32>) -> Pacing {
+        let plan = self.plan;
+        let part = |n: u32| plan.shard.share(u64::from(n)) as u32;
+        let (max_in_flight, preconnect) = match h2_streams {
+            None => (
+                part(plan.max_in_flight),
+                part(plan.connections).min(part(plan.max_in_flight)),
+            ),
+            Some(streams) => (
+                part(plan.max_in_flight).min(part(plan.connections).saturating_mul(streams)),
+                part(plan.connections),
+            ),
+        };
+        match (plan.model, self.step.rate) {
+            (Model::Recorded { speed }, _) => Pacing::Recorded {
+                speed,
+                max_in_flight,
+                preconnect,
+            },
+            (_, None) => Pacing::Closed {
+                connections: part(plan.connections),
+            },
+            (_, Some(rate)) => Pacing::Open {
+                rate,
+                max_in_flight,
+                preconnect,
+            },
+        }
+    }
+}
+
+/// Threads for a segment: no more than it has connections (closed), connections to open
+/// first (open over HTTP/2: a thread needs a connection of its own) or requests in flight.
+fn segment_threads(threads: u32, pacing: Pacing, h2_streams: Option<u32>) -> u32 {
+    match (pacing, h2_streams) {
+        (Pacing::Closed { connections }, _) => threads.min(connections).max(1),
+        (Pacing::Open { preconnect, .. } | Pacing::Recorded { preconnect, .. }, Some(_)) => {
+            threads.min(preconnect).max(1)
+        }
+        (Pacing::Open { max_in_flight, .. } | Pacing::Recorded { max_in_flight, .. }, None) => {
+            threads.min(max_in_flight).max(1)
+        }
+    }
 }
 
 /// The progress line's view of one segment.
@@ -1060,16 +666,10 @@ impl LiveProgress<'_> {
 }
 
 fn run_config(plan: &Plan) -> RunConfig {
-    let model = match plan.model {
-        Model::Closed => "closed",
-        Model::Open { .. } => "open",
-        Model::Ramp { .. } => "ramp",
-        Model::Recorded { .. } => "recorded",
-    };
     // A shard writes its own part; `scalpel report merge` adds the parts up again.
     let part = |n: u32| plan.shard.share(u64::from(n)) as u32;
     RunConfig {
-        model: model.to_string(),
+        model: plan.model.name().to_string(),
         connections: part(plan.connections),
         max_in_flight: (!matches!(plan.model, Model::Closed)).then_some(part(plan.max_in_flight)),
         step_duration_s: match plan.limit {
@@ -1261,30 +861,6 @@ fn rfc3339_now() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ramp_rates_include_max() {
-        let plan = Plan {
-            model: Model::Ramp {
-                start: 100.0,
-                step: 100.0,
-                max: 500.0,
-            },
-            limit: StepLimit::Duration(Duration::from_secs(1)),
-            connections: 1,
-            max_in_flight: 1,
-            threads: 1,
-            connect_timeout: Duration::from_secs(1),
-            timeout: Duration::from_secs(1),
-            slo: None,
-            rounds: 1,
-            request_label: String::new(),
-            shard: Shard::WHOLE,
-            start_at: None,
-        };
-        let r: Vec<f64> = plan.rates().into_iter().flatten().collect();
-        assert_eq!(r, vec![100.0, 200.0, 300.0, 400.0, 500.0]);
-    }
 
     #[test]
     fn timestamp_is_rfc3339() {

@@ -21,12 +21,13 @@ use scalpel_http::{Connector, ErrorKey, ErrorKind};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use crate::conn::{H2Link, H2Slot, Link, h1_exchange, h1_ready, unsent};
+use crate::conn::{H2Link, H2Slot, Link, OnOpen, h1_exchange, h1_ready, unsent};
 use crate::request::{Endpoint, RequestParts};
 use crate::result::new_histogram;
 use crate::shard::Shard;
+use crate::source::{RecordedTimes, Renderer, RequestSource};
+use crate::stop::Stop;
 use crate::timer::PreciseTimer;
-use crate::{RecordedTimes, Renderer, RequestSource, Stop};
 
 /// How long a closed-model connection waits after a failed connect before it tries again:
 /// a refused connect fails in microseconds, and without a pause the loop would spin on a
@@ -512,10 +513,36 @@ fn thread_main(
         }
     };
     let local = tokio::task::LocalSet::new();
-    // Slots (requests in flight at most) and connections opened before the clock. Over
-    // HTTP/2 each connection carries `streams` slots.
+    let (slots, preconnect) = slot_counts(&spec, w, threads);
+    // Connect before the clock starts, so the first requests do not pay for it; a failure
+    // here is left for the run (the slot reconnects and counts the error). Their
+    // handshakes are the step's all the same.
+    let opened = RefCell::new(Vec::new());
+    let on_open = |tls: Option<Duration>| opened.borrow_mut().push(tls);
+    // Inside the LocalSet: an HTTP/2 connection's driver task is spawned there.
+    let (links, h2_links) = local.block_on(&rt, open_links(&spec, slots, preconnect, &on_open));
+    let Some(Start { t0, limit }) = gate.ready_and_wait() else {
+        return (Tally::new(), Instant::now());
+    };
+    let ctx = Rc::new(Ctx::new(spec, t0, limit, h2_links, live));
+    for tls in opened.take() {
+        ctx.tally.borrow_mut().record_open(tls);
+    }
+    local.block_on(&rt, drive(ctx.clone(), links, slots, claim, t0, w, threads));
+    let end = Instant::now();
+    let tally = ctx.tally.clone();
+    drop(ctx);
+    let tally = Rc::try_unwrap(tally)
+        .map(RefCell::into_inner)
+        .unwrap_or_else(|rc| std::mem::replace(&mut rc.borrow_mut(), Tally::new()));
+    (tally, end)
+}
+
+/// Thread `w`'s slots (requests in flight at most) and the connections it opens before
+/// the clock. Over HTTP/2 each connection carries `streams` slots.
+fn slot_counts(spec: &SegmentSpec, w: u64, threads: u64) -> (u64, u64) {
     let streams = u64::from(spec.h2_streams.unwrap_or(1).max(1));
-    let (slots, preconnect) = match spec.pacing {
+    match spec.pacing {
         Pacing::Closed { connections } => {
             let n = share(u64::from(connections), threads, w);
             (n * streams, n)
@@ -539,119 +566,101 @@ fn thread_main(
                 }
             }
         }
-    };
-    // Connect before the clock starts, so the first requests do not pay for it; a failure
-    // here is left for the run (the slot reconnects and counts the error). Their
-    // handshakes are the step's all the same.
-    let opened = RefCell::new(Vec::new());
-    let on_open = |tls: Option<Duration>| opened.borrow_mut().push(tls);
-    // Inside the LocalSet: an HTTP/2 connection's driver task is spawned there.
-    let (links, h2_links) = local.block_on(&rt, async {
-        if spec.h2_streams.is_none() {
-            let mut out = Vec::with_capacity(preconnect as usize);
-            for _ in 0..preconnect {
-                let mut conn = None;
-                let _ = h1_ready(&mut conn, &spec.connector, &on_open).await;
-                out.push(Link::H1(conn));
-            }
-            return (out, Vec::new());
-        }
-        let mut pool = Vec::new();
-        for _ in 0..preconnect.max(1) {
-            let link = Rc::new(H2Link::default());
-            link.preconnect(&spec.connector, &on_open).await;
-            pool.push(link);
-        }
-        // Closed model: every slot now, spread over the connections; open models: a slot
-        // per connection, more as requests wait for one.
-        let first = match spec.pacing {
-            Pacing::Closed { .. } => slots,
-            Pacing::Open { .. } | Pacing::Recorded { .. } => pool.len() as u64,
-        };
-        let out = (0..first)
-            .map(|i| Link::H2(H2Slot::attach(&pool[i as usize % pool.len()])))
-            .collect();
-        (out, pool)
-    });
-    let Some(Start { t0, limit }) = gate.ready_and_wait() else {
-        return (Tally::new(), Instant::now());
-    };
-    let endpoints = spec.source.endpoints().len();
-    let tally = Rc::new(RefCell::new(Tally::with_endpoints(endpoints)));
-    for tls in opened.take() {
-        tally.borrow_mut().record_open(tls);
     }
-    let halt = Rc::new(Halt::default());
-    let mut renderer = spec.source.renderer();
-    let ctx = Rc::new(Ctx {
-        halt: halt.clone(),
-        in_flight: Cell::new(0),
-        in_flight_at: (0..endpoints).map(|_| Cell::new(0)).collect(),
-        window_end: match limit {
-            Limit::Time(d) => Some(t0 + d),
-            Limit::Count(_) => None,
-        },
-        limit,
-        fixed: fixed_request(&spec, &mut *renderer),
-        renderer: RefCell::new(renderer),
-        h2_links,
-        spec: spec.clone(),
-        tally: tally.clone(),
-        live,
-    });
-    local.block_on(&rt, async {
-        // Watches the run's stop flag (raised by a signal on another thread) and wakes
-        // this thread's slots, which then cut what they have in flight.
-        let stop = spec.stop.clone();
-        tokio::task::spawn_local(async move {
-            while !stop.is_stopped() {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            halt.raise();
-        });
-        match spec.pacing {
-            Pacing::Closed { .. } => {
-                let deadline = match limit {
-                    Limit::Time(d) => Some(t0 + d),
-                    Limit::Count(_) => None,
-                };
-                // The shard's part of the whole run's count: its own requests below it.
-                let count = match limit {
-                    Limit::Count(n) => Some(spec.shard.share(n)),
-                    Limit::Time(_) => None,
-                };
-                let pacer = Rc::new(Pacer::Closed {
-                    deadline,
-                    count,
-                    claim,
-                    shard: spec.shard,
-                    stop: spec.stop.clone(),
-                });
-                // Wait for t0 so that every thread starts together.
-                tokio::time::sleep_until(t0.into()).await;
-                let handles: Vec<_> = links
-                    .into_iter()
-                    .take(slots as usize)
-                    .map(|l| tokio::task::spawn_local(slot(ctx.clone(), pacer.clone(), l, false)))
-                    .collect();
-                join_or_cut(&ctx, handles).await;
-            }
-            Pacing::Open { rate, .. } => {
-                let clock = Clock::Rate(rate);
-                dispatch(ctx.clone(), links, slots, clock, t0, w, threads).await;
-            }
-            Pacing::Recorded { speed, .. } => {
-                let clock = Clock::Recorded(speed);
-                dispatch(ctx.clone(), links, slots, clock, t0, w, threads).await;
-            }
+}
+
+/// The links opened before the clock: `preconnect` HTTP/1.1 connections, or HTTP/2
+/// connections with the first slots spread over them (closed model: every slot now; open
+/// models: a slot per connection, more as requests wait for one). With the HTTP/2
+/// connections, for the slots started later.
+async fn open_links(
+    spec: &SegmentSpec,
+    slots: u64,
+    preconnect: u64,
+    on_open: OnOpen<'_>,
+) -> (Vec<Link>, Vec<Rc<H2Link>>) {
+    if spec.h2_streams.is_none() {
+        let mut out = Vec::with_capacity(preconnect as usize);
+        for _ in 0..preconnect {
+            let mut conn = None;
+            let _ = h1_ready(&mut conn, &spec.connector, on_open).await;
+            out.push(Link::H1(conn));
         }
+        return (out, Vec::new());
+    }
+    let mut pool = Vec::new();
+    for _ in 0..preconnect.max(1) {
+        let link = Rc::new(H2Link::default());
+        link.preconnect(&spec.connector, on_open).await;
+        pool.push(link);
+    }
+    let first = match spec.pacing {
+        Pacing::Closed { .. } => slots,
+        Pacing::Open { .. } | Pacing::Recorded { .. } => pool.len() as u64,
+    };
+    let out = (0..first)
+        .map(|i| Link::H2(H2Slot::attach(&pool[i as usize % pool.len()])))
+        .collect();
+    (out, pool)
+}
+
+/// Runs the thread's slots by the segment's pacing until its limit, with a watch on the
+/// run's stop flag (raised by a signal on another thread) that wakes the slots, which then
+/// cut what they have in flight.
+async fn drive(
+    ctx: Rc<Ctx>,
+    links: Vec<Link>,
+    slots: u64,
+    claim: Arc<AtomicU64>,
+    t0: Instant,
+    w: u64,
+    threads: u64,
+) {
+    let spec = ctx.spec.clone();
+    let stop = spec.stop.clone();
+    let halt = ctx.halt.clone();
+    tokio::task::spawn_local(async move {
+        while !stop.is_stopped() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        halt.raise();
     });
-    let end = Instant::now();
-    drop(ctx);
-    let tally = Rc::try_unwrap(tally)
-        .map(RefCell::into_inner)
-        .unwrap_or_else(|rc| std::mem::replace(&mut rc.borrow_mut(), Tally::new()));
-    (tally, end)
+    match spec.pacing {
+        Pacing::Closed { .. } => {
+            let deadline = match ctx.limit {
+                Limit::Time(d) => Some(t0 + d),
+                Limit::Count(_) => None,
+            };
+            // The shard's part of the whole run's count: its own requests below it.
+            let count = match ctx.limit {
+                Limit::Count(n) => Some(spec.shard.share(n)),
+                Limit::Time(_) => None,
+            };
+            let pacer = Rc::new(Pacer::Closed {
+                deadline,
+                count,
+                claim,
+                shard: spec.shard,
+                stop: spec.stop.clone(),
+            });
+            // Wait for t0 so that every thread starts together.
+            tokio::time::sleep_until(t0.into()).await;
+            let handles: Vec<_> = links
+                .into_iter()
+                .take(slots as usize)
+                .map(|l| tokio::task::spawn_local(slot(ctx.clone(), pacer.clone(), l, false)))
+                .collect();
+            join_or_cut(&ctx, handles).await;
+        }
+        Pacing::Open { rate, .. } => {
+            let clock = Clock::Rate(rate);
+            dispatch(ctx, links, slots, clock, t0, w, threads).await;
+        }
+        Pacing::Recorded { speed, .. } => {
+            let clock = Clock::Recorded(speed);
+            dispatch(ctx, links, slots, clock, t0, w, threads).await;
+        }
+    }
 }
 
 /// The request prepared once when every index renders the same one.
@@ -727,6 +736,34 @@ struct Ctx {
 }
 
 impl Ctx {
+    /// A thread's context for a segment that started at `t0` with `limit`.
+    fn new(
+        spec: Arc<SegmentSpec>,
+        t0: Instant,
+        limit: Limit,
+        h2_links: Vec<Rc<H2Link>>,
+        live: Arc<Live>,
+    ) -> Ctx {
+        let endpoints = spec.source.endpoints().len();
+        let mut renderer = spec.source.renderer();
+        Ctx {
+            halt: Rc::new(Halt::default()),
+            in_flight: Cell::new(0),
+            in_flight_at: (0..endpoints).map(|_| Cell::new(0)).collect(),
+            window_end: match limit {
+                Limit::Time(d) => Some(t0 + d),
+                Limit::Count(_) => None,
+            },
+            limit,
+            fixed: fixed_request(&spec, &mut *renderer),
+            renderer: RefCell::new(renderer),
+            h2_links,
+            tally: Rc::new(RefCell::new(Tally::with_endpoints(endpoints))),
+            live,
+            spec,
+        }
+    }
+
     /// A link for a new slot: its own HTTP/1.1 connection (opened when it first sends),
     /// or a stream on the thread's HTTP/2 connection with the fewest slots.
     fn new_link(&self) -> Link {
@@ -947,6 +984,85 @@ impl RecordedClock {
 const FAR: Duration = Duration::from_secs(1 << 30);
 
 impl Schedule {
+    /// Thread `w` of `threads`' part of the segment's schedule, and when its time is up
+    /// (`None`: count-bound). Shard `s` of `N` owns requests `s + N·j`; its thread `w` of
+    /// `T` owns every `T`-th of those: `s + N·w + N·T·k`. Over all shards and threads,
+    /// each request exactly once.
+    fn for_thread(
+        ctx: &Ctx,
+        clock: Clock,
+        t0: Instant,
+        w: u64,
+        threads: u64,
+    ) -> (Schedule, Option<Instant>) {
+        // Number of requests of the whole schedule, over all threads of every shard.
+        let (total, deadline) = match (ctx.limit, clock) {
+            (Limit::Count(n), _) => (n, None),
+            (Limit::Time(d), Clock::Rate(rate)) => (
+                (d.as_secs_f64() * rate).ceil().max(0.0) as u64,
+                Some(t0 + d),
+            ),
+            // The recording's requests until the time is up (those later never fall due).
+            (Limit::Time(d), Clock::Recorded(_)) => (
+                ctx.spec.source.recorded().map_or(0, |r| r.len()),
+                Some(t0 + d),
+            ),
+        };
+        let shards = u64::from(ctx.spec.shard.count());
+        let first = ctx.spec.shard.global(w);
+        let stride = shards * threads;
+        let mine = if total > first {
+            (total - first).div_ceil(stride)
+        } else {
+            0
+        };
+        let (period_s, recorded) = match clock {
+            Clock::Rate(rate) => (1.0 / rate, None),
+            Clock::Recorded(speed) => (
+                0.0,
+                ctx.spec
+                    .source
+                    .recorded()
+                    .map(|r| RecordedClock::new(speed, r.times(first, stride))),
+            ),
+        };
+        let sched = Schedule {
+            t0,
+            period_s,
+            first,
+            stride,
+            mine,
+            next: Cell::new(0),
+            stop: Cell::new(mine),
+            late_through: Cell::new(0),
+            late: Cell::new(0),
+            parked: Cell::new(0),
+            coming: Cell::new(0),
+            wake: Notify::new(),
+            halt: ctx.halt.clone(),
+            recorded,
+        };
+        (sched, deadline)
+    }
+
+    /// When the timer loop wakes next: the next request to fall due, the next tick while
+    /// some wait, the end of the time — the earliest. (Reading a recording's next time may
+    /// find its end: then nothing more falls due.) `None`: nothing to wake for.
+    fn next_wake(
+        &self,
+        due: u64,
+        unserved: bool,
+        now: Instant,
+        deadline: Option<Instant>,
+    ) -> Option<Instant> {
+        const TICK: Duration = Duration::from_millis(1);
+        let next_due = (due < self.last())
+            .then(|| self.intended(due))
+            .filter(|_| due < self.last());
+        let retry = unserved.then(|| now + TICK);
+        next_due.into_iter().chain(retry).chain(deadline).min()
+    }
+
     fn intended(&self, k: u64) -> Instant {
         match &self.recorded {
             None => {
@@ -1071,7 +1187,6 @@ async fn slot(ctx: Rc<Ctx>, pacer: Rc<Pacer>, mut link: Link, handed: bool) {
     }
     let mut parts = RequestParts::default();
     let mut own = Prepared::new(spec.h2_streams.is_some());
-    let on_open = |tls: Option<Duration>| ctx.tally.borrow_mut().record_open(tls);
     let mixed = !ctx.in_flight_at.is_empty();
     while let Some(ticket) = pacer.next().await {
         let endpoint = mixed.then(|| spec.source.endpoint_of(ticket.index));
@@ -1094,93 +1209,17 @@ async fn slot(ctx: Rc<Ctx>, pacer: Rc<Pacer>, mut link: Link, handed: bool) {
             }
         };
         let attempt_start = Instant::now();
-        let sent_at = Cell::new(None);
-        let mark_sent = || sent_at.set(Some(Instant::now()));
-        let attempt = async {
-            match (&mut link, prepared?) {
-                (Link::H1(conn), Prepared::H1 { wire, head }) => {
-                    let c = h1_ready(conn, &spec.connector, &on_open).await?;
-                    mark_sent();
-                    h1_exchange(c, wire, *head).await
-                }
-                // Boxed: HTTP/2 allocates per request anyway, and inline its future would
-                // make every HTTP/1.1 request's future (moved at each await) as large.
-                (Link::H2(slot), Prepared::H2(Some(r))) => {
-                    Box::pin(slot.exchange(&spec.connector, &on_open, &mark_sent, &r.0, &r.1))
-                        .await
-                        .map(|status| (status, true))
-                }
-                _ => Err(ErrorKey::local("EINVAL")), // not rendered: never sent
-            }
-        };
-        // An interrupt aborts this task here, with the request counted in `in_flight`
-        // ([`join_or_cut`]): no per-request wake-up registration on the hot path.
-        let in_flight_at = endpoint.and_then(|e| ctx.in_flight_at.get(e));
-        ctx.in_flight.set(ctx.in_flight.get() + 1);
-        if let Some(n) = in_flight_at {
-            n.set(n.get() + 1);
-        }
-        let outcome = tokio::time::timeout(spec.timeout, attempt).await;
-        ctx.in_flight.set(ctx.in_flight.get() - 1);
-        if let Some(n) = in_flight_at {
-            n.set(n.get() - 1);
-        }
-        let outcome = match outcome {
-            Ok(result) => result,
-            // The time-out struck while connecting: the request was never sent.
-            Err(_) if sent_at.get().is_none() => Err(ErrorKey::of(ErrorKind::Connect)),
-            Err(_) => Err(ErrorKey::of(ErrorKind::Timeout)),
-        };
-        let start = ticket.intended.or(sent_at.get()).unwrap_or(attempt_start);
-        let now = Instant::now();
-        let latency = now.saturating_duration_since(start);
-        let mut pause = None;
-        {
-            let mut tally = ctx.tally.borrow_mut();
-            match outcome {
-                Ok((status, reusable)) => {
-                    if !reusable || spec.no_reuse {
-                        link.close_h1();
-                    }
-                    let in_window = ctx.window_end.is_none_or(|end| now <= end);
-                    tally.record_response_at(endpoint, status, latency, in_window);
-                    let us = latency.as_micros() as u64;
-                    ctx.live.latency_us_sum.fetch_add(us, Ordering::Relaxed);
-                    ctx.live.buckets.record(us);
-                    if !(200..300).contains(&status) {
-                        ctx.live.errors.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                Err(failure) => {
-                    // An HTTP/2 slot keeps its connection unless the failure ended it
-                    // (`crate::conn`); an HTTP/1.1 connection is not reused after one.
-                    link.close_h1();
-                    let unsent = unsent(failure);
-                    let mut weight = 1;
-                    if unsent && pacer.is_closed() {
-                        // The open model's schedule paces failed connects by itself; a
-                        // closed connection pauses before it tries again.
-                        let until = ctx.window_end.map_or(now + RETRY_PAUSE, |end| {
-                            (now + RETRY_PAUSE).min(end).max(now)
-                        });
-                        pause = Some(until);
-                        // Time-bound, one error per pause while a live target gave one
-                        // answer per latency let a target down two thirds of the run pass
-                        // `errors<10%`. So a failed connect counts as the requests the
-                        // connection would have completed in the time it lost. (Count-
-                        // bound, each attempt is one of the requests asked for.)
-                        if ctx.window_end.is_some() {
-                            let pace = tally.answered_mean().unwrap_or(spec.typical_latency);
-                            weight = weigh(until.saturating_duration_since(attempt_start), pace);
-                        }
-                    }
-                    tally.record_failure_at(endpoint, failure, latency, weight);
-                    if failure.kind != ErrorKind::Local {
-                        ctx.live.errors.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            }
-        }
+        let (outcome, sent_at) = exchange(&ctx, &mut link, prepared, endpoint).await;
+        let start = ticket.intended.or(sent_at).unwrap_or(attempt_start);
+        let pause = record(
+            &ctx,
+            &pacer,
+            &mut link,
+            endpoint,
+            outcome,
+            start,
+            attempt_start,
+        );
         ctx.live.completed.fetch_add(1, Ordering::Relaxed);
         if let Some(until) = pause {
             tokio::time::sleep_until(until.into()).await;
@@ -1188,12 +1227,126 @@ async fn slot(ctx: Rc<Ctx>, pacer: Rc<Pacer>, mut link: Link, handed: bool) {
     }
 }
 
+/// One request on the slot's link within the time-out: (re)connects if needed, sends,
+/// reads the answer. Returns the outcome and when the request went out (`None`: never
+/// sent — it failed or timed out while connecting).
+async fn exchange(
+    ctx: &Ctx,
+    link: &mut Link,
+    prepared: Result<&Prepared, ErrorKey>,
+    endpoint: Option<usize>,
+) -> (Result<(u16, bool), ErrorKey>, Option<Instant>) {
+    let spec = &ctx.spec;
+    let on_open = |tls: Option<Duration>| ctx.tally.borrow_mut().record_open(tls);
+    let sent_at = Cell::new(None);
+    let mark_sent = || sent_at.set(Some(Instant::now()));
+    let attempt = async {
+        match (link, prepared?) {
+            (Link::H1(conn), Prepared::H1 { wire, head }) => {
+                let c = h1_ready(conn, &spec.connector, &on_open).await?;
+                mark_sent();
+                h1_exchange(c, wire, *head).await
+            }
+            // Boxed: HTTP/2 allocates per request anyway, and inline its future would
+            // make every HTTP/1.1 request's future (moved at each await) as large.
+            (Link::H2(slot), Prepared::H2(Some(r))) => {
+                Box::pin(slot.exchange(&spec.connector, &on_open, &mark_sent, &r.0, &r.1))
+                    .await
+                    .map(|status| (status, true))
+            }
+            _ => Err(ErrorKey::local("EINVAL")), // not rendered: never sent
+        }
+    };
+    // An interrupt aborts this task here, with the request counted in `in_flight`
+    // ([`join_or_cut`]): no per-request wake-up registration on the hot path.
+    let in_flight_at = endpoint.and_then(|e| ctx.in_flight_at.get(e));
+    ctx.in_flight.set(ctx.in_flight.get() + 1);
+    if let Some(n) = in_flight_at {
+        n.set(n.get() + 1);
+    }
+    let outcome = tokio::time::timeout(spec.timeout, attempt).await;
+    ctx.in_flight.set(ctx.in_flight.get() - 1);
+    if let Some(n) = in_flight_at {
+        n.set(n.get() - 1);
+    }
+    let outcome = match outcome {
+        Ok(result) => result,
+        // The time-out struck while connecting: the request was never sent.
+        Err(_) if sent_at.get().is_none() => Err(ErrorKey::of(ErrorKind::Connect)),
+        Err(_) => Err(ErrorKey::of(ErrorKind::Timeout)),
+    };
+    (outcome, sent_at.get())
+}
+
+/// Records one request's outcome in the thread's tally and the live counters; latency
+/// runs from `start`. Returns until when a closed-model connection pauses after a failed
+/// connect (see [`RETRY_PAUSE`]).
+fn record(
+    ctx: &Ctx,
+    pacer: &Pacer,
+    link: &mut Link,
+    endpoint: Option<usize>,
+    outcome: Result<(u16, bool), ErrorKey>,
+    start: Instant,
+    attempt_start: Instant,
+) -> Option<Instant> {
+    let spec = &ctx.spec;
+    let now = Instant::now();
+    let latency = now.saturating_duration_since(start);
+    let mut pause = None;
+    let mut tally = ctx.tally.borrow_mut();
+    match outcome {
+        Ok((status, reusable)) => {
+            if !reusable || spec.no_reuse {
+                link.close_h1();
+            }
+            let in_window = ctx.window_end.is_none_or(|end| now <= end);
+            tally.record_response_at(endpoint, status, latency, in_window);
+            let us = latency.as_micros() as u64;
+            ctx.live.latency_us_sum.fetch_add(us, Ordering::Relaxed);
+            ctx.live.buckets.record(us);
+            if !(200..300).contains(&status) {
+                ctx.live.errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Err(failure) => {
+            // An HTTP/2 slot keeps its connection unless the failure ended it
+            // (`crate::conn`); an HTTP/1.1 connection is not reused after one.
+            link.close_h1();
+            let unsent = unsent(failure);
+            let mut weight = 1;
+            if unsent && pacer.is_closed() {
+                // The open model's schedule paces failed connects by itself; a
+                // closed connection pauses before it tries again.
+                let until = ctx.window_end.map_or(now + RETRY_PAUSE, |end| {
+                    (now + RETRY_PAUSE).min(end).max(now)
+                });
+                pause = Some(until);
+                // Time-bound, one error per pause while a live target gave one
+                // answer per latency let a target down two thirds of the run pass
+                // `errors<10%`. So a failed connect counts as the requests the
+                // connection would have completed in the time it lost. (Count-
+                // bound, each attempt is one of the requests asked for.)
+                if ctx.window_end.is_some() {
+                    let pace = tally.answered_mean().unwrap_or(spec.typical_latency);
+                    weight = weigh(until.saturating_duration_since(attempt_start), pace);
+                }
+            }
+            tally.record_failure_at(endpoint, failure, latency, weight);
+            if failure.kind != ErrorKind::Local {
+                ctx.live.errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    pause
+}
+
 /// A request the source could not produce: counted not sent (`local:source`), logged once
 /// per thread; a closed-model connection pauses as after a failed connect, so a broken
 /// source does not spin.
 async fn source_failed(
     ctx: &Ctx,
-    error: &crate::SourceError,
+    error: &crate::source::SourceError,
     endpoint: Option<usize>,
     closed: bool,
 ) {
@@ -1265,72 +1418,20 @@ async fn dispatch(
     w: u64,
     threads: u64,
 ) {
-    // Number of requests of the whole schedule, over all threads of every shard.
-    let (total, deadline) = match (ctx.limit, clock) {
-        (Limit::Count(n), _) => (n, None),
-        (Limit::Time(d), Clock::Rate(rate)) => (
-            (d.as_secs_f64() * rate).ceil().max(0.0) as u64,
-            Some(t0 + d),
-        ),
-        // The recording's requests until the time is up (those later never fall due).
-        (Limit::Time(d), Clock::Recorded(_)) => (
-            ctx.spec.source.recorded().map_or(0, |r| r.len()),
-            Some(t0 + d),
-        ),
-    };
-    // Shard `s` of `N` owns requests `s + N·j`; its thread `w` of `T` owns every `T`-th of
-    // those: `s + N·w + N·T·k`. Over all shards and threads, each request exactly once.
-    let shards = u64::from(ctx.spec.shard.count());
-    let first = ctx.spec.shard.global(w);
-    let stride = shards * threads;
-    let mine = if total > first {
-        (total - first).div_ceil(stride)
-    } else {
-        0
-    };
-    let (period_s, recorded) = match clock {
-        Clock::Rate(rate) => (1.0 / rate, None),
-        Clock::Recorded(speed) => (
-            0.0,
-            ctx.spec
-                .source
-                .recorded()
-                .map(|r| RecordedClock::new(speed, r.times(first, stride))),
-        ),
-    };
-    let sched = Rc::new(Schedule {
-        t0,
-        period_s,
-        first,
-        stride,
-        mine,
-        next: Cell::new(0),
-        stop: Cell::new(mine),
-        late_through: Cell::new(0),
-        late: Cell::new(0),
-        parked: Cell::new(0),
-        coming: Cell::new(0),
-        wake: Notify::new(),
-        halt: ctx.halt.clone(),
-        recorded,
-    });
-    let pacer = Rc::new(Pacer::Open(sched.clone()));
-    let mut handles: Vec<JoinHandle<()>> = Vec::new();
-    let spawn = |link: Link, handed: bool, handles: &mut Vec<JoinHandle<()>>| {
-        handles.push(tokio::task::spawn_local(slot(
-            ctx.clone(),
-            pacer.clone(),
-            link,
-            handed,
-        )));
+    let (sched, deadline) = Schedule::for_thread(&ctx, clock, t0, w, threads);
+    let sched = Rc::new(sched);
+    let mut slots = Slots {
+        ctx: ctx.clone(),
+        pacer: Rc::new(Pacer::Open(sched.clone())),
+        handles: Vec::new(),
+        max: max_slots,
     };
     for link in links {
-        spawn(link, false, &mut handles);
+        slots.spawn(link, false);
     }
     // Requests `k < due` have fallen due; `k < seen` were already due at the previous tick.
     let mut due = 0u64;
     let mut seen = 0u64;
-    let tick = Duration::from_millis(1);
     let timer = PreciseTimer::new();
     const MIN_WAKE_GAP: Duration = Duration::from_micros(50);
     loop {
@@ -1341,8 +1442,58 @@ async fn dispatch(
             break;
         }
         due = due.max(sched.due_by(now));
-        // Due and not claimed yet. Claims go in order, so the oldest are served first: by
-        // slots already on their way, then by parked slots woken now.
+        let unserved = slots.hand_out(&sched, due, seen);
+        seen = due;
+        if time_up {
+            // What is handed over still goes out; what waits for a connection is not sent.
+            let stop = (sched.next.get() + sched.coming.get()).min(sched.last());
+            sched.stop.set(stop.max(sched.next.get()));
+            break;
+        }
+        if sched.exhausted() || (due >= sched.last() && !unserved && deadline.is_none()) {
+            break; // all claimed, or all handed over: the slots finish the rest
+        }
+        let Some(at) = sched.next_wake(due, unserved, now, deadline) else {
+            break;
+        };
+        // At most one timer wake-up per MIN_WAKE_GAP: a wake-up costs three system calls,
+        // and at 100k req/s one per request would eat half the generator's core. Requests
+        // falling due within the gap leave together, at most MIN_WAKE_GAP late (still
+        // measured from their intended time).
+        tokio::select! {
+            () = timer.sleep_until(at.max(now + MIN_WAKE_GAP)) => {}
+            () = ctx.halt.raised() => {}
+        }
+        // Let the slots whose responses arrived with this wake-up claim due requests first.
+        tokio::task::yield_now().await;
+    }
+    if sched.exhausted() {
+        sched.wake.notify_waiters();
+    }
+    join_or_cut(&ctx, slots.handles).await;
+    count_unsent(&ctx, &sched, deadline);
+}
+
+/// The open model's slots on one thread: each a task running [`slot`] on its own link.
+struct Slots {
+    ctx: Rc<Ctx>,
+    pacer: Rc<Pacer>,
+    handles: Vec<JoinHandle<()>>,
+    /// The most slots (requests in flight) this thread may have.
+    max: u64,
+}
+
+impl Slots {
+    fn spawn(&mut self, link: Link, handed: bool) {
+        let (ctx, pacer) = (self.ctx.clone(), self.pacer.clone());
+        self.handles
+            .push(tokio::task::spawn_local(slot(ctx, pacer, link, handed)));
+    }
+
+    /// Hands the requests due (`k < due`) and not claimed yet to slots: claims go in
+    /// order, so the oldest are served first, by slots already on their way, then by
+    /// parked slots woken now, then by new slots. Returns whether some are left waiting.
+    fn hand_out(&mut self, sched: &Schedule, due: u64, seen: u64) -> bool {
         let next = sched.next.get();
         let unclaimed = due.saturating_sub(next);
         let on_way = sched.coming.get().min(unclaimed);
@@ -1362,12 +1513,13 @@ async fn dispatch(
         // connections at closed-loop speed, where hundreds of new ones would only slow the
         // target; a slow target still gets its connections within tens of ticks.
         let waited = seen.saturating_sub(next).saturating_sub(on_way + wake);
-        let room = max_slots.saturating_sub(handles.len() as u64);
-        let growth = (handles.len() as u64 / 8).max(1);
+        let room = self.max.saturating_sub(self.handles.len() as u64);
+        let growth = (self.handles.len() as u64 / 8).max(1);
         let opened = waited.min(room).min(growth);
         for _ in 0..opened {
             sched.coming.set(sched.coming.get() + 1);
-            spawn(ctx.new_link(), true, &mut handles);
+            let link = self.ctx.new_link();
+            self.spawn(link, true);
         }
         if waited > opened && opened == room {
             let late_end = next + on_way + wake + waited;
@@ -1375,44 +1527,16 @@ async fn dispatch(
                 .late_through
                 .set(sched.late_through.get().max(late_end));
         }
-        seen = due;
-        if time_up {
-            // What is handed over still goes out; what waits for a connection is not sent.
-            let stop = (sched.next.get() + sched.coming.get()).min(sched.last());
-            sched.stop.set(stop.max(sched.next.get()));
-            break;
-        }
-        let unserved = unclaimed > on_way + wake;
-        if sched.exhausted() || (due >= sched.last() && !unserved && deadline.is_none()) {
-            break; // all claimed, or all handed over: the slots finish the rest
-        }
-        // The next request to fall due, the next tick while some wait, the end of the time.
-        // (Reading a recording's next time may find its end: then nothing more falls due.)
-        let next_due = (due < sched.last())
-            .then(|| sched.intended(due))
-            .filter(|_| due < sched.last());
-        let retry = unserved.then(|| now + tick);
-        let Some(at) = next_due.into_iter().chain(retry).chain(deadline).min() else {
-            break;
-        };
-        // At most one timer wake-up per MIN_WAKE_GAP: a wake-up costs three system calls,
-        // and at 100k req/s one per request would eat half the generator's core. Requests
-        // falling due within the gap leave together, at most MIN_WAKE_GAP late (still
-        // measured from their intended time).
-        tokio::select! {
-            () = timer.sleep_until(at.max(now + MIN_WAKE_GAP)) => {}
-            () = ctx.halt.raised() => {}
-        }
-        // Let the slots whose responses arrived with this wake-up claim due requests first.
-        tokio::task::yield_now().await;
+        unclaimed > on_way + wake
     }
-    if sched.exhausted() {
-        sched.wake.notify_waiters();
-    }
-    join_or_cut(&ctx, handles).await;
-    // Everything due and never claimed is `not_sent`, counted, not dropped — also what the
-    // generator could not even schedule at an absurd rate. An interrupt ends the schedule
-    // where it stood: requests not yet due then were never due.
+}
+
+/// Everything due and never claimed is `not_sent`, counted, not dropped — also what the
+/// generator could not even schedule at an absurd rate. An interrupt ends the schedule
+/// where it stood: requests not yet due then were never due. Requests a recording could
+/// not give (it changed while it was replayed) are the generator's own failure, never the
+/// target's, and never silently dropped.
+fn count_unsent(ctx: &Ctx, sched: &Schedule, deadline: Option<Instant>) {
     let interrupted = ctx.halt.raised.get();
     let due_in_step = match (ctx.spec.stop.at(), deadline) {
         (Some(at), _) if interrupted => sched.due_by(at),
@@ -1432,8 +1556,6 @@ async fn dispatch(
             }
         }
     }
-    // Requests a recording could not give (it changed while it was replayed): the
-    // generator's own failure, never the target's, and never silently dropped.
     let lost = if interrupted { 0 } else { sched.lost() };
     if lost > 0 {
         tally.record_failure(SOURCE_FAILED, Duration::ZERO, lost);

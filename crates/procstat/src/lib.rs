@@ -10,8 +10,9 @@
 //!
 //! Main items: [`read_tree`] / [`read_set`] give one [`TreeReading`]; [`trees_of`] finds
 //! several trees in one pass and [`read_pids`] reads known processes without a pass; [`cpu_percent`]
-//! turns two readings into CPU%; [`TreeSampler`] samples on a background thread and
-//! summarizes windows ([`ResourceSummary`]) between [`SampleMark`]s; [`pid_listening_on`]
+//! turns two readings into CPU%; [`TreeSampler`] samples on a background thread,
+//! summarizes windows ([`ResourceSummary`]) between [`SampleMark`]s and gives the CPU over
+//! whole intervals ([`TreeSampler::cpu_since`], what a live chart draws); [`pid_listening_on`]
 //! finds a server by its port; [`tree_pids`] lists a tree. For a supervisor:
 //! [`listening_in_tree`] tells whether a port's listener is a process tree's own,
 //! [`tcp_queues`] what a connection's peer has not read yet, [`connections_held`] which
@@ -32,16 +33,16 @@
 //! - **PSS**: the `Pss:` line of `/proc/PID/smaps_rollup` (Linux 4.14+), summed; a shared
 //!   page is split between the processes that map it, so the sum is the tree's real share
 //!   of memory. `None` when any process's rollup cannot be read (another user's process).
-//!   Reading it walks the process's page tables under its mmap lock: ~1 ms for 50 MiB,
-//!   ~8 ms for a 270 MiB Go heap (measured here), and a Go service read once a second
-//!   under load went from a p99 of 7 ms to 17–60 ms. So [`TreeSampler`] reads PSS only
+//!   Reading it walks the process's page tables under its mmap lock — milliseconds for a
+//!   large heap, long enough to show in the watched service's own p99 when read once a
+//!   second under load (figures: docs/procstat.md). So [`TreeSampler`] reads PSS only
 //!   when a window is summarized (the end of a load step), never during it; RSS (a
 //!   counter, no page walk) is sampled throughout.
 //! - **The sampler stays out of the way**: its thread runs at nice 19, each interval reads
 //!   two small files per known process, and the tree is re-discovered (a pass over all of
 //!   `/proc`) once a second. A sampler that scanned everything every 100 ms on the load
-//!   generator's core stalled it for milliseconds and showed up as a p99 of 3 ms for a
-//!   service whose real p99 was 0.35 ms (docs/load.md).
+//!   generator's core stalled it for milliseconds, which showed as the watched service's
+//!   latency (docs/load.md).
 //! - Processes that exit during a reading are skipped, not errors.
 //!
 //! # Limits
@@ -55,7 +56,10 @@
 //! - A child that exits between the reading of its parent and its own reading is missed
 //!   by that one reading and counted again at the next: per-interval peaks may jitter by
 //!   a tick, window means do not.
-//! - Resolution is one clock tick (10 ms at the usual 100 Hz) per process.
+//! - Resolution is one clock tick (10 ms at the usual 100 Hz) per process: ±10% of a core
+//!   over one 100 ms sample, ±1% over a second. A figure shown live (a chart's point, a
+//!   card) is therefore the CPU over its whole interval, ticks summed
+//!   ([`TreeSampler::cpu_since`]), never the last short sample.
 //! - `/proc/net/tcp*` shows the sockets of this network namespace only.
 //!
 //! # Example
@@ -77,15 +81,19 @@
 //! # Ok::<(), scalpel_procstat::ProcStatError>(())
 //! ```
 
+// `tree`: which processes make a tree (one pass over /proc), the listing both the
+// readings (`proc`: CPU, memory, thread states) and the port owners (`sockets`) start
+// from; `sampler`: the background thread over `proc`.
 mod error;
 mod proc;
 mod sampler;
 mod sockets;
+mod tree;
 
 use std::time::Instant;
 
 pub use error::ProcStatError;
-pub use sampler::{ResourceSummary, Sample, SampleMark, TreeSampler};
+pub use sampler::{CpuInterval, ResourceSummary, Sample, SampleMark, TreeSampler};
 pub use sockets::{
     HeldConnection, TcpQueue, connections_held, listening_in_tree, process_ended, process_exited,
     process_name, tcp_queues,
@@ -116,7 +124,7 @@ pub struct TreeReading {
 /// [`ProcStatError::PermissionDenied`] when one does but its owner's file descriptors
 /// cannot be read.
 pub fn pid_listening_on(port: u16) -> Result<u32, ProcStatError> {
-    proc::pid_listening_on(port)
+    sockets::pid_listening_on(port)
 }
 
 /// Whether every thread of process `pid` has stopped (SIGSTOP or a tracer). A stop
@@ -133,7 +141,7 @@ pub fn all_threads_stopped(pid: u32) -> Option<bool> {
 ///
 /// [`ProcStatError::NoSuchProcess`] if `root` does not exist.
 pub fn tree_pids(root: u32) -> Result<Vec<u32>, ProcStatError> {
-    proc::tree_pids(root)
+    tree::tree_pids(root)
 }
 
 /// One reading of the tree under `root`.
@@ -162,7 +170,7 @@ pub fn read_set(roots: &[u32]) -> TreeReading {
 /// With [`read_pids`], a supervisor samples its workers without scanning `/proc` at every
 /// reading: it discovers their trees now and then, and reads the known processes between.
 pub fn trees_of(roots: &[u32]) -> Vec<Vec<u32>> {
-    proc::trees_of(roots).unwrap_or_else(|_| vec![Vec::new(); roots.len()])
+    tree::trees_of(roots).unwrap_or_else(|_| vec![Vec::new(); roots.len()])
 }
 
 /// One reading of already discovered processes, `pids[0]` being the tree's root: two small

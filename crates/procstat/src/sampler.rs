@@ -6,7 +6,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::proc::{discover, pss_of, read_known};
+use crate::proc::{pss_of, read_known};
+use crate::tree::discover;
 use crate::{ProcStatError, TreeReading, cpu_percent};
 
 /// How many samples a sampler keeps: at 100 ms, well over two hours.
@@ -59,6 +60,19 @@ pub struct ResourceSummary {
 /// A point in time of a sampler, to summarize what came after it.
 #[derive(Debug, Clone, Copy)]
 pub struct SampleMark(Instant);
+
+/// The CPU of a tree over one whole interval between two of a sampler's readings (see
+/// [`TreeSampler::cpu_since`]).
+#[derive(Debug, Clone, Copy)]
+pub struct CpuInterval {
+    /// CPU% over the interval: every tick in it ÷ its wall time (100.0 = one core busy).
+    pub cpu_percent: f64,
+    /// The interval's length.
+    pub wall: Duration,
+    /// Its end (the newest reading), to measure the next interval from: intervals chained
+    /// this way tile the time, no tick counted twice or lost.
+    pub end: SampleMark,
+}
 
 #[derive(Debug, Clone, Copy)]
 struct Record {
@@ -220,6 +234,25 @@ impl TreeSampler {
             last.sample.pss_bytes = pss;
         }
         summarize(&state, mark.0)
+    }
+
+    /// CPU% from the last reading at or before `mark` to the newest reading: the clock
+    /// ticks of that whole interval summed. One sample covers one sampling interval, and
+    /// at 100 ms a tick (10 ms of CPU) is 10% of it: a steady 5% reads 0%, 10%, 0%, …
+    /// sample by sample, and 5% (±1 tick per process, ±1% over a second) here over a
+    /// second. `None` until there is a reading after `mark`.
+    pub fn cpu_since(&self, mark: SampleMark) -> Option<CpuInterval> {
+        let state = lock(&self.state);
+        let newest = state.records.back().filter(|r| r.reading.at > mark.0)?;
+        let first_after = state.records.partition_point(|r| r.reading.at <= mark.0);
+        let before = first_after
+            .checked_sub(1)
+            .map_or(state.base, |i| state.records[i].reading);
+        Some(CpuInterval {
+            cpu_percent: cpu_percent(&before, &newest.reading),
+            wall: newest.reading.at.saturating_duration_since(before.at),
+            end: SampleMark(newest.reading.at),
+        })
     }
 
     /// The most recent sample, if any has been taken since the start.

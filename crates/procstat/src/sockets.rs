@@ -7,7 +7,7 @@ use std::fs;
 use std::io::ErrorKind;
 
 use crate::ProcStatError;
-use crate::proc::tree_pids;
+use crate::tree::{all_pids, read_stat, tree_pids};
 
 /// One TCP connection as the kernel reports it in `/proc/net/tcp` or `tcp6`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,6 +135,45 @@ pub(crate) fn parse_queues(table: &str, port: u16) -> Vec<TcpQueue> {
             })
         })
         .collect()
+}
+
+/// The pid of the process that listens on TCP `port`: the topmost holder of the socket
+/// (a forking server shares it with its workers).
+pub(crate) fn pid_listening_on(port: u16) -> Result<u32, ProcStatError> {
+    let wanted = listening_socket_links(port)?;
+    if wanted.is_empty() {
+        return Err(ProcStatError::NotListening { port });
+    }
+
+    let mut holders = Vec::new();
+    let mut denied = false;
+    for pid in all_pids()? {
+        let fds = match fs::read_dir(format!("/proc/{pid}/fd")) {
+            Ok(fds) => fds,
+            Err(e) if e.kind() == ErrorKind::PermissionDenied => {
+                denied = true;
+                continue;
+            }
+            Err(_) => continue, // exited meanwhile
+        };
+        if holds_socket(fds, &wanted) {
+            holders.push(pid);
+        }
+    }
+    if holders.is_empty() {
+        return Err(if denied {
+            ProcStatError::PermissionDenied { port }
+        } else {
+            ProcStatError::NotListening { port }
+        });
+    }
+    // A forked server shares its socket with its workers: report the topmost holder.
+    let topmost: Vec<u32> = holders
+        .iter()
+        .copied()
+        .filter(|&pid| read_stat(pid).is_none_or(|s| !holders.contains(&s.ppid)))
+        .collect();
+    Ok(topmost.into_iter().min().unwrap_or(holders[0]))
 }
 
 /// Does a socket listening on TCP `port` belong to `root` or one of its descendants?
@@ -309,6 +348,17 @@ pub(crate) fn stat_says_ended(text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn listen_table() {
+        let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
+   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 5555 1 0000000000000000 100 0 0 10 0\n\
+   1: 0100007F:1F90 0100007F:D431 01 00000000:00000000 00:00000000 00000000  1000        0 6666 1 0000000000000000 20 4 30 10 -1\n\
+   2: 00000000:0050 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 7777 1 0000000000000000 100 0 0 10 0\n";
+        assert_eq!(listening_inodes(table, 8080), [5555]);
+        assert_eq!(listening_inodes(table, 80), [7777]);
+        assert!(listening_inodes(table, 81).is_empty());
+    }
 
     #[test]
     fn queues_of_both_ends_of_a_loopback_connection() {

@@ -405,6 +405,66 @@ fn cpu_percent_of_this_process_while_it_spins() {
     );
 }
 
+/// The duty-cycle burner (its doc is in the file), shared with the CLI's dashboard test.
+fn duty_cycle_script() -> String {
+    format!("{}/tests/duty_cycle.py", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// #26.4: a live page drew a steady ~5% as 0%, 10%, 10%, 0% — each point one 100 ms sample,
+/// where a tick (10 ms) is 10%. `cpu_since` sums the ticks of each whole interval: for a
+/// process at a quarter of a core, every one-second interval reads what the process's own
+/// CPU clock says, and the intervals chained from each other's ends cover the time.
+#[test]
+fn cpu_over_whole_intervals_matches_a_process_at_a_quarter_of_a_core() {
+    let mut burner = Group::spawn(
+        Command::new("python3")
+            .args([duty_cycle_script().as_str(), "0.25"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped()),
+    );
+    burner.wait_ready();
+    let sampler = TreeSampler::start(burner.pid(), Duration::from_millis(100)).expect("start");
+    let clock = |b: &mut Group| -> (f64, f64) {
+        b.send("?\n");
+        let line = b.read_line();
+        let mut it = line.split_whitespace().map(|x| x.parse::<f64>().unwrap());
+        (it.next().unwrap(), it.next().unwrap())
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let (cpu0, wall0) = clock(&mut burner);
+    let mut mark = sampler.mark();
+    let mut intervals = Vec::new();
+    for _ in 0..5 {
+        std::thread::sleep(Duration::from_millis(1000));
+        let iv = sampler.cpu_since(mark).expect("a reading in a second");
+        mark = iv.end;
+        intervals.push(iv);
+    }
+    let (cpu1, wall1) = clock(&mut burner);
+    let truth = (cpu1 - cpu0) / (wall1 - wall0) * 100.0;
+    assert!(
+        (10.0..=30.0).contains(&truth),
+        "the burner itself ran at {truth:.1}% (the machine is too busy to test this)"
+    );
+    for iv in &intervals {
+        assert!(
+            (iv.cpu_percent - truth).abs() <= 7.0,
+            "an interval of {:?} read {:.1}%, the burner ran at {truth:.1}%: {intervals:?}",
+            iv.wall,
+            iv.cpu_percent
+        );
+    }
+    // Chained, they cover the five seconds: no gap between one's end and the next's start.
+    let walls: Duration = intervals.iter().map(|iv| iv.wall).sum();
+    let span = Duration::from_secs_f64(wall1 - wall0);
+    assert!(
+        // The first starts at the reading before the mark; the sampler may lag when busy.
+        walls >= Duration::from_millis(4500) && walls <= span + Duration::from_millis(300),
+        "{walls:?} of {span:?}: {intervals:?}"
+    );
+    sampler.stop();
+}
+
 /// The sampler thread must never compete with the load it measures: it lowers itself to
 /// nice 19 (field 19 of its /proc task stat), while this test's thread keeps its own.
 #[test]

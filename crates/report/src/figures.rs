@@ -256,10 +256,11 @@ fn notes(result: &RunResult, index: u32) -> Vec<String> {
     notes
 }
 
-/// A latency figure, or none when nothing was measured (`-`, never a fast-looking 0).
-fn latency_cell(step: &StepResult, get: impl Fn(&LatencySummary) -> f64) -> Option<f64> {
-    step.latency_ms.as_ref().map(get)
-}
+/// Reads one percentile of a latency summary.
+type Percentile = fn(&LatencySummary) -> f64;
+
+/// Reads one figure of a step (`None`: not measured).
+type StepFigure = fn(&StepResult) -> Option<f64>;
 
 /// The rows of a figures table being built, each figure over the same steps.
 struct Rows<'a> {
@@ -294,62 +295,90 @@ impl Rows<'_> {
 /// The figures of a step per target; `endpoint`: of one endpoint of a mix, whose share of
 /// the offered rate is not known ahead (its picks are random), so it has no offered row.
 fn rows(steps: &[Option<&StepResult>], endpoint: bool) -> Vec<Row> {
-    let present = || steps.iter().flatten();
     let mut rows = Rows {
         steps,
         rows: Vec::new(),
     };
-    let open = present().any(|s| s.offered_rps.is_some());
-    if open && !endpoint {
-        rows.add(
-            "offered rps",
+    let open = rows.present().any(|s| s.offered_rps.is_some());
+    rows.volume(open && !endpoint);
+    rows.errors(open);
+    rows.latency();
+    rows.connections();
+    rows.h2();
+    rows.resources();
+    rows.slo();
+    rows.rows
+}
+
+impl<'a> Rows<'a> {
+    /// The steps that exist (a target may have stopped before this step).
+    fn present(&self) -> impl Iterator<Item = &'a StepResult> + 'a {
+        self.steps.iter().flatten().copied()
+    }
+
+    /// How much was asked, sent and answered.
+    fn volume(&mut self, offered: bool) {
+        if offered {
+            self.add(
+                "offered rps",
+                false,
+                Better::NoRatio,
+                &|s| s.offered_rps,
+                &fmt_rate,
+            );
+        }
+        self.add(
+            "achieved rps",
             false,
-            Better::NoRatio,
-            &|s| s.offered_rps,
+            Better::Higher,
+            &|s| Some(s.achieved_rps),
             &fmt_rate,
         );
+        self.add(
+            "requests",
+            false,
+            Better::Neither,
+            &|s| Some(s.requests as f64),
+            &fmt_count,
+        );
+        self.add(
+            "sent",
+            false,
+            Better::Neither,
+            &|s| Some(s.sent as f64),
+            &fmt_count,
+        );
+        self.add(
+            "answered",
+            false,
+            Better::Higher,
+            &|s| Some(s.answered as f64),
+            &fmt_count,
+        );
+        self.add(
+            "no answer",
+            false,
+            Better::Lower,
+            &|s| Some(s.failed as f64),
+            &fmt_count,
+        );
     }
-    rows.add(
-        "achieved rps",
-        false,
-        Better::Higher,
-        &|s| Some(s.achieved_rps),
-        &fmt_rate,
-    );
-    rows.add(
-        "requests",
-        false,
-        Better::Neither,
-        &|s| Some(s.requests as f64),
-        &fmt_count,
-    );
-    rows.add(
-        "sent",
-        false,
-        Better::Neither,
-        &|s| Some(s.sent as f64),
-        &fmt_count,
-    );
-    rows.add(
-        "answered",
-        false,
-        Better::Higher,
-        &|s| Some(s.answered as f64),
-        &fmt_count,
-    );
-    rows.add(
-        "no answer",
-        false,
-        Better::Lower,
-        &|s| Some(s.failed as f64),
-        &fmt_count,
-    );
-    let errors_row = {
-        let values: Vec<Option<f64>> = steps.iter().map(|s| s.map(|s| s.errors as f64)).collect();
-        Row {
+
+    /// Errors with their share of requests and a sub-row per kind; in the open models,
+    /// the requests that were late or never sent. The generator's own failures
+    /// (`local:*`) are not the target's errors: they are listed under "not sent", where
+    /// they are counted.
+    fn errors(&mut self, open: bool) {
+        let values: Vec<Option<f64>> = self
+            .steps
+            .iter()
+            .map(|s| s.map(|s| s.errors as f64))
+            .collect();
+        self.rows.push(Row {
             label: "errors".to_owned(),
             indent: false,
-            cells: steps
+            cells: self
+                .steps
                 .iter()
                 .map(|s| match s {
                     Some(s) if s.errors > 0 && s.requests > 0 => format!(
@@ -362,163 +391,140 @@ fn rows(steps: &[Option<&StepResult>], endpoint: bool) -> Vec<Row> {
                 })
                 .collect(),
             ratios: ratios(&values, Better::Lower),
-        }
-    };
-    rows.rows.push(errors_row);
-    // The generator's own failures (`local:*`) are not the target's errors: they are
-    // listed under "not sent", where they are counted.
-    let mut kinds: Vec<&String> = present().flat_map(|s| s.error_kinds.keys()).collect();
-    kinds.sort();
-    kinds.dedup();
-    let (local, kinds): (Vec<&String>, Vec<&String>) =
-        kinds.into_iter().partition(|k| k.starts_with("local:"));
-    for kind in kinds {
-        rows.add(
-            kind,
-            true,
-            Better::Lower,
-            &|s| Some(s.error_kinds.get(kind).copied().unwrap_or(0) as f64),
-            &fmt_count,
-        );
-    }
-    if open {
-        rows.add(
-            "late",
-            false,
-            Better::Lower,
-            &|s| Some(s.late as f64),
-            &fmt_count,
-        );
-    }
-    if open || present().any(|s| s.not_sent > 0) {
-        rows.add(
-            "not sent",
-            false,
-            Better::Lower,
-            &|s| Some(s.not_sent as f64),
-            &fmt_count,
-        );
-        for kind in local {
-            rows.add(
-                kind,
-                true,
+        });
+        let mut kinds: Vec<&String> = self.present().flat_map(|s| s.error_kinds.keys()).collect();
+        kinds.sort();
+        kinds.dedup();
+        let (local, kinds): (Vec<&String>, Vec<&String>) =
+            kinds.into_iter().partition(|k| k.starts_with("local:"));
+        self.kinds(&kinds);
+        if open {
+            self.add(
+                "late",
+                false,
                 Better::Lower,
-                &|s| Some(s.error_kinds.get(kind).copied().unwrap_or(0) as f64),
+                &|s| Some(s.late as f64),
+                &fmt_count,
+            );
+        }
+        if open || self.present().any(|s| s.not_sent > 0) {
+            self.add(
+                "not sent",
+                false,
+                Better::Lower,
+                &|s| Some(s.not_sent as f64),
+                &fmt_count,
+            );
+            self.kinds(&local);
+        }
+        if self.present().any(|s| s.interrupted > 0) {
+            self.add(
+                "cut at interrupt",
+                false,
+                Better::NoRatio,
+                &|s| Some(s.interrupted as f64),
                 &fmt_count,
             );
         }
     }
-    if present().any(|s| s.interrupted > 0) {
-        rows.add(
-            "cut at interrupt",
-            false,
-            Better::NoRatio,
-            &|s| Some(s.interrupted as f64),
-            &fmt_count,
-        );
+
+    /// A sub-row per error kind.
+    fn kinds(&mut self, kinds: &[&String]) {
+        for kind in kinds {
+            self.add(
+                kind,
+                true,
+                Better::Lower,
+                &|s| Some(s.error_kinds.get(*kind).copied().unwrap_or(0) as f64),
+                &fmt_count,
+            );
+        }
     }
-    rows.add(
-        "latency mean ms",
-        false,
-        Better::Lower,
-        &|s| latency_cell(s, |l| l.mean),
-        &fmt_ms,
-    );
-    rows.add(
-        "latency p50 ms",
-        false,
-        Better::Lower,
-        &|s| latency_cell(s, |l| l.p50),
-        &fmt_ms,
-    );
-    rows.add(
-        "latency p90 ms",
-        false,
-        Better::Lower,
-        &|s| latency_cell(s, |l| l.p90),
-        &fmt_ms,
-    );
-    rows.add(
-        "latency p99 ms",
-        false,
-        Better::Lower,
-        &|s| latency_cell(s, |l| l.p99),
-        &fmt_ms,
-    );
-    rows.add(
-        "latency p99.9 ms",
-        false,
-        Better::Lower,
-        &|s| latency_cell(s, |l| l.p999),
-        &fmt_ms,
-    );
-    rows.add(
-        "latency max ms",
-        false,
-        Better::Lower,
-        &|s| latency_cell(s, |l| l.max),
-        &fmt_ms,
-    );
-    // Connections and TLS handshakes, measured apart from request latency.
-    if present().any(|s| s.handshake_ms.is_some() || s.h2.is_some()) {
-        rows.add(
-            "connections opened",
-            false,
-            Better::Neither,
-            &|s| Some(s.connections_opened as f64),
-            &fmt_count,
-        );
+
+    /// The latency percentiles (`-` where nothing was measured, never a fast-looking 0).
+    fn latency(&mut self) {
+        let figures: [(&str, Percentile); 6] = [
+            ("latency mean ms", |l| l.mean),
+            ("latency p50 ms", |l| l.p50),
+            ("latency p90 ms", |l| l.p90),
+            ("latency p99 ms", |l| l.p99),
+            ("latency p99.9 ms", |l| l.p999),
+            ("latency max ms", |l| l.max),
+        ];
+        for (label, get) in figures {
+            self.add(
+                label,
+                false,
+                Better::Lower,
+                &|s| s.latency_ms.as_ref().map(get),
+                &fmt_ms,
+            );
+        }
     }
-    if present().any(|s| s.handshake_ms.is_some()) {
-        let hs = |s: &StepResult, get: fn(&LatencySummary) -> f64| s.handshake_ms.as_ref().map(get);
-        rows.add(
-            "TLS handshake p50 ms",
-            false,
-            Better::Lower,
-            &|s| hs(s, |l| l.p50),
-            &fmt_ms,
-        );
-        rows.add(
-            "TLS handshake p99 ms",
-            false,
-            Better::Lower,
-            &|s| hs(s, |l| l.p99),
-            &fmt_ms,
-        );
-        rows.add(
-            "TLS handshake max ms",
-            false,
-            Better::Lower,
-            &|s| hs(s, |l| l.max),
-            &fmt_ms,
-        );
+
+    /// Connections and TLS handshakes, measured apart from request latency.
+    fn connections(&mut self) {
+        if self
+            .present()
+            .any(|s| s.handshake_ms.is_some() || s.h2.is_some())
+        {
+            self.add(
+                "connections opened",
+                false,
+                Better::Neither,
+                &|s| Some(s.connections_opened as f64),
+                &fmt_count,
+            );
+        }
+        if !self.present().any(|s| s.handshake_ms.is_some()) {
+            return;
+        }
+        let figures: [(&str, Percentile); 3] = [
+            ("TLS handshake p50 ms", |l| l.p50),
+            ("TLS handshake p99 ms", |l| l.p99),
+            ("TLS handshake max ms", |l| l.max),
+        ];
+        for (label, get) in figures {
+            self.add(
+                label,
+                false,
+                Better::Lower,
+                &|s| s.handshake_ms.as_ref().map(get),
+                &fmt_ms,
+            );
+        }
     }
-    // HTTP/2 events by kind (their failed requests are also under `errors`).
-    if present().any(|s| s.h2.is_some()) {
+
+    /// HTTP/2 events by kind (their failed requests are also under `errors`).
+    fn h2(&mut self) {
+        if !self.present().any(|s| s.h2.is_some()) {
+            return;
+        }
         let h2 =
             |s: &StepResult, get: &dyn Fn(&H2Events) -> u64| s.h2.as_ref().map(|e| get(e) as f64);
-        rows.add(
+        self.add(
             "h2 GOAWAY",
             false,
             Better::Lower,
             &|s| h2(s, &|e| e.goaway),
             &fmt_count,
         );
-        rows.add(
+        self.add(
             "h2 RST_STREAM",
             false,
             Better::Lower,
             &|s| h2(s, &|e| e.rst_stream),
             &fmt_count,
         );
-        let mut reasons: Vec<&String> = present()
+        let mut reasons: Vec<&String> = self
+            .present()
             .filter_map(|s| s.h2.as_ref())
             .flat_map(|e| e.rst_by_reason.keys())
             .collect();
         reasons.sort();
         reasons.dedup();
         for reason in reasons {
-            rows.add(
+            self.add(
                 reason,
                 true,
                 Better::Lower,
@@ -526,14 +532,14 @@ fn rows(steps: &[Option<&StepResult>], endpoint: bool) -> Vec<Row> {
                 &fmt_count,
             );
         }
-        rows.add(
+        self.add(
             "h2 waited for a stream",
             false,
             Better::Lower,
             &|s| h2(s, &|e| e.stalled_on_streams),
             &fmt_count,
         );
-        rows.add(
+        self.add(
             "h2 waited for window",
             false,
             Better::Lower,
@@ -541,73 +547,65 @@ fn rows(steps: &[Option<&StepResult>], endpoint: bool) -> Vec<Row> {
             &fmt_count,
         );
     }
-    if present().any(|s| s.cpu_percent.is_some()) {
-        rows.add(
-            "CPU % mean",
-            false,
-            Better::Lower,
-            &|s| s.cpu_percent,
-            &fmt_amount,
-        );
-        rows.add(
-            "CPU % peak",
-            false,
-            Better::Lower,
-            &|s| s.cpu_percent_peak,
-            &fmt_amount,
-        );
-        rows.add(
-            "rps per CPU core",
-            false,
-            Better::Higher,
-            &rps_per_core,
-            &fmt_rate,
-        );
+
+    /// CPU and memory of the watched process trees.
+    fn resources(&mut self) {
+        if self.present().any(|s| s.cpu_percent.is_some()) {
+            self.add(
+                "CPU % mean",
+                false,
+                Better::Lower,
+                &|s| s.cpu_percent,
+                &fmt_amount,
+            );
+            self.add(
+                "CPU % peak",
+                false,
+                Better::Lower,
+                &|s| s.cpu_percent_peak,
+                &fmt_amount,
+            );
+            self.add(
+                "rps per CPU core",
+                false,
+                Better::Higher,
+                &rps_per_core,
+                &fmt_rate,
+            );
+        }
+        let memory: [(&str, StepFigure); 4] = [
+            ("RSS MiB mean", |s| s.rss_mb),
+            ("RSS MiB peak", |s| s.rss_mb_peak),
+            ("PSS MiB mean", |s| s.pss_mb),
+            ("PSS MiB peak", |s| s.pss_mb_peak),
+        ];
+        // Each pair shown when its mean was measured for some target.
+        for pair in memory.chunks(2) {
+            if !self.present().any(|s| (pair[0].1)(s).is_some()) {
+                continue;
+            }
+            for (label, get) in pair {
+                self.add(label, false, Better::Lower, get, &fmt_amount);
+            }
+        }
     }
-    if present().any(|s| s.rss_mb.is_some()) {
-        rows.add(
-            "RSS MiB mean",
-            false,
-            Better::Lower,
-            &|s| s.rss_mb,
-            &fmt_amount,
-        );
-        rows.add(
-            "RSS MiB peak",
-            false,
-            Better::Lower,
-            &|s| s.rss_mb_peak,
-            &fmt_amount,
-        );
-    }
-    if present().any(|s| s.pss_mb.is_some()) {
-        rows.add(
-            "PSS MiB mean",
-            false,
-            Better::Lower,
-            &|s| s.pss_mb,
-            &fmt_amount,
-        );
-        rows.add(
-            "PSS MiB peak",
-            false,
-            Better::Lower,
-            &|s| s.pss_mb_peak,
-            &fmt_amount,
-        );
-    }
-    if present().any(|s| s.slo_held.is_some()) {
-        rows.rows.push(Row {
+
+    /// Whether each target's step held the SLO (no ratio: yes or no).
+    fn slo(&mut self) {
+        if !self.present().any(|s| s.slo_held.is_some()) {
+            return;
+        }
+        self.rows.push(Row {
             label: "SLO held".to_owned(),
             indent: false,
-            cells: steps
+            cells: self
+                .steps
                 .iter()
                 .map(|s| held_text(s.and_then(|s| s.slo_held)).to_owned())
                 .collect(),
-            ratios: vec![(String::new(), Verdict::Unknown); steps.len().saturating_sub(1)],
+            ratios: vec![(String::new(), Verdict::Unknown); self.steps.len().saturating_sub(1)],
         });
     }
-    rows.rows
 }
 
 /// How a target was connected to, in one line, when it was anything but plain HTTP/1.1

@@ -3,14 +3,13 @@
 use std::fmt::Write as _;
 
 use scalpel_load::result::{RunResult, StepResult, TargetResult, decode_histogram};
+use scalpel_present::{
+    BarChart, LineChart, NARROW, STYLE, Scale, Series, WIDE, color, escape_html,
+};
 
-use crate::escape::escape_html;
 use crate::figures::{
     self, Row, Section, Verdict, fmt_amount, fmt_ms, fmt_rate, held_text, step_indices, step_of,
 };
-use crate::svg::{BarChart, LineChart, NARROW, Scale, Series, WIDE, color};
-
-const STYLE: &str = include_str!("report.css");
 
 /// One self-contained HTML page: what was run, the breaking points, the summary table, and
 /// SVG plots of latency, throughput, CPU and memory per step (one series per target) and
@@ -517,31 +516,59 @@ fn plots(result: &RunResult, out: &mut String) {
         bar_plots(result, has_cpu, has_mem, out);
         return;
     }
-    let by_rate = all().all(|s| s.offered_rps.is_some());
-    let x_label = if by_rate {
-        "offered rate (requests/s)"
-    } else {
-        "step"
-    };
-    let x_ticks = (!by_rate).then(|| {
-        indices
-            .iter()
-            .map(|i| (f64::from(i + 1), (i + 1).to_string()))
-            .collect::<Vec<_>>()
-    });
-    let chart = |title: &str,
-                 y_label: &str,
-                 y_scale: Scale,
-                 series: Vec<Series>,
-                 diagonal: bool,
-                 thresholds: Vec<(f64, String)>| {
+    let axis = StepAxis::new(all().all(|s| s.offered_rps.is_some()), &indices);
+    latency_plots(result, &axis, out);
+    out.push_str(r#"<section><h2>Throughput, CPU and memory</h2><div class="grid">"#);
+    throughput_plot(result, &axis, out);
+    if has_cpu {
+        cpu_plots(result, &axis, out);
+    }
+    if has_mem {
+        memory_plot(result, &axis, out);
+    }
+    out.push_str("</div></section>\n");
+}
+
+/// The x axis of the per-step line charts: the offered rate when every step has one,
+/// otherwise the step's number.
+struct StepAxis {
+    by_rate: bool,
+    x_ticks: Option<Vec<(f64, String)>>,
+}
+
+impl StepAxis {
+    fn new(by_rate: bool, indices: &[u32]) -> StepAxis {
+        let x_ticks = (!by_rate).then(|| {
+            indices
+                .iter()
+                .map(|i| (f64::from(i + 1), (i + 1).to_string()))
+                .collect()
+        });
+        StepAxis { by_rate, x_ticks }
+    }
+
+    /// One line per target over this axis; the y axis from zero when linear.
+    fn chart(
+        &self,
+        title: &str,
+        y_label: &str,
+        y_scale: Scale,
+        series: Vec<Series>,
+        diagonal: bool,
+        thresholds: Vec<(f64, String)>,
+    ) -> String {
         LineChart {
             title: title.to_owned(),
-            x_label: x_label.to_owned(),
+            x_label: if self.by_rate {
+                "offered rate (requests/s)"
+            } else {
+                "step"
+            }
+            .to_owned(),
             y_label: y_label.to_owned(),
             x_scale: Scale::Linear,
             y_scale,
-            x_ticks: x_ticks.clone(),
+            x_ticks: self.x_ticks.clone(),
             y_from_zero: y_scale == Scale::Linear,
             series,
             diagonal,
@@ -549,7 +576,11 @@ fn plots(result: &RunResult, out: &mut String) {
             width: NARROW,
         }
         .render()
-    };
+    }
+}
+
+/// A chart per percentile, each with the run's SLO bound on it when there is one.
+fn latency_plots(result: &RunResult, axis: &StepAxis, out: &mut String) {
     out.push_str(r#"<section><h2>Latency per step</h2><p class="note">Log scale. Latency counts from each request's intended send time, so queueing in an overloaded target shows here.</p><div class="grid">"#);
     let percentiles: [(&str, Figure); 4] = [
         ("p50", |s| s.latency_ms.map(|l| l.p50)),
@@ -564,12 +595,12 @@ fn plots(result: &RunResult, out: &mut String) {
         .as_deref()
         .and_then(|text| scalpel_load::Slo::parse(text).ok());
     for (name, get) in percentiles {
-        let series = line_series(result, by_rate, "", None, "ms", &get, fmt_ms);
+        let series = line_series(result, axis.by_rate, "", None, "ms", &get, fmt_ms);
         let limit = slo.as_ref().and_then(|slo| slo.latency_bound_ms(name));
         let thresholds = limit
             .map(|ms| vec![(ms, format!("SLO {name} < {} ms", fmt_ms(ms)))])
             .unwrap_or_default();
-        out.push_str(&chart(
+        out.push_str(&axis.chart(
             &format!("{name} latency"),
             "milliseconds",
             Scale::Log,
@@ -579,18 +610,20 @@ fn plots(result: &RunResult, out: &mut String) {
         ));
     }
     out.push_str("</div></section>\n");
+}
 
-    out.push_str(r#"<section><h2>Throughput, CPU and memory</h2><div class="grid">"#);
+/// Achieved rate per step, against the offered rate's diagonal when the steps have one.
+fn throughput_plot(result: &RunResult, axis: &StepAxis, out: &mut String) {
     let mut series = line_series(
         result,
-        by_rate,
+        axis.by_rate,
         "",
         None,
         "rps",
         &|s| Some(s.achieved_rps),
         fmt_rate,
     );
-    let title = if by_rate {
+    let title = if axis.by_rate {
         "Achieved vs offered rate (dashed: achieved = offered)"
     } else {
         "Achieved rate"
@@ -598,88 +631,93 @@ fn plots(result: &RunResult, out: &mut String) {
     for s in &mut series {
         s.name = format!("{} achieved", s.name);
     }
-    out.push_str(&chart(
+    out.push_str(&axis.chart(
         title,
         "requests/s",
         Scale::Linear,
         series,
-        by_rate,
+        axis.by_rate,
         Vec::new(),
     ));
-    if has_cpu {
-        let mut series = line_series(
-            result,
-            by_rate,
-            " mean",
-            None,
-            "%",
-            &|s| s.cpu_percent,
-            fmt_amount,
-        );
-        series.extend(line_series(
-            result,
-            by_rate,
-            " peak",
-            Some("2 3"),
-            "%",
-            &|s| s.cpu_percent_peak,
-            fmt_amount,
-        ));
-        out.push_str(&chart(
-            "CPU of the target's process tree (100% = one core)",
-            "CPU %",
-            Scale::Linear,
-            series,
-            false,
-            Vec::new(),
-        ));
-        let series = line_series(
-            result,
-            by_rate,
-            "",
-            None,
-            "rps per core",
-            &figures::rps_per_core,
-            fmt_rate,
-        );
-        out.push_str(&chart(
-            "Efficiency: requests/s per fully used core",
-            "requests/s per core",
-            Scale::Linear,
-            series,
-            false,
-            Vec::new(),
-        ));
-    }
-    if has_mem {
-        let mut series = line_series(
-            result,
-            by_rate,
-            " RSS",
-            None,
-            "MiB",
-            &|s| s.rss_mb,
-            fmt_amount,
-        );
-        series.extend(line_series(
-            result,
-            by_rate,
-            " PSS",
-            Some("6 3"),
-            "MiB",
-            &|s| s.pss_mb,
-            fmt_amount,
-        ));
-        out.push_str(&chart(
-            "Memory of the target's process tree (mean per step)",
-            "MiB",
-            Scale::Linear,
-            series,
-            false,
-            Vec::new(),
-        ));
-    }
-    out.push_str("</div></section>\n");
+}
+
+/// CPU of each target's process tree (mean and peak), and requests per fully used core.
+fn cpu_plots(result: &RunResult, axis: &StepAxis, out: &mut String) {
+    let by_rate = axis.by_rate;
+    let mut series = line_series(
+        result,
+        by_rate,
+        " mean",
+        None,
+        "%",
+        &|s| s.cpu_percent,
+        fmt_amount,
+    );
+    series.extend(line_series(
+        result,
+        by_rate,
+        " peak",
+        Some("2 3"),
+        "%",
+        &|s| s.cpu_percent_peak,
+        fmt_amount,
+    ));
+    out.push_str(&axis.chart(
+        "CPU of the target's process tree (100% = one core)",
+        "CPU %",
+        Scale::Linear,
+        series,
+        false,
+        Vec::new(),
+    ));
+    let series = line_series(
+        result,
+        by_rate,
+        "",
+        None,
+        "rps per core",
+        &figures::rps_per_core,
+        fmt_rate,
+    );
+    out.push_str(&axis.chart(
+        "Efficiency: requests/s per fully used core",
+        "requests/s per core",
+        Scale::Linear,
+        series,
+        false,
+        Vec::new(),
+    ));
+}
+
+/// RSS and PSS of each target's process tree.
+fn memory_plot(result: &RunResult, axis: &StepAxis, out: &mut String) {
+    let by_rate = axis.by_rate;
+    let mut series = line_series(
+        result,
+        by_rate,
+        " RSS",
+        None,
+        "MiB",
+        &|s| s.rss_mb,
+        fmt_amount,
+    );
+    series.extend(line_series(
+        result,
+        by_rate,
+        " PSS",
+        Some("6 3"),
+        "MiB",
+        &|s| s.pss_mb,
+        fmt_amount,
+    ));
+    out.push_str(&axis.chart(
+        "Memory of the target's process tree (mean per step)",
+        "MiB",
+        Scale::Linear,
+        series,
+        false,
+        Vec::new(),
+    ));
 }
 
 fn bar_plots(result: &RunResult, has_cpu: bool, has_mem: bool, out: &mut String) {

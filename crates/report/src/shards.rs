@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use scalpel_load::Slo;
 use scalpel_load::result::{
     BreakingPoint, RunConfig, RunResult, ShardInfo, ShardPart, ShardSet, ShardStep, ShardTarget,
-    StepResult,
+    StepResult, TargetResult,
 };
 
 use crate::ReportError;
@@ -75,8 +75,22 @@ pub(crate) fn check_set(runs: &[RunResult]) -> Result<Option<SetBasis>, ReportEr
         .iter()
         .map(|r| r.shard.as_ref().expect("all are shards"))
         .collect();
+    one_run(&infos)?;
+    one_split(&infos)?;
+    let by_index = none_twice(&infos)?;
+    same_settings(runs, &infos)?;
+    let base = infos[0];
+    all_present(&infos, &by_index)?;
+    Ok(Some(SetBasis {
+        run_id: base.run_id.clone(),
+        count: base.count,
+        start_at: base.start_at.clone(),
+        settings: base.settings.clone(),
+    }))
+}
 
-    // One run.
+/// Every file is a shard of the same run id.
+fn one_run(infos: &[&ShardInfo]) -> Result<(), ReportError> {
     let mut by_run: Vec<(&str, Vec<usize>)> = Vec::new();
     for (i, info) in infos.iter().enumerate() {
         match by_run.iter_mut().find(|(id, _)| *id == info.run_id) {
@@ -95,33 +109,43 @@ pub(crate) fn check_set(runs: &[RunResult]) -> Result<Option<SetBasis>, ReportEr
             listed.join(", ")
         )));
     }
+    Ok(())
+}
 
-    // One count.
-    if let Some(other) = infos.iter().position(|i| i.count != info0.count) {
-        return Err(mismatch(format!(
+/// Every file says the run was split into the same number of shards.
+fn one_split(infos: &[&ShardInfo]) -> Result<(), ReportError> {
+    let info0 = infos[0];
+    match infos.iter().position(|i| i.count != info0.count) {
+        Some(other) => Err(mismatch(format!(
             "run {} was split in different ways: file 1 is shard {}, file {} is shard {}",
             info0.run_id,
-            name(infos[0]),
+            name(info0),
             other + 1,
             name(infos[other])
-        )));
+        ))),
+        None => Ok(()),
     }
-    let count = info0.count;
+}
 
-    // None twice.
+/// No shard is given twice; the files of each shard index.
+fn none_twice(infos: &[&ShardInfo]) -> Result<BTreeMap<u32, Vec<usize>>, ReportError> {
     let mut by_index: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
     for (i, info) in infos.iter().enumerate() {
         by_index.entry(info.index).or_default().push(i);
     }
     if let Some((index, positions)) = by_index.iter().find(|(_, p)| p.len() > 1) {
         return Err(mismatch(format!(
-            "shard {}/{count} is given twice ({}): its requests would count twice",
+            "shard {}/{} is given twice ({}): its requests would count twice",
             index + 1,
+            infos[0].count,
             files(positions)
         )));
     }
+    Ok(by_index)
+}
 
-    // Same settings.
+/// Every shard ran with the first one's settings and common start.
+fn same_settings(runs: &[RunResult], infos: &[&ShardInfo]) -> Result<(), ReportError> {
     let base = infos[0];
     for (i, info) in infos.iter().enumerate().skip(1) {
         if info.settings != base.settings || info.start_at != base.start_at {
@@ -135,27 +159,38 @@ pub(crate) fn check_set(runs: &[RunResult]) -> Result<Option<SetBasis>, ReportEr
             )));
         }
     }
+    Ok(())
+}
 
-    // All of them.
-    let missing: Vec<String> = (0..count)
-        .filter(|i| !by_index.contains_key(i))
-        .map(|i| format!("{}/{count}", i + 1))
-        .collect();
-    if !missing.is_empty() {
-        return Err(mismatch(format!(
-            "missing shard{} {} of run {}: give all {count} shards ({} given)",
-            if missing.len() > 1 { "s" } else { "" },
-            missing.join(", "),
-            base.run_id,
-            infos.len()
-        )));
+/// `shard 2`, `shards 2 and 4` or `shards 1, 2 and 4` (indexes from 0, shown from 1).
+fn numbered(noun: &str, indexes: &[u32]) -> String {
+    let numbers: Vec<String> = indexes.iter().map(|i| (i + 1).to_string()).collect();
+    match numbers.split_last() {
+        Some((last, [])) => format!("{noun} {last}"),
+        Some((last, rest)) => format!("{noun}s {} and {last}", rest.join(", ")),
+        None => format!("no {noun}"),
     }
-    Ok(Some(SetBasis {
-        run_id: base.run_id.clone(),
-        count,
-        start_at: base.start_at.clone(),
-        settings: base.settings.clone(),
-    }))
+}
+
+/// Every shard of the split is there.
+fn all_present(
+    infos: &[&ShardInfo],
+    by_index: &BTreeMap<u32, Vec<usize>>,
+) -> Result<(), ReportError> {
+    let base = infos[0];
+    let count = base.count;
+    // All of them: one file of a 2-shard run is as incomplete as three of four.
+    let missing: Vec<u32> = (0..count).filter(|i| !by_index.contains_key(i)).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(mismatch(format!(
+        "{} of {count} missing (run id {}): give the result files of all {count} \
+         shards ({} given)",
+        numbered("shard", &missing),
+        base.run_id,
+        infos.len()
+    )))
 }
 
 /// What differs between two shards' settings, as far as the result files show it.
@@ -207,7 +242,31 @@ pub(crate) fn attach(
         .map(|r| (r.shard.as_ref().expect("checked"), r))
         .collect();
     shards.sort_by_key(|(info, _)| info.index);
-    let parts: Vec<ShardPart> = shards
+    let mut flags = Vec::new();
+    for target in &mut merged.targets {
+        let misaligned = late_starts(&target.name, &shards, &mut flags);
+        let not_in_full = run_by_some(target, &shards, &mut flags);
+        for step in &mut target.steps {
+            step.start_late_s = latest_start(&target.name, step.index, &shards);
+        }
+        if slo.is_some() {
+            rejudge(target, &misaligned, not_in_full);
+        }
+    }
+    merged.shard = None;
+    merged.shards = Some(ShardSet {
+        run_id: basis.run_id,
+        count: basis.count,
+        start_at: basis.start_at,
+        settings: basis.settings,
+        parts: parts(&shards),
+        flags,
+    });
+}
+
+/// Each shard's own figures, in shard order.
+fn parts(shards: &[(&ShardInfo, &RunResult)]) -> Vec<ShardPart> {
+    shards
         .iter()
         .map(|(info, run)| ShardPart {
             index: info.index,
@@ -222,128 +281,137 @@ pub(crate) fn attach(
                 })
                 .collect(),
         })
-        .collect();
+        .collect()
+}
 
-    let mut flags = Vec::new();
-    for target in &mut merged.targets {
-        let mut misaligned: BTreeMap<u32, String> = BTreeMap::new();
-        for (info, run) in &shards {
-            let Some(theirs) = run.targets.iter().find(|t| t.name == target.name) else {
-                continue;
-            };
-            let late: Vec<(&StepResult, f64, f64)> = theirs
-                .steps
-                .iter()
-                .filter_map(|s| {
-                    let length = run.config.step_duration_s.unwrap_or(s.duration_s);
-                    let late = s.start_late_s?;
-                    (late > length * ALIGNMENT_TOLERANCE).then_some((s, late, length))
-                })
-                .collect();
-            if late.is_empty() {
-                continue;
-            }
-            let worst = late.iter().map(|l| l.1).fold(0.0, f64::max);
-            let length = late[0].2;
-            let steps: Vec<u32> = late.iter().map(|l| l.0.index).collect();
-            flags.push(format!(
-                "shard {} started {} of target \"{}\" late, up to {} s (more than a tenth of a \
-                 {} s step): the target never got the whole rate at once there",
-                name(info),
-                step_list(&steps),
-                target.name,
-                round2(worst),
-                round2(length)
-            ));
-            for l in late {
-                misaligned.entry(l.0.index).or_insert_with(|| {
-                    format!(
-                        "shard {} started this step {} s late (more than a tenth of it): the \
-                         whole rate was not offered at once",
-                        name(info),
-                        round2(l.1)
-                    )
-                });
-            }
-        }
-
-        // Steps only some shards ran in full.
-        let full = |run: &RunResult| {
-            run.targets
-                .iter()
-                .find(|t| t.name == target.name)
-                .map_or(0, |t| t.steps.iter().take_while(|s| !s.partial).count())
+/// The steps of `target` some shard started more than a tenth of a step late, each with
+/// why it cannot hold the SLO; a flag per shard that did.
+fn late_starts(
+    target: &str,
+    shards: &[(&ShardInfo, &RunResult)],
+    flags: &mut Vec<String>,
+) -> BTreeMap<u32, String> {
+    let mut misaligned: BTreeMap<u32, String> = BTreeMap::new();
+    for (info, run) in shards {
+        let Some(theirs) = run.targets.iter().find(|t| t.name == target) else {
+            continue;
         };
-        let most = shards.iter().map(|(_, r)| full(r)).max().unwrap_or(0);
-        let common = target.steps.len();
-        let mut not_in_full = None;
-        if most > common {
-            let short: Vec<String> = shards
-                .iter()
-                .filter(|(_, r)| full(r) == common)
-                .map(|(info, _)| name(info))
-                .collect();
-            let steps: Vec<u32> = (common as u32..most as u32).collect();
-            let why = format!(
-                "shard{} {} stopped after step {common} (its own part broke the SLO, or it was \
-                 interrupted)",
-                if short.len() > 1 { "s" } else { "" },
-                short.join(", ")
-            );
-            flags.push(format!(
-                "{} of target \"{}\" were run by only some shards ({why}): left out of the merge",
-                step_list(&steps),
-                target.name
-            ));
-            not_in_full = Some((common, why));
-        }
-
-        for step in &mut target.steps {
-            let pieces: Vec<f64> = shards
-                .iter()
-                .filter_map(|(_, r)| {
-                    r.targets
-                        .iter()
-                        .find(|t| t.name == target.name)
-                        .and_then(|t| t.steps.iter().find(|s| s.index == step.index))
-                        .and_then(|s| s.start_late_s)
-                })
-                .collect();
-            step.start_late_s = pieces.into_iter().reduce(f64::max);
-        }
-        if slo.is_none() {
+        let late: Vec<(&StepResult, f64, f64)> = theirs
+            .steps
+            .iter()
+            .filter_map(|s| {
+                let length = run.config.step_duration_s.unwrap_or(s.duration_s);
+                let late = s.start_late_s?;
+                (late > length * ALIGNMENT_TOLERANCE).then_some((s, late, length))
+            })
+            .collect();
+        if late.is_empty() {
             continue;
         }
-        for step in &mut target.steps {
-            if let Some(why) = misaligned.get(&step.index)
-                && step.slo_held == Some(true)
-            {
-                step.slo_held = Some(false);
-                step.slo_reason = Some(why.clone());
-            }
-        }
-        target.breaking_point = breaking_point(&target.steps);
-        if target.breaking_point.is_none()
-            && let Some((next, why)) = not_in_full
-        {
-            target.breaking_point = Some(BreakingPoint {
-                rps: target.steps.last().and_then(|s| s.offered_rps),
-                reason: format!(
-                    "step {} was not run by every shard ({why}): its whole rate was never offered",
-                    next + 1
-                ),
+        let worst = late.iter().map(|l| l.1).fold(0.0, f64::max);
+        let length = late[0].2;
+        let steps: Vec<u32> = late.iter().map(|l| l.0.index).collect();
+        flags.push(format!(
+            "shard {} started {} of target \"{target}\" late, up to {} s (more than a tenth of a \
+             {} s step): the target never got the whole rate at once there",
+            name(info),
+            step_list(&steps),
+            round2(worst),
+            round2(length)
+        ));
+        for l in late {
+            misaligned.entry(l.0.index).or_insert_with(|| {
+                format!(
+                    "shard {} started this step {} s late (more than a tenth of it): the \
+                     whole rate was not offered at once",
+                    name(info),
+                    round2(l.1)
+                )
             });
         }
     }
-    merged.shard = None;
-    merged.shards = Some(ShardSet {
-        run_id: basis.run_id,
-        count: basis.count,
-        start_at: basis.start_at,
-        settings: basis.settings,
-        parts,
-        flags,
-    });
+    misaligned
+}
+
+/// When some shards ran more steps of `target` in full than the merge holds (others
+/// stopped): a flag, and the first step not run by all with why.
+fn run_by_some(
+    target: &TargetResult,
+    shards: &[(&ShardInfo, &RunResult)],
+    flags: &mut Vec<String>,
+) -> Option<(usize, String)> {
+    let full = |run: &RunResult| {
+        run.targets
+            .iter()
+            .find(|t| t.name == target.name)
+            .map_or(0, |t| t.steps.iter().take_while(|s| !s.partial).count())
+    };
+    let most = shards.iter().map(|(_, r)| full(r)).max().unwrap_or(0);
+    let common = target.steps.len();
+    if most <= common {
+        return None;
+    }
+    let short: Vec<String> = shards
+        .iter()
+        .filter(|(_, r)| full(r) == common)
+        .map(|(info, _)| name(info))
+        .collect();
+    let steps: Vec<u32> = (common as u32..most as u32).collect();
+    let why = format!(
+        "shard{} {} stopped after step {common} (its own part broke the SLO, or it was \
+         interrupted)",
+        if short.len() > 1 { "s" } else { "" },
+        short.join(", ")
+    );
+    flags.push(format!(
+        "{} of target \"{}\" were run by only some shards ({why}): left out of the merge",
+        step_list(&steps),
+        target.name
+    ));
+    Some((common, why))
+}
+
+/// The latest any shard started step `index` of `target` after the common clock.
+fn latest_start(target: &str, index: u32, shards: &[(&ShardInfo, &RunResult)]) -> Option<f64> {
+    shards
+        .iter()
+        .filter_map(|(_, r)| {
+            r.targets
+                .iter()
+                .find(|t| t.name == target)
+                .and_then(|t| t.steps.iter().find(|s| s.index == index))
+                .and_then(|s| s.start_late_s)
+        })
+        .reduce(f64::max)
+}
+
+/// The verdicts a flag takes away: a misaligned step does not hold, and a run whose every
+/// merged step held breaks at the first step not run in full.
+fn rejudge(
+    target: &mut TargetResult,
+    misaligned: &BTreeMap<u32, String>,
+    not_in_full: Option<(usize, String)>,
+) {
+    for step in &mut target.steps {
+        if let Some(why) = misaligned.get(&step.index)
+            && step.slo_held == Some(true)
+        {
+            step.slo_held = Some(false);
+            step.slo_reason = Some(why.clone());
+        }
+    }
+    target.breaking_point = breaking_point(&target.steps);
+    if target.breaking_point.is_none()
+        && let Some((next, why)) = not_in_full
+    {
+        target.breaking_point = Some(BreakingPoint {
+            rps: target.steps.last().and_then(|s| s.offered_rps),
+            reason: format!(
+                "step {} was not run by every shard ({why}): its whole rate was never offered",
+                next + 1
+            ),
+        });
+    }
 }
 
 /// The breaking point from the steps' verdicts, as [`Slo::judge`] gives it.

@@ -95,7 +95,7 @@ pub enum RequestsError {
     NoData {
         /// The first placeholder of the template.
         placeholder: String,
-        /// The path template.
+        /// The text that holds it: the path template, a header or the body.
         template: String,
     },
     /// A placeholder does not name a column of the data.

@@ -170,7 +170,10 @@ impl RequestSet {
                 if let Some(first) = names.first() {
                     return Err(RequestsError::NoData {
                         placeholder: first.clone(),
-                        template: template.path.source.clone(),
+                        template: template
+                            .first_placeholder_text()
+                            .unwrap_or_default()
+                            .to_owned(),
                     });
                 }
                 Vec::new()
@@ -632,6 +635,15 @@ mod tests {
             "{err:?}"
         );
         assert!(err.to_string().contains("{id}"), "{err}");
+        // Named where it is: a JSON body's placeholder, not the path.
+        let err = RequestSet::new(
+            template("/p", &[], Some(r#"{"to":"{to}"}"#)),
+            None,
+            Order::Sequential,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains(r#"{to} in "{\"to\":\"{to}\"}""#), "{err}");
 
         let set = RequestSet::new(
             template("/health", &["A: b"], Some("hi")),

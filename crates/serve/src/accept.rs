@@ -6,8 +6,9 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use http::Request;
@@ -19,8 +20,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{oneshot, watch};
 use tokio_rustls::TlsAcceptor;
 
+use crate::client_conn::{ClientConn, ClientIo, ConnBody, ConnFlags};
 use crate::error::ServeError;
-use crate::proxy::{Client, ProxyBody};
+use crate::proxy::Client;
 use crate::state::{ConnCount, Shared};
 use crate::upstream::Upstreams;
 
@@ -185,39 +187,48 @@ impl Front {
         let mut http1 = self.http1.clone();
         http1
             .header_read_timeout(lim.header_read_timeout)
-            .max_buf_size(lim.max_header_bytes)
-            // The head limit is in bytes (`max_header_bytes`); the count of header lines is
-            // only capped where no real head goes (a line takes 8 bytes or more in practice,
-            // `a: b` and its CRLF 6), because hyper sizes its parse buffer by it.
-            .max_headers(max_request_headers(lim.max_header_bytes));
+            .max_buf_size(lim.max_header_bytes);
+        let slots = max_request_headers(lim.max_header_bytes);
         let mut h2 = self.h2.clone();
         h2.max_header_list_size(u32::try_from(lim.max_header_bytes).unwrap_or(u32::MAX));
         let tls = self.tls.clone();
         // Worked out once per connection: the address for X-Forwarded-For, and whether
         // this peer's own forwarding headers are believed.
-        let client = Arc::new(Client {
-            ip: peer.ip().to_canonical().to_string().into(),
-            trusted: lim.trusted_proxies.iter().any(|n| n.contains(peer.ip())),
-            https: tls.is_some(),
+        let conn = Arc::new(ClientConn {
+            shared: self.shared.clone(),
+            up: self.up.clone(),
+            client: Client {
+                ip: peer.ip().to_canonical().to_string().into(),
+                trusted: lim.trusted_proxies.iter().any(|n| n.contains(peer.ip())),
+                https: tls.is_some(),
+            },
+            flags: ConnFlags::default(),
         });
-        let (shared, up, stop) = (self.shared.clone(), self.up.clone(), stop.clone());
+        let stop = stop.clone();
         let head_timeout = lim.header_read_timeout;
         tokio::spawn(async move {
             let _guard = guard;
+            // One clone per request, of this connection's own context: nothing shared
+            // with the other data-plane threads is cloned on the request path.
             let svc = {
-                let shared = shared.clone();
+                let conn = conn.clone();
                 service_fn(move |req: Request<Incoming>| {
-                    let shared = shared.clone();
-                    let up = up.clone();
-                    let client = client.clone();
-                    async move { Ok::<_, Infallible>(shared.handle(&up, &client, req).await) }
+                    let conn = conn.clone();
+                    conn.flags.called();
+                    async move {
+                        let res = conn.shared.handle(&conn.up, &conn.client, req).await;
+                        Ok::<_, Infallible>(res.map(|body| ConnBody { body, conn }))
+                    }
                 })
             };
             match tls {
                 Some(acceptor) => {
+                    // A TLS connection keeps the full header slots from the start (no
+                    // held-back 431 over TLS: client_conn's doc).
+                    http1.max_headers(slots);
                     serve_tls(acceptor, stream, peer, head_timeout, http1, h2, svc, stop).await;
                 }
-                None => serve_plain(&shared, stream, http1, svc, stop).await,
+                None => serve_plain(conn, stream, http1, slots, svc, stop).await,
             }
         });
     }
@@ -237,7 +248,7 @@ async fn serve_tls<S>(
     svc: S,
     mut stop: watch::Receiver<bool>,
 ) where
-    S: HttpService<Incoming, ResBody = ProxyBody, Error = Infallible>,
+    S: HttpService<Incoming, ResBody = ConnBody, Error = Infallible>,
     S::Future: Send + 'static,
 {
     let handshake = tokio::select! {
@@ -266,52 +277,68 @@ async fn serve_tls<S>(
     }
 }
 
-/// A plain HTTP/1.1 connection; one whose request head did not arrive in time is
-/// answered 408 (when a request had begun) and counted.
+/// A plain HTTP/1.1 connection, with hyper's default header slots; a head over them is
+/// served again with `slots` (client_conn's doc). One whose request head did not arrive
+/// in time is answered 408 (when a request had begun) and counted.
 async fn serve_plain<S>(
-    shared: &Shared,
+    conn: Arc<ClientConn>,
     stream: TcpStream,
     http1: http1::Builder,
+    slots: usize,
     svc: S,
     mut stop: watch::Receiver<bool>,
 ) where
-    S: HttpService<Incoming, ResBody = ProxyBody, Error = Infallible>,
+    S: HttpService<Incoming, ResBody = ConnBody, Error = Infallible> + Unpin,
+    S::Future: Send + 'static,
 {
-    let timed_out = Arc::new(ClientFlags::default());
-    let io = ClientIo {
-        stream,
-        mid_request: false,
-        flags: timed_out.clone(),
-    };
+    let io = ClientIo::new(stream, conn.clone());
     // Boxed, so that it can be dropped (and its socket with it) before counting.
-    let mut conn = Box::pin(
+    let mut served = Box::pin(
         http1
             .serve_connection(TokioIo::new(io), svc)
             .with_upgrades(),
     );
-    let stopping = async move {
-        let _ = stop.wait_for(|s| *s).await;
-    };
-    tokio::select! {
-        r = conn.as_mut() => {
-            if let Err(e) = r
-                && e.is_timeout()
-            {
-                // The request head did not arrive in time: the connection's drop
-                // answers 408 when a request had begun.
-                timed_out.timed_out.store(true, Ordering::Relaxed);
-            }
-            drop(conn);
-            if timed_out.answered_408.load(Ordering::Relaxed) {
-                shared.rejected.header_timeout.fetch_add(1, Ordering::Relaxed);
-            }
+    let r = loop {
+        let ended = tokio::select! {
+            r = served.as_mut() => Some(r),
+            _ = stop.wait_for(|s| *s) => None,
+        };
+        let Some(r) = ended else {
+            // Finish the request in flight, then close.
+            served.as_mut().graceful_shutdown();
+            let _ = served.await;
             return;
+        };
+        if !conn.flags.held() {
+            break r;
         }
-        _ = stopping => {}
+        // hyper answered a head over its default slots with a 431, held back: the same
+        // bytes, from that head on, go to a connection with the full slot count.
+        let Some(parts) = Pin::into_inner(served).into_parts() else {
+            return;
+        };
+        let io = parts.io.into_inner().replayed(parts.read_buf);
+        let mut full = http1.clone();
+        full.max_headers(slots);
+        served = Box::pin(
+            full.serve_connection(TokioIo::new(io), parts.service)
+                .with_upgrades(),
+        );
+    };
+    if let Err(e) = r
+        && e.is_timeout()
+    {
+        // The request head did not arrive in time: the connection's drop answers 408
+        // when a request had begun.
+        conn.flags.timed_out.store(true, Ordering::Relaxed);
     }
-    // Finish the request in flight, then close.
-    conn.as_mut().graceful_shutdown();
-    let _ = conn.await;
+    drop(served);
+    if conn.flags.answered_408.load(Ordering::Relaxed) {
+        conn.shared
+            .rejected
+            .header_timeout
+            .fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// hyper's cap on request header lines for a head limit of `bytes` (see `Front::accept`).
@@ -322,7 +349,6 @@ fn max_request_headers(bytes: usize) -> usize {
 /// Written raw, before (or instead of) hyper: the toolkit's one error body
 /// (`scalpel_http::error_body`; a test checks the two agree, length included).
 const TOO_MANY_CONNECTIONS: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: 78\r\nconnection: close\r\nretry-after: 1\r\n\r\n{\"error\":\"too_many_connections\",\"detail\":\"too many client connections; retry\"}";
-const HEAD_TIMEOUT: &[u8] = b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\ncontent-length: 71\r\nconnection: close\r\n\r\n{\"error\":\"client_timeout\",\"detail\":\"request head not received in time\"}";
 
 /// Connections over `max_connections` get a 503 and are closed. The answer is written
 /// without waiting (it fits any fresh socket buffer); the connection then lingers a
@@ -352,98 +378,10 @@ fn refuse(stream: tokio::net::TcpStream, lingering: &Arc<AtomicUsize>) {
     });
 }
 
-/// Set by the connection's task, read by [`ClientIo`]'s drop (and back).
-#[derive(Debug, Default)]
-struct ClientFlags {
-    /// hyper gave up waiting for a request head.
-    timed_out: AtomicBool,
-    /// A 408 was written for it.
-    answered_408: AtomicBool,
-}
-
-/// A client connection as hyper sees it: the socket, and whether a request has begun
-/// since the last response — so that a connection closed for a slow request head gets
-/// a 408 (hyper just closes it), while an idle keep-alive one closes quietly.
-struct ClientIo {
-    stream: tokio::net::TcpStream,
-    mid_request: bool,
-    flags: Arc<ClientFlags>,
-}
-
-impl Drop for ClientIo {
-    fn drop(&mut self) {
-        if self.mid_request && self.flags.timed_out.load(Ordering::Relaxed) {
-            let _ = self.stream.try_write(HEAD_TIMEOUT);
-            self.flags.answered_408.store(true, Ordering::Relaxed);
-        }
-    }
-}
-
-impl tokio::io::AsyncRead for ClientIo {
-    fn poll_read(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        let me = self.get_mut();
-        let before = buf.filled().len();
-        let r = std::pin::Pin::new(&mut me.stream).poll_read(cx, buf);
-        if buf.filled().len() > before {
-            me.mid_request = true;
-        }
-        r
-    }
-}
-
-impl tokio::io::AsyncWrite for ClientIo {
-    fn poll_write(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        data: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        let me = self.get_mut();
-        let r = std::pin::Pin::new(&mut me.stream).poll_write(cx, data);
-        if matches!(r, std::task::Poll::Ready(Ok(n)) if n > 0) {
-            me.mid_request = false;
-        }
-        r
-    }
-
-    fn poll_write_vectored(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        let me = self.get_mut();
-        let r = std::pin::Pin::new(&mut me.stream).poll_write_vectored(cx, bufs);
-        if matches!(r, std::task::Poll::Ready(Ok(n)) if n > 0) {
-            me.mid_request = false;
-        }
-        r
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
-    }
-
-    fn poll_flush(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.get_mut().stream).poll_flush(cx)
-    }
-
-    fn poll_shutdown(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::client_conn::HEAD_TIMEOUT;
 
     /// The answers written raw, past hyper, are the toolkit's one error body, framed by
     /// their own exact length (a stale `content-length` after an edit of the text would

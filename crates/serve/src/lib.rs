@@ -147,6 +147,7 @@
 mod accept;
 mod admin;
 mod backend;
+mod client_conn;
 mod clock;
 mod config;
 mod counters;

@@ -258,9 +258,10 @@ impl Client {
     /// Opens one connection, to find before any traffic what would otherwise fail every
     /// request: a certificate that does not verify or is for another name, a server that
     /// refuses h2 when it is required. Over `http://` with HTTP/2 (prior knowledge, no
-    /// ALPN to ask) one `HEAD /` is sent, since only an answer shows the server speaks
-    /// h2c. The connection is closed again (it may have been opened on another runtime
-    /// than the one that will use the client).
+    /// ALPN to ask) one PING is sent, since only an answer shows the server speaks h2c —
+    /// never a request: the upstream sees only the requests the tool counts. The
+    /// connection is closed again (it may have been opened on another runtime than the one
+    /// that will use the client).
     pub(crate) async fn check(&self, role: &'static str) -> Result<Reach, ShadowError> {
         let url = self.peer().base_url();
         let setting = |error| ShadowError::Upstream {
@@ -275,24 +276,17 @@ impl Client {
                     drop(conn);
                     Ok(Reach::Ok("h2"))
                 }
-                Conn::H2(mut conn) => {
-                    let probe = Request::head(
-                        self.peer()
-                            .uri("/")
-                            .map_err(|e| setting(scalpel_http::Error::Request(e.to_string())))?,
-                    )
-                    .body(())
-                    .map_err(|e| setting(scalpel_http::Error::Request(e.to_string())))?;
+                Conn::H2(conn) => {
                     let limit = self.peer().options().connect_timeout;
-                    match tokio::time::timeout(limit, conn.send(probe, Bytes::new())).await {
-                        Ok(Ok(_)) => Ok(Reach::Ok("h2c")),
+                    match tokio::time::timeout(limit, conn.ping()).await {
+                        Ok(Ok(())) => Ok(Reach::Ok("h2c")),
                         Ok(Err(e)) => Err(ShadowError::NoH2c {
                             role,
                             url,
                             detail: e.to_string(),
                         }),
                         Err(_) => Ok(Reach::Unreachable(format!(
-                            "no answer to an h2c HEAD / within {limit:?}"
+                            "no answer to an h2c PING within {limit:?}"
                         ))),
                     }
                 }

@@ -13,13 +13,20 @@
 //! exchange to a [`Recorder`] — the engine that `scalpel serve`'s A/B mode reuses — which
 //! compares with [`scalpel_diff`], counts per endpoint and field, separates noise when a
 //! secondary copy of the old service takes part, redacts secrets ([`Redactor`]), and
-//! writes samples and counters to a SQLite [`Store`] on its own thread.
+//! writes samples and counters to a SQLite [`Store`] on its own thread. What a run
+//! concludes is read from its [`Summary`] in three forms that never disagree: the
+//! [`Verdict`] (pass only when pairs were compared, no side failed and at least
+//! [`MinConsistency`] matched), the terminal table ([`text_table`]) and the HTML page
+//! ([`render_html`]). Settings that cannot work are refused before any traffic, each
+//! naming its flag ([`ProxyConfig::validate`], [`ReplayConfig::validate`],
+//! [`Schedule::recorded`]).
 //!
 //! This crate must NOT hold comparison rules of its own (they live in `scalpel-diff`),
 //! an HTTP client or TLS code of its own (`scalpel-http`), parsers of recorded traffic
 //! (`scalpel-requests`), print to the terminal, or parse command lines (that is the
-//! `scalpel` binary's job). SQLite and the capture file are never written on a request
-//! path.
+//! `scalpel` binary's job; it prints the table and the verdict this crate makes). Its pages
+//! escape with `scalpel-present`, never the load crates. SQLite and the capture file are
+//! never written on a request path.
 //!
 //! # Example
 //!
@@ -46,7 +53,8 @@
 //! };
 //! replay(set, cfg, recorder.clone(), Arc::default()).await?;
 //! let summary = recorder.summary();
-//! println!("{}% consistent", summary.consistency_percent);
+//! print!("{}", text_table(&summary));
+//! println!("{}", Verdict::judge(&summary, MinConsistency::ALL)); // PASS: 100.00% consistent, …
 //! # Ok(()) }
 //! ```
 //!
@@ -69,18 +77,17 @@
 
 mod budget;
 mod client;
-mod html;
 mod model;
 mod proxy;
 mod recent;
 mod recorder;
 mod redact;
 mod replay;
+mod report;
 mod store;
 mod tally;
 
 pub use client::{Reach, Upstream};
-pub use html::render_html;
 pub use model::{ShadowRequest, ShadowResponse, SkipReason};
 pub use proxy::{Proxy, ProxyConfig, ProxyStats};
 pub use recent::{EndpointLatency, LatencyFigures, RecentDifference};
@@ -89,6 +96,7 @@ pub use redact::{REDACTED, Redacted, Redactor};
 pub use replay::{
     Replay, ReplayConfig, ReplayProgress, ReplaySource, ReplayStats, Schedule, replay,
 };
+pub use report::{MinConsistency, Verdict, render_html, text_table};
 pub use store::{Store, StoredRun};
 pub use tally::{
     EndpointSummary, FieldSummary, NoiseField, Sample, SampleResponse, Summary, consistency_text,
@@ -153,6 +161,14 @@ pub enum ShadowError {
     /// A recorded-traffic file or the capture file cannot be used.
     #[error(transparent)]
     Requests(#[from] scalpel_requests::RequestsError),
+    /// A setting out of its range, named by its flag (`--min-consistency 120: …`).
+    #[error("{flag} {problem}")]
+    Setting {
+        /// The `scalpel shadow` flag.
+        flag: &'static str,
+        /// The value and what was expected.
+        problem: String,
+    },
     /// The store could not be opened, read or written.
     #[error("store {}: {reason}", path.display())]
     Store {

@@ -254,48 +254,17 @@ impl Recorder {
         let (primary, candidate) = match (primary, candidate) {
             (Ok(p), Ok(c)) => (p, c),
             (p, c) => {
-                let mut inner = self.lock();
-                let ep = inner.tally.endpoint(&endpoint);
-                ep.failed += 1;
-                for (side, r) in [("primary", p.err()), ("candidate", c.err())] {
-                    if let Some(f) = r {
-                        inner.tally.error(&endpoint, side, f);
-                    }
-                }
-                if let Some(Err(f)) = secondary {
-                    inner.tally.error(&endpoint, "secondary", f);
-                }
-                inner.dirty = true;
+                self.record_failed(&endpoint, p.err(), c.err(), secondary);
                 return None;
             }
         };
-        let cmp = &self.settings.comparer;
         let max = self.settings.max_decoded_body;
         let (p, c) = (Side::new(primary, max), Side::new(candidate, max));
-        let Some(differences) = compare_sides(cmp, &p, &c) else {
+        let Some(differences) = compare_sides(&self.settings.comparer, &p, &c) else {
             self.skip(SkipReason::DecodedTooLarge);
             return None;
         };
-        let s = match secondary {
-            Some(Ok(s)) => Some(Side::new(s, max)),
-            Some(Err(f)) => {
-                self.lock().tally.error(&endpoint, "secondary", f);
-                None
-            }
-            None => None,
-        };
-        let noise_differences = match &s {
-            Some(s) => match compare_sides(cmp, &p, s) {
-                Some(d) => d,
-                None => {
-                    self.lock()
-                        .tally
-                        .error(&endpoint, "secondary", ErrorKind::TooLarge);
-                    Vec::new()
-                }
-            },
-            None => Vec::new(),
-        };
+        let (s, noise_differences) = self.noise(&endpoint, &p, secondary);
         let mut inner = self.lock();
         inner
             .tally
@@ -310,35 +279,12 @@ impl Recorder {
             let recent = self.recent(&endpoint, req, &differences);
             inner.live.difference(recent);
         }
-        let mut sample = None;
-        if !differences.is_empty() || !noise_differences.is_empty() {
-            let mut sig = signature(&differences);
-            if differences.is_empty() {
-                sig = format!("noise\n{}", signature(&noise_differences));
-            }
-            let taken = inner.per_signature.get(&sig).copied().unwrap_or(0);
-            if inner.samples.len() < self.settings.max_samples && taken < SAMPLES_PER_SIGNATURE {
-                *inner.per_signature.entry(sig).or_default() += 1;
-                let (s, withheld) = self.build_sample(
-                    &endpoint,
-                    req,
-                    &p,
-                    &c,
-                    s.as_ref(),
-                    &differences,
-                    &noise_differences,
-                );
-                for part in withheld {
-                    *inner
-                        .tally
-                        .redaction_withheld
-                        .entry(part.to_string())
-                        .or_default() += 1;
-                }
-                inner.samples.push(s.clone());
-                sample = Some(s);
-            }
-        }
+        let found = Observation {
+            endpoint,
+            differences,
+            noise_differences,
+        };
+        let sample = self.keep_sample(&mut inner, &found, req, [&p, &c], s.as_ref());
         if let (Some(store), Some(s)) = (&self.store, sample) {
             // The sample and the counters that include it commit together.
             let tally = inner.tally.clone();
@@ -346,11 +292,96 @@ impl Recorder {
             drop(inner);
             store.write(Some(tally), Some(s));
         }
-        Some(Observation {
-            endpoint,
-            differences,
-            noise_differences,
-        })
+        Some(found)
+    }
+
+    /// A request the primary or the candidate failed: counted once as failed, and each
+    /// failed side (the secondary's too) by kind.
+    fn record_failed(
+        &self,
+        endpoint: &str,
+        primary: Option<ErrorKind>,
+        candidate: Option<ErrorKind>,
+        secondary: Option<Result<&ShadowResponse, ErrorKind>>,
+    ) {
+        let mut inner = self.lock();
+        let ep = inner.tally.endpoint(endpoint);
+        ep.failed += 1;
+        for (side, r) in [("primary", primary), ("candidate", candidate)] {
+            if let Some(f) = r {
+                inner.tally.error(endpoint, side, f);
+            }
+        }
+        if let Some(Err(f)) = secondary {
+            inner.tally.error(endpoint, "secondary", f);
+        }
+        inner.dirty = true;
+    }
+
+    /// The secondary's side and how it differs from the primary (the noise); none when
+    /// there is no secondary, it failed, or its body was too large to decode (both counted
+    /// as the secondary's failure).
+    fn noise<'a>(
+        &self,
+        endpoint: &str,
+        primary: &Side<'_>,
+        secondary: Option<Result<&'a ShadowResponse, ErrorKind>>,
+    ) -> (Option<Side<'a>>, Vec<Difference>) {
+        let s = match secondary {
+            Some(Ok(s)) => Side::new(s, self.settings.max_decoded_body),
+            Some(Err(f)) => {
+                self.lock().tally.error(endpoint, "secondary", f);
+                return (None, Vec::new());
+            }
+            None => return (None, Vec::new()),
+        };
+        match compare_sides(&self.settings.comparer, primary, &s) {
+            Some(d) => (Some(s), d),
+            None => {
+                self.lock()
+                    .tally
+                    .error(endpoint, "secondary", ErrorKind::TooLarge);
+                (Some(s), Vec::new())
+            }
+        }
+    }
+
+    /// Keeps a sample of a pair that differs (really, or only as noise) while there is
+    /// room: at most `max_samples` in all, and a few per difference signature so that one
+    /// frequent difference does not crowd out the rare ones.
+    fn keep_sample(
+        &self,
+        inner: &mut Inner,
+        found: &Observation,
+        req: &ShadowRequest,
+        [p, c]: [&Side<'_>; 2],
+        s: Option<&Side<'_>>,
+    ) -> Option<Sample> {
+        let (differences, noise) = (&found.differences, &found.noise_differences);
+        if differences.is_empty() && noise.is_empty() {
+            return None;
+        }
+        let sig = if differences.is_empty() {
+            format!("noise\n{}", signature(noise))
+        } else {
+            signature(differences)
+        };
+        let taken = inner.per_signature.get(&sig).copied().unwrap_or(0);
+        if inner.samples.len() >= self.settings.max_samples || taken >= SAMPLES_PER_SIGNATURE {
+            return None;
+        }
+        *inner.per_signature.entry(sig).or_default() += 1;
+        let (sample, withheld) =
+            self.build_sample(&found.endpoint, req, p, c, s, differences, noise);
+        for part in withheld {
+            *inner
+                .tally
+                .redaction_withheld
+                .entry(part.to_string())
+                .or_default() += 1;
+        }
+        inner.samples.push(sample.clone());
+        Some(sample)
     }
 
     /// Counts a request that was chosen for comparison but could not be compared.

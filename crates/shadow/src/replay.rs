@@ -38,6 +38,20 @@ pub struct ReplayConfig {
     pub max_body: usize,
 }
 
+impl ReplayConfig {
+    /// The settings that cannot work, named by their flag: no request ever in flight
+    /// (`-c 0`). [`Replay::connect`] checks it too.
+    pub fn validate(&self) -> Result<(), ShadowError> {
+        if self.concurrency == 0 {
+            return Err(ShadowError::Setting {
+                flag: "-c/--concurrency",
+                problem: "must be at least 1".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
 /// Where the replayed requests come from.
 #[derive(Debug, Clone)]
 pub enum ReplaySource {
@@ -68,6 +82,20 @@ pub enum Schedule {
     },
     /// In file order, as fast as the concurrency allows.
     Pool,
+}
+
+impl Schedule {
+    /// The recorded schedule at `speed`; a speed that is not a number above zero is
+    /// refused, naming `--speed`.
+    pub fn recorded(speed: f64) -> Result<Schedule, ShadowError> {
+        if !(speed.is_finite() && speed > 0.0) {
+            return Err(ShadowError::Setting {
+                flag: "--speed",
+                problem: format!("{speed}: expected a number above 0 (2 replays twice as fast)"),
+            });
+        }
+        Ok(Schedule::Recorded { speed })
+    }
 }
 
 /// Live progress of a replay, readable from another task, and its stop button.
@@ -149,6 +177,7 @@ impl Replay {
     /// an unusable CA file fail here, before any request. An upstream that does not
     /// answer is only noted ([`Replay::upstreams`]): its requests fail and are counted.
     pub async fn connect(cfg: ReplayConfig) -> Result<Replay, ShadowError> {
+        cfg.validate()?;
         let workers = cfg.concurrency.clamp(1, 4096);
         let one = async |role: &'static str, up: &Upstream| {
             let err = |error| ShadowError::Upstream {

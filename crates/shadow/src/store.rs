@@ -412,21 +412,37 @@ fn read_run(conn: &Connection, path: &Path) -> Result<StoredRun, ShadowError> {
 }
 
 fn read_run_inner(conn: &Connection) -> rusqlite::Result<StoredRun> {
+    let mut tally = Tally::default();
+    read_skipped(conn, &mut tally)?;
+    // A store from before failed requests were counted apart (read-only, so not
+    // migrated): each primary or candidate error was one failed request then.
+    let has_failed = has_failed_column(conn)?;
+    read_endpoints(conn, has_failed, &mut tally)?;
+    read_errors(conn, has_failed, &mut tally)?;
+    read_fields(conn, &mut tally)?;
+    read_signatures(conn, &mut tally)?;
+    read_withheld(conn, &mut tally)?;
+    Ok(StoredRun {
+        meta: read_meta(conn)?,
+        tally,
+        samples: read_samples(conn)?,
+    })
+}
+
+/// The run's settings (`mode`, the upstreams, the noise rule…).
+fn read_meta(conn: &Connection) -> rusqlite::Result<BTreeMap<String, String>> {
     let mut meta = BTreeMap::new();
     let mut st = conn.prepare("SELECT key, value FROM meta")?;
     for row in st.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))? {
         let (k, v) = row?;
         meta.insert(k, v);
     }
-    let mut tally = Tally::default();
-    let mut st = conn.prepare("SELECT reason, count FROM skipped")?;
-    for row in st.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))? {
-        let (reason, n) = row?;
-        if let Some(r) = SkipReason::ALL.iter().find(|r| r.as_str() == reason) {
-            tally.skipped.insert(*r, count(n));
-        }
-    }
-    // A store from before withheld parts were counted (read-only: no table) has none.
+    Ok(meta)
+}
+
+/// Parts of kept samples withheld by redaction; a store from before they were counted
+/// (read-only: no table) has none.
+fn read_withheld(conn: &Connection, tally: &mut Tally) -> rusqlite::Result<()> {
     if has_table(conn, "redaction_withheld")? {
         let mut st = conn.prepare("SELECT part, count FROM redaction_withheld")?;
         for row in st.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))? {
@@ -434,9 +450,23 @@ fn read_run_inner(conn: &Connection) -> rusqlite::Result<StoredRun> {
             tally.redaction_withheld.insert(part, count(n));
         }
     }
-    // A store from before failed requests were counted apart (read-only, so not
-    // migrated): each primary or candidate error was one failed request then.
-    let has_failed = has_failed_column(conn)?;
+    Ok(())
+}
+
+/// Skipped requests by reason (reasons this version does not know are left out).
+fn read_skipped(conn: &Connection, tally: &mut Tally) -> rusqlite::Result<()> {
+    let mut st = conn.prepare("SELECT reason, count FROM skipped")?;
+    for row in st.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))? {
+        let (reason, n) = row?;
+        if let Some(r) = SkipReason::ALL.iter().find(|r| r.as_str() == reason) {
+            tally.skipped.insert(*r, count(n));
+        }
+    }
+    Ok(())
+}
+
+/// Each endpoint's counts; `failed` is -1 (counted from the errors) in an old store.
+fn read_endpoints(conn: &Connection, has_failed: bool, tally: &mut Tally) -> rusqlite::Result<()> {
     let sql = if has_failed {
         "SELECT endpoint, compared, signature_overflow, failed FROM endpoints"
     } else {
@@ -464,6 +494,12 @@ fn read_run_inner(conn: &Connection) -> rusqlite::Result<StoredRun> {
             },
         );
     }
+    Ok(())
+}
+
+/// Failed sides by endpoint and kind; in an old store, each primary or candidate error
+/// also counts as a failed request.
+fn read_errors(conn: &Connection, has_failed: bool, tally: &mut Tally) -> rusqlite::Result<()> {
     let mut st = conn.prepare("SELECT endpoint, kind, count FROM endpoint_errors")?;
     for row in st.query_map([], |r| {
         Ok((
@@ -479,6 +515,11 @@ fn read_run_inner(conn: &Connection) -> rusqlite::Result<StoredRun> {
         }
         *ep.errors.entry(current_kind(kind)).or_default() += count(n);
     }
+    Ok(())
+}
+
+/// How often each field differed, real and as noise.
+fn read_fields(conn: &Connection, tally: &mut Tally) -> rusqlite::Result<()> {
     let mut st = conn.prepare("SELECT endpoint, path, kind, raw, noise FROM fields")?;
     for row in st.query_map([], |r| {
         Ok((
@@ -500,6 +541,11 @@ fn read_run_inner(conn: &Connection) -> rusqlite::Result<StoredRun> {
             );
         }
     }
+    Ok(())
+}
+
+/// The counted difference signatures a mismatch is decided from.
+fn read_signatures(conn: &Connection, tally: &mut Tally) -> rusqlite::Result<()> {
     let mut st = conn.prepare("SELECT endpoint, signature, count FROM signatures")?;
     for row in st.query_map([], |r| {
         Ok((
@@ -511,7 +557,11 @@ fn read_run_inner(conn: &Connection) -> rusqlite::Result<StoredRun> {
         let (name, sig, n) = row?;
         tally.endpoint(&name).signatures.insert(sig, count(n));
     }
-    let mut samples = Vec::new();
+    Ok(())
+}
+
+/// The kept samples, oldest first.
+fn read_samples(conn: &Connection) -> rusqlite::Result<Vec<Sample>> {
     let mut st = conn.prepare(
         "SELECT recorded_at_ms, endpoint, method, target, request_headers, request_body,
             primary_status, primary_headers, primary_body, candidate_status, candidate_headers,
@@ -552,14 +602,7 @@ fn read_run_inner(conn: &Connection) -> rusqlite::Result<StoredRun> {
             noise_differences: diffs(r.get(16)?),
         })
     })?;
-    for s in rows {
-        samples.push(s?);
-    }
-    Ok(StoredRun {
-        meta,
-        tally,
-        samples,
-    })
+    rows.collect()
 }
 
 /// A failed side's kind as written now (`side:KIND`, KIND a `scalpel_http::ErrorKind`

@@ -210,7 +210,6 @@ impl Tally {
 /// reads 100 % over requests nobody compared. Floored to 2 decimals: 99.999 is never
 /// shown as 100.00.
 pub fn consistency_text(matched: u64, compared: u64, not_compared: u64) -> String {
-    let floor2 = |v: f64| format!("{:.2}", (v * 100.0).floor() / 100.0);
     if not_compared == 0 {
         return format!("{}%", floor2(percent(matched, compared)));
     }
@@ -235,6 +234,11 @@ impl EndpointSummary {
     pub fn consistency_text(&self) -> String {
         consistency_text(self.matched, self.compared, self.errors)
     }
+}
+
+/// A percentage to 2 decimals, floored: 99.999 is never shown as 100.00.
+pub(crate) fn floor2(v: f64) -> String {
+    format!("{:.2}", (v * 100.0).floor() / 100.0)
 }
 
 fn percent(part: u64, whole: u64) -> f64 {

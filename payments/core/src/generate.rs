@@ -14,8 +14,8 @@ use std::path::Path;
 use rusqlite::{Connection, params};
 
 use crate::error::{Error, SqliteContext};
-use crate::ids::{SECONDS_PER_DAY, UserId};
 use crate::store::{StoreKind, schema};
+use payments_model::{SECONDS_PER_DAY, UserId};
 
 /// Last second of the generated ledger: 2026-06-30T23:59:59Z.
 pub const END_TS: i64 = 1_782_863_999;

@@ -1,7 +1,8 @@
-//! The payments example's hot path as a library: the ledger model, the in-memory read
-//! model tailed from SQLite or PostgreSQL, the balance and stats answers, and their
-//! canonical JSON (byte-identical to the Go service; see `payments/SPEC.md`). Also the
-//! deterministic ledger generator used by tests and benchmarks, for either store.
+//! The payments example's ledger stores for the Rust service: the in-memory read model
+//! (`payments-model`, re-exported here: [`ReadModel`], [`respond`], [`Scratch`]) loaded and
+//! tailed from SQLite or PostgreSQL, and the deterministic ledger generator used by tests
+//! and benchmarks, for either store. The answers are byte-identical to the Go service's
+//! (see `payments/SPEC.md`).
 //!
 //! It must NOT speak HTTP, spawn threads or own connections: the `payments` binary owns
 //! sockets, runtimes, the PostgreSQL pool and the tail loop, and calls [`respond`] with a
@@ -26,12 +27,9 @@
 //! million rows without holding them, and its COPY sink writes the generated ledger in
 //! seconds. The core takes a client; the pool (`deadpool-postgres`) is the binary's.
 //!
-//! Design: per-user data sits behind an `Arc` inside the snapshot; the tailer applies new
-//! rows copy-on-write (only the users that changed are cloned) and publishes a new snapshot
-//! through an `ArcSwap`, so readers never wait for a writer and a writer never copies the
-//! whole ledger. Each account keeps its transactions sorted by `ts`, so a stats window is a
-//! binary search plus one pass; percentiles use `select_nth_unstable`; JSON is written
-//! straight into a reused buffer.
+//! Design: the loaders and tailers of both stores apply rows through one
+//! [`payments_model::Feed`], which publishes copy-on-write snapshots (`payments-model`'s
+//! crate doc says how); this crate only reads rows.
 //!
 //! ```
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -48,21 +46,18 @@
 //! # Ok(()) }
 //! ```
 
-mod api;
 mod error;
 mod generate;
-mod ids;
 mod load;
-mod model;
 mod pg;
 mod store;
 
-pub use api::{ApiError, DEFAULT_DAYS, Reply, Scratch, parse_days, respond};
 pub use error::Error;
 pub use generate::{END_TS, GenerateOptions, GenerateSummary, generate};
-pub use ids::UserId;
 pub use load::{Tailer, open};
-pub use model::{ReadModel, Snapshot};
+pub use payments_model::{
+    ApiError, DEFAULT_DAYS, ReadModel, Reply, Scratch, Snapshot, UserId, parse_days, respond,
+};
 pub use pg::{PgTailer, generate_pg, open_pg};
 pub use store::{Db, PgDb, StoreKind, schema};
 

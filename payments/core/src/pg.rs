@@ -13,13 +13,13 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::{SinkExt, TryStreamExt};
+use payments_model::{Feed, ReadModel, Row};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, GenericClient, IsolationLevel};
 
 use crate::error::{Error, PgContext};
 use crate::generate::{GenerateOptions, GenerateSummary, Plan};
-use crate::load::{State, TAIL_BATCH};
-use crate::model::ReadModel;
+use crate::load::TAIL_BATCH;
 use crate::store::{StoreKind, schema};
 
 const TAIL_SQL: &str = "SELECT seq, ts, user_id, currency, amount, status, category, counterparty \
@@ -31,7 +31,7 @@ const TAIL_SQL: &str = "SELECT seq, ts, user_id, currency, amount, status, categ
 #[derive(Debug)]
 pub struct PgTailer {
     db: String,
-    state: State,
+    feed: Feed,
 }
 
 /// Loads the whole ledger (users, accounts, transactions) in one REPEATABLE READ, read-only
@@ -47,7 +47,7 @@ pub async fn open_pg(client: &mut Client, db: &str) -> Result<(Arc<ReadModel>, P
         .pg(db, "beginning the load")?;
     let mut tailer = PgTailer {
         db: db.to_string(),
-        state: State::empty(),
+        feed: Feed::new(),
     };
     for row in tx
         .query("SELECT id FROM users", &[])
@@ -55,7 +55,7 @@ pub async fn open_pg(client: &mut Client, db: &str) -> Result<(Arc<ReadModel>, P
         .pg(db, "reading users")?
     {
         tailer
-            .state
+            .feed
             .add_user(row.try_get(0).pg(db, "reading users")?);
     }
     for row in tx
@@ -63,14 +63,14 @@ pub async fn open_pg(client: &mut Client, db: &str) -> Result<(Arc<ReadModel>, P
         .await
         .pg(db, "reading accounts")?
     {
-        tailer.state.add_account(
+        tailer.feed.add_account(
             row.try_get(0).pg(db, "reading accounts")?,
             row.try_get(1).pg(db, "reading accounts")?,
         );
     }
     tailer.read_rows(&tx, i64::MAX).await?;
     tx.commit().await.pg(db, "ending the load")?;
-    let model = Arc::new(ReadModel::new(tailer.state.snapshot()));
+    let model = tailer.feed.model();
     Ok((model, tailer))
 }
 
@@ -91,20 +91,20 @@ impl PgTailer {
             }
         }
         if total > 0 {
-            model.publish(self.state.snapshot());
+            self.feed.publish(model);
         }
         Ok(total)
     }
 
     /// The last sequence applied by this tailer (published or not).
     pub fn seq(&self) -> i64 {
-        self.state.seq
+        self.feed.seq()
     }
 
     /// Streams rows (a million at start, without holding them all) into the state.
     async fn read_rows(&mut self, client: &impl GenericClient, limit: i64) -> Result<usize, Error> {
         let db = self.db.as_str();
-        let after = self.state.seq;
+        let after = self.feed.seq();
         let params: [&(dyn ToSql + Sync); 2] = [&after, &limit];
         let rows = client
             .query_raw(TAIL_SQL, params)
@@ -117,13 +117,20 @@ impl PgTailer {
             let seq: i64 = row.try_get(0).pg(db, "reading transactions")?;
             let ts: i64 = row.try_get(1).pg(db, "reading transactions")?;
             let amount: i64 = row.try_get(4).pg(db, "reading transactions")?;
-            let applied =
-                self.state
-                    .apply(seq, ts, get(2)?, get(3)?, amount, get(5)?, get(6)?, get(7)?);
-            applied.map_err(|what| Error::BadRow {
+            let ledger_row = Row {
+                seq,
+                ts,
+                user_id: get(2)?,
+                currency: get(3)?,
+                amount,
+                status: get(5)?,
+                category: get(6)?,
+                counterparty: get(7)?,
+            };
+            self.feed.apply(&ledger_row).map_err(|bad| Error::BadRow {
                 path: PathBuf::from(db),
                 seq,
-                what,
+                what: bad.what,
             })?;
             n += 1;
         }

@@ -337,6 +337,31 @@ class Ratios(unittest.TestCase):
         self.assertEqual(e["target"]["verdict"], "undecided", "no figure is never a verdict")
         self.assertEqual(e["ramp_start"], 1000)
 
+    def test_payments_ladder_of_three_judges_and_shows_each_rung(self):
+        import payments
+        # Steps as `scalpel load` writes them: CPU% of a core at 1,000 req/s achieved.
+        step = lambda cpu: {"achieved_rps": 1000.0, "cpu_percent": cpu, "pss_mb": 50.0, "latency_ms": {"p99": 5.0}}
+        e = payments.summarize_endpoint(
+            "stats", {"go": [4000.0, 5000.0], "cgo": [9000.0, 11000.0], "rust": [16000.0, 15000.0]},
+            {n: [False, False] for n in payments.TIERS}, {n: [90.0, 90.0] for n in payments.TIERS}, 2000,
+            {"go": [step(9.0)], "cgo": [step(5.0)], "rust": [step(3.0)]}, [], [], ramp_start=1000)
+        self.assertEqual(e["target_cgo"]["verdict"], "MET", "cgo / Go per ramp: 2.25x and 2.2x, both >= 2x")
+        self.assertEqual(e["target"]["verdict"], "MET", "Rust / Go per ramp: 4x and 3x, both >= 3x")
+        # Go's HTTP layer: the cgo rung's CPU per request minus the Rust service's (50 - 30 µs).
+        self.assertAlmostEqual(e["fixed"]["go_http_layer_us"], 20.0)
+        heads, rows = payments.endpoint_table(e)
+        self.assertEqual(heads[1:6], [payments.LABELS[n] for n in payments.TIERS] + ["cgo/go", "rust/go"])
+        self.assertTrue(all(len(r) == len(heads) for r in rows), "one cell per column in every row")
+        cpu_row = next(r for r in rows if r[0] == "CPU µs per request")
+        self.assertEqual(cpu_row[1:6], ["90.0", "50.0", "30.0", "0.56x", "0.33x"])
+        page = report.payments_section(
+            {"pinning": "p", "users": 3, "shadow": {"compared": 1, "matched": 1, "mismatched": 0, "errors": 0,
+                                                    "table": "t"},
+             "endpoints": {"stats": dict(e, ramp_files=[None], fixed_files=[None])}, "slo": "p99<50ms",
+             "cost": {"command": "scalpel report cost", "table": "c"}}, [])
+        self.assertIn(payments.LABELS["cgo"], page)
+        self.assertIn("Target: the cgo engine's max &gt;= 2.00x Go's", page)
+
 
 def workload_from(res):
     """The runtime stage's result for the uneven workload (runtime.summarize's), from one real

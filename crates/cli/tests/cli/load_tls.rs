@@ -8,10 +8,11 @@
 //! has a deadline only to turn a hang into a failure.
 
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use scalpel_testkit::peers::Peer;
 use scalpel_testkit::peers::hello::{Certs, certs, nginx, node};
-use scalpel_testkit::scratch;
+use scalpel_testkit::{scalpel, scratch};
 use serde_json::Value;
 
 use crate::util::{assert_one_line_error, load_json, stderr, stdout as text, u};
@@ -381,6 +382,77 @@ fn a_server_that_refuses_h2_is_refused_before_any_load() {
     );
 }
 
+/// #26.1: the server sees exactly the requests a run counts, over h2c too, where only an
+/// answer shows the server speaks HTTP/2: `load`'s probe sent request 0 once more, and
+/// `shadow replay`'s check sent a `HEAD /` to each upstream; both now send a PING.
+#[test]
+fn h2c_probes_send_no_request() {
+    let certs = certs();
+    let dir = scratch("h2c-probe");
+    let (pstats, cstats) = (dir.join("primary.json"), dir.join("candidate.json"));
+    let (primary, candidate) = (
+        node_h2c(&certs, "{}", &pstats),
+        node_h2c(&certs, "{}", &cstats),
+    );
+    let ids = dir.join("ids.txt");
+    std::fs::write(&ids, (0..12).map(|i| format!("u{i}\n")).collect::<String>()).unwrap();
+    let url = |s: &Peer| format!("http://127.0.0.1:{}", s.ports[0]);
+    let out = scalpel(&[
+        "shadow",
+        "replay",
+        "--http2",
+        "--primary",
+        &url(&primary),
+        "--candidate",
+        &url(&candidate),
+        "--template",
+        "/v1/users/{id}",
+        "--data",
+        ids.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    for stats in [&pstats, &cstats] {
+        assert_eq!(settled_total(stats, 12), 12, "{}", stats.display());
+    }
+    let (code, r, out) = load_json(
+        "h2c-probe",
+        &[
+            "--http2",
+            "-c",
+            "2",
+            "-n",
+            "30",
+            &format!("{}/x", url(&primary)),
+        ],
+    );
+    assert_eq!(code, 0, "{}", stderr(&out));
+    assert_eq!(u(&step(&r)["answered"]), 30);
+    assert_eq!(settled_total(&pstats, 12 + 30), 12 + 30);
+}
+
+/// The server's stream count once it has reached `at_least` (its file is rewritten as each
+/// stream closes, which may trail the client's exit a little) and a moment more has passed
+/// for any stream beyond it to show.
+fn settled_total(stats: &Path, at_least: u64) -> u64 {
+    // Read while Node may be rewriting it: a torn read is tried again.
+    let total = || loop {
+        let text = std::fs::read_to_string(stats).unwrap_or_default();
+        if let Some(n) = serde_json::from_str::<Value>(&text)
+            .ok()
+            .and_then(|v| v["total"].as_u64())
+        {
+            return n;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while total() < at_least && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    total()
+}
+
 /// The closed model keeps connections × streams requests in flight: a Node server whose
 /// answers take 100 ms sees exactly 2 × 4 = 8 streams open at once, never more.
 #[test]
@@ -420,10 +492,10 @@ fn streams_the_server_resets_are_errors_by_reason() {
     assert_eq!(code, 0, "{}", stderr(&out));
     let s = step(&r);
     let seen = read_stats(&stats);
-    // The probe request was the server's first stream; 101 more followed.
+    // The run's 101 streams, no more: the probe's PING opens none.
     let resets = u(&seen["resets"]);
-    assert_eq!(u(&seen["total"]), 102, "{seen}");
-    assert_eq!(resets, 25, "every fourth of streams 1..=102: {seen}");
+    assert_eq!(u(&seen["total"]), 101, "{seen}");
+    assert_eq!(resets, 25, "every fourth of streams 1..=101: {seen}");
     assert_eq!(u(&s["error_kinds"]["reset:cancel"]), resets, "{s}");
     assert_eq!(u(&s["h2"]["rst_stream"]), resets, "{s}");
     assert_eq!(u(&s["h2"]["rst_by_reason"]["cancel"]), resets, "{s}");
@@ -561,7 +633,7 @@ fn an_idle_tls_connection_the_server_closed_is_replaced_not_an_error() {
 
 /// TLS failures during a run are errors by kind: a front that passes the first three
 /// connections to nginx and then drops each new one in its handshake. With --no-reuse
-/// every request needs a handshake: the probe, the pre-opened connection and one more
+/// every request needs a handshake: the probe's connection, the pre-opened one and one more
 /// get through; the other eight requests fail as `tls`, never sent.
 #[test]
 fn tls_failures_during_a_run_are_errors_by_kind() {

@@ -77,19 +77,12 @@ impl Recorder {
         format!("http://127.0.0.1:{}", self.port)
     }
 
-    /// What the runs sent: everything served but the probes. Each process first probes the
-    /// target with its own first request (shard `s`: row `s`) and only then starts, so the
-    /// first arrival of each of `probe_rows` is a probe, whatever the timing.
-    fn run_requests(&self, probe_rows: std::ops::Range<u64>) -> Vec<Served> {
+    /// What the runs sent, in order of arrival: everything served (a probe sends no
+    /// request, #26.1: it sent each shard's first row once more, two ids twice for two
+    /// shards).
+    fn run_requests(&self) -> Vec<Served> {
         let mut all = self.served.lock().unwrap().clone();
         all.sort_by_key(|s| s.arrived);
-        for probe in probe_rows {
-            let at = all
-                .iter()
-                .position(|s| row(&s.path) == probe)
-                .unwrap_or_else(|| panic!("no probe of row {probe}"));
-            all.remove(at);
-        }
         all
     }
 }
@@ -403,14 +396,14 @@ fn the_manifest_runs_one_sharded_load_as_n_processes_merged_exactly() {
     let single = finish(spawn(&single_args, None), "the single run");
     assert!(single.status.success(), "{}", stderr(&single));
     let single_result = result_of(&single, "the single run");
-    let single_sent = single_server.run_requests(0..1);
+    let single_sent = single_server.run_requests();
 
     // The sharded run: N processes, JOB_COMPLETION_INDEX 0..N.
     let server = Recorder::start(shard_three_slow);
     let (_, at) = start_in(Duration::from_secs(4));
     let args = test_args(&job, &at, "k8s-test", &swap, per_step, &server.url());
     let shards = run_shards(&dir, &args, count, &[]);
-    let sent = server.run_requests(0..u64::from(count));
+    let sent = server.run_requests();
 
     // Each result names its run, its index and the count.
     for (index, (r, _)) in shards.iter().enumerate() {
@@ -627,7 +620,19 @@ fn report_merge_refuses_an_incomplete_or_mixed_set_naming_what_is_wrong() {
         assert!(out.stdout.is_empty());
     };
     // One missing.
-    refused(paths[..3].to_vec(), &format!("missing shard 4/{count}"));
+    refused(
+        paths[..3].to_vec(),
+        &format!("shard 4 of {count} missing (run id "),
+    );
+    // One file alone is the same fault (#26.3: it was "not a merge: give two or more").
+    let others: Vec<String> = (2..count).map(|i| i.to_string()).collect();
+    refused(
+        paths[..1].to_vec(),
+        &format!(
+            "shards {} and {count} of {count} missing (run id run-a)",
+            others.join(", ")
+        ),
+    );
     // One twice (another file with the same content).
     refused(
         vec![paths[0], paths[1], paths[2], paths[3], &copy],
@@ -790,11 +795,7 @@ fn closed_model_shards_split_the_connections_and_the_count_and_walk_disjoint_row
         );
         assert!(r["targets"][0]["steps"][0]["offered_rps"].is_null());
     }
-    let mut rows: Vec<u64> = server
-        .run_requests(0..3)
-        .iter()
-        .map(|s| row(&s.path))
-        .collect();
+    let mut rows: Vec<u64> = server.run_requests().iter().map(|s| row(&s.path)).collect();
     rows.sort_unstable();
     assert_eq!(rows, (0..301).collect::<Vec<u64>>());
     // The run id was derived (no --run-id), the same on every shard.

@@ -151,10 +151,10 @@ fn a_mix_has_every_figure_per_endpoint_and_in_total() {
         .collect();
     assert_eq!(names, ["balance", "stats", "transfer"], "the mix's order");
     let step_keys: Vec<&String> = step["latency_ms"].as_object().unwrap().keys().collect();
-    // What the server saw, by endpoint (the first request is the probe, not counted).
+    // What the server saw, by endpoint: the run's 400 requests (the probe sends none).
     let seen = server.seen();
-    assert_eq!(seen.len(), 401, "400 requests and the probe");
-    let count = |name: &str| seen[1..].iter().filter(|s| endpoint_of(s) == name).count() as u64;
+    assert_eq!(seen.len(), 400, "the run's requests, no more");
+    let count = |name: &str| seen.iter().filter(|s| endpoint_of(s) == name).count() as u64;
     let mut total = 0;
     for e in endpoints {
         let name = e["name"].as_str().unwrap();
@@ -194,10 +194,7 @@ fn a_mix_has_every_figure_per_endpoint_and_in_total() {
     // The weights show (6:3:1 over 400 picks).
     assert!(count("balance") > count("stats") && count("stats") > count("transfer"));
     // POST bodies and headers came from the mix's templates.
-    let transfer = seen[1..]
-        .iter()
-        .find(|s| endpoint_of(s) == "transfer")
-        .unwrap();
+    let transfer = seen.iter().find(|s| endpoint_of(s) == "transfer").unwrap();
     assert_eq!(transfer.method, "POST");
     assert!(String::from_utf8_lossy(&transfer.body).starts_with("{\"to\": \"u"));
     assert_eq!(transfer.header("content-type"), Some("application/json"));
@@ -261,9 +258,9 @@ fn every_target_gets_the_same_seeded_sequence_of_endpoints() {
     };
     run("7");
     let (seq_a, seq_b) = (a.lines(), b.lines());
-    assert_eq!(seq_a.len(), 301, "300 and the probe");
+    assert_eq!(seq_a.len(), 300, "the run's requests, no more");
     assert_eq!(seq_a, seq_b, "A and B get the very same sequence");
-    // It is the sequence the library's seeded picks give (request 0, the probe, first).
+    // It is the sequence the library's seeded picks give.
     let parsed = scalpel_requests::Mix::from_path(
         Path::new(&mix),
         Some(scalpel_requests::DataSet::from_path(Path::new(&ids)).unwrap()),
@@ -271,8 +268,7 @@ fn every_target_gets_the_same_seeded_sequence_of_endpoints() {
         7,
     )
     .unwrap();
-    let expected: Vec<String> = std::iter::once(0)
-        .chain(0..300)
+    let expected: Vec<String> = (0..300)
         .map(|i| {
             let (_, r) = parsed.render(i);
             format!("{} {}", r.method, r.path_and_query)
@@ -281,7 +277,7 @@ fn every_target_gets_the_same_seeded_sequence_of_endpoints() {
     assert_eq!(seq_a, expected, "request i is the seeded pick i");
     // Another seed, another sequence (and again the same for both).
     run("8");
-    let (more_a, more_b) = (a.lines()[301..].to_vec(), b.lines()[301..].to_vec());
+    let (more_a, more_b) = (a.lines()[300..].to_vec(), b.lines()[300..].to_vec());
     assert_eq!(more_a, more_b);
     assert_ne!(more_a, seq_a);
 }

@@ -52,9 +52,19 @@ fn plan(model: Model, limit: StepLimit) -> Plan {
 fn an_absurd_rate_ends_on_time_and_counts_what_was_not_sent() {
     let url = server();
     let target = Target::new("t", &url, Arc::new(FixedRequest::new("GET", "/"))).unwrap();
-    let rate = 1e12;
+    // The highest rate a plan may ask (above it the plan is refused): far beyond what one
+    // generator sends to one loopback server, so most requests are never sent.
+    let rate = scalpel_load::MAX_RATE;
+    let refused = plan(
+        Model::Open { rate: rate * 2.0 },
+        StepLimit::Duration(Duration::from_secs(1)),
+    );
+    assert!(matches!(
+        refused.validate(std::slice::from_ref(&target)),
+        Err(scalpel_load::PlanError::AboveMaxRate { .. })
+    ));
     let step = Duration::from_millis(300);
-    // Counting one by one would take thousands of seconds; 60 s is only a hang guard.
+    // Counting one by one would take many seconds; 60 s is only a hang guard.
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let plan = plan(Model::Open { rate }, StepLimit::Duration(step));
@@ -111,8 +121,8 @@ fn a_short_count_bound_step_never_achieves_more_than_offered() {
 #[test]
 fn an_interrupt_cuts_what_is_in_flight_and_returns_the_partial_step() {
     for model in [Model::Closed, Model::Open { rate: 100.0 }] {
-        // The probe is answered; every request of the run would be, after 90 s.
-        let url = server_slow_after(1, Duration::from_secs(90));
+        // Every request of the run would be answered, after 90 s (the probe sends none).
+        let url = server_slow_after(0, Duration::from_secs(90));
         let target = Target::new("t", &url, Arc::new(FixedRequest::new("GET", "/"))).unwrap();
         let mut plan = plan(model, StepLimit::Duration(Duration::from_secs(60)));
         plan.timeout = Duration::from_secs(120);

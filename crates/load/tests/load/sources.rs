@@ -131,10 +131,10 @@ fn endpoint_figures_add_up_to_the_step_even_when_requests_are_late_or_never_sent
     assert!(step.late > 0 && step.not_sent > 0, "{step:?}");
     assert_eq!(step.endpoints.len(), 3);
     assert_endpoints_add_up(&step);
-    // Each endpoint counted what the server got for it (the probe is request 0).
+    // Each endpoint counted what the server got for it (the probe sends no request).
     let paths = paths.lock().unwrap();
     for (k, e) in step.endpoints.iter().enumerate() {
-        let got = paths[1..]
+        let got = paths
             .iter()
             .filter(|p| p.starts_with(&format!("/e{k}/")))
             .count() as u64;
@@ -243,9 +243,6 @@ impl RequestSource for Recording {
             fails_from: self.render_fails_from,
         })
     }
-    fn probe_with_request(&self) -> bool {
-        false
-    }
     fn recorded(&self) -> Option<&dyn RecordedSchedule> {
         Some(self)
     }
@@ -266,7 +263,7 @@ fn a_recorded_schedule_sends_every_request_once_over_threads_and_shards() {
         let mine: Vec<u64> = (0..30).filter(|&i| shard.owns(i)).collect();
         assert_eq!(step.requests, mine.len() as u64, "{shard:?}");
         assert_eq!(step.not_sent, 0);
-        // No probe request: the paths are the shard's records, each once.
+        // The shard's records, each once.
         let mut got: Vec<u64> = paths
             .lock()
             .unwrap()

@@ -139,7 +139,7 @@ fn random_sets_merge_exactly_when_whole_and_are_refused_naming_the_fault_otherwi
         let text = message(result);
         assert!(!text.contains('\n'), "one line: {text}");
         let expected = match fault {
-            Fault::Missing => "missing shard",
+            Fault::Missing => "missing (run id run-a)",
             Fault::Twice => "given twice",
             Fault::OtherRun => "shards of 2 runs",
             Fault::OtherSettings => "other settings",
@@ -151,4 +151,27 @@ fn random_sets_merge_exactly_when_whole_and_are_refused_naming_the_fault_otherwi
             "case {case} ({fault:?}, {count} shards): {text}"
         );
     }
+}
+
+/// #26.3: `report merge` of shard 1/2 alone said "one result file … is not a merge: give
+/// two or more". One file of a sharded run is a set with shards missing, named as such;
+/// several missing are listed.
+#[test]
+fn one_shard_alone_names_the_shards_missing() {
+    let text = message(merge(&[shard("run-7", 0, 2, "s1", 1)]));
+    assert_eq!(
+        text,
+        "cannot merge: shard 2 of 2 missing (run id run-7): give the result files of all 2 \
+         shards (1 given)"
+    );
+    let text = message(merge(&[shard("run-7", 2, 4, "s1", 1)]));
+    assert!(
+        text.contains("shards 1, 2 and 4 of 4 missing (run id run-7)"),
+        "{text}"
+    );
+    let text = message(merge(&[
+        shard("run-7", 1, 4, "s1", 1),
+        shard("run-7", 3, 4, "s1", 1),
+    ]));
+    assert!(text.contains("shards 1 and 3 of 4 missing"), "{text}");
 }

@@ -149,3 +149,38 @@ fn problems_in_files_name_the_file_and_line() {
     .unwrap_err();
     assert!(e.to_string().contains("/nonexistent/mix.toml"), "{e}");
 }
+
+/// #26.2: a mix entry's `body` with JSON written as it is sent (`{"to":"{user}",…}`) was
+/// refused (`unknown modifier "\"{user"`). Now it renders as written; a placeholder that
+/// names no column is named, with the data file's columns.
+#[test]
+fn a_json_body_in_a_mix_is_written_as_sent() {
+    let (dir, _path, data) = setup();
+    let p = dir.path().join("json.toml");
+    std::fs::write(
+        &p,
+        "[[request]]\nname = \"pay\"\nmethod = \"POST\"\npath = \"/v1/transfers\"\n\
+         body = '{\"to\":\"{user}\",\"amount\":{\"minor\":5,\"currency\":\"{currency}\"}}'\n",
+    )
+    .unwrap();
+    let mix = Mix::from_path(&p, Some(data.clone()), Order::Sequential, 7).unwrap();
+    let mut out = RenderedRequest::default();
+    mix.render_into(3, &mut out);
+    assert_eq!(
+        String::from_utf8_lossy(&out.body),
+        r#"{"to":"u3","amount":{"minor":5,"currency":"USD"}}"#
+    );
+
+    std::fs::write(
+        &p,
+        "[[request]]\nname = \"pay\"\npath = \"/p\"\nbody = '{\"to\":\"{usr}\"}'\n",
+    )
+    .unwrap();
+    let e = Mix::from_path(&p, Some(data), Order::Sequential, 7)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("{usr}") && e.contains("columns: account, currency, user"),
+        "{e}"
+    );
+}

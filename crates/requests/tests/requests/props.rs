@@ -128,6 +128,26 @@ fn log_lines() -> impl Strategy<Value = Vec<u8>> {
     prop::collection::vec(piece, 0..40).prop_map(|p| p.concat().into_bytes())
 }
 
+/// A JSON document of nested objects and arrays whose strings may hold a `{v}` placeholder
+/// (the JSON as written, with the placeholder's value spliced in where it stands).
+fn json_with_placeholders() -> impl Strategy<Value = serde_json::Value> {
+    let leaf = prop_oneof![
+        Just(serde_json::Value::Null),
+        any::<i32>().prop_map(serde_json::Value::from),
+        // Braces, but never `{{` (the escape) nor `{` before a name (a placeholder).
+        "(\\{[ }:,.\\]-]|[ }:,.a-z\\[\\]-]){0,5}".prop_map(serde_json::Value::from),
+        Just(serde_json::Value::from("{v}")),
+        Just(serde_json::Value::from("x{v}y")),
+    ];
+    leaf.prop_recursive(4, 24, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::from),
+            prop::collection::btree_map("[a-z]{1,3}", inner, 0..4)
+                .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
 proptest! {
     #![proptest_config(config())]
 
@@ -204,6 +224,22 @@ proptest! {
                 }
             }
         }
+    }
+
+    /// JSON is sent as written: every brace of the document is literal, only `{v}` is a
+    /// placeholder (#26.2), at any nesting (`}}` closing two objects included).
+    #[test]
+    fn json_bodies_are_sent_as_written(doc in json_with_placeholders(), value in "[a-z0-9]{0,8}") {
+        let text = doc.to_string();
+        let template = RequestTemplate::parse("POST", "/", &[], Some(&text))
+            .map_err(|e| TestCaseError::fail(format!("{text}: {e}")))?;
+        let want = text.replace("{v}", &value);
+        let names = template.placeholders();
+        let data = (!names.is_empty()).then(|| DataSet::from_lines("v", vec![value.clone()]));
+        let set = RequestSet::new(template, data, Order::Sequential)
+            .map_err(|e| TestCaseError::fail(format!("{text}: {e}")))?;
+        let out = set.render(0);
+        prop_assert_eq!(String::from_utf8_lossy(&out.body), want, "{}", text);
     }
 
     #[test]

@@ -229,3 +229,71 @@ async fn the_snapshot_shows_the_mirror_newest_differences_by_field_path() {
     assert_eq!(newest[0]["target"], "/");
     h.server.shutdown().await;
 }
+
+/// A worker in Python that burns a steady 5% of a core (each 100 ms it spins until its own
+/// CPU clock advanced 5 ms) and answers every GET with its CPU clock and a wall clock, in
+/// seconds: the truth the page is checked against.
+const PY_WORKER_AT_FIVE_PERCENT: &str = "
+import os, threading, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+class Clock(BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = f'{time.process_time()} {time.monotonic()}'.encode()
+        self.send_response(200)
+        self.send_header('content-length', str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+server = ThreadingHTTPServer(('127.0.0.1', int(os.environ['PORT'])), Clock)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+while True:
+    start, cpu = time.monotonic(), time.process_time()
+    while time.process_time() - cpu < 0.005:
+        pass
+    time.sleep(max(0.0, 0.1 - (time.monotonic() - start)))
+";
+
+/// #26.4: a live page must show the CPU over whole intervals (a tick is 10 ms: one 100 ms
+/// sample reads a steady 5% as 0% or 10%). Serve's app and worker figures each cover one
+/// `sample_interval` (1 s): a worker at 5% of a core reads 5%, by its own CPU clock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_at_five_percent_of_a_core_reads_five_percent() {
+    let toml = format!(
+        "{SERVER}\n[[app]]\nname = \"py\"\ncommand = [\"python3\", \"-c\", {script:?}]\nworkers = 1\nport_base = {base}\nstart_timeout_ms = 60000\n",
+        script = PY_WORKER_AT_FIVE_PERCENT,
+        base = free_base(2)
+    );
+    let h = start(&toml).await;
+    let clock = || async {
+        let body = h.get("/clock").await.expect("the worker answers").body;
+        let mut it = body.split_whitespace().map(|x| x.parse::<f64>().unwrap());
+        (it.next().unwrap(), it.next().unwrap())
+    };
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (cpu0, wall0) = clock().await;
+    let mut seen = Vec::new();
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        let snap = admin_get(&h, "/live/snapshot", None).await.json();
+        let app = &snap["data"]["apps"][0];
+        seen.push((
+            app["cpu_percent"].as_f64().unwrap(),
+            app["workers"][0]["cpu_percent"].as_f64().unwrap(),
+        ));
+    }
+    let (cpu1, wall1) = clock().await;
+    let truth = (cpu1 - cpu0) / (wall1 - wall0) * 100.0;
+    assert!(
+        (3.0..=8.0).contains(&truth),
+        "the worker itself ran at {truth:.1}% (the machine is too busy to test this)"
+    );
+    for (app, worker) in &seen {
+        assert!(
+            (app - truth).abs() <= 3.0 && (worker - truth).abs() <= 3.0,
+            "the page showed app {app:.1}%, worker {worker:.1}% for a worker at {truth:.1}%: \
+             {seen:?}"
+        );
+    }
+    h.server.shutdown().await;
+}

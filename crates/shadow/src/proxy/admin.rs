@@ -18,8 +18,11 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use scalpel_http::AdminGuard;
 use tokio::net::TcpListener;
 
-use super::{Ctx, live};
+use scalpel_requests::CaptureStats;
+
+use super::{Ctx, PathCounters, live};
 use crate::model::SkipReason;
+use crate::tally::Summary;
 
 /// A scraper has this long to send its request head.
 const ADMIN_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -119,68 +122,113 @@ fn label(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
-/// Prometheus text exposition of the proxy's counters.
+/// Prometheus text exposition of the proxy's counters, one family of metrics after
+/// another.
 fn metrics_text(ctx: &Ctx) -> String {
-    let c = &ctx.counters;
     let s = ctx.recorder.summary();
-    let mut out = String::with_capacity(4096);
-    let mut counter = |name: &str, help: &str, rows: Vec<(String, u64)>| {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+    let capture = ctx
+        .capture_sink
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .as_ref()
+        .map(|s| s.stats());
+    let mut m = Metrics(String::with_capacity(4096));
+    request_path(&mut m, &ctx.counters);
+    comparisons(&mut m, &s);
+    store(&mut m, ctx);
+    client_connections(&mut m, &ctx.counters);
+    if let Some(k) = capture {
+        capture_file(&mut m, &ctx.counters, &k);
+    }
+    mirrors(&mut m, ctx);
+    consistency(&mut m, &s);
+    m.0
+}
+
+/// Prometheus text being written.
+struct Metrics(String);
+
+impl Metrics {
+    /// A counter: one line per set of labels (`{reason="method"}`, or none).
+    fn counter(&mut self, name: &str, help: &str, rows: Vec<(String, u64)>) {
+        let _ = writeln!(self.0, "# HELP {name} {help}\n# TYPE {name} counter");
         for (labels, v) in rows {
-            let _ = writeln!(out, "{name}{labels} {v}");
+            let _ = writeln!(self.0, "{name}{labels} {v}");
         }
-    };
-    let one = |v: &AtomicU64| vec![(String::new(), v.load(Ordering::Relaxed))];
-    counter(
+    }
+
+    /// A counter without labels.
+    fn one(&mut self, name: &str, help: &str, value: u64) {
+        self.counter(name, help, vec![(String::new(), value)]);
+    }
+
+    /// A gauge without labels.
+    fn gauge(&mut self, name: &str, help: &str, value: impl std::fmt::Display) {
+        let _ = writeln!(
+            self.0,
+            "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+        );
+    }
+}
+
+fn load(v: &AtomicU64) -> u64 {
+    v.load(Ordering::Relaxed)
+}
+
+/// What the request path did: requests proxied, chosen, mirrored, or not and why.
+fn request_path(m: &mut Metrics, c: &PathCounters) {
+    m.one(
         "scalpel_shadow_requests_total",
         "Client requests proxied to the primary.",
-        one(&c.requests),
+        load(&c.requests),
     );
-    counter(
+    m.one(
         "scalpel_shadow_primary_errors_total",
         "Requests the primary did not answer (502/504 to the client).",
-        one(&c.primary_errors),
+        load(&c.primary_errors),
     );
-    counter(
+    m.one(
         "scalpel_shadow_chosen_total",
         "Requests chosen for comparison; each ends in compared, failed or skipped.",
-        one(&c.chosen),
+        load(&c.chosen),
     );
-    counter(
+    m.one(
         "scalpel_shadow_mirrored_total",
         "Chosen requests queued for the candidate.",
-        one(&c.mirrored),
+        load(&c.mirrored),
     );
-    counter(
+    m.one(
         "scalpel_shadow_client_timeouts_total",
         "Requests whose body did not arrive within the client time-out (408).",
-        one(&c.client_timeouts),
+        load(&c.client_timeouts),
     );
-    counter(
+    m.one(
         "scalpel_shadow_bad_host_total",
         "Requests refused (400) for their Host: none, two, or not host[:port].",
-        one(&c.bad_host),
+        load(&c.bad_host),
     );
-    counter(
+    m.one(
         "scalpel_shadow_informational_dropped_total",
         "1xx interim responses (103 Early Hints…) of the primary not passed on.",
-        one(&c.informational_dropped),
+        load(&c.informational_dropped),
     );
-    counter(
+    m.counter(
         "scalpel_shadow_not_mirrored_total",
         "Requests not mirrored by policy.",
         vec![
-            (
-                "{reason=\"method\"}".into(),
-                c.not_mirrored_method.load(Ordering::Relaxed),
-            ),
+            ("{reason=\"method\"}".into(), load(&c.not_mirrored_method)),
             (
                 "{reason=\"sampled_out\"}".into(),
-                c.not_mirrored_sampled_out.load(Ordering::Relaxed),
+                load(&c.not_mirrored_sampled_out),
             ),
         ],
     );
-    counter(
+}
+
+/// Where every chosen request ended: compared (matched or not), failed by side and kind,
+/// skipped by reason; and the fields that differ.
+fn comparisons(m: &mut Metrics, s: &Summary) {
+    m.counter(
         "scalpel_shadow_skipped_total",
         "Requests chosen for mirroring but not compared.",
         SkipReason::ALL
@@ -193,27 +241,27 @@ fn metrics_text(ctx: &Ctx) -> String {
             })
             .collect(),
     );
-    counter(
+    m.one(
         "scalpel_shadow_compared_total",
         "Response pairs compared.",
-        vec![(String::new(), s.compared)],
+        s.compared,
     );
-    counter(
+    m.one(
         "scalpel_shadow_matched_total",
         "Pairs without a real difference.",
-        vec![(String::new(), s.matched)],
+        s.matched,
     );
-    counter(
+    m.one(
         "scalpel_shadow_mismatched_total",
         "Pairs with a real difference.",
-        vec![(String::new(), s.mismatched)],
+        s.mismatched,
     );
-    counter(
+    m.one(
         "scalpel_shadow_failed_total",
         "Chosen requests not compared because the primary or the candidate failed.",
-        vec![(String::new(), s.errors)],
+        s.errors,
     );
-    counter(
+    m.counter(
         "scalpel_shadow_mirror_errors_total",
         "Failed sides of chosen requests, by side and kind (both sides when both failed).",
         s.errors_by_kind
@@ -243,12 +291,12 @@ fn metrics_text(ctx: &Ctx) -> String {
             }
         }
     }
-    counter(
+    m.counter(
         "scalpel_shadow_field_differences_total",
         "Requests where primary and candidate differ at a field.",
         fields,
     );
-    counter(
+    m.counter(
         "scalpel_shadow_redaction_withheld_total",
         "Parts of kept samples the --redact rules could not read, stored as [REDACTED], by part.",
         ["request_body", "response_body", "query"]
@@ -261,143 +309,138 @@ fn metrics_text(ctx: &Ctx) -> String {
             })
             .collect(),
     );
-    counter(
+}
+
+/// Writes the store could not take.
+fn store(m: &mut Metrics, ctx: &Ctx) {
+    m.one(
         "scalpel_shadow_store_dropped_total",
         "Store writes dropped because the writer was behind.",
-        vec![(String::new(), ctx.recorder.store_dropped())],
+        ctx.recorder.store_dropped(),
     );
-    counter(
+    m.one(
         "scalpel_shadow_store_failed_total",
         "Store transactions SQLite refused (disk full, file locked).",
-        vec![(String::new(), ctx.recorder.store_failed())],
+        ctx.recorder.store_failed(),
     );
-    counter(
+}
+
+/// Client connections: served by protocol, open now, and failed TLS handshakes.
+fn client_connections(m: &mut Metrics, c: &PathCounters) {
+    m.one(
         "scalpel_shadow_client_tls_handshake_failures_total",
         "Client TLS handshakes that failed or did not finish within the client time-out.",
-        one(&c.tls_handshake_failures),
+        load(&c.tls_handshake_failures),
     );
-    counter(
+    m.counter(
         "scalpel_shadow_client_connections_total",
         "Client connections served, by protocol (h2 by ALPN over TLS).",
         vec![
-            (
-                "{protocol=\"http/1.1\"}".into(),
-                c.connections_h1.load(Ordering::Relaxed),
-            ),
-            (
-                "{protocol=\"h2\"}".into(),
-                c.connections_h2.load(Ordering::Relaxed),
-            ),
+            ("{protocol=\"http/1.1\"}".into(), load(&c.connections_h1)),
+            ("{protocol=\"h2\"}".into(), load(&c.connections_h2)),
         ],
     );
-    let capture = ctx
-        .capture_sink
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .as_ref()
-        .map(|s| s.stats());
-    if let Some(k) = capture {
-        counter(
-            "scalpel_shadow_capture_records_total",
-            "Requests written to the capture file.",
-            vec![(String::new(), k.written)],
-        );
-        counter(
-            "scalpel_shadow_capture_bytes_total",
-            "Bytes written to the capture file (all rotations).",
-            vec![(String::new(), k.bytes_written)],
-        );
-        counter(
-            "scalpel_shadow_capture_rotations_total",
-            "Times the capture file was rotated at --capture-max-size.",
-            vec![(String::new(), k.rotations)],
-        );
-        counter(
-            "scalpel_shadow_capture_dropped_total",
-            "Sampled requests not captured, by reason.",
-            vec![
-                (
-                    "{reason=\"queue_full\"}".into(),
-                    c.capture_queue_full.load(Ordering::Relaxed) + k.dropped_queue_full,
-                ),
-                (
-                    "{reason=\"body_too_large\"}".into(),
-                    c.capture_body_too_large.load(Ordering::Relaxed),
-                ),
-                ("{reason=\"record_too_large\"}".into(), k.dropped_too_large),
-                ("{reason=\"write_error\"}".into(), k.write_errors),
-            ],
-        );
-        counter(
-            "scalpel_shadow_capture_redaction_withheld_total",
-            "Captured requests whose body or query the --redact rules could not read, written as [REDACTED].",
-            vec![
-                (
-                    "{part=\"body\"}".into(),
-                    c.capture_withheld_body.load(Ordering::Relaxed),
-                ),
-                (
-                    "{part=\"query\"}".into(),
-                    c.capture_withheld_query.load(Ordering::Relaxed),
-                ),
-            ],
-        );
-    }
-    let _ = writeln!(
-        out,
-        "# HELP scalpel_shadow_mirror_in_flight Mirror exchanges running now.\n# TYPE scalpel_shadow_mirror_in_flight gauge\nscalpel_shadow_mirror_in_flight {}",
-        c.in_flight.load(Ordering::Relaxed)
-    );
-    let _ = writeln!(
-        out,
-        "# HELP scalpel_shadow_mirror_queue_depth Mirror jobs waiting for a slot.\n# TYPE scalpel_shadow_mirror_queue_depth gauge\nscalpel_shadow_mirror_queue_depth {}",
-        ctx.queue.max_capacity() - ctx.queue.capacity()
-    );
-    let mut gauge = |name: &str, help: &str, v: String| {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
-    };
-    let b = &ctx.budget;
-    gauge(
-        "scalpel_shadow_mirror_bytes",
-        "Bytes of bodies held now for queued and in-flight mirrors.",
-        b.used().to_string(),
-    );
-    gauge(
-        "scalpel_shadow_mirror_bytes_peak",
-        "The most bytes ever held at once for mirrors.",
-        b.peak().to_string(),
-    );
-    gauge(
-        "scalpel_shadow_mirror_budget_bytes",
-        "The mirror byte budget (--mirror-budget).",
-        b.limit().to_string(),
-    );
-    gauge(
+    m.gauge(
         "scalpel_shadow_client_connections",
         "Client connections open now.",
-        c.connections.load(Ordering::Relaxed).to_string(),
+        load(&c.connections),
     );
-    if let Some(k) = capture {
-        gauge(
-            "scalpel_shadow_capture_file_bytes",
-            "Size of the current capture file.",
-            k.file_size.to_string(),
-        );
-        gauge(
-            "scalpel_shadow_capture_queued",
-            "Records waiting for the capture writer.",
-            k.queued.to_string(),
-        );
-    }
-    gauge(
+}
+
+/// The capture file (`--capture`): records and bytes written, rotations, what was not
+/// captured and why, the file's size and the writer's queue.
+fn capture_file(m: &mut Metrics, c: &PathCounters, k: &CaptureStats) {
+    m.one(
+        "scalpel_shadow_capture_records_total",
+        "Requests written to the capture file.",
+        k.written,
+    );
+    m.one(
+        "scalpel_shadow_capture_bytes_total",
+        "Bytes written to the capture file (all rotations).",
+        k.bytes_written,
+    );
+    m.one(
+        "scalpel_shadow_capture_rotations_total",
+        "Times the capture file was rotated at --capture-max-size.",
+        k.rotations,
+    );
+    m.counter(
+        "scalpel_shadow_capture_dropped_total",
+        "Sampled requests not captured, by reason.",
+        vec![
+            (
+                "{reason=\"queue_full\"}".into(),
+                load(&c.capture_queue_full) + k.dropped_queue_full,
+            ),
+            (
+                "{reason=\"body_too_large\"}".into(),
+                load(&c.capture_body_too_large),
+            ),
+            ("{reason=\"record_too_large\"}".into(), k.dropped_too_large),
+            ("{reason=\"write_error\"}".into(), k.write_errors),
+        ],
+    );
+    m.counter(
+        "scalpel_shadow_capture_redaction_withheld_total",
+        "Captured requests whose body or query the --redact rules could not read, written as [REDACTED].",
+        vec![
+            ("{part=\"body\"}".into(), load(&c.capture_withheld_body)),
+            ("{part=\"query\"}".into(), load(&c.capture_withheld_query)),
+        ],
+    );
+    m.gauge(
+        "scalpel_shadow_capture_file_bytes",
+        "Size of the current capture file.",
+        k.file_size,
+    );
+    m.gauge(
+        "scalpel_shadow_capture_queued",
+        "Records waiting for the capture writer.",
+        k.queued,
+    );
+}
+
+/// The mirror side now: exchanges in flight, jobs queued, bytes held against the budget.
+fn mirrors(m: &mut Metrics, ctx: &Ctx) {
+    m.gauge(
+        "scalpel_shadow_mirror_in_flight",
+        "Mirror exchanges running now.",
+        load(&ctx.counters.in_flight),
+    );
+    m.gauge(
+        "scalpel_shadow_mirror_queue_depth",
+        "Mirror jobs waiting for a slot.",
+        ctx.queue.max_capacity() - ctx.queue.capacity(),
+    );
+    let b = &ctx.budget;
+    m.gauge(
+        "scalpel_shadow_mirror_bytes",
+        "Bytes of bodies held now for queued and in-flight mirrors.",
+        b.used(),
+    );
+    m.gauge(
+        "scalpel_shadow_mirror_bytes_peak",
+        "The most bytes ever held at once for mirrors.",
+        b.peak(),
+    );
+    m.gauge(
+        "scalpel_shadow_mirror_budget_bytes",
+        "The mirror byte budget (--mirror-budget).",
+        b.limit(),
+    );
+}
+
+/// The run's figures so far: consistency and how much of what was chosen it covers.
+fn consistency(m: &mut Metrics, s: &Summary) {
+    m.gauge(
         "scalpel_shadow_consistency_percent",
         "Matched pairs out of compared pairs.",
-        s.consistency_percent.to_string(),
+        s.consistency_percent,
     );
-    gauge(
+    m.gauge(
         "scalpel_shadow_coverage_percent",
         "Compared requests out of chosen ones (the rest failed or were skipped).",
-        s.coverage_percent.to_string(),
+        s.coverage_percent,
     );
-    out
 }

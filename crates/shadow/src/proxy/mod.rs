@@ -47,8 +47,8 @@ use tokio_rustls::TlsAcceptor;
 use crate::ShadowError;
 use crate::budget::{Budget, Charge};
 use crate::client::{
-    Client, ExchangeError, ForwardError, OutBody, Reach, Upstream, UpstreamBody, accepts_trailers,
-    forwardable, strip_hop_by_hop,
+    Client, ExchangeError, ForwardError, Forwarded, OutBody, Reach, Upstream, UpstreamBody,
+    accepts_trailers, forwardable, strip_hop_by_hop,
 };
 use crate::model::{ShadowRequest, ShadowResponse, SkipReason};
 use crate::recorder::Recorder;
@@ -119,6 +119,26 @@ pub struct ProxyConfig {
     /// Listen with TLS (certificate and key, ALPN `h2` and `http/1.1`); plain HTTP/1.1
     /// when `None`.
     pub tls: Option<ServerTls>,
+}
+
+impl ProxyConfig {
+    /// The settings that cannot work, each named by its flag: no room in the mirror queue
+    /// (`--queue 0`) or no mirror ever in flight (`--mirror-concurrency 0`). [`Proxy::bind`]
+    /// checks it too.
+    pub fn validate(&self) -> Result<(), ShadowError> {
+        for (flag, value) in [
+            ("--queue", self.queue),
+            ("--mirror-concurrency", self.mirror_concurrency),
+        ] {
+            if value == 0 {
+                return Err(ShadowError::Setting {
+                    flag,
+                    problem: "must be at least 1".into(),
+                });
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Counters of the request path, exported as metrics.
@@ -267,6 +287,7 @@ impl Proxy {
     /// before any client is served; an upstream that does not answer yet is only noted,
     /// see [`Proxy::upstreams`]), then binds the listen and admin addresses.
     pub async fn bind(cfg: ProxyConfig, recorder: Arc<Recorder>) -> Result<Self, ShadowError> {
+        cfg.validate()?;
         let primary = connect_client(
             "primary",
             &cfg.primary,
@@ -347,61 +368,108 @@ impl Proxy {
     /// are dropped and mirrors still in flight when the time is up are cancelled (both
     /// counted as `abandoned_at_shutdown`), and the counters are committed to the store.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<ProxyStats, ShadowError> {
-        let cfg = self.cfg.clone();
+        let Proxy {
+            listener,
+            admin,
+            cfg,
+            recorder,
+            clients,
+            capture,
+            ..
+        } = self;
+        let running = Running::start(cfg, recorder, clients, capture, admin)?;
+        running.accept_until(&listener, shutdown).await;
+        let stop_started = Instant::now();
+        drop(listener);
+        Ok(running.stop(stop_started).await)
+    }
+}
+
+/// A proxy serving: the context its connections share, and the thread and tasks beside the
+/// accept loop (the mirror thread, the store's flusher, the admin server and its ticker).
+struct Running {
+    ctx: Arc<Ctx>,
+    tls: Option<TlsAcceptor>,
+    closing_tx: watch::Sender<bool>,
+    closing: watch::Receiver<bool>,
+    stop_mirrors: oneshot::Sender<()>,
+    mirror_thread: std::thread::JoinHandle<()>,
+    flusher: tokio::task::JoinHandle<()>,
+    admin: Option<(tokio::task::JoinHandle<()>, tokio::task::JoinHandle<()>)>,
+}
+
+impl Running {
+    /// The shared context, the mirror thread (with the capture's task), the flusher that
+    /// writes counters to the store every `flush_interval`, and the admin server.
+    fn start(
+        cfg: ProxyConfig,
+        recorder: Arc<Recorder>,
+        clients: [Option<Arc<Client>>; 3],
+        capture: Option<CaptureSink>,
+        admin: Option<(TcpListener, AdminGuard)>,
+    ) -> Result<Running, ShadowError> {
         let (tx, rx) = mpsc::channel(cfg.queue.max(1));
-        let [Some(primary), Some(candidate), secondary] = self.clients else {
+        let [Some(primary), Some(candidate), secondary] = clients else {
             unreachable!("bind made the primary and candidate clients");
         };
-        let (capture_tx, capture_rx) = match &self.capture {
+        let (capture_tx, capture_rx) = match &capture {
             Some(_) => {
                 let (t, r) = mpsc::channel(cfg.queue.max(1));
                 (Some(t), Some(r))
             }
             None => (None, None),
         };
-        let counters = Arc::new(PathCounters::default());
         let ctx = Arc::new(Ctx {
             cfg: cfg.clone(),
             primary,
             candidate,
             secondary,
             queue: tx,
-            recorder: self.recorder.clone(),
-            counters: counters.clone(),
+            recorder: recorder.clone(),
+            counters: Arc::new(PathCounters::default()),
             budget: Budget::new(cfg.mirror_budget),
             seq: AtomicU64::new(0),
             capture: capture_tx,
-            capture_sink: Arc::new(Mutex::new(self.capture)),
+            capture_sink: Arc::new(Mutex::new(capture)),
         });
-        let tls = cfg.tls.as_ref().map(ServerTls::acceptor);
         let (closing_tx, closing) = watch::channel(false);
         let slots = Arc::new(Semaphore::new(cfg.mirror_concurrency.max(1)));
         let (stop_mirrors, mirror_thread) =
             start_mirror_thread(rx, capture_rx, ctx.clone(), slots, closing.clone())?;
-        let flusher = {
-            let recorder = self.recorder.clone();
-            let every = cfg.flush_interval;
-            tokio::spawn(async move {
-                let mut tick = tokio::time::interval(every);
-                loop {
-                    tick.tick().await;
-                    recorder.flush();
-                }
-            })
-        };
-        let admin = self.admin.map(|(l, guard)| {
+        let every = cfg.flush_interval;
+        let flusher = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                recorder.flush();
+            }
+        });
+        let admin = admin.map(|(l, guard)| {
             let live = Arc::new(live::Live::new(&cfg));
             (
                 tokio::spawn(admin::serve_admin(l, guard, ctx.clone(), live.clone())),
                 tokio::spawn(live::run(live, ctx.clone())),
             )
         });
+        Ok(Running {
+            tls: cfg.tls.as_ref().map(ServerTls::acceptor),
+            ctx,
+            closing_tx,
+            closing,
+            stop_mirrors,
+            mirror_thread,
+            flusher,
+            admin,
+        })
+    }
 
+    /// Accepts clients, a task each, until `shutdown` completes.
+    async fn accept_until(&self, listener: &TcpListener, shutdown: impl Future<Output = ()>) {
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
                 () = &mut shutdown => break,
-                accepted = self.listener.accept() => {
+                accepted = listener.accept() => {
                     let (stream, _) = match accepted {
                         Ok(s) => s,
                         Err(e) => {
@@ -411,44 +479,40 @@ impl Proxy {
                         }
                     };
                     let _ = stream.set_nodelay(true);
-                    tokio::spawn(serve_client(stream, ctx.clone(), closing.clone(), tls.clone()));
+                    let (ctx, closing, tls) =
+                        (self.ctx.clone(), self.closing.clone(), self.tls.clone());
+                    tokio::spawn(serve_client(stream, ctx, closing, tls));
                 }
             }
         }
-        let stop_started = Instant::now();
+    }
+
+    /// The stop after the listener closed: connections finish, mirrors in flight get the
+    /// rest of the mirror time-out, then the mirror thread stops (what it still held is
+    /// counted abandoned), the store is committed and the capture file closed.
+    async fn stop(self, stop_started: Instant) -> ProxyStats {
+        let ctx = self.ctx;
+        let counters = ctx.counters.clone();
         // Everything below fits in the mirror time-out: the docs promise no more.
-        let deadline = stop_started + cfg.mirror_timeout;
-        drop(self.listener);
-        let _ = closing_tx.send(true);
+        let deadline = stop_started + ctx.cfg.mirror_timeout;
+        let _ = self.closing_tx.send(true);
         tracing::info!(
             in_flight = counters.in_flight.load(Ordering::Relaxed),
-            wait = ?cfg.mirror_timeout,
+            wait = ?ctx.cfg.mirror_timeout,
             "shutting down: queued mirrors dropped, waiting for mirrors in flight"
         );
-        while Instant::now() < deadline
-            && (counters.in_flight.load(Ordering::Relaxed) > 0
-                || counters.connections.load(Ordering::Relaxed) > 0)
-        {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        // Requests queued for the capture reach its writer before the mirror thread
-        // (which redacts them) stops: a capture keeps every request it accepted. The
-        // capture task offers each one in the same poll that takes it off the queue.
-        if let Some(tx) = &ctx.capture {
-            while Instant::now() < deadline && tx.capacity() < tx.max_capacity() {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        }
-        flusher.abort();
-        let _ = stop_mirrors.send(());
+        drain(&ctx, deadline).await;
+        self.flusher.abort();
+        let _ = self.stop_mirrors.send(());
         // Joining drops the mirror runtime's tasks: what is still in flight is counted
         // as abandoned before the final commit.
+        let mirror_thread = self.mirror_thread;
         let _ = tokio::task::spawn_blocking(move || mirror_thread.join()).await;
-        if let Some((a, ticker)) = admin {
+        if let Some((a, ticker)) = self.admin {
             a.abort();
             ticker.abort();
         }
-        let recorder = self.recorder.clone();
+        let recorder = ctx.recorder.clone();
         let _ = tokio::task::spawn_blocking(move || recorder.flush_and_sync()).await;
         // The capture thread writes what is queued, then the file is complete.
         let sink = ctx
@@ -460,7 +524,7 @@ impl Proxy {
             Some(s) => tokio::task::spawn_blocking(move || s.close()).await.ok(),
             None => None,
         };
-        Ok(ProxyStats {
+        ProxyStats {
             requests: counters.requests.load(Ordering::Relaxed),
             chosen: counters.chosen.load(Ordering::Relaxed),
             mirrored: counters.mirrored.load(Ordering::Relaxed),
@@ -470,7 +534,26 @@ impl Proxy {
                 counters.capture_withheld_body.load(Ordering::Relaxed),
                 counters.capture_withheld_query.load(Ordering::Relaxed),
             ),
-        })
+        }
+    }
+}
+
+/// Waits, until `deadline`, for mirrors in flight and open connections to end, then for
+/// the requests queued for the capture to reach its writer before the mirror thread
+/// (which redacts them) stops: a capture keeps every request it accepted. The capture
+/// task offers each one in the same poll that takes it off the queue.
+async fn drain(ctx: &Ctx, deadline: Instant) {
+    let counters = &ctx.counters;
+    while Instant::now() < deadline
+        && (counters.in_flight.load(Ordering::Relaxed) > 0
+            || counters.connections.load(Ordering::Relaxed) > 0)
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    if let Some(tx) = &ctx.capture {
+        while Instant::now() < deadline && tx.capacity() < tx.max_capacity() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 }
 
@@ -835,7 +918,7 @@ async fn handle(
 ) -> Result<Response<ProxyBody>, Infallible> {
     ctx.counters.requests.fetch_add(1, Ordering::Relaxed);
     let received = SystemTime::now();
-    let (mut parts, mut body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
     // No host, two, or one that is not `host[:port]`: 400 (RFC 9112 §3.2), never passed
     // on, mirrored or captured.
     if let Err(e) = scalpel_http::request_host(parts.version, &parts.uri, &parts.headers) {
@@ -857,51 +940,9 @@ async fn handle(
         .map_or("/", |p| p.as_str())
         .to_string();
     let headers = forwardable(&parts.headers);
-    let (mirror, capture) = choose(&ctx, &parts.method, &pq, &parts.headers);
-    let mut mirror_tx = None;
-    let out = if mirror || capture {
-        let read = buffer_body(&mut body, ctx.cfg.max_request_body);
-        let Ok(read) = tokio::time::timeout(ctx.cfg.client_timeout, read).await else {
-            ctx.counters.client_timeouts.fetch_add(1, Ordering::Relaxed);
-            return Ok(json_error(
-                StatusCode::REQUEST_TIMEOUT,
-                "client_timeout",
-                "the request body did not arrive within the client time-out",
-            ));
-        };
-        match read {
-            Ok(Ok(full)) => {
-                if mirror {
-                    ctx.counters.chosen.fetch_add(1, Ordering::Relaxed);
-                    mirror_tx = queue_mirror(&ctx, &parts.method, &pq, &parts.headers, &full);
-                }
-                if capture {
-                    capture::queue(&ctx, received, &parts.method, &pq, &headers, &full);
-                }
-                OutBody::Full(full)
-            }
-            Ok(Err(prefix)) => {
-                if mirror {
-                    ctx.counters.chosen.fetch_add(1, Ordering::Relaxed);
-                    ctx.recorder.skip(SkipReason::RequestBodyTooLarge);
-                }
-                if capture {
-                    ctx.counters
-                        .capture_body_too_large
-                        .fetch_add(1, Ordering::Relaxed);
-                }
-                OutBody::Stream {
-                    prefix: Some(prefix),
-                    rest: body,
-                }
-            }
-            Err(e) => return Ok(client_body_error(&e)),
-        }
-    } else {
-        OutBody::Stream {
-            prefix: None,
-            rest: body,
-        }
+    let (out, mirror_tx) = match request_filter(&ctx, &parts, &pq, &headers, body, received).await {
+        Ok(taken) => taken,
+        Err(refused) => return Ok(refused),
     };
     // `TE` is hop-by-hop, but a client that accepts trailers can only get them if the
     // primary is told this hop accepts them too (the proxy passes them on).
@@ -922,6 +963,77 @@ async fn handle(
             ));
         }
     };
+    Ok(response_filter(&ctx, answer, mirror_tx))
+}
+
+/// The request's way to the primary: streamed through, or — when it is chosen for a
+/// mirror or the capture — buffered (up to the limit, within the client time-out) and
+/// copied to the mirror queue and the capture. With the mirror job's sender for the
+/// primary's answer; `Err` is the answer to a client whose body did not arrive.
+async fn request_filter(
+    ctx: &Ctx,
+    parts: &http::request::Parts,
+    pq: &str,
+    headers: &HeaderMap,
+    mut body: Incoming,
+    received: SystemTime,
+) -> Result<(OutBody, Option<oneshot::Sender<PrimaryOutcome>>), Response<ProxyBody>> {
+    let (mirror, capture) = choose(ctx, &parts.method, pq, &parts.headers);
+    if !(mirror || capture) {
+        let out = OutBody::Stream {
+            prefix: None,
+            rest: body,
+        };
+        return Ok((out, None));
+    }
+    let read = buffer_body(&mut body, ctx.cfg.max_request_body);
+    let Ok(read) = tokio::time::timeout(ctx.cfg.client_timeout, read).await else {
+        ctx.counters.client_timeouts.fetch_add(1, Ordering::Relaxed);
+        return Err(json_error(
+            StatusCode::REQUEST_TIMEOUT,
+            "client_timeout",
+            "the request body did not arrive within the client time-out",
+        ));
+    };
+    let mut mirror_tx = None;
+    let out = match read {
+        Ok(Ok(full)) => {
+            if mirror {
+                ctx.counters.chosen.fetch_add(1, Ordering::Relaxed);
+                mirror_tx = queue_mirror(ctx, &parts.method, pq, &parts.headers, &full);
+            }
+            if capture {
+                capture::queue(ctx, received, &parts.method, pq, headers, &full);
+            }
+            OutBody::Full(full)
+        }
+        Ok(Err(prefix)) => {
+            if mirror {
+                ctx.counters.chosen.fetch_add(1, Ordering::Relaxed);
+                ctx.recorder.skip(SkipReason::RequestBodyTooLarge);
+            }
+            if capture {
+                ctx.counters
+                    .capture_body_too_large
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            OutBody::Stream {
+                prefix: Some(prefix),
+                rest: body,
+            }
+        }
+        Err(e) => return Err(client_body_error(&e)),
+    };
+    Ok((out, mirror_tx))
+}
+
+/// The primary's answer on its way to the client: hop-by-hop headers removed, and, for a
+/// mirrored request, its body teed (up to the limit) to the mirror job.
+fn response_filter(
+    ctx: &Ctx,
+    answer: Forwarded,
+    mirror_tx: Option<oneshot::Sender<PrimaryOutcome>>,
+) -> Response<ProxyBody> {
     // hyper's server has no way to send an interim response, so a 103 Early Hints (or
     // any 1xx) from the primary cannot be passed on; it is counted, not lost silently.
     if answer.interim > 0 {
@@ -949,7 +1061,7 @@ async fn handle(
     let mut response = Response::new(body);
     *response.status_mut() = answer.status;
     *response.headers_mut() = head_headers;
-    Ok(response)
+    response
 }
 
 /// The answer when the client's body could not be read.

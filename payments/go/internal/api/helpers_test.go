@@ -15,6 +15,7 @@ import (
 	"scalpel.example/payments-go/internal/ledger"
 	"scalpel.example/payments-go/internal/pgtest"
 	"scalpel.example/payments-go/internal/readmodel"
+	"scalpel.example/payments-go/internal/rustcore"
 	"scalpel.example/payments-go/internal/testledger"
 )
 
@@ -26,7 +27,11 @@ type env struct {
 	model  *readmodel.Model
 	ledger ledger.Store
 	srv    *httptest.Server
+	rust   *rustcore.Engine // nil on the Go engine
 }
+
+// engines are the --engine values: who answers GET balance and stats.
+var engines = []string{"go", "rust"}
 
 // TestMain stops the package's PostgreSQL cluster, if a test started one.
 func TestMain(m *testing.M) {
@@ -42,31 +47,65 @@ func onEachStore(t *testing.T, test func(t *testing.T, kind string)) {
 	}
 }
 
-// start opens the ledger built by b, loads the read model, starts the tailer
-// and serves the API on a loopback port.
+// onEachEngine runs test once per engine, as subtests named after it.
+func onEachEngine(t *testing.T, test func(t *testing.T, engine string)) {
+	for _, engine := range engines {
+		t.Run(engine, func(t *testing.T) { test(t, engine) })
+	}
+}
+
+// start serves the ledger built by b with the Go engine.
 func start(t *testing.T, b *testledger.Builder) *env {
 	t.Helper()
+	return startEngine(t, b, "go", nil)
+}
+
+// startEngine opens the ledger built by b, loads the read model (and, for
+// engine "rust", the Rust engine beside it, as main does), starts the tailer
+// and serves the API on a loopback port. wrap, if not nil, chooses what
+// answers balance and stats given the Rust engine.
+func startEngine(t *testing.T, b *testledger.Builder, engine string, wrap func(*rustcore.Engine) ReadEngine) *env {
+	t.Helper()
 	ctx := context.Background()
+	var rust *rustcore.Engine
+	var mirror readmodel.Mirror
+	if engine == "rust" {
+		var err error
+		if rust, err = rustcore.New(); err != nil {
+			t.Fatal(err)
+		}
+		mirror = rust
+	}
 	l, err := ledger.Open(ctx, b.DSN, ledger.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	m, err := readmodel.Load(ctx, l, log)
+	m, err := readmodel.Load(ctx, l, log, mirror)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tailCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { m.Run(tailCtx); close(done) }()
-	srv := httptest.NewServer(New(m, l, log).Handler())
+	api := New(m, l, log)
+	switch {
+	case wrap != nil:
+		api.UseEngine(wrap(rust))
+	case rust != nil:
+		api.UseEngine(rust)
+	}
+	srv := httptest.NewServer(api.Handler())
 	t.Cleanup(func() {
 		srv.Close()
 		stop()
 		<-done
+		if rust != nil {
+			rust.Close()
+		}
 		l.Close()
 	})
-	return &env{t: t, b: b, model: m, ledger: l, srv: srv}
+	return &env{t: t, b: b, model: m, ledger: l, srv: srv, rust: rust}
 }
 
 type response struct {
@@ -111,11 +150,12 @@ func expect(t *testing.T, what string, got response, status int, body string) {
 	}
 }
 
-// waitSeq polls until the read model has applied seq (deadline, not a sleep).
+// waitSeq polls until the read model (and the Rust engine, published after
+// it) has applied seq (deadline, not a sleep).
 func (e *env) waitSeq(seq int64) {
 	e.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
-	for e.model.Seq() < seq {
+	for e.model.Seq() < seq || (e.rust != nil && e.rust.Seq() < seq) {
 		if time.Now().After(deadline) {
 			e.t.Fatalf("read model stuck at seq %d, want %d", e.model.Seq(), seq)
 		}

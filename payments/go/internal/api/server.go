@@ -24,16 +24,37 @@ const maxTransferBody = 16 << 10
 
 var userIDPattern = regexp.MustCompile(`^u[0-9a-f]{12}$`)
 
+// catchUpTimeout bounds the catch-up a transfer makes before its answer: past
+// it the 201 goes out anyway (the transfer is committed) and the tail shows it
+// at its next tick.
+const catchUpTimeout = 2 * time.Second
+
 // Server holds what the handlers need.
 type Server struct {
 	model  *readmodel.Model
 	ledger ledger.Store
 	log    *slog.Logger
+	engine ReadEngine // nil: the Go read model answers balance and stats
+}
+
+// ReadEngine answers GET balance and stats in place of the Go read model: the
+// Rust core in this process (package rustcore, --engine rust). write gets the
+// status and the canonical body, valid until it returns; an error means no
+// answer (a caught panic, a broken engine): the request gets a 500.
+type ReadEngine interface {
+	Respond(method, path, query string, write func(status int, body []byte)) error
 }
 
 // New returns a Server answering from model and writing through store.
 func New(model *readmodel.Model, store ledger.Store, log *slog.Logger) *Server {
 	return &Server{model: model, ledger: store, log: log}
+}
+
+// UseEngine makes s answer GET balance and stats from e, fed by the model
+// (readmodel.Mirror); everything else stays with the Go code. It returns s.
+func (s *Server) UseEngine(e ReadEngine) *Server {
+	s.engine = e
+	return s
 }
 
 // Handler returns the routes. Every answer, including unknown paths (404) and

@@ -64,6 +64,7 @@ func (s *Server) transfer(w http.ResponseWriter, r *http.Request) {
 	out, err := s.ledger.Transfer(ctx, key, req)
 	switch {
 	case err == nil:
+		s.catchUp(r.Context())
 		writeBody(w, out.Status, out.Body)
 	case errors.Is(err, ledger.ErrUserNotFound):
 		writeError(w, errUserNotFound)
@@ -78,6 +79,18 @@ func (s *Server) transfer(w http.ResponseWriter, r *http.Request) {
 	default:
 		s.log.Error("transfer failed", "idempotency_key", key, "err", err)
 		writeError(w, errInternal)
+	}
+}
+
+// catchUp applies the committed transfer (and anything before it) to the read
+// model, and through it to the Rust engine, before the 201 goes out: the next
+// read shows it, instead of up to a tail interval later. A failure is logged
+// only; the tail retries.
+func (s *Server) catchUp(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, catchUpTimeout)
+	defer cancel()
+	if err := s.model.CatchUp(ctx); err != nil {
+		s.log.Warn("catching up after a transfer failed; the tail will", "err", err)
 	}
 }
 

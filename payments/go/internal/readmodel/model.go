@@ -9,6 +9,7 @@ package readmodel
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -66,11 +67,29 @@ func (u *user) account(currency string) *account {
 	return a
 }
 
+// Mirror is a second read model fed by this one (the Rust engine, package
+// rustcore): it gets the users and accounts read at start, every transaction
+// row this model applies, in the same order, and a Publish at the end of the
+// load and of every catch-up that applied rows, so both stand at the same seq.
+type Mirror interface {
+	AddUser(id string)
+	AddAccount(userID, currency string)
+	Apply(seq, ts int64, userID, currency string, amount int64, status, category, counterparty string)
+	// Publish makes what was added visible to the mirror's readers. Its error
+	// is logged; the mirror answers no request after one (it fails closed).
+	Publish() error
+}
+
 // Model is the in-memory read model. It is safe for concurrent use: readers
 // take a read lock, the single tailer takes the write lock per batch.
 type Model struct {
-	src ledger.Reader
-	log *slog.Logger
+	src    ledger.Reader
+	log    *slog.Logger
+	mirror Mirror // nil: none
+
+	// tailMu serializes catch-ups: the tail's ticks and the ones a transfer
+	// asks for (CatchUp).
+	tailMu sync.Mutex
 
 	mu    sync.RWMutex
 	users map[string]*user
@@ -85,9 +104,10 @@ type Model struct {
 
 // Load reads users, accounts and every transaction from store, in one
 // read-only snapshot so that they agree, and returns a model ready to serve.
-// Call Run to keep it up to date.
-func Load(ctx context.Context, store ledger.Store, log *slog.Logger) (*Model, error) {
-	m := &Model{src: store.Reader(), log: log, users: make(map[string]*user), strs: make(map[string]string)}
+// Call Run to keep it up to date. mirror, if not nil, is fed the same data
+// (see Mirror).
+func Load(ctx context.Context, store ledger.Store, log *slog.Logger, mirror Mirror) (*Model, error) {
+	m := &Model{src: store.Reader(), log: log, mirror: mirror, users: make(map[string]*user), strs: make(map[string]string)}
 	err := store.Snapshot(ctx, func(r ledger.Reader) error {
 		if err := m.loadUsers(ctx, r); err != nil {
 			return err
@@ -96,6 +116,11 @@ func Load(ctx context.Context, store ledger.Store, log *slog.Logger) (*Model, er
 	})
 	if err != nil {
 		return nil, err
+	}
+	if mirror != nil {
+		if err := mirror.Publish(); err != nil {
+			return nil, fmt.Errorf("the mirror refused the ledger: %w", err)
+		}
 	}
 	return m, nil
 }
@@ -111,7 +136,12 @@ func (m *Model) intern(s string) string {
 // loadUsers reads the known users, once: users rows are only written by the
 // generator (SPEC "The read model").
 func (m *Model) loadUsers(ctx context.Context, r ledger.Reader) error {
-	if err := r.Users(ctx, func(id string) { m.users[id] = &user{} }); err != nil {
+	if err := r.Users(ctx, func(id string) {
+		m.users[id] = &user{}
+		if m.mirror != nil {
+			m.mirror.AddUser(id)
+		}
+	}); err != nil {
 		return err
 	}
 	// Accounts without any transaction still appear in the answers, so the
@@ -120,6 +150,9 @@ func (m *Model) loadUsers(ctx context.Context, r ledger.Reader) error {
 	return r.Accounts(ctx, func(id, currency string) {
 		if u, ok := m.users[id]; ok {
 			u.account(m.intern(currency))
+			if m.mirror != nil {
+				m.mirror.AddAccount(id, currency)
+			}
 		}
 	})
 }
@@ -144,26 +177,43 @@ func (m *Model) Run(ctx context.Context) {
 	}
 }
 
-// CatchUp applies every transaction newer than the model's seq, in batches.
-// Only one goroutine may call it at a time (Run, or a test).
+// CatchUp applies every transaction newer than the model's seq, in batches,
+// and publishes them to the mirror. Calls are serialized: Run calls it every
+// TailInterval, and a transfer calls it before answering, so that the
+// transfer is visible to the next read at once.
 func (m *Model) CatchUp(ctx context.Context) error {
-	return m.catchUp(ctx, m.src)
+	m.tailMu.Lock()
+	defer m.tailMu.Unlock()
+	applied, err := m.catchUpRows(ctx, m.src)
+	if applied > 0 && m.mirror != nil {
+		if perr := m.mirror.Publish(); perr != nil {
+			m.log.Error("the Rust engine refused rows: it answers 500 from now on", "err", perr)
+		}
+	}
+	return err
 }
 
+// catchUp is the load's catch-up: the mirror is published once, by Load.
 func (m *Model) catchUp(ctx context.Context, r ledger.Reader) error {
+	_, err := m.catchUpRows(ctx, r)
+	return err
+}
+
+func (m *Model) catchUpRows(ctx context.Context, r ledger.Reader) (applied int, err error) {
 	for {
-		batch, err := r.Transactions(ctx, m.seq, tailBatch) // m.seq is only written by this goroutine
+		batch, err := r.Transactions(ctx, m.seq, tailBatch) // m.seq is only written under tailMu (or by Load)
 		if err != nil {
-			return err
+			return applied, err
 		}
 		if len(batch) == 0 {
-			return nil
+			return applied, nil
 		}
+		applied += len(batch)
 		if skipped := m.apply(batch); skipped > 0 {
 			m.log.Warn("skipped transactions of unknown users", "rows", skipped, "up_to_seq", m.seq)
 		}
 		if len(batch) < tailBatch {
-			return nil
+			return applied, nil
 		}
 	}
 }
@@ -174,6 +224,9 @@ func (m *Model) apply(batch []ledger.Row) (skipped int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, r := range batch {
+		if m.mirror != nil {
+			m.mirror.Apply(r.Seq, r.TS, r.UserID, r.Currency, r.Amount, r.Status, r.Category, r.Counterparty)
+		}
 		m.seq = r.Seq
 		m.clock = max(m.clock, r.TS)
 		u, ok := m.users[r.UserID]

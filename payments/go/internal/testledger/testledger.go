@@ -100,30 +100,50 @@ func (b *Builder) User(id string, currencies ...string) {
 }
 
 // Txn appends a transaction and updates the account (which must exist) in
-// the same SQLite transaction. It returns the row's seq.
+// the same database transaction. It returns the row's seq.
 func (b *Builder) Txn(ts int64, user, currency string, amount int64, status, category, counterparty string) int64 {
+	b.t.Helper()
+	return b.Rows([]Row{{ts, user, currency, amount, status, category, counterparty}})
+}
+
+// Row is one transaction for Rows.
+type Row struct {
+	TS           int64
+	User         string
+	Currency     string
+	Amount       int64
+	Status       string
+	Category     string
+	Counterparty string
+}
+
+// Rows appends transactions in order, updating their accounts (which must
+// exist), all in one database transaction: thousands of rows in a moment. It
+// returns the last row's seq.
+func (b *Builder) Rows(rows []Row) (seq int64) {
 	b.t.Helper()
 	tx, err := b.DB.Begin()
 	if err != nil {
 		b.t.Fatal(err)
 	}
 	defer tx.Rollback() //nolint:errcheck
-	var seq int64
-	err = tx.QueryRow(b.Q(`INSERT INTO transactions (ts, user_id, currency, amount, status, category, counterparty)
-		VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING seq`), ts, user, currency, amount, status, category, counterparty).Scan(&seq)
-	if err != nil {
-		b.t.Fatalf("insert transaction: %v", err)
-	}
-	column := "settled"
-	if status == "pending" {
-		column = "pending"
-	}
-	upd, err := tx.Exec(b.Q(`UPDATE accounts SET `+column+` = `+column+` + ? WHERE user_id = ? AND currency = ?`), amount, user, currency)
-	if err != nil {
-		b.t.Fatalf("update account: %v", err)
-	}
-	if n, _ := upd.RowsAffected(); n != 1 {
-		b.t.Fatalf("no account %s/%s", user, currency)
+	for _, r := range rows {
+		err = tx.QueryRow(b.Q(`INSERT INTO transactions (ts, user_id, currency, amount, status, category, counterparty)
+			VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING seq`), r.TS, r.User, r.Currency, r.Amount, r.Status, r.Category, r.Counterparty).Scan(&seq)
+		if err != nil {
+			b.t.Fatalf("insert transaction: %v", err)
+		}
+		column := "settled"
+		if r.Status == "pending" {
+			column = "pending"
+		}
+		upd, err := tx.Exec(b.Q(`UPDATE accounts SET `+column+` = `+column+` + ? WHERE user_id = ? AND currency = ?`), r.Amount, r.User, r.Currency)
+		if err != nil {
+			b.t.Fatalf("update account: %v", err)
+		}
+		if n, _ := upd.RowsAffected(); n != 1 {
+			b.t.Fatalf("no account %s/%s", r.User, r.Currency)
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		b.t.Fatal(err)

@@ -209,6 +209,47 @@ async fn many_headers_within_the_byte_limits_pass_both_ways() {
     h.server.shutdown().await;
 }
 
+/// Issue 27, item 4 — a plain connection parses heads with hyper's default 100 header
+/// slots and serves a head over them again with the full count (filling the full count
+/// for every request was the largest cost of a proxied request). On one kept connection,
+/// after an ordinary request, a head of 150 header lines reaches the worker — not
+/// hyper's own 431 — and the connection serves the next request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_over_the_default_header_slots_on_a_kept_connection_reaches_the_worker() {
+    use tokio::io::AsyncWriteExt;
+    let h = start(&format!(
+        "{SERVER}{}",
+        node_app("web", 1, "round_robin", "")
+    ))
+    .await;
+    let mut s = tokio::net::TcpStream::connect(h.server.listen_addr())
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    s.write_all(b"GET /echo?first HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .unwrap();
+    read_until(&mut s, &mut got, "/echo?first").await;
+    // The first response written whole before the next head arrives.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut head = String::from("GET /echo?second HTTP/1.1\r\nHost: t\r\n");
+    for i in 0..150 {
+        head.push_str(&format!("x-r{i}: {i}\r\n"));
+    }
+    head.push_str("\r\n");
+    s.write_all(head.as_bytes()).await.unwrap();
+    read_until(&mut s, &mut got, "\"x-r149\":\"149\"").await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    s.write_all(b"GET /echo?third HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    read_until(&mut s, &mut got, "/echo?third").await;
+    let text = String::from_utf8_lossy(&got);
+    assert_eq!(text.matches("HTTP/1.1 200").count(), 3, "{text}");
+    assert!(!text.contains(" 431 "), "{text}");
+    h.server.shutdown().await;
+}
+
 /// Issue 11, item 3 — a streaming response is progress, not a stall. While one worker
 /// streams server-sent events for seconds, round robin keeps sending it its share.
 /// Before: with a stream open past `avoid_stalled_ms`, it got none (0 of 40).

@@ -6,11 +6,13 @@ use std::fmt::Write as _;
 use crate::escape::escape_html;
 
 /// Colours per target (Tableau 10): distinct, colour-blind friendly, print well.
-pub(crate) const PALETTE: [&str; 8] = [
+const PALETTE: [&str; 8] = [
     "#4e79a7", "#e15759", "#59a14f", "#f28e2b", "#b07aa1", "#76b7b2", "#edc948", "#9c755f",
 ];
 
-pub(crate) fn color(i: usize) -> &'static str {
+/// The colour of series `i` in the palette (Tableau 10, colour-blind friendly), repeating
+/// after eight, so target *i* has the same colour on every chart.
+pub fn color(i: usize) -> &'static str {
     PALETTE[i % PALETTE.len()]
 }
 
@@ -23,49 +25,62 @@ const BOTTOM: f64 = 46.0;
 
 /// How an axis maps values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Scale {
+pub enum Scale {
+    /// Evenly spaced values.
     Linear,
+    /// Powers of ten evenly spaced (latencies); values at or below zero are not drawn.
     Log,
 }
 
-/// One line of a chart.
+/// One line of a [`LineChart`].
 #[derive(Debug, Clone)]
-pub(crate) struct Series {
-    pub(crate) name: String,
-    pub(crate) color: &'static str,
+pub struct Series {
+    /// The legend text.
+    pub name: String,
+    /// A CSS colour, usually [`color`]`(i)`.
+    pub color: &'static str,
     /// SVG dash pattern; `None` for a solid line.
-    pub(crate) dash: Option<&'static str>,
+    pub dash: Option<&'static str>,
     /// Draw a marker (with a hover title) at every point.
-    pub(crate) markers: bool,
-    pub(crate) points: Vec<(f64, f64)>,
+    pub markers: bool,
+    /// `(x, y)` points, drawn in order.
+    pub points: Vec<(f64, f64)>,
     /// Hover text per point (same length as `points`, or empty).
-    pub(crate) titles: Vec<String>,
+    pub titles: Vec<String>,
 }
 
-/// A line chart.
+/// A line chart with every choice open: the scales, the x ticks, where y starts. The
+/// simpler [`crate::Chart`] is built on it.
 #[derive(Debug, Clone)]
-pub(crate) struct LineChart {
-    pub(crate) title: String,
-    pub(crate) x_label: String,
-    pub(crate) y_label: String,
-    pub(crate) x_scale: Scale,
-    pub(crate) y_scale: Scale,
+pub struct LineChart {
+    /// The title drawn in the chart (and its accessible name).
+    pub title: String,
+    /// The x axis label.
+    pub x_label: String,
+    /// The y axis label.
+    pub y_label: String,
+    /// How x maps to the width.
+    pub x_scale: Scale,
+    /// How y maps to the height.
+    pub y_scale: Scale,
     /// Tick positions and labels for x; computed when `None`.
-    pub(crate) x_ticks: Option<Vec<(f64, String)>>,
-    pub(crate) y_from_zero: bool,
-    pub(crate) series: Vec<Series>,
+    pub x_ticks: Option<Vec<(f64, String)>>,
+    /// A linear y axis includes 0.
+    pub y_from_zero: bool,
+    /// The lines, drawn in order.
+    pub series: Vec<Series>,
     /// A dashed grey y = x line (offered vs achieved).
-    pub(crate) diagonal: bool,
+    pub diagonal: bool,
     /// Horizontal limits drawn as labelled dashed lines (an SLO bound).
-    pub(crate) thresholds: Vec<(f64, String)>,
-    /// Drawing width; the height stays [`HEIGHT`].
-    pub(crate) width: f64,
+    pub thresholds: Vec<(f64, String)>,
+    /// Drawing width ([`NARROW`] or [`WIDE`]); the height stays the same.
+    pub width: f64,
 }
 
 /// The width of a chart in a two-column grid.
-pub(crate) const NARROW: f64 = WIDTH;
+pub const NARROW: f64 = WIDTH;
 /// The width of a chart that has a row to itself.
-pub(crate) const WIDE: f64 = 2.0 * WIDTH;
+pub const WIDE: f64 = 2.0 * WIDTH;
 
 struct Axis {
     scale: Scale,
@@ -87,7 +102,7 @@ impl Axis {
 }
 
 /// About five round ticks (1, 2, 5 × 10^k) covering `lo..=hi`.
-pub(crate) fn linear_ticks(lo: f64, hi: f64) -> Vec<f64> {
+fn linear_ticks(lo: f64, hi: f64) -> Vec<f64> {
     let span = (hi - lo).max(f64::MIN_POSITIVE);
     let raw = span / 5.0;
     let magnitude = 10f64.powf(raw.log10().floor());
@@ -106,7 +121,7 @@ pub(crate) fn linear_ticks(lo: f64, hi: f64) -> Vec<f64> {
 }
 
 /// Powers of ten within `lo..=hi`, with 2 and 5 between them when the range is narrow.
-pub(crate) fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
+fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
     let (a, b) = (lo.log10().floor() as i32, hi.log10().ceil() as i32);
     let multipliers: &[f64] = if b - a <= 2 { &[1.0, 2.0, 5.0] } else { &[1.0] };
     let mut ticks = Vec::new();
@@ -122,7 +137,7 @@ pub(crate) fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
 }
 
 /// A short tick label: `1,500`, `0.5`, `20k`, `1.5M`.
-pub(crate) fn tick_label(v: f64) -> String {
+pub fn tick_label(v: f64) -> String {
     let a = v.abs();
     let trim = |s: String| {
         if s.contains('.') {
@@ -215,9 +230,30 @@ fn legend(out: &mut String, entries: &[(String, &'static str, Option<&'static st
 }
 
 impl LineChart {
-    pub(crate) fn render(&self) -> String {
+    /// The chart as one `<svg>` element: no scripts, no external resources.
+    pub fn render(&self) -> String {
         let mut out = String::new();
         open_svg(&mut out, &self.title, self.width);
+        let (x, y) = self.axes();
+        self.grid(&x, &y, &mut out);
+        self.frame_and_labels(&mut out);
+        self.reference_lines(&x, &y, &mut out);
+        for series in &self.series {
+            polyline(series, &x, &y, &mut out);
+        }
+        let entries: Vec<_> = self
+            .series
+            .iter()
+            .map(|s| (s.name.clone(), s.color, s.dash))
+            .collect();
+        legend(&mut out, &entries);
+        out.push_str("</svg>");
+        out
+    }
+
+    /// The x and y axes over the points (and the limits, and the diagonal's range), rounded
+    /// outwards to ticks.
+    fn axes(&self) -> (Axis, Axis) {
         let xs = self
             .series
             .iter()
@@ -231,7 +267,7 @@ impl LineChart {
                 ticks.iter().map(|t| t.0).fold(f64::INFINITY, f64::min),
                 ticks.iter().map(|t| t.0).fold(f64::NEG_INFINITY, f64::max),
             ),
-            _ => bounds(xs.clone(), self.x_scale, false),
+            _ => bounds(xs, self.x_scale, false),
         };
         let limits = self.thresholds.iter().map(|t| t.0);
         let (mut ylo, mut yhi) = bounds(ys.chain(limits), self.y_scale, self.y_from_zero);
@@ -258,10 +294,14 @@ impl LineChart {
             from: HEIGHT - BOTTOM,
             to: TOP,
         };
-        // Grid and ticks.
+        (x, y)
+    }
+
+    /// Grid lines with their tick labels, y then x.
+    fn grid(&self, x: &Axis, y: &Axis, out: &mut String) {
         let y_ticks = match self.y_scale {
-            Scale::Linear => linear_ticks(ylo, yhi),
-            Scale::Log => log_ticks(ylo, yhi),
+            Scale::Linear => linear_ticks(y.lo, y.hi),
+            Scale::Log => log_ticks(y.lo, y.hi),
         };
         for t in &y_ticks {
             let py = y.map(*t);
@@ -277,8 +317,8 @@ impl LineChart {
         let x_ticks: Vec<(f64, String)> = match &self.x_ticks {
             Some(ticks) => ticks.clone(),
             None => match self.x_scale {
-                Scale::Linear => linear_ticks(xlo, xhi),
-                Scale::Log => log_ticks(xlo, xhi),
+                Scale::Linear => linear_ticks(x.lo, x.hi),
+                Scale::Log => log_ticks(x.lo, x.hi),
             }
             .into_iter()
             .map(|t| (t, tick_label(t)))
@@ -294,9 +334,12 @@ impl LineChart {
                 l = escape_html(label)
             );
         }
-        self.frame_and_labels(&mut out);
+    }
+
+    /// The dashed y = x diagonal and the labelled limits.
+    fn reference_lines(&self, x: &Axis, y: &Axis, out: &mut String) {
         if self.diagonal {
-            let (a, b) = (xlo.max(ylo), xhi.min(yhi));
+            let (a, b) = (x.lo.max(y.lo), x.hi.min(y.hi));
             let _ = write!(
                 out,
                 r##"<line x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#9aa3ad" stroke-width="1.2" stroke-dasharray="5 4"/>"##,
@@ -317,48 +360,6 @@ impl LineChart {
                 l = escape_html(label)
             );
         }
-        for series in &self.series {
-            let points: Vec<String> = series
-                .points
-                .iter()
-                .map(|(px, py)| format!("{:.1},{:.1}", x.map(*px), y.map(*py)))
-                .collect();
-            let dash = series
-                .dash
-                .map(|d| format!(r#" stroke-dasharray="{d}""#))
-                .unwrap_or_default();
-            let _ = write!(
-                out,
-                r#"<polyline class="series" data-series="{n}" fill="none" stroke="{c}" stroke-width="2" stroke-linejoin="round"{dash} points="{p}"/>"#,
-                n = escape_html(&series.name),
-                c = series.color,
-                p = points.join(" ")
-            );
-            if series.markers {
-                for (i, (px, py)) in series.points.iter().enumerate() {
-                    let title = series
-                        .titles
-                        .get(i)
-                        .map(|t| escape_html(t))
-                        .unwrap_or_default();
-                    let _ = write!(
-                        out,
-                        r#"<circle cx="{:.1}" cy="{:.1}" r="3.2" fill="{c}" stroke="white" stroke-width="1"><title>{title}</title></circle>"#,
-                        x.map(*px),
-                        y.map(*py),
-                        c = series.color
-                    );
-                }
-            }
-        }
-        let entries: Vec<_> = self
-            .series
-            .iter()
-            .map(|s| (s.name.clone(), s.color, s.dash))
-            .collect();
-        legend(&mut out, &entries);
-        out.push_str("</svg>");
-        out
     }
 
     fn frame_and_labels(&self, out: &mut String) {
@@ -376,20 +377,61 @@ impl LineChart {
     }
 }
 
+/// One series as a polyline, with a marker and hover title at each point when asked.
+fn polyline(series: &Series, x: &Axis, y: &Axis, out: &mut String) {
+    let points: Vec<String> = series
+        .points
+        .iter()
+        .map(|(px, py)| format!("{:.1},{:.1}", x.map(*px), y.map(*py)))
+        .collect();
+    let dash = series
+        .dash
+        .map(|d| format!(r#" stroke-dasharray="{d}""#))
+        .unwrap_or_default();
+    let _ = write!(
+        out,
+        r#"<polyline class="series" data-series="{n}" fill="none" stroke="{c}" stroke-width="2" stroke-linejoin="round"{dash} points="{p}"/>"#,
+        n = escape_html(&series.name),
+        c = series.color,
+        p = points.join(" ")
+    );
+    if !series.markers {
+        return;
+    }
+    for (i, (px, py)) in series.points.iter().enumerate() {
+        let title = series
+            .titles
+            .get(i)
+            .map(|t| escape_html(t))
+            .unwrap_or_default();
+        let _ = write!(
+            out,
+            r#"<circle cx="{:.1}" cy="{:.1}" r="3.2" fill="{c}" stroke="white" stroke-width="1"><title>{title}</title></circle>"#,
+            x.map(*px),
+            y.map(*py),
+            c = series.color
+        );
+    }
+}
+
 /// Bars grouped by category, one bar per target, value printed above each bar.
 #[derive(Debug, Clone)]
-pub(crate) struct BarChart {
-    pub(crate) title: String,
-    pub(crate) y_label: String,
-    pub(crate) categories: Vec<String>,
+pub struct BarChart {
+    /// The title drawn in the chart (and its accessible name).
+    pub title: String,
+    /// The y axis label.
+    pub y_label: String,
+    /// The groups along x.
+    pub categories: Vec<String>,
     /// Per target: name, colour, one value per category (`None` = not measured).
-    pub(crate) groups: Vec<(String, &'static str, Vec<Option<f64>>)>,
+    pub groups: Vec<(String, &'static str, Vec<Option<f64>>)>,
     /// How to print a value above its bar.
-    pub(crate) value_label: fn(f64) -> String,
+    pub value_label: fn(f64) -> String,
 }
 
 impl BarChart {
-    pub(crate) fn render(&self) -> String {
+    /// The chart as one `<svg>` element: no scripts, no external resources.
+    pub fn render(&self) -> String {
         let mut out = String::new();
         open_svg(&mut out, &self.title, WIDTH);
         let values = self

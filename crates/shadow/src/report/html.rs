@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use scalpel_report::escape_html;
+use scalpel_present::escape_html;
 
 use crate::tally::{Sample, SampleResponse, Summary, body_text};
 
@@ -29,23 +29,45 @@ pub fn render_html(
     meta: &BTreeMap<String, String>,
 ) -> String {
     let mut h = String::with_capacity(64 * 1024);
-    let s = summary;
     let _ = write!(
         h,
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>scalpel shadow report</title><style>{CSS}</style></head><body><h1>scalpel shadow report</h1>"
     );
-    if !meta.is_empty() {
-        h.push_str("<table>");
-        for (k, v) in meta {
-            let _ = write!(
-                h,
-                "<tr><th>{}</th><td><code>{}</code></td></tr>",
-                escape_html(k),
-                escape_html(v)
-            );
-        }
-        h.push_str("</table>");
+    settings(&mut h, meta);
+    headline(&mut h, summary);
+    endpoints(&mut h, summary);
+    fields(&mut h, summary);
+    noise(&mut h, summary);
+    let _ = write!(h, "<h2>Samples ({})</h2>", samples.len());
+    if samples.is_empty() {
+        h.push_str("<p>None kept.</p>");
     }
+    for (i, sm) in samples.iter().enumerate() {
+        render_sample(&mut h, i + 1, sm);
+    }
+    h.push_str("</body></html>\n");
+    h
+}
+
+/// The run's settings, a row each.
+fn settings(h: &mut String, meta: &BTreeMap<String, String>) {
+    if meta.is_empty() {
+        return;
+    }
+    h.push_str("<table>");
+    for (k, v) in meta {
+        let _ = write!(
+            h,
+            "<tr><th>{}</th><td><code>{}</code></td></tr>",
+            escape_html(k),
+            escape_html(v)
+        );
+    }
+    h.push_str("</table>");
+}
+
+/// The consistency in large type, the counts, and what was not compared and why.
+fn headline(h: &mut String, s: &Summary) {
     let class = if s.compared > 0 && s.mismatched == 0 && s.errors == 0 {
         "ok"
     } else {
@@ -77,7 +99,10 @@ pub fn render_html(
         }
         h.push_str("</table>");
     }
+}
 
+/// A row per endpoint.
+fn endpoints(h: &mut String, s: &Summary) {
     h.push_str("<h2>Endpoints</h2><table><tr><th>endpoint</th><th>compared</th><th>matched</th><th>mismatched</th><th>errors</th><th>consistency</th></tr>");
     for ep in &s.endpoints {
         let c = if ep.mismatched == 0 && ep.errors == 0 {
@@ -97,7 +122,10 @@ pub fn render_html(
         );
     }
     h.push_str("</table>");
+}
 
+/// The fields that really differ, per endpoint (with the secondary's count beside).
+fn fields(h: &mut String, s: &Summary) {
     h.push_str("<h2>Fields that differ</h2>");
     let mut any = false;
     let head = if s.secondary {
@@ -130,37 +158,31 @@ pub fn render_html(
     } else {
         "<p class=ok>None.</p>"
     });
+}
 
-    if s.secondary {
-        h.push_str("<h2>Noise (differs between primary and secondary too)</h2>");
-        if s.noise.is_empty() {
-            h.push_str("<p>None.</p>");
-        } else {
-            h.push_str("<table><tr><th>endpoint</th><th>field</th><th>kind</th><th>primary≠candidate</th><th>primary≠secondary</th></tr>");
-            for f in &s.noise {
-                let _ = write!(
-                    h,
-                    "<tr><td><code>{}</code></td><td class=noise><code>{}</code></td><td>{}</td><td class=n>{}</td><td class=n>{}</td></tr>",
-                    escape_html(&f.endpoint),
-                    escape_html(&f.path),
-                    f.kind,
-                    f.count,
-                    f.noise_count
-                );
-            }
-            h.push_str("</table>");
-        }
+/// With a secondary: the fields that differ between the two copies of the old service too.
+fn noise(h: &mut String, s: &Summary) {
+    if !s.secondary {
+        return;
     }
-
-    let _ = write!(h, "<h2>Samples ({})</h2>", samples.len());
-    if samples.is_empty() {
-        h.push_str("<p>None kept.</p>");
+    h.push_str("<h2>Noise (differs between primary and secondary too)</h2>");
+    if s.noise.is_empty() {
+        h.push_str("<p>None.</p>");
+        return;
     }
-    for (i, sm) in samples.iter().enumerate() {
-        render_sample(&mut h, i + 1, sm);
+    h.push_str("<table><tr><th>endpoint</th><th>field</th><th>kind</th><th>primary≠candidate</th><th>primary≠secondary</th></tr>");
+    for f in &s.noise {
+        let _ = write!(
+            h,
+            "<tr><td><code>{}</code></td><td class=noise><code>{}</code></td><td>{}</td><td class=n>{}</td><td class=n>{}</td></tr>",
+            escape_html(&f.endpoint),
+            escape_html(&f.path),
+            f.kind,
+            f.count,
+            f.noise_count
+        );
     }
-    h.push_str("</body></html>\n");
-    h
+    h.push_str("</table>");
 }
 
 fn render_sample(h: &mut String, n: usize, sm: &Sample) {

@@ -1,20 +1,11 @@
-//! The report's SVG line charts and its style sheet for other pages: the live pages of
-//! `scalpel serve`, `scalpel shadow proxy` and `scalpel load --dashboard` (crate
-//! `scalpel-live`) draw with this same code, so a live chart and a report chart look alike.
-//!
-//! A thin public face over the private `svg` module: a chart is a title, axis labels,
-//! lines (each with a palette colour by index, so target *i* has the same colour on every
-//! chart) and optional horizontal limits (an SLO bound).
+//! The simple face of the line charts, for pages that draw a few lines over time (the live
+//! pages of `scalpel serve`, `scalpel shadow proxy` and `scalpel load --dashboard`): a chart
+//! is a title, axis labels, lines (each with a palette colour by index, so target *i* has
+//! the same colour on every chart) and optional horizontal limits (an SLO bound). Drawn by
+//! the same [`LineChart`] as the load report's plots, so a live chart and a report chart
+//! look alike.
 
-use crate::svg::{self, LineChart, Scale, Series};
-
-/// The report's style sheet (light colours), for pages that want the report's look.
-pub const STYLE: &str = include_str!("report.css");
-
-/// The colour of series `index` in the report's palette (Tableau 10, colour-blind friendly).
-pub fn color(index: usize) -> &'static str {
-    svg::color(index)
-}
+use crate::svg::{self, LineChart, Scale, Series, color};
 
 /// One line of a [`Chart`].
 #[derive(Debug, Clone, Default)]

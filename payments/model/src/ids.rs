@@ -60,7 +60,8 @@ pub(crate) fn category_index(name: &str) -> Option<u8> {
     CATEGORIES.iter().position(|c| *c == name).map(|i| i as u8)
 }
 
-pub(crate) const SECONDS_PER_DAY: i64 = 86_400;
+/// Seconds in a UTC day (the ledger has no leap seconds).
+pub const SECONDS_PER_DAY: i64 = 86_400;
 
 /// The UTC day number (days since 1970-01-01) of a unix time in seconds.
 pub(crate) fn day_of(ts: i64) -> i64 {

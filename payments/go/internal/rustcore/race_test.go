@@ -1,0 +1,5 @@
+//go:build race
+
+package rustcore
+
+const raceEnabled = true
