@@ -142,7 +142,7 @@
 //! | `upstream`, `h1` | the exchange with a worker over `scalpel_http::h1` |
 //! | `error` | [`ServeError`] |
 //! | `config` | the TOML: raw sections (`raw`), one check per section (`server`, `app`, `route`), errors with their line (`error`) |
-//! | `counters`, `sticky`, `ipnet`, `tls`, `clock`, `rng` | per-app counters; sticky keys; address ranges; certificate swap; a µs clock; a cheap RNG |
+//! | `counters`, `sticky`, `tls`, `clock`, `rng` | per-app counters; sticky keys; certificate swap; a µs clock; a cheap RNG (address ranges: `scalpel_http::IpNet`) |
 
 mod accept;
 mod admin;
@@ -154,7 +154,6 @@ mod counters;
 mod error;
 mod h1;
 mod health;
-mod ipnet;
 mod live;
 mod metrics;
 mod mirror;

@@ -8,6 +8,7 @@ mod load_cli;
 mod load_tls;
 mod procstat_cli;
 mod report_cli;
+mod security;
 mod serve_cli;
 mod serve_refused;
 mod shadow_cli;

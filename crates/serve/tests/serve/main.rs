@@ -5,6 +5,7 @@
 mod live;
 mod queue;
 mod rescue;
+mod security;
 mod serve;
 mod tls;
 mod util;
