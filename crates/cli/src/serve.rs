@@ -49,6 +49,10 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         }
     };
     if args.check {
+        // Start logs them through tracing; --check says them on stderr.
+        for w in config.writable_by_others() {
+            eprintln!("scalpel serve: warning: {w}");
+        }
         let problems = config.check_tls();
         if !problems.is_empty() {
             for p in &problems {

@@ -31,6 +31,63 @@ pub fn is_proxy_only(name: &[u8]) -> bool {
     name.eq_ignore_ascii_case(b"proxy-authorization")
 }
 
+/// Headers by which a client claims what a proxy in front of it saw — its address, the
+/// scheme, the host, the port, the path prefix — lower case. A proxy believes them only
+/// from a trusted peer ([`is_forwarding_claim`]); from anyone else it drops them, since
+/// an application reads them as the truth (rate limits by address, `https`-only
+/// cookies, redirects to the forwarded host).
+pub const FORWARDING_CLAIMS: [&str; 14] = [
+    "forwarded",
+    "x-real-ip",
+    "x-client-ip",
+    "client-ip",
+    "true-client-ip",
+    "cf-connecting-ip",
+    "fastly-client-ip",
+    "x-cluster-client-ip",
+    "x-original-forwarded-for",
+    "x-originating-ip",
+    "x-remote-ip",
+    "x-remote-addr",
+    "front-end-https",
+    "x-url-scheme",
+];
+
+/// Is `name` a forwarding claim: any `X-Forwarded-*` (`-For`, `-Proto`, `-Host`,
+/// `-Port`, `-Server`, `-Prefix`, `-Ssl`…) or a name of [`FORWARDING_CLAIMS`]?
+/// Case-insensitive, and `_` counts as `-`: CGI, WSGI and Rack turn both `X-Forwarded-For`
+/// and `X_Forwarded_For` into `HTTP_X_FORWARDED_FOR`, so the underscore form is the
+/// same claim to the application behind.
+pub fn is_forwarding_claim(name: &[u8]) -> bool {
+    let same = |a: &[u8], b: &[u8]| {
+        a.len() == b.len()
+            && a.iter().zip(b).all(|(&x, &y)| {
+                let x = if x == b'_' {
+                    b'-'
+                } else {
+                    x.to_ascii_lowercase()
+                };
+                x == y
+            })
+    };
+    let prefix = b"x-forwarded-";
+    (name.len() > prefix.len() && same(&name[..prefix.len()], prefix))
+        || FORWARDING_CLAIMS.iter().any(|n| same(name, n.as_bytes()))
+}
+
+/// Removes every forwarding claim ([`is_forwarding_claim`]) from `headers` in place: what
+/// a proxy does with the headers of a peer it does not trust.
+pub fn strip_forwarding_claims(headers: &mut HeaderMap) {
+    let claims: Vec<HeaderName> = headers
+        .keys()
+        .filter(|n| is_forwarding_claim(n.as_str().as_bytes()))
+        .cloned()
+        .collect();
+    for name in claims {
+        headers.remove(name);
+    }
+}
+
 /// The hop-by-hop rule of one message: the fixed list plus the names its `Connection`
 /// header lists (`Connection: close, X-Secret` makes `X-Secret` hop-by-hop too).
 #[derive(Debug, Default, Clone)]
@@ -149,6 +206,43 @@ mod tests {
         assert!(rule.drops(b"X-SECRET") && rule.drops(b"Upgrade"));
         assert!(rule.names(b"keep-alive") && !rule.drops(b"host"));
         assert!(!is_hop_by_hop(b"host") && !is_hop_by_hop(b"proxy-authorization"));
+    }
+
+    /// Every spelling an application behind reads as a forwarding header is one: the
+    /// underscore forms (CGI/WSGI map them onto the same variable), any case, any
+    /// `X-Forwarded-*`; ordinary headers are not.
+    #[test]
+    fn forwarding_claims_in_every_spelling() {
+        for claim in [
+            "X-Forwarded-For",
+            "x_forwarded_for",
+            "X_FORWARDED_PROTO",
+            "x-forwarded-server",
+            "X-Forwarded-Prefix",
+            "x-forwarded-ssl",
+            "Forwarded",
+            "X-Real-IP",
+            "x_real_ip",
+            "X-Client-IP",
+            "True-Client-IP",
+            "CF-Connecting-IP",
+            "cf_connecting_ip",
+            "Fastly-Client-IP",
+            "X-Cluster-Client-IP",
+        ] {
+            assert!(is_forwarding_claim(claim.as_bytes()), "{claim}");
+        }
+        for other in [
+            "host",
+            "x-forwarded",
+            "x-forwarded-",
+            "forwarded-x",
+            "x-request-id",
+            "via",
+            "accept",
+        ] {
+            assert!(!is_forwarding_claim(other.as_bytes()), "{other}");
+        }
     }
 
     /// The early return for messages without hop-by-hop fields keeps everything, and a

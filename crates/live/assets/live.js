@@ -328,7 +328,8 @@
       resultEl.className = 'live-result';
       resultEl.textContent = a.label + '…';
       try {
-        const res = await fetch(a.path, { method: a.method, cache: 'no-store', headers: authHeaders() });
+        // Typed JSON: the admins refuse a state change in any type an HTML form can send.
+        const res = await fetch(a.path, { method: a.method, cache: 'no-store', headers: { ...authHeaders(), 'Content-Type': 'application/json' }, body: a.method === 'GET' ? undefined : '{}' });
         let text = '';
         try { const j = await res.json(); text = j.error || (j.errors ? j.errors.join('; ') : ''); } catch (e) { text = ''; }
         if (res.status === 401) needToken();

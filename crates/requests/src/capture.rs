@@ -32,6 +32,17 @@ use serde::{Deserialize, Serialize};
 
 use crate::RequestsError;
 
+/// Options that create a file readable and writable by its owner only (mode 0600; the
+/// umask can only take more away): every file that holds recorded traffic — captures and
+/// their rotations here, the shadow store and reports — is created with them. An existing
+/// file keeps the mode its owner gave it.
+pub fn private_file() -> OpenOptions {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut o = OpenOptions::new();
+    o.mode(0o600);
+    o
+}
+
 /// Room kept for the header line of a fresh file when deciding that a record is too large.
 const HEADER_ALLOWANCE: u64 = 64;
 
@@ -207,7 +218,7 @@ impl CaptureWriter {
             path: path.to_path_buf(),
             error,
         };
-        let file = OpenOptions::new()
+        let file = private_file()
             .create(true)
             .append(true)
             .read(true)
@@ -301,7 +312,7 @@ impl CaptureWriter {
             }
             std::fs::rename(&self.path, numbered(1)).map_err(io)?;
         }
-        self.file = OpenOptions::new()
+        self.file = private_file()
             .create(true)
             .append(true)
             .read(true)

@@ -103,7 +103,7 @@ mod template;
 
 pub use capture::{
     CAPTURE_VERSION, CaptureOptions, CaptureRecord, CaptureSink, CaptureStats, CaptureWriter,
-    Written,
+    Written, private_file,
 };
 pub use data::DataSet;
 pub use error::RequestsError;

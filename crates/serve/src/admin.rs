@@ -1,7 +1,10 @@
 //! The admin address: the live page at `/`, `/status`, `/metrics`, `/mirror`,
 //! `POST /reload`, behind the bearer token when one is set (`admin_token`), on a bounded
 //! number of HTTP/1.1 connections (TLS with `[server.admin_tls]`). Every check of an
-//! admin request (the token today) sits in [`admin`], before the endpoint.
+//! admin request sits in [`admin`], before the endpoint: first the toolkit's
+//! [`AdminGuard`] (the shadow proxy's admin has the same: a `Host` that is not the
+//! admin's own or one of `admin_hosts` gets 421 against DNS rebinding; a `POST` from
+//! another site, or not typed `application/json`, gets 403 or 415), then the token.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -12,6 +15,7 @@ use http::{Method, Request, Response, StatusCode, header};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use scalpel_http::AdminGuard;
 use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -37,6 +41,14 @@ pub(crate) async fn admin_loop(
     mut stop: watch::Receiver<bool>,
 ) {
     let admin_slots = Arc::new(tokio::sync::Semaphore::new(ADMIN_CONNECTIONS));
+    // The names were checked with the config; the bound address is the one to name.
+    let Ok(local) = listener.local_addr() else {
+        return;
+    };
+    let guard = AdminGuard::new(local)
+        .with_names(&shared.cfg.admin_hosts)
+        .unwrap_or_else(|_| AdminGuard::new(local));
+    let guard = Arc::new(guard);
     let tls = shared
         .admin_tls
         .as_ref()
@@ -58,13 +70,15 @@ pub(crate) async fn admin_loop(
         let live = live.clone();
         let lock = reload_lock.clone();
         let tls = tls.clone();
+        let guard = guard.clone();
         tokio::spawn(async move {
             let _permit = permit;
             let svc = service_fn(move |req: Request<Incoming>| {
                 let shared = shared.clone();
                 let live = live.clone();
                 let lock = lock.clone();
-                async move { Ok::<_, Infallible>(admin(&shared, &live, &lock, req).await) }
+                let guard = guard.clone();
+                async move { Ok::<_, Infallible>(admin(&shared, &live, &lock, &guard, req).await) }
             });
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder
@@ -129,14 +143,18 @@ fn live_response(reply: scalpel_live::Reply) -> Response<ProxyBody> {
     res
 }
 
-/// One admin request: the live page's own files (no token), then the bearer token, then
-/// the endpoint.
+/// One admin request: the guard (every path), the live page's own files (no token), then
+/// the bearer token, then the endpoint.
 async fn admin(
     shared: &Shared,
     live: &Live,
     lock: &tokio::sync::Mutex<()>,
+    guard: &AdminGuard,
     req: Request<Incoming>,
 ) -> Response<ProxyBody> {
+    if let Err(refused) = guard.check(req.method(), req.version(), req.uri(), req.headers()) {
+        return json_error(refused.status(), refused.kind(), refused.detail());
+    }
     // The live page's own files hold no data: served without the token, which the page
     // then asks for and sends with its data requests and the reload.
     if let Some(reply) = live.page().asset(req.method().as_str(), req.uri().path()) {

@@ -25,7 +25,7 @@ pub(crate) use server::ServerConfig;
 
 // What the tests (`use super::*`) name besides the config's own types.
 #[cfg(test)]
-use crate::ipnet::IpNet;
+use scalpel_http::IpNet;
 #[cfg(test)]
 use std::time::Duration;
 
@@ -245,6 +245,50 @@ impl Config {
         }
         Ok(())
     }
+
+    /// When serve runs as root: the files it trusts that another user could change — the
+    /// config file, each app's program, and their directories — when group- or
+    /// world-writable (a directory with the sticky bit, as `/tmp`, keeps others from
+    /// replacing a file they do not own, so it counts only without it). Whoever can write
+    /// them runs code as root at the next start or reload. One line each; none when serve
+    /// is not root. `scalpel serve --check` and [`crate::Server::start`] print them.
+    pub fn writable_by_others(&self) -> Vec<String> {
+        if !rustix::process::geteuid().is_root() {
+            return Vec::new();
+        }
+        self.writable_files()
+    }
+
+    /// [`Config::writable_by_others`] whoever runs it.
+    pub(crate) fn writable_files(&self) -> Vec<String> {
+        let mut files = vec![("config file", self.path.clone())];
+        for app in &self.apps {
+            let path = app.env.get("PATH").map(String::as_str);
+            if let Some(p) = resolve_program(&app.command[0], app.cwd.as_deref(), path) {
+                files.push(("program", p));
+            }
+        }
+        let mut seen: Vec<PathBuf> = Vec::new();
+        let mut found = Vec::new();
+        for (what, file) in files {
+            let dir = file.parent().filter(|d| !d.as_os_str().is_empty());
+            let dir = dir.unwrap_or(Path::new(".")).to_path_buf();
+            for (kind, p) in [(what, file), ("directory", dir)] {
+                if seen.contains(&p) {
+                    continue;
+                }
+                if let Some(who) = writable_by(&p) {
+                    found.push(format!(
+                        "running as root with the {kind} {} writable by {who}: whoever can \
+                         write it runs code as root (chmod go-w it)",
+                        p.display()
+                    ));
+                }
+                seen.push(p);
+            }
+        }
+        found
+    }
 }
 
 impl Config {
@@ -350,6 +394,7 @@ fn server_not_live(a: &ServerConfig, b: &ServerConfig) -> Option<String> {
         listen,
         admin,
         admin_token,
+        admin_hosts,
         threads,
         tls,
         admin_tls,
@@ -372,6 +417,22 @@ fn server_not_live(a: &ServerConfig, b: &ServerConfig) -> Option<String> {
             changed.join(", ")
         )
     })
+}
+
+/// Who besides the owner may write `path` (`group`, `others`), if anyone; a directory
+/// with the sticky bit counts only for itself being replaced, so not at all.
+fn writable_by(path: &Path) -> Option<&'static str> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let meta = std::fs::metadata(path).ok()?;
+    let mode = meta.permissions().mode();
+    if meta.is_dir() && mode & 0o1000 != 0 {
+        return None;
+    }
+    match (mode & 0o020 != 0, mode & 0o002 != 0) {
+        (_, true) => Some("everyone"),
+        (true, false) => Some("its group"),
+        _ => None,
+    }
 }
 
 /// Where `program` would be found by a spawn with `cwd` and `path` (the child's `PATH`;

@@ -149,7 +149,7 @@
 //! | `error` | [`ServeError`] |
 //! | `config` | the TOML: raw sections (`raw`), one check per section (`server`, `app`, `route`), errors with their line (`error`) |
 //! | `pm2` | a pm2 ecosystem's apps (evaluated by `node`) as serve.toml |
-//! | `counters`, `sticky`, `ipnet`, `tls`, `clock`, `rng` | per-app counters; sticky keys; address ranges; certificate swap; a µs clock; a cheap RNG |
+//! | `counters`, `sticky`, `tls`, `clock`, `rng` | per-app counters; sticky keys; certificate swap; a µs clock; a cheap RNG (address ranges: `scalpel_http::IpNet`) |
 
 mod accept;
 mod admin;
@@ -161,7 +161,6 @@ mod counters;
 mod error;
 mod h1;
 mod health;
-mod ipnet;
 mod live;
 mod metrics;
 mod mirror;

@@ -356,6 +356,16 @@ impl Shared {
         lim: &ServerConfig,
         req: Request<Incoming>,
     ) -> Result<Filtered, Response<ProxyBody>> {
+        // RFC 9112 §3.2: no `Host`, two, or one that is not `host[:port]` is a 400, read
+        // by the toolkit's one reader (the shadow proxy's too); never forwarded with a
+        // `Host` serve made up (the worker's own address) or with the client's second.
+        if let Err(e) = scalpel_http::request_host(req.version(), req.uri(), req.headers()) {
+            return Err(json_error_closing(
+                StatusCode::BAD_REQUEST,
+                e.kind(),
+                &e.to_string(),
+            ));
+        }
         let mut req = req;
         let upgrade = upgrade_asked(&req);
         let on_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));

@@ -127,6 +127,9 @@ impl Server {
             })?;
         let admin = bound.admin.as_ref().and_then(|l| l.local_addr().ok());
         warn_about_ephemeral_ports(&config);
+        for w in config.writable_by_others() {
+            tracing::warn!("{w}");
+        }
         // Everything that can fail comes before any worker starts: the data-plane threads
         // (they wait for the shared state), the mirror thread and the mirror stores.
         let (stop_tx, stop_rx) = watch::channel(false);

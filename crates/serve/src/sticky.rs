@@ -7,7 +7,7 @@
 
 use http::header::{self, HeaderMap};
 
-use crate::ipnet::IpNet;
+use scalpel_http::IpNet;
 
 /// What a sticky key is read from.
 #[derive(Debug, Clone, PartialEq, Eq)]

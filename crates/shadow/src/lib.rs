@@ -92,7 +92,7 @@ pub use model::{ShadowRequest, ShadowResponse, SkipReason};
 pub use proxy::{Proxy, ProxyConfig, ProxyStats};
 pub use recent::{EndpointLatency, LatencyFigures, RecentDifference};
 pub use recorder::{CompareSettings, DEFAULT_MAX_DECODED_BODY, Observation, Recorder};
-pub use redact::{REDACTED, Redactor};
+pub use redact::{REDACTED, Redacted, Redactor};
 pub use replay::{
     Replay, ReplayConfig, ReplayProgress, ReplaySource, ReplayStats, Schedule, replay,
 };
@@ -127,6 +127,9 @@ pub enum ShadowError {
         /// The OS error (in the message already, so not a `source`).
         error: std::io::Error,
     },
+    /// An `--admin-host` name that is not `host[:port]`.
+    #[error("--admin-host {0:?} is not a host name or host:port")]
+    AdminHost(String),
     /// The proxy's mirror thread or its runtime could not be started.
     #[error("cannot start the mirror thread: {0}")]
     MirrorThread(std::io::Error),

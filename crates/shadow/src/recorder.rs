@@ -19,7 +19,7 @@ use scalpel_http::ErrorKind;
 use crate::ShadowError;
 use crate::model::{ShadowRequest, ShadowResponse, SkipReason};
 use crate::recent::{EndpointLatency, LatencyFigures, LiveTally, RecentDifference};
-use crate::redact::Redactor;
+use crate::redact::{Redacted, Redactor};
 use crate::store::Store;
 use crate::tally::{Sample, SampleResponse, Summary, Tally, signature};
 
@@ -371,7 +371,15 @@ impl Recorder {
             return None;
         }
         *inner.per_signature.entry(sig).or_default() += 1;
-        let sample = self.build_sample(&found.endpoint, req, p, c, s, differences, noise);
+        let (sample, withheld) =
+            self.build_sample(&found.endpoint, req, p, c, s, differences, noise);
+        for part in withheld {
+            *inner
+                .tally
+                .redaction_withheld
+                .entry(part.to_string())
+                .or_default() += 1;
+        }
         inner.samples.push(sample.clone());
         Some(sample)
     }
@@ -493,6 +501,8 @@ impl Recorder {
         }
     }
 
+    /// A sample, secrets redacted, and the parts redaction withheld whole (`query`,
+    /// `request_body`, `response_body` once per side), to be counted.
     #[allow(clippy::too_many_arguments)]
     fn build_sample(
         &self,
@@ -503,18 +513,28 @@ impl Recorder {
         secondary: Option<&Side<'_>>,
         differences: &[Difference],
         noise_differences: &[Difference],
-    ) -> Sample {
+    ) -> (Sample, Vec<&'static str>) {
         let r = &self.settings.redactor;
+        let withheld = std::cell::RefCell::new(Vec::new());
+        let count = |part: &'static str, out: Redacted<Bytes>| {
+            if out.withheld {
+                withheld.borrow_mut().push(part);
+            }
+            out.value
+        };
         // Samples show bodies as compared: decoded (as they came when that failed).
         let resp = |x: &Side<'_>| SampleResponse {
             status: x.raw.status.as_u16(),
             headers: header_pairs(&r.headers(&x.raw.headers)),
-            body: r.body(
-                &x.raw.headers,
-                &match x.decoded() {
-                    Some(Cow::Owned(b)) => Bytes::copy_from_slice(b),
-                    _ => x.raw.body.clone(),
-                },
+            body: count(
+                "response_body",
+                r.redact_body(
+                    &x.raw.headers,
+                    &match x.decoded() {
+                        Some(Cow::Owned(b)) => Bytes::copy_from_slice(b),
+                        _ => x.raw.body.clone(),
+                    },
+                ),
             ),
         };
         // A compressed request body is decoded too, so that redaction can see into it.
@@ -523,19 +543,24 @@ impl Recorder {
                 Ok(b) => Bytes::copy_from_slice(&b),
                 Err(_) => req.body.clone(),
             };
-        Sample {
+        let target = r.redact_target(&req.path_and_query);
+        if target.withheld {
+            withheld.borrow_mut().push("query");
+        }
+        let sample = Sample {
             recorded_at_ms: now_ms(),
             endpoint: endpoint.to_string(),
             method: req.method.to_string(),
-            target: r.target(&req.path_and_query),
+            target: target.value,
             request_headers: header_pairs(&r.headers(&req.headers)),
-            request_body: r.body(&req.headers, &request_body),
+            request_body: count("request_body", r.redact_body(&req.headers, &request_body)),
             primary: resp(primary),
             candidate: resp(candidate),
             secondary: secondary.map(resp),
             differences: r.differences(differences),
             noise_differences: r.differences(noise_differences),
-        }
+        };
+        (sample, withheld.into_inner())
     }
 }
 

@@ -23,6 +23,7 @@ use crate::tally::{EndpointTally, FieldTally, Sample, SampleResponse, Tally};
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS skipped (reason TEXT PRIMARY KEY, count INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS redaction_withheld (part TEXT PRIMARY KEY, count INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS endpoints (
     endpoint TEXT PRIMARY KEY, compared INTEGER NOT NULL, signature_overflow INTEGER NOT NULL,
     failed INTEGER NOT NULL DEFAULT 0);
@@ -97,6 +98,22 @@ fn db_err(path: &Path) -> impl Fn(rusqlite::Error) -> ShadowError + '_ {
 }
 
 fn open_connection(path: &Path) -> Result<Connection, ShadowError> {
+    // The store holds samples of real traffic: a new file is its owner's alone (SQLite
+    // gives the -wal and -shm files the database file's mode).
+    match scalpel_requests::private_file()
+        .write(true)
+        .create_new(true)
+        .open(path)
+    {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => {
+            return Err(ShadowError::Store {
+                path: path.to_path_buf(),
+                reason: e.to_string(),
+            });
+        }
+    }
     let conn = Connection::open(path).map_err(db_err(path))?;
     conn.pragma_update(None, "journal_mode", "WAL")
         .map_err(db_err(path))?;
@@ -121,6 +138,16 @@ fn open_connection(path: &Path) -> Result<Connection, ShadowError> {
         .map_err(db_err(path))?;
     }
     Ok(conn)
+}
+
+fn has_table(conn: &Connection, name: &str) -> rusqlite::Result<bool> {
+    conn.query_row(
+        "SELECT name FROM sqlite_master WHERE type='table' AND name=?1",
+        [name],
+        |r| r.get::<_, String>(0),
+    )
+    .optional()
+    .map(|n| n.is_some())
 }
 
 fn has_failed_column(conn: &Connection) -> rusqlite::Result<bool> {
@@ -184,15 +211,7 @@ impl Store {
             .map_err(db_err(path))?;
         conn.busy_timeout(std::time::Duration::from_secs(5))
             .map_err(db_err(path))?;
-        let has_meta: Option<String> = conn
-            .query_row(
-                "SELECT name FROM sqlite_master WHERE type='table' AND name='meta'",
-                [],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(db_err(path))?;
-        if has_meta.is_none() {
+        if !has_table(&conn, "meta").map_err(db_err(path))? {
             return Err(ShadowError::Store {
                 path: path.to_path_buf(),
                 reason: "not a scalpel shadow store".into(),
@@ -297,11 +316,16 @@ fn write_tx(
 fn write_tally(tx: &rusqlite::Transaction<'_>, t: &Tally) -> rusqlite::Result<()> {
     tx.execute_batch(
         "DELETE FROM skipped; DELETE FROM endpoints; DELETE FROM endpoint_errors;
-         DELETE FROM fields; DELETE FROM signatures;",
+         DELETE FROM fields; DELETE FROM signatures; DELETE FROM redaction_withheld;",
     )?;
     let mut st = tx.prepare_cached("INSERT INTO skipped (reason, count) VALUES (?1, ?2)")?;
     for (r, n) in &t.skipped {
         st.execute(params![r.as_str(), *n as i64])?;
+    }
+    let mut st =
+        tx.prepare_cached("INSERT INTO redaction_withheld (part, count) VALUES (?1, ?2)")?;
+    for (part, n) in &t.redaction_withheld {
+        st.execute(params![part, *n as i64])?;
     }
     let mut ep_st = tx.prepare_cached(
         "INSERT INTO endpoints (endpoint, compared, signature_overflow, failed)
@@ -397,6 +421,7 @@ fn read_run_inner(conn: &Connection) -> rusqlite::Result<StoredRun> {
     read_errors(conn, has_failed, &mut tally)?;
     read_fields(conn, &mut tally)?;
     read_signatures(conn, &mut tally)?;
+    read_withheld(conn, &mut tally)?;
     Ok(StoredRun {
         meta: read_meta(conn)?,
         tally,
@@ -413,6 +438,19 @@ fn read_meta(conn: &Connection) -> rusqlite::Result<BTreeMap<String, String>> {
         meta.insert(k, v);
     }
     Ok(meta)
+}
+
+/// Parts of kept samples withheld by redaction; a store from before they were counted
+/// (read-only: no table) has none.
+fn read_withheld(conn: &Connection, tally: &mut Tally) -> rusqlite::Result<()> {
+    if has_table(conn, "redaction_withheld")? {
+        let mut st = conn.prepare("SELECT part, count FROM redaction_withheld")?;
+        for row in st.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))? {
+            let (part, n) = row?;
+            tally.redaction_withheld.insert(part, count(n));
+        }
+    }
+    Ok(())
 }
 
 /// Skipped requests by reason (reasons this version does not know are left out).

@@ -19,6 +19,9 @@ pub(crate) const MAX_SIGNATURES: usize = 4096;
 pub(crate) struct Tally {
     pub(crate) skipped: BTreeMap<SkipReason, u64>,
     pub(crate) endpoints: BTreeMap<String, EndpointTally>,
+    /// Parts of kept samples that redaction withheld whole because it could not read
+    /// them (`request_body`, `response_body`, `query`).
+    pub(crate) redaction_withheld: BTreeMap<String, u64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -119,6 +122,7 @@ impl Tally {
             s.skipped += n;
             s.skipped_by_reason.insert(reason.as_str().to_string(), *n);
         }
+        s.redaction_withheld = self.redaction_withheld.clone();
         for (name, ep) in &self.endpoints {
             let mut out = EndpointSummary {
                 endpoint: name.clone(),
@@ -283,6 +287,11 @@ pub struct Summary {
     /// `secondary:connect`…). When both sides of a request failed, both are here; a
     /// failed secondary does not stop the comparison, so it is here but not in `errors`.
     pub errors_by_kind: BTreeMap<String, u64>,
+    /// Parts of the kept samples that `--redact` rules withheld whole (stored as
+    /// `[REDACTED]`) because they could not be read: `request_body`, `response_body`
+    /// (each side counts), `query`. Redaction fails closed: such a part is never stored
+    /// in clear.
+    pub redaction_withheld: BTreeMap<String, u64>,
     /// Per route pattern, sorted by name.
     pub endpoints: Vec<EndpointSummary>,
     /// Every noisy field of every endpoint.

@@ -101,14 +101,32 @@ pub fn serve_requests(
     })
 }
 
+/// A whole HTTP/1.x answer read back: its status (0 when there is none) and its body.
+pub fn status_and_body(answer: &[u8]) -> (u16, String) {
+    let text = String::from_utf8_lossy(answer);
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    (status, body.to_string())
+}
+
 /// One request on a fresh connection (`Connection: close`, no body), the answer read
-/// to its end (60 s at most): (status, body).
+/// to its end (60 s at most): (status, body). It names the address it connects to as
+/// its `Host`, and types a `POST` as JSON, as the toolkit's admins require of a client.
 pub fn http(port: u16, method: &str, path: &str) -> std::io::Result<(u16, String)> {
     let mut s = TcpStream::connect(("127.0.0.1", port))?;
     s.set_read_timeout(Some(Duration::from_secs(60)))?;
+    let json = if method == "GET" || method == "HEAD" {
+        ""
+    } else {
+        "Content-Type: application/json\r\n"
+    };
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{json}Content-Length: 0\r\nConnection: close\r\n\r\n"
     )?;
     let mut raw = Vec::new();
     s.read_to_end(&mut raw)?;

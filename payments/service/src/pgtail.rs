@@ -18,8 +18,6 @@ use futures_util::future::poll_fn;
 use payments_core::{PgDb, PgTailer, ReadModel};
 use tokio::sync::Notify;
 
-use crate::serve::TAIL_EVERY;
-
 /// Longest one tail poll may take before it is given up (and retried).
 const POLL_LIMIT: Duration = Duration::from_secs(10);
 /// Wait before re-making a lost LISTEN connection.
@@ -123,7 +121,7 @@ async fn listen(config: Config, notify: Arc<Notify>, listening: Arc<AtomicBool>)
     }
 }
 
-/// The tail: at every TAIL_EVERY tick and at every notification, a pooled connection
+/// The tail: at every tick of `every` (the service's tail interval) and at every notification, a pooled connection
 /// reads what is new. A lost connection fails one poll (logged) and the pool opens another
 /// for the next.
 pub(crate) async fn follow(
@@ -132,8 +130,9 @@ pub(crate) async fn follow(
     wakeups: Wakeups,
     model: Arc<ReadModel>,
     stop: Arc<AtomicBool>,
+    every: Duration,
 ) {
-    let mut every = tokio::time::interval(TAIL_EVERY);
+    let mut every = tokio::time::interval(every);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     while !stop.load(Ordering::Relaxed) {
         tokio::select! {

@@ -245,6 +245,7 @@ fn start_tail(
                 pgtail::Wakeups::listen(*listen, Arc::clone(&listening)),
                 Arc::clone(model),
                 Arc::clone(stop),
+                TAIL_EVERY,
             ));
             (TailHandle::Task(task), Pool::Postgres(pool, listening))
         }

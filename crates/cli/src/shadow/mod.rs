@@ -408,14 +408,27 @@ fn write_outputs(
                 v[k] = x.clone();
             }
         }
-        std::fs::write(p, serde_json::to_string_pretty(&v)? + "\n")
-            .with_context(|| format!("cannot write {}", p.display()))?;
+        write_private(p, (serde_json::to_string_pretty(&v)? + "\n").as_bytes())?;
     }
     if let Some(p) = &outputs.html {
-        std::fs::write(p, scalpel_shadow::render_html(summary, samples, meta))
-            .with_context(|| format!("cannot write {}", p.display()))?;
+        write_private(
+            p,
+            scalpel_shadow::render_html(summary, samples, meta).as_bytes(),
+        )?;
     }
     Ok(())
+}
+
+/// Writes a report that holds samples of traffic: created readable by its owner only.
+fn write_private(p: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    scalpel_requests::private_file()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(p)
+        .and_then(|mut f| f.write_all(bytes))
+        .with_context(|| format!("cannot write {}", p.display()))
 }
 
 #[cfg(test)]

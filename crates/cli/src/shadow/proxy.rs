@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use scalpel_diff::{SampleKey, Sampler};
-use scalpel_http::ServerTls;
+use scalpel_http::{IpNet, ServerTls};
 use scalpel_requests::{CaptureOptions, CaptureSink, CaptureStats, CaptureWriter};
 use scalpel_shadow::{Proxy, ProxyConfig, ProxyStats, Recorder, text_table};
 
@@ -33,6 +33,12 @@ pub(super) struct ProxyArgs {
     /// Serve the live page (`/`), Prometheus `/metrics` and `/summary.json` here.
     #[arg(long, value_name = "ADDR")]
     admin: Option<SocketAddr>,
+    /// A name (or name:port) clients use for the admin address besides its IP addresses and localhost; other Host names get 421. Repeatable.
+    #[arg(long = "admin-host", value_name = "NAME", requires = "admin")]
+    admin_hosts: Vec<String>,
+    /// A proxy in front (ADDR or ADDR/BITS) whose X-Forwarded-*, Forwarded and X-Real-IP headers reach the upstreams; every other client's are removed. Repeatable.
+    #[arg(long = "trusted-proxy", value_name = "RANGE", value_parser = ip_range)]
+    trusted_proxies: Vec<IpNet>,
     /// Percent of requests to mirror.
     #[arg(long, value_name = "P", default_value_t = 100.0)]
     sample: f64,
@@ -133,6 +139,12 @@ pub(super) fn run(a: ProxyArgs) -> anyhow::Result<ExitCode> {
     );
     if let (Some(k), Some(path)) = (stats.capture, &a.capture) {
         println!("{}", capture_line(path, &k));
+        let (bodies, queries) = stats.capture_withheld;
+        if bodies + queries > 0 {
+            println!(
+                "capture: --redact withheld {bodies} bodies and {queries} queries it could not read (written as [REDACTED])"
+            );
+        }
     }
     Ok(
         if store_lost_writes(&recorder, a.compare.store.as_deref()) {
@@ -159,6 +171,8 @@ fn config(a: &ProxyArgs) -> anyhow::Result<ProxyConfig> {
         candidate,
         secondary,
         admin: a.admin,
+        admin_hosts: a.admin_hosts.clone(),
+        trusted_proxies: a.trusted_proxies.clone(),
         sampler: Sampler::new(a.sample).context("--sample")?,
         sample_key: a.sample_key.as_deref().map(SampleKey::parse).transpose()?,
         mirror_unsafe: a.mirror_unsafe,
@@ -225,6 +239,11 @@ fn open_capture(path: &Path, a: &ProxyArgs) -> anyhow::Result<CaptureSink> {
 
 /// Bytes of records waiting for the capture writer before new ones are dropped.
 const CAPTURE_QUEUE_BYTES: u64 = 64 << 20;
+
+/// `--trusted-proxy`: an address or a range.
+fn ip_range(text: &str) -> Result<IpNet, String> {
+    IpNet::parse(text).ok_or_else(|| format!("{text:?} is not an address or ADDR/BITS"))
+}
 
 fn capture_line(path: &Path, k: &CaptureStats) -> String {
     let mut line = format!(

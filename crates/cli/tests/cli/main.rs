@@ -9,6 +9,7 @@ mod load_tls;
 mod pm2_cli;
 mod procstat_cli;
 mod report_cli;
+mod security;
 mod serve_cli;
 mod serve_refused;
 mod shadow_cli;

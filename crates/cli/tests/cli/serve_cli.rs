@@ -291,7 +291,7 @@ fn workers_die_with_a_sigkilled_balancer() {
 
 /// Starts `scalpel serve` on `toml` (written to a temp dir) with stdout and stderr
 /// piped; stderr is collected by a thread (its lines so far in the returned buffer).
-fn spawn_serve(
+pub(crate) fn spawn_serve(
     toml: &str,
     env: &[(&str, &str)],
 ) -> (
@@ -317,7 +317,7 @@ fn spawn_serve(
     (dir, child, lines)
 }
 
-fn app_toml(listen: u16, admin: u16, base: u16, workers: u16, extra: &str) -> String {
+pub(crate) fn app_toml(listen: u16, admin: u16, base: u16, workers: u16, extra: &str) -> String {
     format!(
         "[server]\nlisten = \"127.0.0.1:{listen}\"\nadmin = \"127.0.0.1:{admin}\"\n{extra}\n[[app]]\nname = \"web\"\ncommand = [\"node\", \"{}\"]\nworkers = {workers}\nport_base = {base}\n",
         app_js().display()

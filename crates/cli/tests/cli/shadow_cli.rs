@@ -12,7 +12,7 @@ use serde_json::Value;
 use support::{Answer, Asked, eventually, get, send, serve};
 
 /// Scripted test servers and a client, as the shadow tests use them.
-mod support {
+pub(crate) mod support {
     pub(crate) use scalpel_testkit::eventually_some as eventually;
     pub(crate) use scalpel_testkit::scripted::*;
 }
@@ -146,10 +146,10 @@ async fn replay_exits_by_consistency_writes_json_and_html_and_rejects_bad_input(
 }
 
 /// A `scalpel shadow proxy` child process and the addresses it printed.
-struct ProxyProc {
-    child: Child,
-    url: String,
-    admin: Option<String>,
+pub(crate) struct ProxyProc {
+    pub(crate) child: Child,
+    pub(crate) url: String,
+    pub(crate) admin: Option<String>,
 }
 
 impl Drop for ProxyProc {
@@ -160,13 +160,17 @@ impl Drop for ProxyProc {
     }
 }
 
+/// `scalpel shadow proxy --listen 127.0.0.1:0 ARGS`, under the usual umask (022), with
+/// its summary on a pipe (`child.stdout`).
 // The child is returned inside `ProxyProc`, whose `Drop` kills and waits for it.
 #[allow(clippy::zombie_processes)]
-fn spawn_proxy(args: &[String]) -> ProxyProc {
-    let mut child = Command::new(BIN)
+pub(crate) fn spawn_proxy(args: &[String]) -> ProxyProc {
+    // `exec`: the child is the proxy itself, so a signal reaches it.
+    let mut child = Command::new("sh")
+        .args(["-c", "umask 022 && exec \"$0\" \"$@\"", BIN])
         .args(["shadow", "proxy", "--listen", "127.0.0.1:0"])
         .args(args)
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -467,7 +471,7 @@ async fn absurd_durations_and_sizes_are_one_line_and_exit_2() {
     }
 }
 
-fn sigint(child: &Child) {
+pub(crate) fn sigint(child: &Child) {
     signal(child.id(), "INT");
 }
 

@@ -9,7 +9,7 @@
 use http::header::{self, HeaderMap, HeaderValue};
 
 use super::wire::RequestWriter;
-use crate::hop::{HopByHop, is_proxy_only};
+use crate::hop::{HopByHop, is_forwarding_claim, is_proxy_only};
 
 /// What a proxy says about its client on the way to the next hop. The policy — whom to
 /// trust, what the client's address is — is the proxy's; writing it is this module's.
@@ -43,20 +43,6 @@ pub struct Proxied {
     xff: Option<Vec<u8>>,
 }
 
-/// Headers that carry what a proxy in front saw (the client's address, scheme, host):
-/// believed only from a trusted proxy.
-fn forwarding(name: &[u8]) -> bool {
-    const NAMES: [&[u8]; 6] = [
-        b"x-forwarded-for",
-        b"x-forwarded-proto",
-        b"x-forwarded-host",
-        b"x-forwarded-port",
-        b"forwarded",
-        b"x-real-ip",
-    ];
-    NAMES.iter().any(|n| n.eq_ignore_ascii_case(name))
-}
-
 impl RequestWriter<'_> {
     /// Copies a client's headers as a proxy forwards them: as [`RequestWriter::forward`]
     /// does (hop-by-hop ones, `Content-Length` and `Expect` dropped), and without
@@ -73,7 +59,7 @@ impl RequestWriter<'_> {
                 // was answered already).
                 continue;
             }
-            if hop.drops(n) || is_proxy_only(n) || (!proxy.trusted && forwarding(n)) {
+            if hop.drops(n) || is_proxy_only(n) || (!proxy.trusted && is_forwarding_claim(n)) {
                 continue;
             }
             if *name == "x-forwarded-for" {

@@ -155,6 +155,42 @@ fn an_untrusted_clients_forwarding_headers_are_replaced() {
     assert_eq!(get(&hs, "forwarded"), ["for=6.6.6.6;proto=https"]);
 }
 
+/// Issue 31: the forwarding list held six names, so `X_Forwarded_For` (which CGI, WSGI
+/// and Rack read as `X-Forwarded-For`), `X-Forwarded-Server`, `X-Forwarded-Prefix`,
+/// `X-Client-IP`, `True-Client-IP` and `CF-Connecting-IP` from any client reached the
+/// worker. Now every claim of the toolkit's one list goes, in every spelling.
+#[test]
+fn an_untrusted_clients_underscore_and_vendor_forwarding_claims_are_dropped() {
+    let claims = [
+        ("x_forwarded_for", "6.6.6.6"),
+        ("x_forwarded_proto", "https"),
+        ("X_Forwarded_Host", "bank.example"),
+        ("x-forwarded-server", "bank.example"),
+        ("x-forwarded-prefix", "/admin"),
+        ("x-client-ip", "6.6.6.6"),
+        ("true-client-ip", "6.6.6.6"),
+        ("cf-connecting-ip", "6.6.6.6"),
+        ("x_real_ip", "6.6.6.6"),
+    ];
+    let mut all = claims.to_vec();
+    all.push(("accept", "*/*"));
+    let headers = map(&all);
+    let head = proxy_head("GET", "/", &headers, false, None, 0);
+    let (_, _, hs) = parsed(&head);
+    for (gone, _) in claims {
+        assert!(
+            get(&hs, &gone.to_ascii_lowercase()).is_empty(),
+            "{gone} kept: {head}"
+        );
+    }
+    assert_eq!(get(&hs, "x-forwarded-for"), ["10.0.0.7"], "{head}");
+    assert_eq!(get(&hs, "accept"), ["*/*"]);
+    // A trusted proxy's pass.
+    let head = proxy_head("GET", "/", &headers, true, None, 0);
+    let (_, _, hs) = parsed(&head);
+    assert_eq!(get(&hs, "cf-connecting-ip"), ["6.6.6.6"], "{head}");
+}
+
 #[test]
 fn request_heads_get_a_host_and_their_own_length() {
     let head = encode(

@@ -168,6 +168,30 @@ fn the_sink_rotates_at_the_size_and_keeps_the_newest_files() {
     assert_eq!(sequence, want);
 }
 
+/// Issue 31 item 4: captures hold real traffic and were created 0644 (readable by every
+/// local user). The file and every file a rotation starts are now 0600.
+#[test]
+fn capture_files_and_their_rotations_are_readable_by_their_owner_only() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cap.jsonl");
+    let options = CaptureOptions {
+        max_size: Some(600),
+        keep: 3,
+    };
+    let mut writer = CaptureWriter::open(&path, options).unwrap();
+    for i in 0..12 {
+        writer
+            .write(&record(i, Method::POST, "/p", &[b'x'; 100]))
+            .unwrap();
+    }
+    let files = [path.clone(), numbered(&path, 1), numbered(&path, 2)];
+    for f in &files {
+        let mode = std::fs::metadata(f).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{} is {mode:o}", f.display());
+    }
+}
+
 #[test]
 fn the_sink_drops_and_counts_what_does_not_fit() {
     let dir = tempfile::tempdir().unwrap();

@@ -180,7 +180,11 @@ fn app(
         port_base,
         port_env: a.port_env.get_ref().clone(),
         index_env: a.index_env.get_ref().clone(),
-        env: a.env.clone(),
+        env: a
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.get_ref().clone()))
+            .collect(),
         cwd: a.cwd.as_ref().map(|c| base_dir.join(c.get_ref())),
         command_line: Some(fail.line(a.command.span().start)),
         cwd_line: a.cwd.as_ref().map(|c| fail.line(c.span().start)),
@@ -297,7 +301,8 @@ pub(super) fn port_range(a: &AppConfig) -> (u32, u32) {
     (lo, lo + 2 * a.workers as u32 - 1)
 }
 
-/// `port_env`, `index_env` and the keys of `env`: names a child process can be given.
+/// `port_env`, `index_env` and the keys of `env`: names a child process can be given;
+/// the values of `env` and the arguments of `command`: strings it can be given.
 fn env_names(spanned: &Spanned<RawApp>, name: &str, fail: &Fail) -> Result<(), ConfigError> {
     let a = spanned.get_ref();
     for (key, var) in [("port_env", &a.port_env), ("index_env", &a.index_env)] {
@@ -317,6 +322,22 @@ fn env_names(spanned: &Spanned<RawApp>, name: &str, fail: &Fail) -> Result<(), C
         return Err(fail.at(
             Some(spanned.span()),
             format!("app `{name}`: env key `{bad}` is not an environment variable name"),
+        ));
+    }
+    // A NUL ends a C string: the kernel would see a shorter value or argument than the
+    // file says (and std refuses to spawn it, but only at start, per worker).
+    if let Some((key, v)) = a.env.iter().find(|(_, v)| v.get_ref().contains('\0')) {
+        return Err(fail.at(
+            Some(v.span()),
+            format!("app `{name}`: env `{key}` holds a NUL byte, which no environment can carry"),
+        ));
+    }
+    if let Some(i) = a.command.get_ref().iter().position(|c| c.contains('\0')) {
+        return Err(fail.at(
+            Some(a.command.span()),
+            format!(
+                "app `{name}`: command argument {i} holds a NUL byte, which no argument can carry"
+            ),
         ));
     }
     Ok(())

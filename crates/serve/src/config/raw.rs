@@ -102,7 +102,9 @@ pub(super) struct RawServer {
     pub(super) listen: Spanned<String>,
     #[serde(default = "default_admin")]
     pub(super) admin: Option<Spanned<String>>,
-    pub(super) admin_token: Option<String>,
+    pub(super) admin_token: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(super) admin_hosts: Vec<Spanned<String>>,
     pub(super) max_header_bytes: Option<Spanned<HumanSize>>,
     pub(super) header_read_timeout: Human,
     pub(super) header_read_timeout_ms: Millis,
@@ -166,7 +168,7 @@ pub(super) struct RawApp {
     #[serde(default = "d_index_env")]
     pub(super) index_env: Spanned<String>,
     #[serde(default)]
-    pub(super) env: BTreeMap<String, String>,
+    pub(super) env: BTreeMap<String, Spanned<String>>,
     pub(super) cwd: Option<Spanned<PathBuf>>,
     #[serde(default = "d_balance")]
     pub(super) balance: Spanned<Balance>,

@@ -10,8 +10,8 @@ use toml::Spanned;
 
 use super::error::{ConfigError, Fail};
 use super::raw::{HumanSize, RawServer, RawTls};
-use crate::ipnet::IpNet;
 use crate::tls::TlsFiles;
+use scalpel_http::IpNet;
 
 /// The environment variable that can hold the admin bearer token.
 pub const ADMIN_TOKEN_ENV: &str = "SCALPEL_ADMIN_TOKEN";
@@ -21,6 +21,9 @@ pub(crate) struct ServerConfig {
     pub(crate) listen: SocketAddr,
     pub(crate) admin: Option<SocketAddr>,
     pub(crate) admin_token: Option<String>,
+    /// Names the admin answers to besides its own addresses (`admin_hosts`): any other
+    /// `Host` gets 421 (DNS rebinding).
+    pub(crate) admin_hosts: Vec<String>,
     pub(crate) max_header_bytes: usize,
     pub(crate) header_read_timeout: Duration,
     /// A request body must arrive whole within this (slow clients); else 408.
@@ -67,6 +70,7 @@ pub(super) fn server(s: &RawServer, fail: &Fail, path: &Path) -> Result<ServerCo
         listen,
         admin,
         admin_token,
+        admin_hosts: admin_hosts(s, fail)?,
         max_header_bytes: sizes.max_header_bytes as usize,
         header_read_timeout: t.header_read,
         body_read_timeout: t.body_read,
@@ -128,11 +132,15 @@ fn addresses(
             format!("admin address {a} is the listen address {listen}: give them different ports"),
         ));
     }
-    let admin_token = s
-        .admin_token
-        .clone()
-        .filter(|t| !t.is_empty())
-        .or(token_env);
+    let admin_token = match &s.admin_token {
+        Some(t) if !t.get_ref().is_empty() => {
+            Some(token(t.get_ref(), "admin_token").map_err(|r| fail.at(Some(t.span()), r))?)
+        }
+        _ => match token_env {
+            Some(t) => Some(token(&t, ADMIN_TOKEN_ENV).map_err(|r| fail.at(None, r))?),
+            None => None,
+        },
+    };
     if let Some(addr) = admin
         && !addr.ip().is_loopback()
         && admin_token.is_none()
@@ -145,6 +153,48 @@ fn addresses(
         ));
     }
     Ok((listen, admin, admin_token))
+}
+
+/// The shortest admin token accepted, in bytes. The admin has no rate limit, and a token
+/// is all that stands between a network and `POST /reload` off loopback: 16 bytes of
+/// random text (`openssl rand -hex 16` gives 32) cannot be guessed at any request rate,
+/// while a word or a short PIN can, and a pasted value of spaces is no token at all.
+pub(crate) const ADMIN_TOKEN_MIN: usize = 16;
+
+/// An admin token checked: not only white space (hyper and the token check trim it, so
+/// `"   "` would be a token no client can send), at least [`ADMIN_TOKEN_MIN`] bytes.
+fn token(t: &str, what: &str) -> Result<String, String> {
+    let reason = if t.trim().is_empty() {
+        format!("{what} is only white space")
+    } else if t.trim() != t {
+        format!("{what} starts or ends with white space, which a client's header loses")
+    } else if t.len() < ADMIN_TOKEN_MIN {
+        format!(
+            "{what} is {} bytes: use at least {ADMIN_TOKEN_MIN} random bytes (e.g. `openssl rand -hex 16`)",
+            t.len()
+        )
+    } else {
+        return Ok(t.to_string());
+    };
+    Err(reason)
+}
+
+/// `admin_hosts`: each a `host[:port]`.
+fn admin_hosts(s: &RawServer, fail: &Fail) -> Result<Vec<String>, ConfigError> {
+    s.admin_hosts
+        .iter()
+        .map(|h| {
+            let text = h.get_ref().trim();
+            if scalpel_http::valid_authority(text) {
+                Ok(text.to_ascii_lowercase())
+            } else {
+                Err(fail.at(
+                    Some(h.span()),
+                    format!("admin_hosts: `{text}` is not a host name or host:port"),
+                ))
+            }
+        })
+        .collect()
 }
 
 /// The sizes of `[server]`, in bytes.

@@ -167,7 +167,10 @@ fn addresses_are_checked() {
     if std::env::var(ADMIN_TOKEN_ENV).is_err() {
         let text = MINIMAL.replace("127.0.0.1:9090", "0.0.0.0:9090");
         assert_rejected(&text, Some(3), "is not loopback");
-        let text = text.replace("[server]\n", "[server]\nadmin_token = \"t\"\n");
+        let text = text.replace(
+            "[server]\n",
+            "[server]\nadmin_token = \"0123456789abcdef\"\n",
+        );
         assert!(Config::parse(&text, Path::new("x.toml")).is_ok());
     }
 }
@@ -562,5 +565,112 @@ fn health_defaults_to_the_heartbeat_for_node_and_the_accept_check_for_others() {
         cfg("command = [\"node\", \"a.js\"]\n[app.health]\ninterval = \"1s\""),
         (Heartbeat, true),
         "a health table without a path keeps the default probe"
+    );
+}
+
+/// Issue 31: a NUL byte in an `env` value or a `command` argument passed `--check`, then
+/// every worker failed to spawn (std refuses it) — or, in direct mode, the environment
+/// built before fork did. Now the file's line says so before anything starts.
+#[test]
+fn a_nul_byte_in_env_or_command_is_refused_with_its_line() {
+    let text = MINIMAL.replace(
+        "port_base = 3001\n",
+        "port_base = 3001\nenv = { GREETING = \"hi\", TOKEN = \"a\\u0000b\" }\n",
+    );
+    assert_rejected(&text, Some(10), "env `TOKEN` holds a NUL byte");
+    let text = MINIMAL.replace(
+        "command = [\"node\", \"app.js\"]",
+        "command = [\"node\", \"app.js\\u0000--inspect\"]",
+    );
+    assert_rejected(&text, Some(7), "command argument 1 holds a NUL byte");
+}
+
+/// Issue 31: `admin_token = "   "` was a token no client can send (headers are trimmed),
+/// and `admin_token = "t"` one a network can guess; both started. Now refused, from the
+/// file or the environment.
+#[test]
+fn a_blank_or_short_admin_token_is_refused() {
+    let with =
+        |t: &str| MINIMAL.replace("[server]\n", &format!("[server]\nadmin_token = \"{t}\"\n"));
+    assert_rejected(&with("   "), Some(2), "admin_token is only white space");
+    assert_rejected(
+        &with("s3cret"),
+        Some(2),
+        "admin_token is 6 bytes: use at least 16",
+    );
+    assert_rejected(&with(" 0123456789abcdef"), Some(2), "white space");
+    assert!(Config::parse(&with("0123456789abcdef"), Path::new("x.toml")).is_ok());
+}
+
+#[test]
+fn admin_hosts_are_host_names_with_an_optional_port() {
+    let with = |h: &str| MINIMAL.replace("[server]\n", &format!("[server]\nadmin_hosts = [{h}]\n"));
+    let c = Config::parse(
+        &with("\"Admin.Example\", \"ops.example:9443\""),
+        Path::new("x.toml"),
+    )
+    .unwrap();
+    assert_eq!(c.server.admin_hosts, ["admin.example", "ops.example:9443"]);
+    assert_rejected(
+        &with("\"a b\""),
+        Some(2),
+        "admin_hosts: `a b` is not a host name",
+    );
+    assert_rejected(
+        &with("\"[::1\""),
+        Some(2),
+        "admin_hosts: `[::1` is not a host name",
+    );
+}
+
+/// Issue 31: serve running as root from a config (or a program) that another user can
+/// write runs that user's code as root at the next start or reload. Real files, real
+/// modes: each writable file or directory is named once; a sticky directory (`/tmp`)
+/// and a private one are not.
+#[test]
+fn files_others_can_write_are_named() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let open = dir.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let program = open.join("app.sh");
+    std::fs::write(&program, "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o775)).unwrap();
+    let config = dir.path().join("serve.toml");
+    let text = MINIMAL.replace(
+        "command = [\"node\", \"app.js\"]",
+        &format!("command = [\"{}\"]", program.display()),
+    );
+    std::fs::write(&config, &text).unwrap();
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let c = Config::from_file(&config).unwrap();
+    let found = c.writable_files();
+    assert_eq!(found.len(), 2, "{found:#?}");
+    assert!(
+        found[0].contains(&format!(
+            "program {} writable by its group",
+            program.display()
+        )),
+        "{found:#?}"
+    );
+    assert!(
+        found[1].contains(&format!(
+            "directory {} writable by everyone",
+            open.display()
+        )),
+        "{found:#?}"
+    );
+    // Made private, nothing is said; a sticky directory is not a finding either.
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    assert_eq!(c.writable_files(), Vec::<String>::new());
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let found = c.writable_files();
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert!(
+        found[0].contains("config file") && found[0].contains("writable by everyone"),
+        "{found:#?}"
     );
 }

@@ -1,7 +1,7 @@
 //! Starting a worker process, in one place: its command line (`{port}` and `{index}` in
-//! the arguments), its environment (the app's `env`, then `PORT` and `WORKER_INDEX`
-//! under their configured names; in direct mode the whole environment built before fork,
-//! with systemd's `LISTEN_FDS`, `LISTEN_FDNAMES` and `LISTEN_PID`, and the app's socket
+//! the arguments), its environment ([`worker_env`]: serve's own less its secrets, the
+//! app's `env`, then `PORT` and `WORKER_INDEX` under their configured names; in direct
+//! mode the whole environment built before fork, with systemd's `LISTEN_FDS`, `LISTEN_FDNAMES` and `LISTEN_PID`, and the app's socket
 //! on fd 3), its working directory, its own process group, its stdio, and its death with
 //! the balancer; for Node workers the preload (`NODE_OPTIONS`, its heartbeat pipe on fd
 //! 4). What a worker is given is decided here and nowhere else.
@@ -23,6 +23,26 @@ pub(crate) struct Preload<'a> {
     pub(crate) pipe: &'a Pipe,
 }
 
+/// What serve reads from its own environment as a credential, never passed on to a
+/// worker (issue 31): a worker runs the application, which has no business with the
+/// admin token, and an application that dumps its environment (an error page, a crash
+/// report, a `/debug/env`) would show it. An app's own `env` may still set one.
+const SERVE_SECRETS: [&str; 1] = [crate::config::ADMIN_TOKEN_ENV];
+
+/// Worker `index`'s environment on `port`: serve's own, less [`SERVE_SECRETS`], then the
+/// app's `env`, then `PORT` and `WORKER_INDEX` under their configured names.
+fn worker_env(cfg: &AppConfig, index: usize, port: u16) -> BTreeMap<OsString, OsString> {
+    let mut vars: BTreeMap<OsString, OsString> = std::env::vars_os()
+        .filter(|(k, _)| !SERVE_SECRETS.iter().any(|s| k == s))
+        .collect();
+    for (k, v) in &cfg.env {
+        vars.insert(k.into(), v.into());
+    }
+    vars.insert(cfg.port_env.clone().into(), port.to_string().into());
+    vars.insert(cfg.index_env.clone().into(), index.to_string().into());
+    vars
+}
+
 /// The command that starts worker `index` of `cfg` on `port`: in direct mode with the
 /// app's listening socket `direct`; with the Node `preload`; its stdout and stderr piped
 /// when `capture`.
@@ -42,30 +62,20 @@ pub(crate) fn command(
         .map(|a| a.replace("{port}", &port_s).replace("{index}", &index_s));
     let mut cmd = tokio::process::Command::new(&cfg.command[0]);
     cmd.args(args);
+    let mut vars = worker_env(cfg, index, port);
+    if let Some(p) = &preload {
+        for (k, v) in preload_env(cfg, p.file, &port_s) {
+            vars.insert(k.into(), v.into());
+        }
+    }
     match direct {
         None => {
-            cmd.envs(&cfg.env)
-                .env(&cfg.port_env, &port_s)
-                .env(&cfg.index_env, &index_s);
-            if let Some(p) = &preload {
-                cmd.envs(preload_env(cfg, p.file, &port_s));
-            }
+            cmd.env_clear().envs(vars);
             die_with_parent(&mut cmd);
         }
         Some(sock) => {
-            let mut vars: BTreeMap<OsString, OsString> = std::env::vars_os().collect();
-            for (k, v) in &cfg.env {
-                vars.insert(k.into(), v.into());
-            }
-            vars.insert(cfg.port_env.clone().into(), port_s.clone().into());
-            vars.insert(cfg.index_env.clone().into(), index_s.into());
             vars.insert("LISTEN_FDS".into(), "1".into());
             vars.insert("LISTEN_FDNAMES".into(), cfg.name.to_string().into());
-            if let Some(p) = &preload {
-                for (k, v) in preload_env(cfg, p.file, &port_s) {
-                    vars.insert(k.into(), v.into());
-                }
-            }
             let env = DirectEnv::new(vars).map_err(|e| format!("environment: {e}"))?;
             socket_activation(&mut cmd, sock.as_raw_fd(), env);
         }

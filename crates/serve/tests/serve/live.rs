@@ -23,7 +23,7 @@ async fn admin_get(h: &Harness, path: &str, token: Option<&str>) -> Reply {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_live_page_is_public_but_its_data_and_reload_need_the_token() {
     let toml = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\nadmin_token = \"s3cret\"\n{}",
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\nadmin_token = \"s3cret-token-0123\"\n{}",
         node_app("web", 1, "round_robin", "")
     );
     let h = start(&toml).await;
@@ -36,7 +36,7 @@ async fn the_live_page_is_public_but_its_data_and_reload_need_the_token() {
             .starts_with("text/html")
     );
     assert!(page.body.contains("live/live.js"), "{}", page.body);
-    assert!(!page.body.contains("s3cret"));
+    assert!(!page.body.contains("s3cret-token-0123"));
     for asset in ["/live/live.js", "/live/live.css"] {
         assert_eq!(admin_get(&h, asset, None).await.status, 200, "{asset}");
     }
@@ -48,6 +48,7 @@ async fn the_live_page_is_public_but_its_data_and_reload_need_the_token() {
     let reload = send(
         &h.client,
         http::Request::post(format!("http://{}/reload", h.server.admin_addr().unwrap()))
+            .header("content-type", "application/json")
             .body(Full::new(Bytes::new()))
             .unwrap(),
     )
@@ -57,7 +58,7 @@ async fn the_live_page_is_public_but_its_data_and_reload_need_the_token() {
         reload.status, 401,
         "the page's reload button needs the token too"
     );
-    let ok = admin_get(&h, "/live/snapshot", Some("s3cret")).await;
+    let ok = admin_get(&h, "/live/snapshot", Some("s3cret-token-0123")).await;
     assert_eq!(ok.status, 200, "{}", ok.body);
     assert_eq!(ok.json()["kind"], "serve");
     h.server.shutdown().await;

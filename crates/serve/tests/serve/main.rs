@@ -6,6 +6,7 @@ mod apps;
 mod live;
 mod queue;
 mod rescue;
+mod security;
 mod serve;
 mod tls;
 mod util;

@@ -453,7 +453,7 @@ async fn a_serve_error_body_and_a_client_error_kind_are_one_grammar() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_status_metrics_reload_and_token() {
     let toml = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\nadmin_token = \"s3cret\"\n{}",
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\nadmin_token = \"s3cret-token-0123\"\n{}",
         node_app("web", 2, "round_robin", "")
     );
     let h = start(&toml).await;
@@ -465,7 +465,8 @@ async fn admin_status_metrics_reload_and_token() {
         http::Request::builder()
             .method(method)
             .uri(format!("http://{admin}{path}"))
-            .header("authorization", "Bearer s3cret")
+            .header("authorization", "Bearer s3cret-token-0123")
+            .header("content-type", "application/json")
             .body(Full::new(Bytes::new()))
             .unwrap()
     };

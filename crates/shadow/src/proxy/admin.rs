@@ -1,5 +1,6 @@
 //! The admin listener: the live page (`/`), Prometheus `/metrics` and `/summary.json`, on
-//! its own address.
+//! its own address, every request first through the toolkit's [`AdminGuard`] (a `Host`
+//! that is not the admin's own is refused: DNS rebinding).
 
 use std::convert::Infallible;
 use std::fmt::Write as _;
@@ -14,6 +15,7 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use scalpel_http::AdminGuard;
 use tokio::net::TcpListener;
 
 use scalpel_requests::CaptureStats;
@@ -25,7 +27,13 @@ use crate::tally::Summary;
 /// A scraper has this long to send its request head.
 const ADMIN_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
-pub(super) async fn serve_admin(listener: TcpListener, ctx: Arc<Ctx>, live: Arc<live::Live>) {
+pub(super) async fn serve_admin(
+    listener: TcpListener,
+    guard: AdminGuard,
+    ctx: Arc<Ctx>,
+    live: Arc<live::Live>,
+) {
+    let guard = Arc::new(guard);
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -33,12 +41,17 @@ pub(super) async fn serve_admin(listener: TcpListener, ctx: Arc<Ctx>, live: Arc<
         };
         let ctx = ctx.clone();
         let live = live.clone();
+        let guard = guard.clone();
         tokio::spawn(async move {
             let svc = service_fn(move |req: Request<Incoming>| {
                 let ctx = ctx.clone();
                 let live = live.clone();
+                let checked = guard.check(req.method(), req.version(), req.uri(), req.headers());
                 async move {
-                    Ok::<_, Infallible>(admin_response(req.method(), req.uri().path(), &ctx, &live))
+                    Ok::<_, Infallible>(match checked {
+                        Ok(()) => admin_response(req.method(), req.uri().path(), &ctx, &live),
+                        Err(refusal) => refusal.response().map(Full::new),
+                    })
                 }
             });
             let _ = hyper::server::conn::http1::Builder::new()
@@ -85,12 +98,16 @@ fn admin_response(
             "application/json",
             serde_json::to_string_pretty(&ctx.recorder.summary()).unwrap_or_default(),
         ),
-        _ => (
-            StatusCode::NOT_FOUND,
-            "application/json",
-            r#"{"error":"not found: try / (the live page), /metrics or /summary.json"}"#
-                .to_string(),
-        ),
+        _ => {
+            return scalpel_http::error_response(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                &format!(
+                    "no admin endpoint {path}: try / (the live page), /metrics or /summary.json"
+                ),
+            )
+            .map(Full::new);
+        }
     };
     let mut resp = Response::new(Full::new(Bytes::from(body)));
     *resp.status_mut() = status;
@@ -186,6 +203,11 @@ fn request_path(m: &mut Metrics, c: &PathCounters) {
         load(&c.client_timeouts),
     );
     m.one(
+        "scalpel_shadow_bad_host_total",
+        "Requests refused (400) for their Host: none, two, or not host[:port].",
+        load(&c.bad_host),
+    );
+    m.one(
         "scalpel_shadow_informational_dropped_total",
         "1xx interim responses (103 Early Hints…) of the primary not passed on.",
         load(&c.informational_dropped),
@@ -274,6 +296,19 @@ fn comparisons(m: &mut Metrics, s: &Summary) {
         "Requests where primary and candidate differ at a field.",
         fields,
     );
+    m.counter(
+        "scalpel_shadow_redaction_withheld_total",
+        "Parts of kept samples the --redact rules could not read, stored as [REDACTED], by part.",
+        ["request_body", "response_body", "query"]
+            .iter()
+            .map(|p| {
+                (
+                    format!("{{part=\"{p}\"}}"),
+                    s.redaction_withheld.get(*p).copied().unwrap_or(0),
+                )
+            })
+            .collect(),
+    );
 }
 
 /// Writes the store could not take.
@@ -344,6 +379,14 @@ fn capture_file(m: &mut Metrics, c: &PathCounters, k: &CaptureStats) {
             ),
             ("{reason=\"record_too_large\"}".into(), k.dropped_too_large),
             ("{reason=\"write_error\"}".into(), k.write_errors),
+        ],
+    );
+    m.counter(
+        "scalpel_shadow_capture_redaction_withheld_total",
+        "Captured requests whose body or query the --redact rules could not read, written as [REDACTED].",
+        vec![
+            ("{part=\"body\"}".into(), load(&c.capture_withheld_body)),
+            ("{part=\"query\"}".into(), load(&c.capture_withheld_query)),
         ],
     );
     m.gauge(

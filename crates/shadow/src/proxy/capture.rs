@@ -17,7 +17,7 @@ use http::{HeaderMap, Method};
 use scalpel_requests::{CaptureRecord, CaptureSink};
 use tokio::sync::mpsc;
 
-use super::Ctx;
+use super::{Ctx, PathCounters};
 use crate::redact::{REDACTED, Redactor};
 
 /// A sampled request on its way to the capture file, not yet redacted.
@@ -59,9 +59,20 @@ pub(super) async fn run(
     mut jobs: mpsc::Receiver<CaptureJob>,
     sink: Arc<Mutex<Option<CaptureSink>>>,
     redactor: Redactor,
+    counters: Arc<PathCounters>,
 ) {
     while let Some(job) = jobs.recv().await {
-        let record = redacted(&redactor, job);
+        let (record, withheld) = redacted(&redactor, job);
+        if withheld.body {
+            counters
+                .capture_withheld_body
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        if withheld.query {
+            counters
+                .capture_withheld_query
+                .fetch_add(1, Ordering::Relaxed);
+        }
         let guard = sink.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(sink) = guard.as_ref() else { return };
         // The sink counts what it drops (queue full, too large).
@@ -69,17 +80,28 @@ pub(super) async fn run(
     }
 }
 
+/// What redaction withheld whole of one captured request.
+#[derive(Debug, Clone, Copy, Default)]
+struct Withheld {
+    body: bool,
+    query: bool,
+}
+
 /// The capture record of a request, secrets replaced: headers, query parameters, JSON
-/// and form fields, as in the stored samples.
-fn redacted(redactor: &Redactor, job: CaptureJob) -> CaptureRecord {
+/// and form fields, as in the stored samples; a body or query the `--redact` rules could
+/// not read is withheld whole (and said so, to be counted).
+fn redacted(redactor: &Redactor, job: CaptureJob) -> (CaptureRecord, Withheld) {
     let headers = redactor.headers(&job.headers);
-    let body = redactor.body(&job.headers, &job.body);
+    let body = redactor.redact_body(&job.headers, &job.body);
     // `[` and `]` are not allowed in a request target: the marker is percent-encoded so
     // the captured target stays one a server accepts (it decodes back to the marker).
-    let target = redactor
-        .target(&job.path_and_query)
-        .replace(REDACTED, "%5BREDACTED%5D");
-    CaptureRecord {
+    let target = redactor.redact_target(&job.path_and_query);
+    let withheld = Withheld {
+        body: body.withheld,
+        query: target.withheld,
+    };
+    let target = target.value.replace(REDACTED, "%5BREDACTED%5D");
+    let record = CaptureRecord {
         time: job.time,
         method: job.method,
         path_and_query: target,
@@ -87,8 +109,9 @@ fn redacted(redactor: &Redactor, job: CaptureJob) -> CaptureRecord {
             .iter()
             .map(|(n, v)| (n.clone(), v.clone()))
             .collect(),
-        body,
-    }
+        body: body.value,
+    };
+    (record, withheld)
 }
 
 #[cfg(test)]
@@ -108,7 +131,8 @@ mod tests {
             headers,
             body: Bytes::from_static(br#"{"password":"hunter2","amount_minor":500}"#),
         };
-        let r = redacted(&Redactor::new(["token", "password"]), job);
+        let (r, withheld) = redacted(&Redactor::new(["token", "password"]), job);
+        assert!(!withheld.body && !withheld.query);
         assert_eq!(r.path_and_query, "/v1/pay?token=%5BREDACTED%5D&n=1");
         assert!(r.path_and_query.parse::<http::Uri>().is_ok());
         let find = |n: &str| {

@@ -38,7 +38,7 @@ use hyper::rt::{Read, Write};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use scalpel_diff::{SampleKey, Sampler};
-use scalpel_http::{ErrorKind, ServerTls};
+use scalpel_http::{AdminGuard, ErrorKind, IpNet, ServerTls};
 use scalpel_requests::{CaptureSink, CaptureStats};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
@@ -75,6 +75,13 @@ pub struct ProxyConfig {
     pub secondary: Option<Upstream>,
     /// Where the live page (`/`), `/metrics` (Prometheus text) and `/summary.json` are served.
     pub admin: Option<SocketAddr>,
+    /// Names besides the admin's own addresses and `localhost` by which clients reach the
+    /// admin (`--admin-host`): any other `Host` is refused (421, against DNS rebinding).
+    pub admin_hosts: Vec<String>,
+    /// Peers whose forwarding claims (`X-Forwarded-*`, `Forwarded`, `X-Real-IP`…; see
+    /// [`scalpel_http::is_forwarding_claim`]) reach the upstreams (`--trusted-proxy`);
+    /// every other client's are removed.
+    pub trusted_proxies: Vec<IpNet>,
     /// Share of requests mirrored.
     pub sampler: Sampler,
     /// Where a request's sampling key comes from (none: every n-th request).
@@ -156,6 +163,12 @@ struct PathCounters {
     /// body was over `max_request_body`.
     capture_queue_full: AtomicU64,
     capture_body_too_large: AtomicU64,
+    /// Captured requests whose body or query the `--redact` rules withheld whole
+    /// (`[REDACTED]`) because they could not be read.
+    capture_withheld_body: AtomicU64,
+    capture_withheld_query: AtomicU64,
+    /// Requests refused (400) for their `Host`: none, two, or not `host[:port]`.
+    bad_host: AtomicU64,
 }
 
 /// What the proxy did, returned by [`Proxy::run`] when it has stopped.
@@ -173,6 +186,9 @@ pub struct ProxyStats {
     pub shutdown: Duration,
     /// What the capture file got, when there was one (after its writer finished).
     pub capture: Option<CaptureStats>,
+    /// Captured requests whose body, and whose query, the `--redact` rules could not
+    /// read: written as `[REDACTED]` (redaction fails closed).
+    pub capture_withheld: (u64, u64),
 }
 
 /// What became of the primary's answer, for the mirror that waits for it.
@@ -249,7 +265,7 @@ struct Ctx {
 #[derive(Debug)]
 pub struct Proxy {
     listener: TcpListener,
-    admin: Option<TcpListener>,
+    admin: Option<(TcpListener, AdminGuard)>,
     cfg: ProxyConfig,
     recorder: Arc<Recorder>,
     clients: [Option<Arc<Client>>; 3],
@@ -304,7 +320,13 @@ impl Proxy {
             .await
             .map_err(bind_err(cfg.listen))?;
         let admin = match cfg.admin {
-            Some(a) => Some(TcpListener::bind(a).await.map_err(bind_err(a))?),
+            Some(a) => {
+                let l = TcpListener::bind(a).await.map_err(bind_err(a))?;
+                let guard = AdminGuard::new(l.local_addr().unwrap_or(a))
+                    .with_names(&cfg.admin_hosts)
+                    .map_err(ShadowError::AdminHost)?;
+                Some((l, guard))
+            }
             None => None,
         };
         Ok(Self {
@@ -338,7 +360,7 @@ impl Proxy {
 
     /// The admin address, if any.
     pub fn admin_addr(&self) -> Option<SocketAddr> {
-        self.admin.as_ref().and_then(|l| l.local_addr().ok())
+        self.admin.as_ref().and_then(|(l, _)| l.local_addr().ok())
     }
 
     /// Serves until `shutdown` completes, then stops within the mirror time-out: no new
@@ -384,7 +406,7 @@ impl Running {
         recorder: Arc<Recorder>,
         clients: [Option<Arc<Client>>; 3],
         capture: Option<CaptureSink>,
-        admin: Option<TcpListener>,
+        admin: Option<(TcpListener, AdminGuard)>,
     ) -> Result<Running, ShadowError> {
         let (tx, rx) = mpsc::channel(cfg.queue.max(1));
         let [Some(primary), Some(candidate), secondary] = clients else {
@@ -422,10 +444,10 @@ impl Running {
                 recorder.flush();
             }
         });
-        let admin = admin.map(|l| {
+        let admin = admin.map(|(l, guard)| {
             let live = Arc::new(live::Live::new(&cfg));
             (
-                tokio::spawn(admin::serve_admin(l, ctx.clone(), live.clone())),
+                tokio::spawn(admin::serve_admin(l, guard, ctx.clone(), live.clone())),
                 tokio::spawn(live::run(live, ctx.clone())),
             )
         });
@@ -508,6 +530,10 @@ impl Running {
             mirrored: counters.mirrored.load(Ordering::Relaxed),
             shutdown: stop_started.elapsed(),
             capture,
+            capture_withheld: (
+                counters.capture_withheld_body.load(Ordering::Relaxed),
+                counters.capture_withheld_query.load(Ordering::Relaxed),
+            ),
         }
     }
 }
@@ -566,8 +592,11 @@ async fn serve_client(
 ) {
     let counters = ctx.counters.clone();
     counters.connections.fetch_add(1, Ordering::Relaxed);
+    let trusted = stream
+        .peer_addr()
+        .is_ok_and(|p| ctx.cfg.trusted_proxies.iter().any(|n| n.contains(p.ip())));
     match tls {
-        None => serve_h1(TokioIo::new(stream), ctx, closing).await,
+        None => serve_h1(TokioIo::new(stream), ctx, closing, trusted).await,
         Some(acceptor) => {
             // A client that never finishes its handshake holds a connection for the
             // client time-out at most, as one that never sends a head.
@@ -576,9 +605,9 @@ async fn serve_client(
                 Ok(Ok(tls)) => {
                     let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
                     if h2 {
-                        serve_h2(TokioIo::new(tls), ctx, closing).await;
+                        serve_h2(TokioIo::new(tls), ctx, closing, trusted).await;
                     } else {
-                        serve_h1(TokioIo::new(tls), ctx, closing).await;
+                        serve_h1(TokioIo::new(tls), ctx, closing, trusted).await;
                     }
                 }
                 Ok(Err(e)) => {
@@ -598,13 +627,13 @@ async fn serve_client(
     counters.connections.fetch_sub(1, Ordering::Relaxed);
 }
 
-async fn serve_h1<I>(io: I, ctx: Arc<Ctx>, mut closing: watch::Receiver<bool>)
+async fn serve_h1<I>(io: I, ctx: Arc<Ctx>, mut closing: watch::Receiver<bool>, trusted: bool)
 where
     I: Read + Write + Unpin + Send + 'static,
 {
     ctx.counters.connections_h1.fetch_add(1, Ordering::Relaxed);
     let client_timeout = ctx.cfg.client_timeout;
-    let svc = service_fn(move |req| handle(req, ctx.clone()));
+    let svc = service_fn(move |req| handle(req, ctx.clone(), trusted));
     let mut builder = hyper::server::conn::http1::Builder::new();
     // The client must see the primary's headers, not ours: no `date` the primary did
     // not send.
@@ -626,13 +655,13 @@ where
     }
 }
 
-async fn serve_h2<I>(io: I, ctx: Arc<Ctx>, mut closing: watch::Receiver<bool>)
+async fn serve_h2<I>(io: I, ctx: Arc<Ctx>, mut closing: watch::Receiver<bool>, trusted: bool)
 where
     I: Read + Write + Unpin + Send + 'static,
 {
     ctx.counters.connections_h2.fetch_add(1, Ordering::Relaxed);
     let client_timeout = ctx.cfg.client_timeout;
-    let svc = service_fn(move |req| handle(req, ctx.clone()));
+    let svc = service_fn(move |req| handle(req, ctx.clone(), trusted));
     let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     builder.auto_date_header(false);
     // An idle HTTP/2 client is pinged, and dropped when it stops answering.
@@ -680,6 +709,7 @@ fn start_mirror_thread(
                         jobs,
                         ctx.capture_sink.clone(),
                         ctx.recorder.settings().redactor().clone(),
+                        ctx.counters.clone(),
                     ));
                 }
                 tokio::pin!(stopped);
@@ -879,10 +909,31 @@ async fn buffer_body(
     Ok(Ok(buf.freeze()))
 }
 
-async fn handle(req: Request<Incoming>, ctx: Arc<Ctx>) -> Result<Response<ProxyBody>, Infallible> {
+/// One client request. `trusted`: the client is one of the `trusted_proxies`, whose
+/// forwarding claims stand.
+async fn handle(
+    req: Request<Incoming>,
+    ctx: Arc<Ctx>,
+    trusted: bool,
+) -> Result<Response<ProxyBody>, Infallible> {
     ctx.counters.requests.fetch_add(1, Ordering::Relaxed);
     let received = SystemTime::now();
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
+    // No host, two, or one that is not `host[:port]`: 400 (RFC 9112 §3.2), never passed
+    // on, mirrored or captured.
+    if let Err(e) = scalpel_http::request_host(parts.version, &parts.uri, &parts.headers) {
+        ctx.counters.bad_host.fetch_add(1, Ordering::Relaxed);
+        return Ok(json_error(
+            StatusCode::BAD_REQUEST,
+            e.kind(),
+            &e.to_string(),
+        ));
+    }
+    // What a client that is not a trusted proxy claims about its address or scheme
+    // reaches neither the primary nor a mirror, nor the capture.
+    if !trusted {
+        scalpel_http::strip_forwarding_claims(&mut parts.headers);
+    }
     let pq = parts
         .uri
         .path_and_query()

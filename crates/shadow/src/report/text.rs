@@ -63,6 +63,18 @@ pub fn text_table(s: &Summary) -> String {
             .collect();
         let _ = writeln!(o, "skipped: {} ({})", s.skipped, reasons.join(", "));
     }
+    if !s.redaction_withheld.is_empty() {
+        let parts: Vec<String> = s
+            .redaction_withheld
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let _ = writeln!(
+            o,
+            "redaction withheld (unreadable, stored as [REDACTED]): {}",
+            parts.join(", ")
+        );
+    }
     if !s.errors_by_kind.is_empty() {
         let kinds: Vec<String> = s
             .errors_by_kind

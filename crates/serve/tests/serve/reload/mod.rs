@@ -125,6 +125,7 @@ async fn a_config_with_a_typo_is_refused_with_its_line_and_the_old_one_keeps_ser
     let admin = h.server.admin_addr().unwrap();
     let post = |path: &str| {
         http::Request::post(format!("http://{admin}{path}"))
+            .header("content-type", "application/json")
             .body(Full::new(Bytes::new()))
             .unwrap()
     };
@@ -356,6 +357,7 @@ async fn a_reload_lowers_the_body_limit_and_the_upstream_timeout_live() {
     let admin = h.server.admin_addr().unwrap();
     let post = |url: String, body: Vec<u8>| {
         http::Request::post(url)
+            .header("content-type", "application/json")
             .body(Full::new(Bytes::from(body)))
             .unwrap()
     };

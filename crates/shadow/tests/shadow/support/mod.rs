@@ -64,6 +64,8 @@ pub fn proxy_cfg(primary: Upstream, candidate: Upstream) -> ProxyConfig {
         candidate,
         secondary: None,
         admin: Some("127.0.0.1:0".parse().unwrap()),
+        admin_hosts: Vec::new(),
+        trusted_proxies: Vec::new(),
         sampler: Sampler::new(100.0).unwrap(),
         sample_key: None,
         mirror_unsafe: false,
