@@ -24,6 +24,14 @@
 #      The socket design behind it (one shared socket vs one SO_REUSEPORT socket per
 #      worker: req/s, spread, connections lost with a dying worker) is measured by
 #      scripts/bench-direct-socket.py (./run bench direct-socket).
+#   express: issue 25's target — an unmodified Express app (tests/apps/node/express.js: no
+#      health route, no fd 3 code), two workers: serve mode = "direct" (the Node preload
+#      serves its server on fd 3) vs pm2 cluster mode, alternating in one run; wrk req/s.
+#      SCENARIOS="express" runs it alone (needs ./run setup for tests/apps/node).
+#   express-blocked: issue 25's other target — the same app in proxy mode, no [app.health],
+#      under an open-model load (RATE_BLOCKED, default 300 req/s); 3 s in, GET /block on
+#      worker 0's own port blocks its event loop for 20 s: seconds until it is out of
+#      rotation and until its successor is ready (from serve's log), and the load's errors.
 #   frozen-direct: two Node hello workers in direct mode, clients opening a new connection per
 #      request; worker 0 frozen (SIGSTOP) 3 s in: failed requests, the frozen worker's share
 #      of new connections after the freeze, detection time (FROZEN_DUR, FROZEN_THREADS).
@@ -60,7 +68,7 @@ need wrk && need nginx || { apt-get update -qq && apt-get install -y -qq nginx w
 need node && need python3 || { echo "bench-serve: node and python3 are required" >&2; exit 2; }
 # pm2 from the project's lock-filed package (scripts/setup.sh installs it there), never global.
 PM2=$ROOT/scripts/demo/pm2/node_modules/.bin/pm2
-{ want 1 || want 2 || want direct; } && { [ -x "$PM2" ] || (cd "$ROOT/scripts/demo/pm2" && npm ci --no-audit --no-fund --loglevel=error >/dev/null); }
+{ want 1 || want 2 || want direct || want express; } && { [ -x "$PM2" ] || (cd "$ROOT/scripts/demo/pm2" && npm ci --no-audit --no-fund --loglevel=error >/dev/null); }
 export PM2_HOME=$OUT/pm2home
 [[ "${SKIP_BUILD:-0}" == 1 ]] || (cd "$ROOT" && cargo build --release -q -p scalpel)
 if want 2 || want 3; then
@@ -231,6 +239,71 @@ say ""
 say "direct/pm2 = $(stats ratio -d 2 "${DRPS[direct]}" "${DRPS[pm2]}"), direct/proxy = $(stats ratio -d 2 "${DRPS[direct]}" "${DRPS[proxy]}")"
 say ""
 for l in "${SPREAD[@]}"; do say "- direct spread, $l"; done
+say ""
+fi
+
+# ---- express (issue 25) ----
+EXPRESS_JS=$ROOT/tests/apps/node/express.js
+if want express || want express-blocked; then
+  [ -d "$ROOT/tests/apps/node/node_modules/express" ] || (cd "$ROOT/tests/apps/node" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+fi
+if want express; then
+say "## express: an unmodified Express app, two workers: serve direct vs pm2 cluster"
+P_ELISTEN=$((BASE + 8)) P_EADMIN=$((BASE + 9)) P_EBAL=$((BASE + 11)) W4=$((BASE + 34))
+cat >"$OUT/express-direct.toml" <<EOF
+[server]
+listen = "127.0.0.1:$P_EBAL"
+admin = "127.0.0.1:$P_EADMIN"
+[[app]]
+name = "web"
+command = ["node", "$EXPRESS_JS"]
+workers = 2
+port_base = $W4
+mode = "direct"
+listen = "127.0.0.1:$P_ELISTEN"
+EOF
+declare -A ERPS
+for r in $(seq 1 "$REPEATS"); do
+  start_serve "$OUT/express-direct.toml" "$OUT/serve-express-$r.log" own
+  wait_http "http://127.0.0.1:$P_ELISTEN/"
+  sleep 0.5
+  ERPS[direct]+=" $(wrk_rps "http://127.0.0.1:$P_ELISTEN/" "$CONNS")"
+  stop_pid "$SERVE_PID"
+  PORT=$P_ELISTEN "$PM2" start "$EXPRESS_JS" -i 2 --name web >/dev/null
+  wait_http "http://127.0.0.1:$P_ELISTEN/"
+  ERPS[pm2]+=" $(wrk_rps "http://127.0.0.1:$P_ELISTEN/" "$CONNS")"
+  "$PM2" delete all >/dev/null
+done
+say ""
+say "wrk -t2 -c$CONNS -d${DUR}s, median (min–max) of $REPEATS, alternating:"
+say ""
+say "| setup | req/s |"
+say "|---|---|"
+for k in direct pm2; do say "| $k | $(stats summary -d 1 "${ERPS[$k]}") |"; done
+say ""
+say "direct/pm2 = $(stats ratio -d 2 "${ERPS[direct]}" "${ERPS[pm2]}") (target >= 1.0)"
+say ""
+fi
+if want express-blocked; then
+say "## express-blocked: a blocked event loop, no health route (Express, proxy mode, two workers)"
+P_XBAL=$((BASE + 12)) P_XADMIN=$((BASE + 13)) W5=$((BASE + 38))
+RATE_BLOCKED=${RATE_BLOCKED:-300}
+serve_config "$OUT/express-proxy.toml" web "[\"node\", \"$EXPRESS_JS\"]" 2 "$W5" least_conn "$P_XBAL" "$P_XADMIN"
+DUR_X=$((DUR < 15 ? 15 : DUR))
+for r in $(seq 1 "$REPEATS"); do
+  log="$OUT/serve-express-blocked-$r.log"
+  start_serve "$OUT/express-proxy.toml" "$log"
+  wait_http "http://127.0.0.1:$P_XBAL/"
+  VPORT=$(curl -s "http://127.0.0.1:$P_XADMIN/status" | stats json "d['apps'][0]['workers'][0]['port']")
+  ( sleep 3; date +%s.%N >"$OUT/stop-at-express-$r"; curl -s -m 30 -o /dev/null "http://127.0.0.1:$VPORT/block?ms=20000" || true ) &
+  BLOCKER=$!
+  json="$OUT/express-blocked-$r.json"
+  "$SCALPEL" load --rate "$RATE_BLOCKED" -d "${DUR_X}s" -c 64 --no-progress --json "$json" "http://127.0.0.1:$P_XBAL/" >>"$OUT/load.log" 2>&1
+  kill "$BLOCKER" 2>/dev/null || true
+  stop_pid "$SERVE_PID"
+  say ""
+  say "run $r: out of rotation $(stats after "$log" "$OUT/stop-at-express-$r" 'reason="unhealthy"') s, successor ready $(stats after "$log" "$OUT/stop-at-express-$r" 'worker ready') s after the block (target <= 3 s); errors $(stats step "$json" "s['errors']"), p99 $(stats step "$json" "s['latency_ms']['p99']") ms"
+done
 say ""
 fi
 

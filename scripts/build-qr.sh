@@ -96,16 +96,9 @@ cp "$T/release/libqr_napi.so" "$T/qr/qr_napi.node"
 # The Python host (qr/python): its virtual environment, pinned packages installed only when
 # requirements.txt changed, and tier 3's abi3 wheel (maturin reuses the cargo build above).
 VENV="$T/qr/venv"
-REQ=qr/python/requirements.txt
-if [[ ! -x "$VENV/bin/python" ]]; then
-  echo "build-qr: creating the Python host's virtual environment at $VENV"
-  python3 -m venv "$VENV"
-fi
-if ! cmp -s "$REQ" "$VENV/requirements.installed"; then
-  echo "build-qr: installing $REQ into $VENV"
-  "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$REQ"
-  cp "$REQ" "$VENV/requirements.installed"
-fi
+# shellcheck source=lib/venv.sh
+source scripts/lib/venv.sh
+ensure_venv "$VENV" qr/python/requirements.txt "the Python host's"
 rm -f "$T"/qr/wheels/qr_pyo3-*.whl
 "$VENV/bin/maturin" build --quiet --release --manifest-path qr/pyo3/Cargo.toml --out "$T/qr/wheels" \
   --interpreter "${PYO3_PYTHON:-python3}"

@@ -71,6 +71,14 @@ if [ -f tests/browser/package-lock.json ]; then
     (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
+step "test apps (tests/apps: Express, Fastify, Koa from npm; uvicorn, gunicorn, FastAPI from PyPI; pinned)"
+if [ ! -f tests/apps/node/node_modules/.package-lock.json ] || [ tests/apps/node/package-lock.json -nt tests/apps/node/node_modules/.package-lock.json ]; then
+    (cd tests/apps/node && npm ci --no-audit --no-fund --loglevel=error)
+fi
+# shellcheck source=lib/venv.sh
+source scripts/lib/venv.sh
+ensure_venv "${CARGO_TARGET_DIR:-$ROOT/target}/apps/venv" tests/apps/python/requirements.txt "serve's test apps"
+
 step "go modules (payments/go)"
 if [ -f payments/go/go.mod ]; then
     (cd payments/go && go mod download)

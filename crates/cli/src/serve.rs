@@ -1,7 +1,8 @@
 //! `scalpel serve`: load and check the config, start the supervisor and balancer, and
 //! map signals — SIGHUP to a TLS certificate reload and a live reload of the config file
 //! (refused, with its file and line, when it does not check), SIGTERM/SIGINT to drain-then-stop, and a
-//! second SIGTERM/SIGINT to stop at once.
+//! second SIGTERM/SIGINT to stop at once. `--from-pm2` prints the serve.toml of a pm2
+//! ecosystem file, which `node` evaluates (it is JavaScript).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -16,19 +17,31 @@ use tokio::signal::unix::{SignalKind, signal};
 #[derive(Debug, clap::Args)]
 pub(crate) struct ServeArgs {
     /// The TOML config (see docs/serve.md and examples/serve/serve.toml).
-    #[arg(long, short = 'c', value_name = "FILE")]
-    config: PathBuf,
+    #[arg(
+        long,
+        short = 'c',
+        value_name = "FILE",
+        required_unless_present = "from_pm2"
+    )]
+    config: Option<PathBuf>,
     /// Check the config, print what would run, and exit (0 valid, 2 invalid).
     #[arg(long)]
     check: bool,
+    /// Print the serve.toml equivalent to a pm2 ecosystem file (evaluated with `node`),
+    /// what has no equivalent said as comments, and exit.
+    #[arg(long, value_name = "ECOSYSTEM", conflicts_with_all = ["config", "check"])]
+    from_pm2: Option<PathBuf>,
 }
 
 /// Runs `scalpel serve`.
 pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    if let Some(eco) = &args.from_pm2 {
+        return from_pm2(eco);
+    }
+    let path = args.config.clone().unwrap_or_default();
     // The programs and directories too: a config that passes --check must not fail
     // at start for a missing one.
-    let config = match Config::from_file(&args.config).and_then(|c| c.check_programs().map(|()| c))
-    {
+    let config = match Config::from_file(&path).and_then(|c| c.check_programs().map(|()| c)) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("scalpel serve: invalid config: {e}");
@@ -43,10 +56,7 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         let problems = config.check_tls();
         if !problems.is_empty() {
             for p in &problems {
-                eprintln!(
-                    "scalpel serve: invalid config: {}: {p}",
-                    args.config.display()
-                );
+                eprintln!("scalpel serve: invalid config: {}: {p}", path.display());
             }
             return Ok(ExitCode::from(2));
         }
@@ -60,6 +70,12 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 .map_or_else(|| "none".to_string(), |a| a.to_string()),
             config.app_names().join(", ")
         );
+        for line in config.requirements() {
+            println!("  {line}");
+        }
+        for w in config.warnings() {
+            eprintln!("scalpel serve: warning: {w}");
+        }
         return Ok(ExitCode::SUCCESS);
     }
     // The control plane (supervision, health, admin) only: the proxy runs on its own
@@ -137,4 +153,100 @@ async fn serve(config: Config) -> anyhow::Result<ExitCode> {
         server.hurry();
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// How long `node` may take to evaluate an ecosystem file.
+const PM2_EVAL_LIMIT: Duration = Duration::from_secs(10);
+
+/// Evaluates `module.exports` of an ecosystem file (CommonJS, JSON, or an ES module's
+/// default export) and prints it as JSON; functions are left out.
+const PM2_EVAL: &str = r#"
+const path = require('node:path');
+const file = path.resolve(process.argv[1]);
+const load = /\.mjs$/.test(file)
+  ? import(require('node:url').pathToFileURL(file)).then((m) => m.default)
+  : new Promise((resolve) => resolve(require(file))); // a SyntaxError rejects, one line
+load.then((c) => process.stdout.write(JSON.stringify(c, (k, v) => (typeof v === 'function' ? undefined : v))))
+  .catch((e) => { process.stderr.write(String((e && e.message) || e).split('\n')[0]); process.exit(1); });
+"#;
+
+/// `--from-pm2 FILE`: the file evaluated by `node`, its apps printed as serve.toml.
+fn from_pm2(eco: &std::path::Path) -> anyhow::Result<ExitCode> {
+    let fail = |why: String| {
+        eprintln!("scalpel serve: --from-pm2 {}: {why}", eco.display());
+        Ok(ExitCode::from(2))
+    };
+    if !eco.is_file() {
+        return fail("no such file".into());
+    }
+    let json = match eval_with_node(eco) {
+        Ok(j) => j,
+        Err(why) => return fail(why),
+    };
+    let value: serde_json::Value = match serde_json::from_str(&json) {
+        Ok(v) => v,
+        Err(e) => return fail(format!("node printed no JSON: {e}")),
+    };
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    match scalpel_serve::toml_from_pm2(&value, eco, cpus) {
+        Ok(toml) => {
+            print!("{toml}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(why) => fail(why),
+    }
+}
+
+/// Runs `node -e PM2_EVAL FILE` with a time limit; its stdout, or one line of why not.
+fn eval_with_node(eco: &std::path::Path) -> Result<String, String> {
+    use std::io::Read as _;
+    let mut child = std::process::Command::new("node")
+        .arg("-e")
+        .arg(PM2_EVAL)
+        .arg(eco)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run node (an ecosystem file is JavaScript): {e}"))?;
+    let (mut out, mut err) = (child.stdout.take(), child.stderr.take());
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        if let Some(o) = out.as_mut() {
+            let _ = o.read_to_string(&mut s);
+        }
+        s
+    });
+    let deadline = std::time::Instant::now() + PM2_EVAL_LIMIT;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(st)) => break st,
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "node did not finish within {} s",
+                    PM2_EVAL_LIMIT.as_secs()
+                ));
+            }
+        }
+    };
+    let stdout = reader.join().unwrap_or_default();
+    if !status.success() {
+        let mut why = String::new();
+        if let Some(e) = err.as_mut() {
+            let _ = e.read_to_string(&mut why);
+        }
+        // One line, whatever node printed (its first non-empty one).
+        let why = why
+            .lines()
+            .map(str::trim)
+            .find(|l| !l.is_empty())
+            .unwrap_or("");
+        return Err(format!("node could not evaluate it: {why}"));
+    }
+    Ok(stdout)
 }

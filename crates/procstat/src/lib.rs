@@ -17,7 +17,10 @@
 //! [`listening_in_tree`] tells whether a port's listener is a process tree's own,
 //! [`tcp_queues`] what a connection's peer has not read yet, [`connections_held`] which
 //! connections of a port a process holds (and under which descriptor), and
-//! [`process_ended`] whether a process has begun to exit.
+//! [`process_ended`] whether a process has begun to exit; [`waits_on_socket`]
+//! whether a worker takes connections from a socket it was handed (its event loop polls
+//! it, or a thread blocks in `accept` on it) and [`accepted_in_tree`] whether it accepted
+//! a given connection (the proof that a handshake alone does not give).
 //!
 //! # Accounting rules
 //!
@@ -89,6 +92,7 @@ mod proc;
 mod sampler;
 mod sockets;
 mod tree;
+mod waiting;
 
 use std::time::Instant;
 
@@ -98,6 +102,7 @@ pub use sockets::{
     HeldConnection, TcpQueue, connections_held, listening_in_tree, process_ended, process_exited,
     process_name, tcp_queues,
 };
+pub use waiting::{SocketWait, accepted_in_tree, waits_on_socket};
 
 /// One reading of a process tree (or several trees, summed).
 #[derive(Debug, Clone, Copy)]
@@ -125,6 +130,30 @@ pub struct TreeReading {
 /// cannot be read.
 pub fn pid_listening_on(port: u16) -> Result<u32, ProcStatError> {
     sockets::pid_listening_on(port)
+}
+
+/// The kernel's ephemeral port range (`/proc/sys/net/ipv4/ip_local_port_range`): where
+/// outgoing connections take their local ports. `None` when it cannot be read.
+pub fn ephemeral_port_range() -> Option<(u16, u16)> {
+    let text = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    parse_port_range(&text)
+}
+
+fn parse_port_range(text: &str) -> Option<(u16, u16)> {
+    let mut it = text.split_whitespace().map(str::parse::<u16>);
+    match (it.next()?.ok()?, it.next()?.ok()?) {
+        (lo, hi) if lo <= hi => Some((lo, hi)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+#[test]
+fn the_port_range_file_reads_as_two_ports() {
+    assert_eq!(parse_port_range("32768\t60999\n"), Some((32768, 60999)));
+    assert_eq!(parse_port_range("60999 32768"), None);
+    assert_eq!(parse_port_range("x"), None);
+    assert!(ephemeral_port_range().is_some(), "this machine has one");
 }
 
 /// Whether every thread of process `pid` has stopped (SIGSTOP or a tracer). A stop

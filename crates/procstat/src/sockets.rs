@@ -39,7 +39,7 @@ pub fn tcp_queues(port: u16) -> Result<Vec<TcpQueue>, ProcStatError> {
 /// Calls `each` with the text of `/proc/net/tcp`, then of `/proc/net/tcp6`: the one
 /// reading of this namespace's socket tables. A missing `tcp6` is skipped (IPv6 may be
 /// disabled); a missing `tcp` means no /proc at all, an error.
-fn for_each_tcp_table(mut each: impl FnMut(&str)) -> Result<(), ProcStatError> {
+pub(crate) fn for_each_tcp_table(mut each: impl FnMut(&str)) -> Result<(), ProcStatError> {
     for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
         match fs::read_to_string(table) {
             Ok(text) => each(&text),

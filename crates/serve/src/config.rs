@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-pub(crate) use app::AppConfig;
+pub(crate) use app::{AppConfig, HealthKind};
 pub use error::ConfigError;
 use error::Fail;
 pub(crate) use raw::Balance;
@@ -289,6 +289,95 @@ impl Config {
         }
         found
     }
+}
+
+impl Config {
+    /// What may go wrong with this config on this machine though it is valid, one line
+    /// each: an app whose worker ports (`port_base` … `port_base + 2 × workers − 1`) overlap
+    /// the kernel's ephemeral range, where any outgoing connection — the balancer's own to
+    /// its workers among them — can hold a port a replacement needs. `--check` prints them
+    /// and every start logs them.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .apps
+            .iter()
+            .filter_map(|a| gunicorn_fd_bind(a))
+            .collect();
+        let Some((lo, hi)) = scalpel_procstat::ephemeral_port_range() else {
+            return out;
+        };
+        out.extend(self.apps.iter().filter_map(|app| {
+            let (first, last) = app::port_range(app);
+            (first <= u32::from(hi) && last >= u32::from(lo)).then(|| {
+                format!(
+                    "app `{}`: worker ports {first}..={last} (port_base … port_base + 2 × \
+                         workers − 1) overlap the kernel's ephemeral ports {lo}..={hi} \
+                         (/proc/sys/net/ipv4/ip_local_port_range): an outgoing connection can \
+                         hold a port a replacement needs (\"port … is already in use (held by \
+                         a connection, not a listener)\"); choose port_base below {lo}",
+                    app.name
+                )
+            })
+        }));
+        out
+    }
+
+    /// What each app's workers must do to become ready under this config, one line per
+    /// app (`--check` prints them): listen on their port, or — direct mode — take
+    /// connections from the socket on fd 3, which serve waits to see before a worker gets
+    /// traffic.
+    pub fn requirements(&self) -> Vec<String> {
+        self.apps
+            .iter()
+            .map(|a| {
+                let port = format!("${}", a.port_env);
+                let must = match (a.mode, a.preload) {
+                    (raw::Mode::Direct, true) => format!(
+                        "listen on {port} (Node: the preload serves that server on the shared \
+                         socket, fd 3)"
+                    ),
+                    (raw::Mode::Direct, false) => "accept on the shared socket, fd 3 \
+                         (systemd socket activation: uvicorn --fd 3, gunicorn --bind fd://3, Go \
+                         net.FileListener(os.NewFile(3, \"listen\")); Node: preload = true)"
+                        .to_string(),
+                    (raw::Mode::Proxy, _) => format!("listen on 127.0.0.1:{port}"),
+                };
+                let proof = match &a.health {
+                    HealthKind::Http(path) => format!("GET {path} answers 2xx"),
+                    HealthKind::Heartbeat => "the Node preload's heartbeat (a loop blocked past \
+                         the health time-outs is replaced)"
+                        .into(),
+                    HealthKind::Accept => "a connection it accepts (no health route needed)".into(),
+                };
+                format!(
+                    "app `{}` ({}, health: {}): each worker must {must}; ready when {proof}",
+                    a.name,
+                    a.mode.name(),
+                    a.health.name()
+                )
+            })
+            .collect()
+    }
+}
+
+/// A direct app that runs gunicorn with `--bind fd://3`: gunicorn takes fd 3 by itself from
+/// `LISTEN_FDS` (systemd socket activation, which serve sets), so the bind makes it open the
+/// socket twice and exit with EBADF.
+fn gunicorn_fd_bind(app: &AppConfig) -> Option<String> {
+    let gunicorn = app.command.iter().any(|c| {
+        Path::new(c)
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("gunicorn"))
+    });
+    let fd_bind = app.command.iter().any(|c| c.ends_with("fd://3"));
+    (app.mode == raw::Mode::Direct && gunicorn && fd_bind).then(|| {
+        format!(
+            "app `{}`: gunicorn takes the shared socket on fd 3 by itself (LISTEN_FDS, systemd \
+             socket activation); `--bind fd://3` makes it open fd 3 twice and exit with EBADF: \
+             drop that bind",
+            app.name
+        )
+    })
 }
 
 /// `[server]` settings that changed although they are read at start only.

@@ -27,6 +27,9 @@ pub enum ServeError {
     /// A data-plane or mirror thread could not be started.
     #[error("cannot start the balancer's threads: {0}")]
     Threads(std::io::Error),
+    /// The Node preload's private file could not be written.
+    #[error("cannot write the Node preload's file: {0}")]
+    Preload(std::io::Error),
     /// A TLS certificate or key could not be used (`[server.tls]`, `[server.admin_tls]`).
     #[error("tls: {}", .0.join("; "))]
     Tls(Vec<String>),

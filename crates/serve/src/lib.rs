@@ -5,9 +5,15 @@
 //! on the port it is given) started as N worker processes; worker *i* is told its own
 //! port through `PORT` and its index through `WORKER_INDEX`, so no worker depends on
 //! the kernel's `SO_REUSEPORT` hash. A supervisor owns every process: it admits a
-//! worker to rotation once its health check passes, probes it at an interval, and
-//! replaces it — out of rotation at once, SIGTERM, SIGKILL after a grace period — when
-//! it exits or fails N probes in a row (a blocked event loop). The balancer routes by
+//! worker to rotation only with proof that it takes connections (never because it is
+//! merely alive), probes it at an interval, and replaces it — out of rotation at once,
+//! SIGTERM, SIGKILL after a grace period — when it exits or fails N probes in a row (a
+//! blocked event loop). Apps run unchanged, with no health route: Node workers get a
+//! preload (`NODE_OPTIONS=--require`, shipped in the binary) that reports the event
+//! loop's heartbeat and, in direct mode, serves the app's own `$PORT` server on the shared
+//! socket; other workers are probed by a TCP accept check (a connection their processes
+//! accepted, not a handshake the kernel completed); `[app.health] path` probes a route.
+//! [`toml_from_pm2`] turns a pm2 ecosystem file's apps into a config. The balancer routes by
 //! path prefix, method and header to apps, splits a route between apps by weight
 //! (sticky by a key) for A/B tests, and picks a worker with round robin, least
 //! connections or power of two choices — or, with `sticky_worker`, the same worker for
@@ -33,9 +39,9 @@
 //!
 //! It must NOT compare responses or sample processes itself: responses are compared by
 //! `scalpel-diff` (through `scalpel-shadow`'s recorder), and every read of a process's
-//! state, its sockets or `/proc/net/tcp` goes through `scalpel-procstat` — the one file
-//! serve reads in `/proc` is the kernel's ephemeral port range, once at start, for a
-//! warning. Nor does it parse command lines or print to the terminal beyond the workers'
+//! state, its sockets or `/proc/net/tcp` goes through `scalpel-procstat` (the kernel's
+//! ephemeral port range and the proof that a worker takes connections from its socket
+//! among them): serve reads nothing in `/proc` itself. Nor does it parse command lines or print to the terminal beyond the workers'
 //! prefixed output (the `scalpel` binary does that), nor ever resend a request its worker
 //! had taken.
 //!
@@ -135,13 +141,14 @@
 //! | `status` | `/status` and `/mirror`: the types and the code that builds them |
 //! | `mirror_thread` | the mirror thread: sends copies, compares |
 //! | `state` | the runtime state every part reads (`Shared`, `Table`) |
-//! | `supervisor` | worker processes: `slot`, `task`, `prestart`, `spawn` (command and environment), `logs` |
+//! | `supervisor` | worker processes: `slot`, `task`, `prestart`, `spawn` (command and environment), `preload` (the Node preload and its heartbeat pipe), `ready` (the proof before traffic), `logs` |
 //! | `route` | a route at run time: rule, arms, counters, mirror |
 //! | `pool`, `selection`, `backend`, `health` | the ready set and its queue; which worker next; one worker as the balancer sees it; the health probe |
 //! | `mirror`, `rescue`, `tunnel` | the data plane's side of a mirror; taking over a stuck direct worker's connections; a switched connection |
 //! | `upstream`, `h1` | the exchange with a worker over `scalpel_http::h1` |
 //! | `error` | [`ServeError`] |
 //! | `config` | the TOML: raw sections (`raw`), one check per section (`server`, `app`, `route`), errors with their line (`error`) |
+//! | `pm2` | a pm2 ecosystem's apps (evaluated by `node`) as serve.toml |
 //! | `counters`, `sticky`, `tls`, `clock`, `rng` | per-app counters; sticky keys; certificate swap; a µs clock; a cheap RNG (address ranges: `scalpel_http::IpNet`) |
 
 mod accept;
@@ -158,6 +165,7 @@ mod live;
 mod metrics;
 mod mirror;
 mod mirror_thread;
+mod pm2;
 mod pool;
 mod proxy;
 mod reload;
@@ -177,6 +185,7 @@ mod upstream;
 
 pub use config::{ADMIN_TOKEN_ENV, Config, ConfigError};
 pub use error::ServeError;
+pub use pm2::toml_from_pm2;
 pub use server::{ServeOptions, Server};
 pub use status::{AppStatus, MirrorReport, Status, WorkerStatus};
 pub use supervisor::{LogBuffer, WorkerLogs};

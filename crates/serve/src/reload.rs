@@ -125,6 +125,7 @@ async fn start_added(
             shared.cfg.drain_timeout,
             running.hurry.clone(),
             sock,
+            Some(running.preload.clone()),
         );
         added.push(Arc::new(start_app(cfg.clone(), env)));
     }

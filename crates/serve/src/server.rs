@@ -24,7 +24,7 @@ use crate::route::Route;
 use crate::sampler::sample_resources;
 use crate::state::{ConnCount, Running, Shared, Table};
 use crate::status::{MirrorReport, Status, mirror_reports, status};
-use crate::supervisor::{App, AppEnv, Hurry, LogSink, SlotCmd, WorkerLogs, start_app};
+use crate::supervisor::{App, AppEnv, Hurry, LogSink, PreloadFile, SlotCmd, WorkerLogs, start_app};
 use crate::tls::{Endpoint, TlsFiles};
 
 /// Settings of a server that are not part of the config file.
@@ -158,7 +158,9 @@ impl Server {
         };
         let hurry = Arc::new(Hurry::default());
         let logs = log_sink(options.worker_logs, cfg.log_buffer_bytes)?;
-        let apps = start_apps(&config, bound.direct, &logs, &hurry);
+        // The Node preload's file, written once (a live reload may add a Node app).
+        let preload = Arc::new(PreloadFile::write().map_err(ServeError::Preload)?);
+        let apps = start_apps(&config, bound.direct, &logs, &hurry, &preload);
         let shared = Arc::new(Shared {
             table: ArcSwap::from_pointee(Table {
                 generation: 0,
@@ -176,6 +178,7 @@ impl Server {
                 config: std::sync::Mutex::new(config),
                 logs,
                 hurry: hurry.clone(),
+                preload,
             },
         });
         for tx in hand_over.into_iter().chain(mirror_hand_over) {
@@ -210,14 +213,17 @@ impl Server {
     pub async fn wait_ready(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         loop {
-            if self
-                .shared
-                .table
-                .load()
-                .apps
-                .iter()
-                .all(|a| a.pool.len() == a.cfg.workers)
-            {
+            // Every slot's newest process ready: in rotation, or (a worker without a
+            // server) running under supervision.
+            let all = self.shared.table.load().apps.iter().all(|a| {
+                a.slots.iter().all(|s| {
+                    s.current
+                        .load()
+                        .as_ref()
+                        .is_some_and(|b| b.state() == crate::backend::WorkerState::Ready)
+                })
+            });
+            if all {
                 return true;
             }
             if Instant::now() >= deadline {
@@ -377,6 +383,7 @@ fn start_apps(
     direct: Vec<Option<Arc<std::net::TcpListener>>>,
     logs: &LogSink,
     hurry: &Arc<Hurry>,
+    preload: &Arc<PreloadFile>,
 ) -> Vec<Arc<App>> {
     let cfg = &config.server;
     config
@@ -390,6 +397,7 @@ fn start_apps(
                 cfg.drain_timeout,
                 hurry.clone(),
                 sock,
+                Some(preload.clone()),
             );
             Arc::new(start_app(a.clone(), env))
         })
@@ -420,29 +428,10 @@ fn start_control_plane(
     tokio::spawn(sample_resources(shared.clone(), live_page, stop.clone()));
 }
 
-/// Worker ports inside the kernel's ephemeral range can be taken by any outgoing
-/// connection (the balancer's own included) between a probe and a replacement's bind.
+/// The config's warnings (worker ports in the kernel's ephemeral range), logged at start
+/// as `--check` prints them.
 fn warn_about_ephemeral_ports(config: &Config) {
-    let Ok(text) = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range") else {
-        return;
-    };
-    let mut it = text
-        .split_whitespace()
-        .filter_map(|v| v.parse::<u32>().ok());
-    let (Some(lo), Some(hi)) = (it.next(), it.next()) else {
-        return;
-    };
-    for app in &config.apps {
-        let first = u32::from(app.port_base);
-        let last = first + 2 * app.workers as u32 - 1;
-        if first <= hi && last >= lo {
-            tracing::warn!(
-                app = %app.name,
-                ports = %format!("{first}-{last}"),
-                ephemeral = %format!("{lo}-{hi}"),
-                "worker ports overlap the kernel's ephemeral range: an outgoing connection \
-                 can hold a port a replacement needs; choose port_base below {lo}"
-            );
-        }
+    for w in config.warnings() {
+        tracing::warn!("{w}");
     }
 }

@@ -13,7 +13,7 @@ use tokio::sync::Notify;
 use crate::config::{Config, ServerConfig};
 use crate::mirror::MirrorQueue;
 use crate::route::Route;
-use crate::supervisor::{App, Hurry, LogSink};
+use crate::supervisor::{App, Hurry, LogSink, PreloadFile};
 use crate::tls::Endpoint;
 
 /// Everything the request path reads; built once, shared by every connection.
@@ -69,6 +69,8 @@ pub(crate) struct Running {
     pub(crate) config: Mutex<Config>,
     pub(crate) logs: LogSink,
     pub(crate) hurry: Arc<Hurry>,
+    /// The Node preload's file, for apps a live reload adds.
+    pub(crate) preload: Arc<PreloadFile>,
 }
 
 /// Client connections open, across the data-plane threads.

@@ -23,6 +23,9 @@ pub struct AppStatus {
     pub name: String,
     /// Selection algorithm.
     pub balance: &'static str,
+    /// What proves a worker ready and alive: `http` (`[app.health] path`), `heartbeat`
+    /// (the Node preload) or `accept` (a TCP accept check).
+    pub health: &'static str,
     /// What keeps a client on one worker (`sticky_worker`), if anything.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sticky_worker: Option<String>,
@@ -58,6 +61,9 @@ pub struct WorkerStatus {
     /// Why its process was last replaced without a failure (e.g. `max_memory_mb`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replaced_because: Option<String>,
+    /// Why the slot last restarted (`reason: detail`), if it has.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
 }
 
 /// `/mirror`: the comparison results of one mirrored route.
@@ -100,6 +106,7 @@ pub(crate) fn status(shared: &Shared) -> Status {
         .map(|app| AppStatus {
             name: app.cfg.name.to_string(),
             balance: app.cfg.balance.name(),
+            health: app.cfg.health.name(),
             sticky_worker: app.cfg.sticky_worker.as_ref().map(|k| k.to_string()),
             ready: app.pool.len(),
             max_in_flight_per_worker: Some(app.cfg.max_in_flight_per_worker).filter(|&n| n > 0),
@@ -133,6 +140,11 @@ pub(crate) fn status(shared: &Shared) -> Status {
                         }),
                         restarts: slot.restarts.load(Ordering::Relaxed),
                         in_flight: b.as_ref().map_or(0, |b| b.in_flight()),
+                        last_error: slot
+                            .last_error
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .clone(),
                     }
                 })
                 .collect(),

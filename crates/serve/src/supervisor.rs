@@ -5,10 +5,14 @@
 //! channel, so the slot's state has a single owner. Its rooms: `slot` (a slot's face
 //! and its context), `task` (the slot's life), `prestart` (a stalled worker's successor
 //! started early), `spawn` (how a worker process is started: command, environment,
-//! socket activation) and `logs` (where worker output goes).
+//! socket activation), `preload` (the Node preload: its file, its heartbeat pipe), `ready`
+//! (the proof a new worker must show before it gets traffic) and `logs` (where worker
+//! output goes).
 
 mod logs;
+mod preload;
 mod prestart;
+mod ready;
 mod slot;
 mod spawn;
 mod task;
@@ -17,6 +21,7 @@ use std::sync::Arc;
 
 pub(crate) use logs::LogSink;
 pub use logs::{LogBuffer, WorkerLogs};
+pub(crate) use preload::{Beat, PreloadFile};
 pub(crate) use slot::{AppEnv, Hurry, Slot, SlotCmd};
 
 use crate::config::AppConfig;

@@ -48,6 +48,7 @@
 //! assert!(scalpel_testkit::poll(std::time::Duration::from_secs(1), || true));
 //! ```
 
+pub mod apps;
 mod certs;
 pub mod net;
 pub mod peers;

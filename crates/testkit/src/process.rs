@@ -28,7 +28,7 @@ pub fn scalpel_bin() -> PathBuf {
 
 /// The target profile directory of this test binary (`target/release` for
 /// `target/release/deps/NAME-HASH`).
-fn profile_dir() -> PathBuf {
+pub(crate) fn profile_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("the test binary's path");
     let mut dir = exe.parent().expect("a directory").to_path_buf();
     if dir.ends_with("deps") {

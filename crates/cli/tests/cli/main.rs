@@ -6,6 +6,7 @@ mod cost_cli;
 mod dashboard_cli;
 mod load_cli;
 mod load_tls;
+mod pm2_cli;
 mod procstat_cli;
 mod report_cli;
 mod security;

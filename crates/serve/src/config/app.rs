@@ -49,7 +49,11 @@ pub(crate) struct AppConfig {
     pub(crate) avoid_stalled: Duration,
     pub(crate) start_timeout: Duration,
     pub(crate) stop_grace: Duration,
-    pub(crate) health_path: String,
+    /// How a worker is proven ready and alive (`[app.health] path`, or the default for
+    /// the app: the Node preload's heartbeat, else a TCP accept check).
+    pub(crate) health: HealthKind,
+    /// Node workers start with serve's preload (`NODE_OPTIONS=--require …`).
+    pub(crate) preload: bool,
     pub(crate) health_interval: Duration,
     pub(crate) health_timeout: Duration,
     pub(crate) health_failures: u32,
@@ -59,6 +63,44 @@ pub(crate) struct AppConfig {
     pub(crate) backoff_max: Duration,
     pub(crate) max_restarts: u32,
     pub(crate) restart_window: Duration,
+}
+
+/// What proves a worker ready and alive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum HealthKind {
+    /// `GET path` answers 2xx (`[app.health] path`, for apps that have such a route).
+    Http(String),
+    /// The Node preload's heartbeat over its pipe: the event loop turns (the default for
+    /// Node workers).
+    Heartbeat,
+    /// A connection to the worker's port is accepted by the worker's own processes — not
+    /// merely a handshake, which the kernel completes from the backlog of a hung app (the
+    /// default for every other app).
+    Accept,
+}
+
+impl HealthKind {
+    /// Its name in `/status`.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            HealthKind::Http(_) => "http",
+            HealthKind::Heartbeat => "heartbeat",
+            HealthKind::Accept => "accept",
+        }
+    }
+}
+
+/// Is `command` a Node program: `node`/`nodejs` (any path), or a `.js`/`.mjs`/`.cjs` file
+/// run through its shebang? What `preload` defaults to.
+pub(crate) fn is_node(command: &[String]) -> bool {
+    let Some(program) = command.first() else {
+        return false;
+    };
+    let base = Path::new(program)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("");
+    matches!(base, "node" | "nodejs") || [".js", ".mjs", ".cjs"].iter().any(|e| base.ends_with(e))
 }
 
 impl AppConfig {
@@ -100,7 +142,11 @@ fn app(
     let name = identity(a, before, fail)?;
     let (workers, port_base) = ports(a, name, before, server, fail)?;
     env_names(spanned, name, fail)?;
-    let health = health(spanned, name, fail)?;
+    let preload = a
+        .preload
+        .as_ref()
+        .map_or_else(|| is_node(a.command.get_ref()), |p| *p.get_ref());
+    let health = health(spanned, name, preload, fail)?;
     let restart = restart(a, fail)?;
     let listen = direct(spanned, name, fail)?;
     let max_memory_bytes = match &a.max_memory_mb {
@@ -160,7 +206,8 @@ fn app(
             )?
             .max(Duration::from_millis(1)),
         stop_grace: fail.ms(&a.stop_grace, &a.stop_grace_ms, "stop_grace", 5_000)?,
-        health_path: health.path,
+        health: health.kind,
+        preload,
         health_interval: health.interval,
         health_timeout: health.timeout,
         health_failures: health.failures,
@@ -307,24 +354,36 @@ fn env_name_ok(name: &str) -> bool {
 
 /// `[app.health]`, checked.
 struct Health {
-    path: String,
+    kind: HealthKind,
     interval: Duration,
     timeout: Duration,
     failures: u32,
     prestart: bool,
 }
 
-fn health(spanned: &Spanned<RawApp>, name: &str, fail: &Fail) -> Result<Health, ConfigError> {
+fn health(
+    spanned: &Spanned<RawApp>,
+    name: &str,
+    preload: bool,
+    fail: &Fail,
+) -> Result<Health, ConfigError> {
     let a = spanned.get_ref();
     let span: Option<Range<usize>> = a.health.as_ref().map(|h| h.span()).or(Some(spanned.span()));
     let default_health = RawHealth::default();
     let h = a.health.as_ref().map_or(&default_health, |h| h.get_ref());
-    if !h.path.starts_with('/') {
-        return Err(fail.at(
-            span,
-            format!("app `{name}`: health.path must start with `/`"),
-        ));
-    }
+    // Never a default path: most apps have no health route, and a 404 is not a verdict
+    // on the worker. With none written, the preload's heartbeat (Node) or the accept check.
+    let kind = match &h.path {
+        Some(p) if !p.starts_with('/') => {
+            return Err(fail.at(
+                span,
+                format!("app `{name}`: health.path must start with `/`"),
+            ));
+        }
+        Some(p) => HealthKind::Http(p.clone()),
+        None if preload => HealthKind::Heartbeat,
+        None => HealthKind::Accept,
+    };
     let interval = fail.ms(&h.interval, &h.interval_ms, "health.interval", 500)?;
     let timeout = fail.ms(&h.timeout, &h.timeout_ms, "health.timeout", 500)?;
     if h.failures == 0 || interval.is_zero() || timeout.is_zero() {
@@ -334,7 +393,7 @@ fn health(spanned: &Spanned<RawApp>, name: &str, fail: &Fail) -> Result<Health, 
         ));
     }
     Ok(Health {
-        path: h.path.clone(),
+        kind,
         interval,
         timeout,
         failures: h.failures,

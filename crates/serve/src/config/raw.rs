@@ -188,6 +188,8 @@ pub(super) struct RawApp {
     pub(super) max_in_flight_per_worker: Option<Spanned<i64>>,
     pub(super) max_queued: Option<Spanned<i64>>,
     pub(super) queue_timeout: Human,
+    /// Start Node workers with serve's preload (`None`: when the command is Node).
+    pub(super) preload: Option<Spanned<bool>>,
 }
 
 pub(super) fn d_workers() -> Spanned<i64> {
@@ -206,8 +208,8 @@ pub(super) fn d_balance() -> Spanned<Balance> {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawHealth {
-    #[serde(default = "d_health_path")]
-    pub(super) path: String,
+    /// `None`: not written — the default probe depends on the app (see `app::health`).
+    pub(super) path: Option<String>,
     pub(super) interval: Human,
     pub(super) interval_ms: Millis,
     pub(super) timeout: Human,
@@ -218,9 +220,6 @@ pub(super) struct RawHealth {
     pub(super) prestart: bool,
 }
 
-pub(super) fn d_health_path() -> String {
-    "/healthz".into()
-}
 pub(super) fn d_failures() -> u32 {
     3
 }
@@ -228,7 +227,7 @@ pub(super) fn d_failures() -> u32 {
 impl Default for RawHealth {
     fn default() -> Self {
         Self {
-            path: d_health_path(),
+            path: None,
             interval: None,
             interval_ms: None,
             timeout: None,

@@ -48,7 +48,8 @@ fn the_minimal_config_of_the_issue_works_with_defaults() {
     assert_eq!(app.balance, Balance::LeastConn);
     assert_eq!(app.port_env, "PORT");
     assert_eq!(app.index_env, "WORKER_INDEX");
-    assert_eq!(app.health_path, "/healthz");
+    assert_eq!(app.health, HealthKind::Http("/healthz".into()));
+    assert!(app.preload, "a node command gets the preload");
     // Blocked worker detected within 3 s: 3 failures × (500 ms interval + 500 ms time-out) at worst.
     assert_eq!(app.health_interval, Duration::from_millis(500));
     assert_eq!(app.health_timeout, Duration::from_millis(500));
@@ -519,6 +520,51 @@ fn the_worker_slot_queue_is_checked() {
         &with("max_in_flight_per_worker = 1\nmode = \"direct\"\nlisten = \"127.0.0.1:8081\""),
         Some(10),
         "max_in_flight_per_worker is a per-request setting",
+    );
+}
+
+/// Issue 25 — no default health path (a 404 from an app with no such route restarted it
+/// for ever): the Node preload's heartbeat for Node commands, a TCP accept check for the
+/// rest, the HTTP probe only where a path is written; `preload` follows the command
+/// unless set.
+#[test]
+fn health_defaults_to_the_heartbeat_for_node_and_the_accept_check_for_others() {
+    let cfg = |app: &str| {
+        let text = format!(
+            "[server]\nlisten = \"127.0.0.1:8080\"\n[[app]]\nname = \"a\"\nport_base = 3001\n{app}"
+        );
+        let c = Config::parse(&text, Path::new("s.toml")).unwrap();
+        let a = c.apps[0].clone();
+        (a.health.clone(), a.preload)
+    };
+    use HealthKind::*;
+    assert_eq!(cfg("command = [\"node\", \"app.js\"]"), (Heartbeat, true));
+    assert_eq!(
+        cfg("command = [\"/usr/bin/nodejs\", \"app.js\"]"),
+        (Heartbeat, true)
+    );
+    assert_eq!(cfg("command = [\"./server.mjs\"]"), (Heartbeat, true));
+    assert_eq!(
+        cfg("command = [\"uvicorn\", \"--fd\", \"3\", \"m:app\"]"),
+        (Accept, false)
+    );
+    assert_eq!(cfg("command = [\"./payments\"]"), (Accept, false));
+    assert_eq!(
+        cfg("command = [\"node\", \"app.js\"]\npreload = false"),
+        (Accept, false)
+    );
+    assert_eq!(
+        cfg("command = [\"sh\", \"-c\", \"exec node app.js\"]\npreload = true"),
+        (Heartbeat, true)
+    );
+    assert_eq!(
+        cfg("command = [\"./payments\"]\n[app.health]\npath = \"/ready\""),
+        (Http("/ready".into()), false)
+    );
+    assert_eq!(
+        cfg("command = [\"node\", \"a.js\"]\n[app.health]\ninterval = \"1s\""),
+        (Heartbeat, true),
+        "a health table without a path keeps the default probe"
     );
 }
 

@@ -16,11 +16,12 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{error, info, warn};
 
 use super::logs::{self, LogSink};
-use super::spawn::{self, describe_exit, port_free, port_holder, spawn_error};
+use super::preload::{self, Beat, Pipe, PreloadFile};
+use super::spawn::{self, describe_exit, port_free, spawn_error};
 use crate::backend::{Backend, Eject, WorkerState};
 use crate::config::AppConfig;
 use crate::counters::{AppMetrics, RestartReason};
-use crate::health::{HealthCheck, HttpHealthCheck};
+use crate::health::{self, HealthCheck, Target};
 use crate::pool::Pool;
 
 /// Set once a shutdown is to be cut short (a second SIGTERM or Ctrl-C).
@@ -117,6 +118,8 @@ pub(crate) struct AppEnv {
     pub(crate) hurry: Arc<Hurry>,
     /// A direct app's listening socket, handed to each worker on fd 3.
     pub(crate) direct: Option<Arc<std::net::TcpListener>>,
+    /// The Node preload's file, when an app of the config uses it.
+    pub(crate) preload: Option<Arc<PreloadFile>>,
     /// Ports still held by a process of this app that is being stopped in the background
     /// (an unhealthy worker in its grace period); `true` is sent once it is gone. A start
     /// on such a port waits for it instead of failing with "address in use".
@@ -130,6 +133,7 @@ impl AppEnv {
         drain_timeout: Duration,
         hurry: Arc<Hurry>,
         direct: Option<Arc<std::net::TcpListener>>,
+        preload: Option<Arc<PreloadFile>>,
     ) -> Self {
         Self {
             logs,
@@ -137,6 +141,7 @@ impl AppEnv {
             drain_timeout,
             hurry,
             direct,
+            preload,
             stopping: Arc::default(),
         }
     }
@@ -155,6 +160,7 @@ pub(super) struct SlotCtx {
     pub(super) hurry: Arc<Hurry>,
     /// A direct app's listening socket, handed to each worker on fd 3.
     pub(super) direct: Option<Arc<std::net::TcpListener>>,
+    pub(super) preload: Option<Arc<PreloadFile>>,
     pub(super) stopping: Arc<Mutex<BTreeMap<u16, watch::Receiver<bool>>>>,
     /// The slot was added by a live reload: other slots' processes may hold a port of
     /// its pair (see [`SlotCtx::pick_port`]).
@@ -176,15 +182,13 @@ impl SlotCtx {
             pool: pool.clone(),
             metrics: metrics.clone(),
             slot,
-            health: Box::new(HttpHealthCheck::new(
-                cfg.health_path.clone(),
-                cfg.health_timeout,
-            )),
+            health: health::for_kind(&cfg.health, cfg.health_timeout),
             logs: env.logs.clone(),
             log_line_max: env.log_line_max,
             drain_timeout: env.drain_timeout,
             hurry: env.hurry.clone(),
             direct: env.direct.clone(),
+            preload: env.preload.clone(),
             stopping: env.stopping.clone(),
             added_live,
         }
@@ -197,10 +201,26 @@ pub(super) struct Proc {
     pub(super) backend: Arc<Backend>,
     /// `Some(description)` once the process has exited.
     pub(super) exit: watch::Receiver<Option<String>>,
+    /// What its Node preload says (Node workers).
+    pub(super) beat: Option<Arc<Beat>>,
+    /// A direct worker with no listener on its own port: its probes look at the shared
+    /// socket (the inode) instead (see `ready`).
+    pub(super) shared_only: Option<u64>,
+    /// A Node worker that never listened (a queue worker): supervised, no traffic.
+    pub(super) no_server: bool,
 }
 
 impl Proc {
-    fn exited(&self) -> Option<String> {
+    /// What a health probe looks at.
+    pub(super) fn target(&self) -> Target {
+        Target {
+            addr: self.backend.addr(),
+            pid: self.backend.pid(),
+            beat: self.beat.clone(),
+        }
+    }
+
+    pub(super) fn exited(&self) -> Option<String> {
         self.exit.borrow().clone()
     }
 
@@ -231,10 +251,7 @@ impl SlotCtx {
 
     /// Switches to `cfg` (and a health check made for it).
     pub(super) fn set_cfg(&mut self, cfg: Arc<AppConfig>) {
-        self.health = Box::new(HttpHealthCheck::new(
-            cfg.health_path.clone(),
-            cfg.health_timeout,
-        ));
+        self.health = health::for_kind(&cfg.health, cfg.health_timeout);
         self.cfg = cfg;
     }
 
@@ -308,8 +325,32 @@ impl SlotCtx {
         // leftover worker of an earlier run, another balancer with the same ports.
         port_free(port)?;
         let capture = !matches!(self.logs, LogSink::Discard);
-        let mut cmd = spawn::command(cfg, self.slot.index, port, self.direct.as_deref(), capture)?;
+        let pipe = match (&self.preload, cfg.preload) {
+            (Some(_), true) => Some(Pipe::new().map_err(|e| format!("preload pipe: {e}"))?),
+            _ => None,
+        };
+        let preload = self
+            .preload
+            .as_deref()
+            .zip(pipe.as_ref())
+            .map(|(file, pipe)| spawn::Preload { file, pipe });
+        let mut cmd = spawn::command(
+            cfg,
+            self.slot.index,
+            port,
+            self.direct.as_deref(),
+            preload,
+            capture,
+        )?;
         let mut child = cmd.spawn().map_err(|e| spawn_error(cfg, &e))?;
+        // The write end is the worker's alone now: its exit ends the reader.
+        let beat = match pipe {
+            Some(Pipe { read, write }) => {
+                drop(write);
+                Some(preload::watch(read).map_err(|e| format!("preload pipe: {e}"))?)
+            }
+            None => None,
+        };
         let pid = child.id().unwrap_or(0);
         let name: Arc<str> = self.name().into();
         logs::forward(
@@ -333,66 +374,26 @@ impl SlotCtx {
                 .with_stall_after(cfg.avoid_stalled),
         );
         self.slot.current.store(Some(backend.clone()));
-        Ok(Proc { backend, exit: rx })
+        Ok(Proc {
+            backend,
+            exit: rx,
+            beat,
+            shared_only: None,
+            no_server: false,
+        })
     }
 
-    /// Spawns on `port` and waits for the first passing health check.
+    /// Spawns on `port` and waits for the proof that it is ready (`ready`).
     pub(super) async fn start(&self, port: u16) -> Result<Proc, (Option<Proc>, String)> {
         self.wait_port_released(port).await;
         let p = self.spawn(port).map_err(|e| (None, e))?;
-        let deadline = Instant::now() + self.cfg.start_timeout;
-        // Poll faster than the steady-state interval: readiness gates traffic.
-        let poll = self.cfg.health_interval.min(Duration::from_millis(100));
-        loop {
-            if let Some(e) = p.exited() {
-                return Err((Some(p), format!("exited while starting ({e})")));
-            }
-            if self.health.check(p.backend.addr()).await.is_ok() {
-                // An answer proves that something listens on the port, not that it is
-                // this worker: only a listening socket of its own process tree counts.
-                let (pid, port) = (p.backend.pid(), p.backend.addr().port());
-                let owned = tokio::task::spawn_blocking(move || {
-                    scalpel_procstat::listening_in_tree(pid, port)
-                })
-                .await;
-                match owned {
-                    Ok(Ok(true)) => return Ok(p),
-                    Ok(Ok(false)) => {
-                        return Err((
-                            Some(p),
-                            format!(
-                                "port {port} answers, but not from this worker's processes \
-                                 ({}); the worker's own listen failed",
-                                port_holder(port)
-                            ),
-                        ));
-                    }
-                    // Gone meanwhile: the next round reports the exit.
-                    Ok(Err(scalpel_procstat::ProcStatError::NoSuchProcess { .. })) => {}
-                    Ok(Err(e)) => {
-                        return Err((
-                            Some(p),
-                            format!("cannot tell who listens on port {port}: {e}"),
-                        ));
-                    }
-                    Err(e) => return Err((Some(p), format!("ownership check failed: {e}"))),
-                }
-            }
-            if Instant::now() >= deadline {
-                return Err((
-                    Some(p),
-                    format!(
-                        "health check {} not passing after {} ms",
-                        self.cfg.health_path,
-                        self.cfg.start_timeout.as_millis()
-                    ),
-                ));
-            }
-            tokio::time::sleep(poll).await;
-        }
+        self.until_ready(p).await
     }
 
     pub(super) fn admit(&self, p: &Proc) {
+        if p.no_server {
+            return;
+        }
         self.pool.add(p.backend.clone());
         info!(
             app = %self.cfg.name,
@@ -435,7 +436,10 @@ impl SlotCtx {
                 e = p.wait_exit() => return Event::Exited(e),
                 c = cmds.recv() => return c.map_or(Event::CmdsClosed, Event::Cmd),
                 _ = tick.tick() => {
-                    let result = self.health.check(p.backend.addr()).await;
+                    let result = match p.shared_only {
+                        Some(inode) => super::ready::still_polls(&p.target(), inode).await,
+                        None => self.health.check(&p.target()).await,
+                    };
                     let now = p.backend.answers();
                     let progressed = now != answers;
                     answers = now;

@@ -3,16 +3,25 @@
 //! app's `env`, then `PORT` and `WORKER_INDEX` under their configured names; in direct
 //! mode the whole environment built before fork, with systemd's `LISTEN_FDS`, `LISTEN_FDNAMES` and `LISTEN_PID`, and the app's socket
 //! on fd 3), its working directory, its own process group, its stdio, and its death with
-//! the balancer. What a worker is given is decided here and nowhere else.
+//! the balancer; for Node workers the preload (`NODE_OPTIONS`, its heartbeat pipe on fd
+//! 4). What a worker is given is decided here and nowhere else.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::process::Stdio;
+use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
+use super::preload::{PIPE_FD, Pipe, PreloadFile};
 use crate::config::AppConfig;
+
+/// The Node preload for one worker: the script's file and the worker's heartbeat pipe.
+pub(crate) struct Preload<'a> {
+    pub(crate) file: &'a PreloadFile,
+    pub(crate) pipe: &'a Pipe,
+}
 
 /// What serve reads from its own environment as a credential, never passed on to a
 /// worker (issue 31): a worker runs the application, which has no business with the
@@ -35,12 +44,14 @@ fn worker_env(cfg: &AppConfig, index: usize, port: u16) -> BTreeMap<OsString, Os
 }
 
 /// The command that starts worker `index` of `cfg` on `port`: in direct mode with the
-/// app's listening socket `direct`; its stdout and stderr piped when `capture`.
+/// app's listening socket `direct`; with the Node `preload`; its stdout and stderr piped
+/// when `capture`.
 pub(crate) fn command(
     cfg: &AppConfig,
     index: usize,
     port: u16,
     direct: Option<&std::net::TcpListener>,
+    preload: Option<Preload<'_>>,
     capture: bool,
 ) -> Result<tokio::process::Command, String> {
     let index_s = index.to_string();
@@ -52,6 +63,11 @@ pub(crate) fn command(
     let mut cmd = tokio::process::Command::new(&cfg.command[0]);
     cmd.args(args);
     let mut vars = worker_env(cfg, index, port);
+    if let Some(p) = &preload {
+        for (k, v) in preload_env(cfg, p.file, &port_s) {
+            vars.insert(k.into(), v.into());
+        }
+    }
     match direct {
         None => {
             cmd.env_clear().envs(vars);
@@ -63,6 +79,9 @@ pub(crate) fn command(
             let env = DirectEnv::new(vars).map_err(|e| format!("environment: {e}"))?;
             socket_activation(&mut cmd, sock.as_raw_fd(), env);
         }
+    }
+    if let Some(p) = preload {
+        give_fd(&mut cmd, p.pipe.write_fd(), PIPE_FD);
     }
     cmd.stdin(Stdio::null())
         // Its own process group: a terminal's Ctrl-C reaches the balancer only, which
@@ -81,6 +100,52 @@ pub(crate) fn command(
         cmd.current_dir(dir);
     }
     Ok(cmd)
+}
+
+/// How often the preload beats: four times a health time-out, at most every 250 ms.
+pub(crate) fn beat_interval(cfg: &AppConfig) -> Duration {
+    (cfg.health_timeout / 4).clamp(Duration::from_millis(20), Duration::from_millis(250))
+}
+
+/// What the Node preload adds to a worker's environment: `NODE_OPTIONS` with its
+/// `--require` after the user's own (the app's `env`, else serve's), where its pipe is, how
+/// often to beat, and the worker's port (the server to serve fd 3 with).
+fn preload_env(cfg: &AppConfig, file: &PreloadFile, port: &str) -> [(String, String); 4] {
+    let user = cfg
+        .env
+        .get("NODE_OPTIONS")
+        .cloned()
+        .or_else(|| std::env::var("NODE_OPTIONS").ok());
+    [
+        ("NODE_OPTIONS".into(), file.node_options(user.as_deref())),
+        ("SCALPEL_PRELOAD_FD".into(), PIPE_FD.to_string()),
+        (
+            "SCALPEL_PRELOAD_BEAT_MS".into(),
+            beat_interval(cfg).as_millis().to_string(),
+        ),
+        ("SCALPEL_PRELOAD_PORT".into(), port.to_string()),
+    ]
+}
+
+/// The child gets `fd` (a close-on-exec descriptor of ours, numbered 10 or above) as
+/// descriptor `to`, open across exec.
+fn give_fd(cmd: &mut tokio::process::Command, fd: std::os::fd::RawFd, to: std::os::fd::RawFd) {
+    // SAFETY: as in `die_with_parent`: one system call (dup2), no allocation, no lock.
+    #[allow(unsafe_code)]
+    unsafe {
+        cmd.pre_exec(move || {
+            use std::os::fd::BorrowedFd;
+            // SAFETY: `fd` is open in the parent until the spawn returns.
+            let from = BorrowedFd::borrow_raw(fd);
+            // SAFETY: `to` in the child is at most a close-on-exec descriptor of the
+            // parent's (or the socket already moved to fd 3, when `to` is not 3); dup2
+            // replaces it and clears close-on-exec on the copy.
+            let mut target = std::os::fd::OwnedFd::from_raw_fd(to);
+            let r = rustix::io::dup2(from, &mut target);
+            std::mem::forget(target);
+            r.map(|_| ()).map_err(Into::into)
+        });
+    }
 }
 
 /// How a worker's process ended, for the log.

@@ -2,6 +2,7 @@
 //! binary, and each linked tokio, hyper and rustls again (docs/CI.md). Filter by
 //! file with its module name: `cargo test --test serve FILE::`.
 
+mod apps;
 mod live;
 mod queue;
 mod rescue;

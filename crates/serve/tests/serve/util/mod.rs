@@ -17,6 +17,7 @@ use scalpel_serve::{Config, LogBuffer, ServeOptions, Server, WorkerLogs};
 use scalpel_testkit::scripted::{TestClient, fetch};
 use tokio::io::AsyncRead;
 
+pub use scalpel_testkit::apps::{go_build, node_apps, test_apps, venv_bin};
 pub use scalpel_testkit::peers::app_js;
 pub use scalpel_testkit::scripted::client;
 pub use scalpel_testkit::{
@@ -54,6 +55,18 @@ pub struct Harness {
 }
 
 pub async fn start(toml: &str) -> Harness {
+    let h = start_unready(toml).await;
+    assert!(
+        h.server.wait_ready(Duration::from_secs(60)).await,
+        "workers not ready: {:?}\nlogs: {:?}",
+        h.server.status(),
+        h.logs.lines()
+    );
+    h
+}
+
+/// A server from `toml`, its workers maybe not ready yet.
+pub async fn start_unready(toml: &str) -> Harness {
     let dir = tempfile::tempdir().expect("temp dir");
     let config_path = dir.path().join("test.toml");
     std::fs::write(&config_path, toml).expect("config written");
@@ -67,12 +80,6 @@ pub async fn start(toml: &str) -> Harness {
     )
     .await
     .expect("server starts");
-    assert!(
-        server.wait_ready(Duration::from_secs(60)).await,
-        "workers not ready: {:?}\nlogs: {:?}",
-        server.status(),
-        logs.lines()
-    );
     Harness {
         server,
         logs,
