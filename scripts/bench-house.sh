@@ -25,7 +25,7 @@ NEW="${NEW:-$CARGO_TARGET_DIR/release/scalpel}"
 OLD="${OLD:?OLD=path to the old scalpel binary}"
 PARTS="${PARTS:-load shadow serve}"
 PAIRS="${PAIRS:-9}"
-DUR="${DUR:-5s}"
+LOAD_DUR="${LOAD_DUR:-5s}"
 CONNS="${CONNS:-50}"
 [ -x "$NEW" ] || { echo "bench-house: no new binary at $NEW (./run build first)" >&2; exit 2; }
 [ -x "$OLD" ] || { echo "bench-house: OLD=$OLD is not an executable" >&2; exit 2; }
@@ -36,11 +36,11 @@ machine_line
 load_part() {
   nginx_hello_start "$OUT" || exit 1
   local url="http://127.0.0.1:$PORT/" i which
-  echo "## load: closed model, -c $CONNS --threads 1, $DUR per run, $PAIRS pairs (old, new alternating; the order flips each pair)"
+  echo "## load: closed model, -c $CONNS --threads 1, $LOAD_DUR per run, $PAIRS pairs (old, new alternating; the order flips each pair)"
   for i in $(seq "$PAIRS"); do
     for which in $([ $((i % 2)) = 1 ] && echo "old new" || echo "new old"); do
       local bin="$OLD"; [ "$which" = new ] && bin="$NEW"
-      "$bin" load --no-progress --json "$OUT/load-$which-$i.json" -c "$CONNS" --threads 1 -d "$DUR" "$url" >/dev/null 2>"$OUT/load-$which-$i.err" ||
+      "$bin" load --no-progress --json "$OUT/load-$which-$i.json" -c "$CONNS" --threads 1 -d "$LOAD_DUR" "$url" >/dev/null 2>"$OUT/load-$which-$i.err" ||
         { echo "load ($which, pair $i) failed: $(tail -1 "$OUT/load-$which-$i.err")" >&2; exit 1; }
     done
   done
