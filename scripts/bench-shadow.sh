@@ -4,8 +4,8 @@
 #     directly, through the proxy with mirroring off (--sample 0) and through the proxy with
 #     the candidate mirrored, alternating within each `scalpel load` run (A B C C B A …),
 #     REPEATS runs; medians and min–max of p50/p99 per target, and the mirror counters.
-#     With OLD_BIN=path/to/older/scalpel a fourth target, that binary's proxy (mirroring), runs
-#     in the same alternation (old vs new, same run).
+#     With OLD_BIN=path/to/older/scalpel that binary's two proxies (mirroring off and on) run
+#     in the same alternation (old vs new, same run, same core layout).
 #  2. the diff alone on ~2 KB JSON bodies (criterion);
 #  3. end-to-end replay of N (default 16000) requests, pairs compared per second.
 #
@@ -42,7 +42,7 @@ fi
 source "$ROOT/scripts/lib/bench-basics.sh"   # free_port (load1, machine_line)
 P_PRIMARY=$(free_port); P_CAND=$(free_port)
 P_NOMIRROR=$(free_port); P_PROXY=$(free_port); P_ADMIN=$(free_port)
-P_OLD=$(free_port); P_OLD_ADMIN=$(free_port)
+P_OLD=$(free_port); P_OLD_ADMIN=$(free_port); P_OLD_NOMIRROR=$(free_port)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
@@ -68,12 +68,17 @@ TARGETS=(--target direct=http://127.0.0.1:"$P_PRIMARY" --target proxy_no_mirror=
 if [ -n "${OLD_BIN:-}" ]; then
   # shellcheck disable=SC2086
   $ON_PRIMARY "$OLD_BIN" shadow proxy --listen 127.0.0.1:"$P_OLD" --admin 127.0.0.1:"$P_OLD_ADMIN" $UP 2>"$OUT/proxy-old.log" & PIDS+=($!)
-  TARGETS+=(--target old_proxy_mirror=http://127.0.0.1:"$P_OLD")
+  OLD_PID=$!
+  # shellcheck disable=SC2086
+  $ON_PRIMARY "$OLD_BIN" shadow proxy --listen 127.0.0.1:"$P_OLD_NOMIRROR" $UP --sample 0 2>"$OUT/proxy-old-nomirror.log" & PIDS+=($!)
+  TARGETS+=(--target old_proxy_no_mirror=http://127.0.0.1:"$P_OLD_NOMIRROR" --target old_proxy_mirror=http://127.0.0.1:"$P_OLD")
   wait_up "http://127.0.0.1:$P_OLD_ADMIN/metrics"
 fi
 seq 1 "$N" > "$OUT/ids.txt"
 wait_up "http://127.0.0.1:$P_ADMIN/metrics"
 pin_mirror "$PROXY_PID"
+# The older binary's mirror thread goes to the same core as the new one's: same layout.
+[ -n "${OLD_BIN:-}" ] && pin_mirror "$OLD_PID"
 
 echo "== machine"
 echo "nproc: $(nproc); cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); kernel: $(uname -r); date: $(date -u +%FT%TZ)"
