@@ -63,7 +63,7 @@ else
     DEMO_LADDER=(--set ladder_closed=3s --set ladder_rounds=2 --set ladder_repeats=3 --set ladder_step=2s
                  --set ladder_ramp_rounds=1 --set 'ladder_ramp=[0.3,0.1,1.5]')
     DEMO_PAYMENTS=(--set pay_step=2s --set 'pay_ramp=[1000,1500,120000]' --set pay_fixed=10s --set pay_repeats=3)
-    DEMO_RUNTIME=(--set rt_probe=3s --set rt_step=3s --set 'rt_ramp=[0.3,0.1,1.6]' --set rt_fixed=10s
+    DEMO_RUNTIME=(--set rt_probe=3s --set rt_step=3s --set 'rt_ramp=[0.4,0.03,1.6]' --set rt_fixed=10s
                   --set rt_repeats=3 --set 'rt_workloads=["uneven"]' --set rt_ab=false
                   --set rt_serve_slots=1 --set rt_split=true)
 fi
