@@ -19,7 +19,11 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 
 build=1
 for a in "$@"; do
-    case "$a" in --skip-build|--report-only) build=0 ;; esac
+    case "$a" in
+        --skip-build|--report-only) build=0 ;;
+        # --help answers at once: a new user asking what the demo does must not wait for a build.
+        -h|--help) exec python3 scripts/demo --help ;;
+    esac
 done
 
 command -v python3 >/dev/null || { echo "demo: python3 is needed (standard library only)" >&2; exit 2; }

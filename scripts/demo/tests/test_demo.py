@@ -498,5 +498,35 @@ class Cli(unittest.TestCase):
             self.assertTrue(os.path.exists(os.path.join(out, "index.html")))
 
 
+class RunHelp(unittest.TestCase):
+    """`./run STEP --help` prints what the step does and exits 0 without building, testing or
+    measuring: before, `./run demo --help` ran the whole setup and build first, and
+    `./run fuzz --help` started a 15-minute fuzz run. The real `run` script, with a PATH that
+    holds no cargo, npm or go: a step that started anything would fail, not answer."""
+
+    def test_every_step_answers_help_at_once(self):
+        root = os.path.dirname(os.path.dirname(DEMO))
+        with tempfile.TemporaryDirectory(prefix="run-help-") as bare:
+            # Only the tools the help path needs: a started build would find no cargo.
+            for tool in ("bash", "awk", "python3", "dirname", "env"):
+                path = subprocess.run(["bash", "-c", f"command -v {tool}"], capture_output=True,
+                                      text=True).stdout.strip()
+                os.symlink(path, os.path.join(bare, tool))
+            env = {"PATH": bare, "HOME": bare, "DEMO_OUT": os.path.join(bare, "demo")}
+            for step, want in [(["setup"], "Installs the toolchain"), (["build"], "Builds every binary"),
+                               (["test"], "Runs everything CI checks"), (["fuzz"], "The long fuzz run"),
+                               (["screenshots"], "Regenerates the screenshots"),
+                               (["bench", "qr"], "QR ladder"), (["bench", "quiet"], "QUIET machine"),
+                               (["demo"], "usage: ./run demo")]:
+                for flag in ("--help", "-h"):
+                    with self.subTest(step=step, flag=flag):
+                        r = subprocess.run([os.path.join(root, "run")] + step + [flag], capture_output=True,
+                                           text=True, env=env, timeout=30)
+                        self.assertEqual(r.returncode, 0, r.stderr)
+                        self.assertIn(want, r.stdout)
+                        self.assertEqual(r.stderr, "")
+            self.assertFalse(os.path.exists(env["DEMO_OUT"]), "the demo started")
+
+
 if __name__ == "__main__":
     unittest.main()
