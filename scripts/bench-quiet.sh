@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every target figure the open issues need (#12, #13, #14, #16), in one run on a QUIET machine:
 #
-#   ./run bench quiet                 # ~25 min of measuring after the build (the build is not counted)
+#   ./run bench quiet                 # ~40 min of measuring after the build (the build is not counted)
 #   SMOKE=1 ./run bench quiet         # every part with tiny durations: proves it runs, figures meaningless
 #   PARTS="direct shards" ./run bench quiet   # some parts, in the order given
 #   PREPARE_ONLY=1 ./run bench quiet  # only the build and the payments ledger (do it before the quiet window)
@@ -44,7 +44,7 @@ RESULTS="$OUT/RESULTS.md"
 PARTS="${PARTS:-direct direct-fixed frozen shards tls serve-tls ladder payments runtime}"
 SMOKE="${SMOKE:-0}"
 
-# Durations: the default run fits ~25 min on 2 cores; SMOKE=1 only proves each part works.
+# Durations: the default run fits ~40 min on 2 cores (five repeats of every verdict); SMOKE=1 only proves each part works.
 # Any of these can be set from the environment.
 if [ "$SMOKE" = 1 ]; then
     : "${DIRECT_DUR:=2}" "${DIRECT_REPEATS:=1}" "${FIXED_DUR:=2}" "${FIXED_REPEATS:=1}" "${FROZEN_DUR:=6}" "${FROZEN_REPEATS:=1}"
@@ -52,19 +52,22 @@ if [ "$SMOKE" = 1 ]; then
     : "${SERVE_TLS_DUR:=2}" "${SERVE_TLS_REPEATS:=1}"
     DEMO_LADDER=(--set ladder_closed=1s --set ladder_rounds=1 --set ladder_repeats=2 --set ladder_step=1s
                  --set ladder_ramp_rounds=1 --set 'ladder_ramp=[0.5,0.5,1.5]')
-    DEMO_PAYMENTS=(--set pay_step=1s --set 'pay_ramp=[2000,4000,30000]' --set pay_fixed=2s --set pay_repeats=2)
+    DEMO_PAYMENTS=(--set pay_step=1s --set 'pay_ramp=[2000,4000,30000]' --set pay_fixed=2s --set pay_repeats=2
+                   --set pay_fixed_repeats=1)
     DEMO_RUNTIME=(--set rt_probe=1s --set rt_step=1s --set 'rt_ramp=[0.5,0.5,1.5]' --set rt_fixed=2s
-                  --set rt_repeats=2 --set 'rt_workloads=["uneven"]' --set rt_ab=false --set rt_serve_slots=1
+                  --set rt_repeats=2 --set rt_fixed_repeats=1 --set 'rt_workloads=["uneven"]' --set rt_ab=false --set rt_serve_slots=1
                   --set rt_split=true)
 else
     : "${DIRECT_DUR:=8}" "${DIRECT_REPEATS:=3}" "${FIXED_DUR:=8}" "${FIXED_REPEATS:=9}" "${FROZEN_DUR:=10}" "${FROZEN_REPEATS:=3}"
     : "${SHARDS_DUR:=8s}" "${SHARDS_REPEATS:=3}" "${TLS_DUR:=4s}" "${TLS_PAIRS:=9}" "${TLS_REPEATS:=3}" "${TLS_NGX_WINDOW:=4}"
     : "${SERVE_TLS_DUR:=8}" "${SERVE_TLS_REPEATS:=3}"
-    DEMO_LADDER=(--set ladder_closed=3s --set ladder_rounds=2 --set ladder_repeats=3 --set ladder_step=2s
+    # Five repeats of each verdict-bearing measurement: fewer cannot decide (common.verdict).
+    DEMO_LADDER=(--set ladder_closed=3s --set ladder_rounds=2 --set ladder_repeats=5 --set ladder_step=2s
                  --set ladder_ramp_rounds=1 --set 'ladder_ramp=[0.3,0.1,1.5]')
-    DEMO_PAYMENTS=(--set pay_step=2s --set 'pay_ramp=[1000,1500,120000]' --set pay_fixed=10s --set pay_repeats=3)
+    DEMO_PAYMENTS=(--set pay_step=2s --set 'pay_ramp=[1000,1500,120000]' --set pay_fixed=10s --set pay_repeats=5
+                   --set pay_fixed_repeats=3)
     DEMO_RUNTIME=(--set rt_probe=3s --set rt_step=3s --set 'rt_ramp=[0.4,0.03,1.6]' --set rt_fixed=10s
-                  --set rt_repeats=3 --set 'rt_workloads=["uneven"]' --set rt_ab=false
+                  --set rt_repeats=5 --set rt_fixed_repeats=3 --set 'rt_workloads=["uneven"]' --set rt_ab=false
                   --set rt_serve_slots=1 --set rt_split=true)
 fi
 

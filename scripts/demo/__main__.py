@@ -4,9 +4,10 @@
                          [--db sqlite|postgres]
 
 Run by scripts/demo.sh after the build; writes target/demo/index.html and report.json.
-Quick by default (a few minutes on 2 cores); --full for the recorded figures. A verdict says
-MET / NOT MET only when the repeats' interval lies wholly on one side of its target, else
-"undecided" with the interval (common.verdict)."""
+Quick by default (about a quarter of an hour on 2 cores); --full for the recorded figures. A
+verdict says MET / NOT MET only when the repeats' interval lies wholly on one side of its
+target and holds their median with at least 90% probability (five repeats), else "undecided"
+with the interval (common.verdict)."""
 
 import argparse
 import datetime
@@ -27,17 +28,20 @@ import runtime  # noqa: E402
 
 # Durations as `scalpel load` takes them; ramp factors are fractions of a tier's closed rate.
 # Every verdict comes from repeats (common.verdict: MET / NOT MET only when the repeats'
-# interval is wholly on one side of the target): quick runs each verdict-bearing measurement
-# twice, on the servers already started, with short steps; --full at least three times, then
+# interval is wholly on one side of the target, and that interval holds the median with at
+# least 90% probability: five repeats or more): both profiles run each verdict-bearing
+# measurement five times on the servers already started (quick with short steps); --full then
 # again while a verdict is undecided, up to `decide_cap_s` seconds per measurement or
-# `max_repeats` repeats.
+# `max_repeats` repeats. The fixed-load runs carry no verdict (their p99 and CPU ratios are
+# shown with their spread): quick runs them twice, --full three times.
 QUICK = {
     "mode": "quick",
-    "ladder_closed": "2s", "ladder_rounds": 2, "ladder_repeats": 2, "ladder_ramp": (0.2, 0.15, 1.4),
+    "ladder_closed": "2s", "ladder_rounds": 2, "ladder_repeats": 5, "ladder_ramp": (0.2, 0.15, 1.4),
     "ladder_step": "2s", "ladder_ramp_rounds": 1,
     "pay_ramp": (1000, 2000, 120000), "pay_step": "1s", "pay_fixed": "3s", "pay_endpoints": ["stats"],
-    "pay_repeats": 2,
-    "rt_probe": "2s", "rt_ramp": (0.2, 0.15, 1.55), "rt_step": "2s", "rt_fixed": "3s", "rt_repeats": 2,
+    "pay_repeats": 5, "pay_fixed_repeats": 2,
+    "rt_probe": "2s", "rt_ramp": (0.2, 0.15, 1.55), "rt_step": "2s", "rt_fixed": "3s", "rt_repeats": 5,
+    "rt_fixed_repeats": 2,
     "ab_duration": "8s",
     "rt_workloads": ["hello", "uneven"], "rt_ab": True,
     # serve's max_in_flight_per_worker for the CPU-heavy workloads (0: least_conn alone; 1 since
@@ -50,13 +54,14 @@ QUICK = {
 }
 FULL = dict(QUICK, **{
     "mode": "full",
-    "ladder_closed": "5s", "ladder_rounds": 2, "ladder_repeats": 3, "ladder_ramp": (0.3, 0.1, 1.5),
+    "ladder_closed": "5s", "ladder_rounds": 2, "ladder_repeats": 5, "ladder_ramp": (0.3, 0.1, 1.5),
     "ladder_step": "5s", "ladder_ramp_rounds": 2,
     "pay_ramp": (1000, 1000, 160000), "pay_step": "5s", "pay_fixed": "30s",
-    "pay_endpoints": ["stats", "balance"], "pay_repeats": 3,
+    "pay_endpoints": ["stats", "balance"], "pay_repeats": 5, "pay_fixed_repeats": 3,
     # Steps of 3% of BEFORE's closed rate: at 10% a ramp could end only at a few rates, so a
     # paired ratio moved in jumps of ~0.1x (docs/BENCHMARKS.md, the re-measure of #27).
-    "rt_probe": "5s", "rt_ramp": (0.4, 0.03, 1.6), "rt_step": "3s", "rt_fixed": "15s", "rt_repeats": 3,
+    "rt_probe": "5s", "rt_ramp": (0.4, 0.03, 1.6), "rt_step": "3s", "rt_fixed": "15s", "rt_repeats": 5,
+    "rt_fixed_repeats": 3,
     "ab_duration": "30s",
     "rt_workloads": ["hello", "qr", "uneven"],
     "until_decided": True,

@@ -367,6 +367,12 @@ def max_ratio_repeat(a, a_lower, b, b_lower):
     return a / b, ("at_least" if a_lower else "at_most" if b_lower else None)
 
 
+# A verdict needs an interval that holds the median of the repeats' ratios with at least this
+# probability: min–max of five repeats (93.75%), or paired.py's order-statistics interval.
+DECIDE_COVERAGE = 0.9
+DECIDING_REPEATS = next(n for n in range(2, 20) if paired.coverage(n) >= DECIDE_COVERAGE)
+
+
 def verdict(values, want, bounds=None):
     """The verdict of one target "ratio >= want" from its repeats, failing closed.
 
@@ -376,8 +382,11 @@ def verdict(values, want, bounds=None):
     bound ("at_least") or an upper bound ("at_most"). The interval is scripts/lib/paired.py's:
     the order-statistics ~95% interval of the median, or min–max when there are too few
     repeats for one. MET only when the whole interval is >= want, NOT MET only when it is
-    wholly below; anything else is "undecided", and so are: fewer than two repeats (no
-    interval), a repeat without a figure (no evidence never counts for either side), a MET
+    wholly below; anything else is "undecided", and so are: an interval that holds the
+    median with less than DECIDE_COVERAGE probability (min–max of fewer than five repeats:
+    two repeats both above a target are what a coin gives half the time, and a quick run's
+    MET 0.83x (0.82–0.85x, two repeats) was a longer run's 0.61x (0.52–0.70x) on the same
+    machine), a repeat without a figure (no evidence never counts for either side), a MET
     that rests on upper bounds or a NOT MET on lower bounds. `want` None: the interval
     alone (verdict None)."""
     bounds = list(bounds) if bounds is not None else [None] * len(values)
@@ -396,7 +405,13 @@ def verdict(values, want, bounds=None):
         out["verdict"], out["why"] = "undecided", "one repeat: no interval (a second run could reverse it)"
     else:
         side = paired.verdict_at_least(out["lo"], out["hi"], want)
-        if side == "met" and "at_most" in bounds:
+        cover = out["coverage"] or paired.coverage(len(got))
+        if side != "not-shown" and cover < DECIDE_COVERAGE:
+            out["verdict"] = "undecided"
+            out["why"] = (f"all {len(got)} repeats {'above' if side == 'met' else 'below'} the target, but "
+                          f"min–max of {len(got)} holds the median with {cover * 100:.0f}% probability; "
+                          f"a verdict needs {DECIDE_COVERAGE * 100:.0f}%, {DECIDING_REPEATS} repeats")
+        elif side == "met" and "at_most" in bounds:
             out["verdict"], out["why"] = "undecided", "above the target, but some repeats are upper bounds"
         elif side == "not-met" and "at_least" in bounds:
             out["verdict"], out["why"] = "undecided", "below the target, but some repeats are lower bounds"

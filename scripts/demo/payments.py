@@ -101,7 +101,7 @@ def run(cfg, report):
             rate = max(100, int(go_max / 2))
             fixed_files = []
             fixed = {n: [] for n in TIERS}
-            for r in range(cfg["pay_repeats"]):
+            for r in range(cfg["pay_fixed_repeats"]):
                 c.log(f"payments: {ep}: fixed {rate:,} req/s (half Go's max) for {cfg['pay_fixed']} "
                       f"(repeat {r + 1})")
                 f = os.path.join(out, f"fixed-{ep}-{r + 1}.json")

@@ -226,7 +226,8 @@ robin, keep-alive connections to its upstream) in front of pm2's cluster mode, w
 lands on one worker and stays there; serve gives each worker its own port and picks a worker per request
 (<code>least_conn</code>, <code>max_in_flight_per_worker = 1</code>). Hello world compares pm2 alone with serve's
 direct mode. Every ramp repeat alternates all setups; a verdict is MET or NOT MET only when the repeats'
-interval is wholly on one side of its target.</p>"""]
+interval is wholly on one side of its target and holds their median with at least 90% probability (five
+repeats or more).</p>"""]
     old = [w["name"] for w in d["workloads"] if "setups" not in w]
     if old:
         parts.append(f'<p class="note">Workloads recorded by an older demo ({esc(", ".join(old))}) are not shown: '

@@ -31,6 +31,13 @@ def interval(ratios, tail=0.025):
     return statistics.median(r), r[k - 1], r[n - k], cover
 
 
+def coverage(n, k=1):
+    """The probability that [r_k, r_(n+1-k)] of n sorted ratios holds their true median:
+    1 - 2·P(Binomial(n, ½) ≤ k-1). For min–max (k = 1) 1 - 2^(1-n): 50% for two, 75% for
+    three, 87.5% for four, 93.75% for five."""
+    return 1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2**n
+
+
 def describe(cover):
     """How to name the interval in a report line."""
     return f"~{cover * 100:.0f}% interval" if cover else "min–max (too few pairs for a 95% interval)"
@@ -54,6 +61,8 @@ if __name__ == "__main__":
             assert c is None and (lo, hi) == (1, n), (n, lo, hi, c)
         else:
             assert lo == want[0] and round(c, 3) == want[1], (n, lo, hi, c)
+    assert [coverage(n) for n in (2, 3, 5)] == [0.5, 0.75, 0.9375]
+    assert abs(coverage(9, 2) - interval(list(range(9)))[3]) < 1e-12
     assert verdict_at_least(1.1, 1.3, 1.1) == "met"
     assert verdict_at_least(0.8, 1.09, 1.1) == "not-met"
     assert verdict_at_least(1.0, 1.2, 1.1) == "not-shown"

@@ -199,9 +199,12 @@ class RateRamps(Once):
 
     @classmethod
     def maxima(cls, repeats=2):
-        """The runtime stage's per-ramp maxima and lower-bound flags, from the real ramps."""
+        """The runtime stage's per-ramp maxima and lower-bound flags, from the real ramps;
+        more repeats than the two ramps take their figures in turn (the rule under test is
+        arithmetic over per-repeat figures; two real ramps show the reading of each)."""
         maxima, lower = {}, {}
-        for res in cls.get()[:repeats]:
+        ramps = cls.get()
+        for res in (ramps[i % len(ramps)] for i in range(repeats)):
             for t in res["targets"]:
                 held, lb = c.breaking_rps(t)
                 maxima.setdefault(t["name"], []).append(held)
@@ -211,10 +214,12 @@ class RateRamps(Once):
 
 class VerdictRule(unittest.TestCase):
     """common.verdict, through the runtime stage's rate_verdict, on real ramps: MET or NOT
-    MET only when the repeats' interval is wholly on one side of the target."""
+    MET only when the repeats' interval is wholly on one side of the target and holds their
+    median with at least 90% probability (five repeats, c.DECIDING_REPEATS)."""
 
     def setUp(self):
         self.maxima, self.lower = RateRamps.maxima()
+        self.five = RateRamps.maxima(repeats=5)
         # The ramps did what the servers were built for (else the rule is not what is tested).
         self.assertEqual(self.maxima["low"], [LOW_HOLDS] * 2, self.maxima)
         self.assertEqual(self.maxima["high"], [HIGH_HOLDS] * 2, self.maxima)
@@ -222,14 +227,33 @@ class VerdictRule(unittest.TestCase):
         self.assertEqual(self.lower["fast"], [True, True])
 
     def test_an_interval_wholly_above_the_target_is_met(self):
-        v = runtime.rate_verdict(self.maxima, self.lower, "high", "low", 1.4)
-        self.assertEqual((v["verdict"], v["lo"], v["hi"], v["repeats"]), ("MET", 2.0, 2.0, 2), v)
-        self.assertIsNone(v["coverage"], "two repeats: min–max, not a 95% interval")
-        self.assertIn("min–max of 2 repeats", v["text"])
+        v = runtime.rate_verdict(*self.five, "high", "low", 1.4)
+        self.assertEqual((v["verdict"], v["lo"], v["hi"], v["repeats"]), ("MET", 2.0, 2.0, 5), v)
+        self.assertIsNone(v["coverage"], "five repeats: min–max, not paired.py's 95% interval")
+        self.assertIn("MET: 2.00x (2.00x–2.00x, min–max of 5 repeats)", v["text"])
 
     def test_an_interval_wholly_below_the_target_is_not_met(self):
-        v = runtime.rate_verdict(self.maxima, self.lower, "low", "high", 1.4)
+        v = runtime.rate_verdict(*self.five, "low", "high", 1.4)
         self.assertEqual((v["verdict"], v["lo"], v["hi"]), ("NOT MET", 0.5, 0.5), v)
+
+    def test_too_few_repeats_to_hold_the_median_are_undecided_either_side(self):
+        # The reversal this rule stops: a quick run's two repeats both above a target (MET
+        # 0.83x, 0.82–0.85x) and the next, longer run's three below it (0.61x, 0.52–0.70x).
+        # Min–max of n repeats holds the median with probability 1 - 2^(1-n): 50% for two,
+        # 75% for three, 87.5% for four; a verdict needs 90%.
+        self.assertEqual(c.DECIDING_REPEATS, 5)
+        for n in (2, 3, 4):
+            maxima, lower = RateRamps.maxima(repeats=n)
+            for after, before, side in (("high", "low", "above"), ("low", "high", "below")):
+                with self.subTest(repeats=n, side=side):
+                    v = runtime.rate_verdict(maxima, lower, after, before, 1.4)
+                    self.assertEqual((v["verdict"], v["repeats"]), ("undecided", n), v)
+                    self.assertIn(f"all {n} repeats {side} the target", v["why"])
+                    self.assertIn(f"with {round(100 * (1 - 2 ** (1 - n)))}% probability", v["why"])
+        quick = c.verdict([0.82, 0.85], 0.8)
+        longer = c.verdict([0.70, 0.52, 0.61], 0.8)
+        self.assertEqual((quick["verdict"], longer["verdict"]), ("undecided", "undecided"))
+        self.assertEqual(c.verdict([0.70, 0.52, 0.61, 0.66, 0.58], 0.8)["verdict"], "NOT MET")
 
     def test_a_second_run_that_reverses_the_first_leaves_it_undecided(self):
         # Repeat 1 as measured (high / low = 2), repeat 2 reversed (low / high = 0.5): the
@@ -265,14 +289,14 @@ class VerdictRule(unittest.TestCase):
     def test_bounds_decide_only_the_side_they_bound(self):
         # fast held the ramp's top: fast / high >= 1.5 is a lower bound. It cannot show
         # "below 2", and high / fast <= 0.67 cannot show "above 0.5".
-        v = runtime.rate_verdict(self.maxima, self.lower, "fast", "high", 2.0)
+        v = runtime.rate_verdict(*self.five, "fast", "high", 2.0)
         self.assertEqual(v["verdict"], "undecided", v)
-        self.assertEqual(v["bounds"], ["at_least", "at_least"])
-        v = runtime.rate_verdict(self.maxima, self.lower, "fast", "high", 1.4)
+        self.assertEqual(v["bounds"], ["at_least"] * 5)
+        v = runtime.rate_verdict(*self.five, "fast", "high", 1.4)
         self.assertEqual(v["verdict"], "MET", v)
-        v = runtime.rate_verdict(self.maxima, self.lower, "high", "fast", 0.5)
+        v = runtime.rate_verdict(*self.five, "high", "fast", 0.5)
         self.assertEqual(v["verdict"], "undecided", v)
-        v = runtime.rate_verdict(self.maxima, self.lower, "high", "fast", 1.0)
+        v = runtime.rate_verdict(*self.five, "high", "fast", 1.0)
         self.assertEqual(v["verdict"], "NOT MET", v)
 
     def test_full_mode_repeats_while_undecided_up_to_its_cap(self):
@@ -341,12 +365,17 @@ class Ratios(unittest.TestCase):
         import payments
         # Steps as `scalpel load` writes them: CPU% of a core at 1,000 req/s achieved.
         step = lambda cpu: {"achieved_rps": 1000.0, "cpu_percent": cpu, "pss_mb": 50.0, "latency_ms": {"p99": 5.0}}
-        e = payments.summarize_endpoint(
-            "stats", {"go": [4000.0, 5000.0], "cgo": [9000.0, 11000.0], "rust": [16000.0, 15000.0]},
-            {n: [False, False] for n in payments.TIERS}, {n: [90.0, 90.0] for n in payments.TIERS}, 2000,
+        maxima = {"go": [4000.0, 5000.0, 4000.0, 5000.0, 4500.0], "cgo": [9000.0, 11000.0, 9000.0, 10500.0, 9500.0],
+                  "rust": [16000.0, 15000.0, 13000.0, 16000.0, 14000.0]}
+        summarize = lambda n: payments.summarize_endpoint(
+            "stats", {k: v[:n] for k, v in maxima.items()}, {k: [False] * n for k in payments.TIERS},
+            {k: [90.0] * n for k in payments.TIERS}, 2000,
             {"go": [step(9.0)], "cgo": [step(5.0)], "rust": [step(3.0)]}, [], [], ramp_start=1000)
-        self.assertEqual(e["target_cgo"]["verdict"], "MET", "cgo / Go per ramp: 2.25x and 2.2x, both >= 2x")
-        self.assertEqual(e["target"]["verdict"], "MET", "Rust / Go per ramp: 4x and 3x, both >= 3x")
+        e = summarize(5)
+        self.assertEqual(e["target_cgo"]["verdict"], "MET", "cgo / Go per ramp: 2.25x, 2.2x, 2.25x, 2.1x, 2.11x")
+        self.assertEqual(e["target"]["verdict"], "MET", "Rust / Go per ramp: 4x, 3x, 3.25x, 3.2x, 3.11x")
+        self.assertEqual((summarize(2)["target"]["verdict"], summarize(2)["target_cgo"]["verdict"]),
+                         ("undecided", "undecided"), "two ramps both above cannot decide")
         # Go's HTTP layer: the cgo rung's CPU per request minus the Rust service's (50 - 30 µs).
         self.assertAlmostEqual(e["fixed"]["go_http_layer_us"], 20.0)
         heads, rows = payments.endpoint_table(e)
