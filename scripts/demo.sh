@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ./run demo: the three stories end to end on this machine, with one report.
 #
-#   ./run demo                    quick (a few minutes after the build on 2 cores)
+#   ./run demo                    quick (about 16 minutes after the build on 2 cores)
 #   ./run demo --full             the recorded figures: longer steps, repeats
 #   ./run demo --only payments    some stages (ladder, payments, runtime); others keep their last figures
 #   ./run demo --report-only      rebuild target/demo/index.html from target/demo/report.json
