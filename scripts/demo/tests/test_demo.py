@@ -11,6 +11,7 @@ import http.server
 import io
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -537,9 +538,10 @@ class RunHelp(unittest.TestCase):
         root = os.path.dirname(os.path.dirname(DEMO))
         with tempfile.TemporaryDirectory(prefix="run-help-") as bare:
             # Only the tools the help path needs: a started build would find no cargo.
-            for tool in ("bash", "awk", "python3", "dirname", "env"):
-                path = subprocess.run(["bash", "-c", f"command -v {tool}"], capture_output=True,
-                                      text=True).stdout.strip()
+            os.symlink(sys.executable, os.path.join(bare, "python3"))
+            for tool in ("bash", "awk", "dirname", "env"):
+                path = shutil.which(tool)
+                self.assertIsNotNone(path, f"{tool} is not on PATH")
                 os.symlink(path, os.path.join(bare, tool))
             env = {"PATH": bare, "HOME": bare, "DEMO_OUT": os.path.join(bare, "demo")}
             for step, want in [(["setup"], "Installs the toolchain"), (["build"], "Builds every binary"),
