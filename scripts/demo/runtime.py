@@ -332,8 +332,7 @@ def workload(cfg, out, pm2, procs, w):
         probe = c.scalpel_load(["-c", "64", "-d", cfg["rt_probe"]] + (["--target", f"{before}={before_url}"]
                                if w.get("mix") else []) + probe_req, os.path.join(out, f"{name}-probe.json"), cpu=None)
         top = probe["targets"][0]["steps"][0]["achieved_rps"]
-        shape = (min(cfg["rt_ramp"][0], w.get("ramp_from", 1.0)),) + tuple(cfg["rt_ramp"][1:])
-        lo, step, hi = (max(1, round(top * f)) for f in shape)
+        lo, step, hi = ramp_rates(cfg, w, top)
         maxima = {k: [] for k in keys}
         lower = {k: [] for k in keys}
         ramp_files = []
@@ -366,6 +365,13 @@ def workload(cfg, out, pm2, procs, w):
             procs.stop(sp)
         pm2.delete_all()
     return summarize(w, keys, mode, slots, top, lo, maxima, lower, rate, fixed, endpoint, ramp_files, fixed_files)
+
+
+def ramp_rates(cfg, w, top):
+    """The ramp's first rate, step and last rate in req/s: the profile's factors of BEFORE's
+    closed rate `top`, starting no higher than the workload's `ramp_from`."""
+    shape = (min(cfg["rt_ramp"][0], w.get("ramp_from", 1.0)),) + tuple(cfg["rt_ramp"][1:])
+    return tuple(max(1, round(top * f)) for f in shape)
 
 
 def rate_verdict(maxima, lower, after, before, want):

@@ -314,6 +314,45 @@ class VerdictRule(unittest.TestCase):
         self.assertEqual(ran, [0])
 
 
+class RuntimeRamp(unittest.TestCase):
+    def test_hello_starts_low_enough_to_hold_its_first_step(self):
+        # --full's 40% start left 5 of 18 hello ramps without a figure (held < 40% under
+        # p99<20ms); hello starts at 20% in both profiles, the CPU-heavy mixes as profiled.
+        full, quick = DEMO_MAIN.FULL, DEMO_MAIN.QUICK
+        by_name = {w["name"]: w for w in runtime.workloads()}
+        self.assertEqual(runtime.ramp_rates(full, by_name["hello"], 57600), (11520, 1728, 92160))
+        self.assertEqual(runtime.ramp_rates(quick, by_name["hello"], 57600)[0], 11520)
+        self.assertEqual(runtime.ramp_rates(full, by_name["uneven"], 1000)[0], 400)
+
+
+class QuietSummary(unittest.TestCase):
+    """scripts/bench-quiet-summary.py, run as bench-quiet.sh runs it, on the direct part's
+    table: direct vs pm2 is judged from each side's min–max, never from the median alone."""
+
+    def summary(self, direct, pm2):
+        script = os.path.join(os.path.dirname(DEMO), "bench-quiet-summary.py")
+        with tempfile.TemporaryDirectory(prefix="quiet-summary-") as d:
+            log = os.path.join(d, "direct.log")
+            with open(log, "w") as f:
+                f.write(f"| direct | {direct} |\n| pm2 | {pm2} |\n| proxy | 20000 (19000–21000) | 60.0 (59.0–61.0) |\n")
+            r = subprocess.run([sys.executable, script, "direct", "14", log, "0", "60", "0.1", "0.2", "2", "cpu",
+                                "cmd", d], capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return [x for x in r.stdout.splitlines() if x.startswith("- req/s") or x.startswith("- CPU per request")]
+
+    def test_a_median_above_with_overlapping_sides_is_undecided(self):
+        rps, cpu = self.summary("30000 (26000–31000) | 40.0 (39.0–46.0)", "27000 (26500–28500) | 45.0 (44.0–46.0)")
+        self.assertIn("**1.11x** (target ≥ 1.0x): **undecided** (median 1.11x, 0.91–1.17x", rps)
+        self.assertIn("**undecided** (median 0.89x, 0.85–1.05x", cpu)
+
+    def test_sides_wholly_apart_decide(self):
+        rps, cpu = self.summary("30000 (29000–31000) | 40.0 (39.0–41.0)", "27000 (26500–28500) | 45.0 (44.0–46.0)")
+        self.assertIn("**met** (median 1.11x, 1.02–1.17x", rps)
+        self.assertIn("**met** (median 0.89x, 0.85–0.93x", cpu)
+        rps, _ = self.summary("20000 (19000–21000) | 40.0 (39.0–41.0)", "27000 (26500–28500) | 45.0 (44.0–46.0)")
+        self.assertIn("**NOT met**", rps)
+
+
 class SloVerdict(unittest.TestCase):
     """The demo's reading of `scalpel load`'s verdicts (c.breaking_rps) fails closed."""
 
