@@ -16,6 +16,13 @@ import math
 import statistics
 
 
+def coverage(n, k=1):
+    """The probability that [r_k, r_(n+1-k)] of n sorted ratios holds their true median:
+    1 - 2·P(Binomial(n, ½) ≤ k-1). For min–max (k = 1) 1 - 2^(1-n): 50% for two, 75% for
+    three, 87.5% for four, 93.75% for five."""
+    return 1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2**n
+
+
 def interval(ratios, tail=0.025):
     """(median, lo, hi, coverage) of the paired ratios; coverage None when there are too
     few pairs for a two-sided interval with each tail ≤ `tail` (then lo–hi is min–max)."""
@@ -25,17 +32,10 @@ def interval(ratios, tail=0.025):
         raise ValueError("no pairs")
     k, cover = 1, None
     for j in range(1, n // 2 + 1):
-        t = sum(math.comb(n, i) for i in range(j)) / 2**n
-        if t <= tail:
-            k, cover = j, 1 - 2 * t
+        c = coverage(n, j)
+        if c >= 1 - 2 * tail:
+            k, cover = j, c
     return statistics.median(r), r[k - 1], r[n - k], cover
-
-
-def coverage(n, k=1):
-    """The probability that [r_k, r_(n+1-k)] of n sorted ratios holds their true median:
-    1 - 2·P(Binomial(n, ½) ≤ k-1). For min–max (k = 1) 1 - 2^(1-n): 50% for two, 75% for
-    three, 87.5% for four, 93.75% for five."""
-    return 1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2**n
 
 
 def describe(cover):
